@@ -1,0 +1,59 @@
+#pragma once
+// One abstract communicator over the ranks of a job: host memory through MPI, device memory
+// through NCCL. Every wait on other ranks has a deadline; on expiry the call throws CommError
+// naming the operation, the step and the rank(s) waited for, and the launcher ends the job.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace mgt {
+
+// A non-blocking operation in flight.
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  virtual bool test() = 0;  // true when complete; drives progress
+  virtual void wait() = 0;  // blocks up to the communicator's deadline
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual int local_rank() const = 0;  // among ranks on this node
+  virtual int local_size() const = 0;
+  virtual int node() const = 0;        // index of this node
+  virtual std::string backend() const = 0;
+
+  // Sum in place over all ranks.
+  virtual void allreduce_sum(float* data, size_t count) = 0;
+  virtual void allreduce_sum(double* data, size_t count) = 0;
+  virtual void allreduce_max(int64_t* data, size_t count) = 0;
+  virtual std::unique_ptr<CommRequest> iallreduce_sum(float* data, size_t count) = 0;
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  // recv holds size() * bytes; rank r's block lands at recv + r * bytes.
+  virtual void allgather(const void* send, void* recv, size_t bytes) = 0;
+  virtual void send(const void* data, size_t bytes, int dest, int tag) = 0;
+  virtual void recv(void* data, size_t bytes, int source, int tag) = 0;
+  virtual void barrier() = 0;
+  // Ends every rank of the job now.
+  [[noreturn]] virtual void abort(int exit_code) = 0;
+
+  // Deadline for each wait, and the step named in timeout messages.
+  void set_timeout_seconds(double seconds) { timeout_s_ = seconds; }
+  double timeout_seconds() const { return timeout_s_; }
+  void set_step(int64_t step) { step_ = step; }
+  int64_t step() const { return step_; }
+
+  // Counts collectives started, for tests that check a step made no communication.
+  int64_t collective_count() const { return collective_count_; }
+
+ protected:
+  double timeout_s_ = 300.0;
+  int64_t step_ = 0;
+  int64_t collective_count_ = 0;
+};
+
+}  // namespace mgt

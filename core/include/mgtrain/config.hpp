@@ -1,0 +1,84 @@
+#pragma once
+// Run configuration: `section.key = value` pairs from an INI file and `--section.key=value`
+// overrides, validated against the key tables of the core and of every loaded plugin. The same
+// tables generate the documentation of every key, so code and docs cannot drift.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mgt {
+
+enum class KeyType { string, path, integer, positive_integer, non_negative_integer, real,
+                     positive_real, non_negative_real, boolean, integer_list };
+
+// One documented config key. `key` is the full `section.key` name.
+struct ConfigKey {
+  const char* key;
+  KeyType type;
+  const char* default_value;  // nullptr: required
+  const char* help;
+};
+
+const char* key_type_name(KeyType type);
+
+// Where a value came from, for error messages ("run.ini", "command line", "default").
+struct ConfigValue {
+  std::string value;
+  std::string source;
+};
+
+class Config {
+ public:
+  // Parses an INI file: `[section]` headers, `key = value`, `#` or `;` comments.
+  static Config from_ini_file(const std::string& path);
+  static Config from_string(const std::string& ini_text, const std::string& source_name);
+
+  void set(const std::string& key, const std::string& value, const std::string& source);
+  bool has(const std::string& key) const;
+  const std::map<std::string, ConfigValue>& values() const { return values_; }
+
+  // Fills defaults from the table, then checks every value against its key's type. Throws
+  // ConfigError for a key that no table knows, a required key that is missing or a value of the
+  // wrong type, naming the key, its source, and expected versus actual.
+  void validate(const std::vector<ConfigKey>& known_keys);
+
+  std::string get_string(const std::string& key) const;
+  int64_t get_int(const std::string& key) const;
+  double get_real(const std::string& key) const;
+  bool get_bool(const std::string& key) const;
+  std::vector<int64_t> get_int_list(const std::string& key) const;
+
+  // The resolved configuration as INI text, sections sorted: printed at start, stored in every
+  // checkpoint and parsed back by `mgtrain eval`.
+  std::string to_ini() const;
+
+ private:
+  const ConfigValue& lookup(const std::string& key) const;
+  std::map<std::string, ConfigValue> values_;
+};
+
+// A plugin's view of its own section: `section("model").get_int("hidden")` reads model.hidden.
+class ConfigSection {
+ public:
+  ConfigSection(const Config& config, std::string section)
+      : config_(&config), section_(std::move(section)) {}
+  const std::string& name() const { return section_; }
+  std::string get_string(const std::string& key) const { return config_->get_string(full(key)); }
+  int64_t get_int(const std::string& key) const { return config_->get_int(full(key)); }
+  double get_real(const std::string& key) const { return config_->get_real(full(key)); }
+  bool get_bool(const std::string& key) const { return config_->get_bool(full(key)); }
+  std::vector<int64_t> get_int_list(const std::string& key) const {
+    return config_->get_int_list(full(key));
+  }
+  bool has(const std::string& key) const { return config_->has(full(key)); }
+  const Config& root() const { return *config_; }
+
+ private:
+  std::string full(const std::string& key) const { return section_ + "." + key; }
+  const Config* config_;
+  std::string section_;
+};
+
+}  // namespace mgt

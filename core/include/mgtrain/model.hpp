@@ -1,0 +1,49 @@
+#pragma once
+// The interface a model plugin implements. Most models are a stack of SDK layers and derive from
+// SequentialModel; anything else implements Model directly.
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "mgtrain/layers.hpp"
+#include "mgtrain/parameters.hpp"
+
+namespace mgt {
+
+// Called during backward with the handles whose gradients have just become final, so a sync
+// strategy can start communicating them while the rest of backward runs.
+using GradientsReady = std::function<void(const std::vector<ParamHandle>&)>;
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // Declares every parameter into the store (called once, before finalize).
+  virtual void declare(ParameterStore& store) = 0;
+  // Shape of the logits for an input batch shape.
+  virtual Shape output_shape(const Shape& input) const = 0;
+  // Returns the logits; the tensor stays valid until the next forward.
+  virtual const Tensor& forward(const Tensor& input, const StepContext& ctx) = 0;
+  // Back-propagates from the logits' gradient, adding into the gradient buffer.
+  virtual void backward(const Tensor& grad_logits, const StepContext& ctx,
+                        const GradientsReady& ready) = 0;
+};
+
+// Layers applied in order; activations are sized on the first batch and reused.
+class SequentialModel : public Model {
+ public:
+  void add(std::unique_ptr<Layer> layer);
+  void declare(ParameterStore& store) override;
+  Shape output_shape(const Shape& input) const override;
+  const Tensor& forward(const Tensor& input, const StepContext& ctx) override;
+  void backward(const Tensor& grad_logits, const StepContext& ctx,
+                const GradientsReady& ready) override;
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+
+ private:
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<Tensor> activations_;  // activations_[i] = output of layer i
+  std::vector<Tensor> grads_;        // grads_[i] = gradient w.r.t. the output of layer i
+  const Tensor* input_ = nullptr;
+};
+
+}  // namespace mgt

@@ -1,0 +1,35 @@
+#pragma once
+// The interface an optimizer plugin implements. It updates a contiguous range of the flat
+// parameter buffer in place (all of it under all-reduce, one shard on a parameter server) and
+// keeps its state in flat buffers of the same layout, so checkpoints slice them by parameter.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mgtrain/parameters.hpp"
+
+namespace mgt {
+
+struct OptimizerStateBuffer {
+  std::string name;  // "momentum", "exp_avg", ...
+  float* data;       // `size` floats, parameter i at params[i].offset - range begin
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // Allocates state for `size` floats of the flat buffer (zero-filled).
+  virtual void setup(size_t size) = 0;
+  // One update over the range: params[i] -= f(grads[i], state[i]); `size` as in setup.
+  virtual void step(float* params, const float* grads, size_t size) = 0;
+  virtual double learning_rate() const = 0;
+  virtual std::vector<OptimizerStateBuffer> state_buffers() = 0;
+  // Number of updates done so far (Adam's bias correction depends on it); restored on resume.
+  int64_t step_count() const { return step_count_; }
+  void set_step_count(int64_t n) { step_count_ = n; }
+
+ protected:
+  int64_t step_count_ = 0;
+};
+
+}  // namespace mgt

@@ -1,0 +1,67 @@
+#pragma once
+// Every parameter of a model lives in one contiguous flat buffer, and its gradient at the same
+// offset in a second one; layers hold handles into them. Bucketed all-reduce, optimizer updates,
+// checksums, checkpoints and broadcast are then one loop over memory.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mgtrain/tensor.hpp"
+
+namespace mgt {
+
+enum class Init {
+  zeros,
+  he_uniform,     // U(-sqrt(6/fan_in), sqrt(6/fan_in)), for weights followed by ReLU
+  fan_in_uniform  // U(-1/sqrt(fan_in), 1/sqrt(fan_in)), e.g. the last layer
+};
+
+struct ParamInfo {
+  std::string name;  // canonical: "fc1.weight", never a wrapper prefix
+  Shape shape;
+  Init init = Init::zeros;
+  int64_t fan_in = 1;
+  size_t offset = 0;  // in floats, into the flat buffers
+  size_t numel = 0;
+};
+
+using ParamHandle = size_t;
+
+class ParameterStore {
+ public:
+  // Declares a parameter before finalize(); returns its handle. Names must be unique.
+  ParamHandle declare(const std::string& name, const Shape& shape, Init init, int64_t fan_in);
+  // Lays out and allocates both flat buffers (each parameter 64-byte aligned), zero-filled.
+  void finalize();
+  bool finalized() const { return finalized_; }
+
+  // Sets every parameter from its initialiser: a pure function of (seed, name, element).
+  void initialize(uint64_t seed);
+
+  const std::vector<ParamInfo>& params() const { return params_; }
+  const ParamInfo& info(ParamHandle h) const { return params_.at(h); }
+  float* param(ParamHandle h) { return params_flat_.data() + params_[h].offset; }
+  float* grad(ParamHandle h) { return grads_flat_.data() + params_[h].offset; }
+  Tensor param_view(ParamHandle h);
+  Tensor grad_view(ParamHandle h);
+
+  float* params_data() { return params_flat_.data(); }
+  float* grads_data() { return grads_flat_.data(); }
+  const float* params_data() const { return params_flat_.data(); }
+  const float* grads_data() const { return grads_flat_.data(); }
+  size_t flat_size() const { return flat_size_; }  // including alignment padding
+  size_t param_count() const;                     // sum of numel, without padding
+
+  void zero_grads();
+  // Layout fingerprint (names, shapes, order) for cross-rank agreement.
+  uint64_t layout_hash() const;
+
+ private:
+  std::vector<ParamInfo> params_;
+  Tensor params_flat_;
+  Tensor grads_flat_;
+  size_t flat_size_ = 0;
+  bool finalized_ = false;
+};
+
+}  // namespace mgt

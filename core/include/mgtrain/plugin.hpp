@@ -1,0 +1,70 @@
+#pragma once
+// The plugin ABI. A plugin is a shared library libmgtrain-<kind>-<name>.so exporting one symbol,
+// `mgtrain_plugin_descriptor`. The loader reads abi_version first and refuses a mismatch before
+// touching any other field; it also refuses a kind mismatch or a build fingerprint (compiler and
+// standard library) that differs from the core's, naming the file and both values.
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+
+#include "mgtrain/config.hpp"
+#include "mgtrain/model.hpp"
+#include "mgtrain/optimizer.hpp"
+#include "mgtrain/sync.hpp"
+
+#define MGTRAIN_PLUGIN_ABI_VERSION 1u
+#define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
+
+#define MGT_STRINGIFY_IMPL(x) #x
+#define MGT_STRINGIFY(x) MGT_STRINGIFY_IMPL(x)
+// C++ classes cross the boundary, so the compiler family and standard library must match.
+#if defined(__clang__)
+#define MGT_COMPILER_ID "clang-" MGT_STRINGIFY(__clang_major__)
+#elif defined(__GNUC__)
+#define MGT_COMPILER_ID "gcc-" MGT_STRINGIFY(__GNUC__)
+#else
+#define MGT_COMPILER_ID "unknown"
+#endif
+#if defined(_GLIBCXX_RELEASE)
+#define MGT_STDLIB_ID "libstdc++-" MGT_STRINGIFY(_GLIBCXX_RELEASE) \
+  "-cxx11abi" MGT_STRINGIFY(_GLIBCXX_USE_CXX11_ABI)
+#else
+#define MGT_STDLIB_ID "stdlib-unknown"
+#endif
+#define MGT_BUILD_FINGERPRINT MGT_COMPILER_ID "/" MGT_STDLIB_ID
+
+namespace mgt {
+
+extern "C" {
+struct PluginDescriptor {
+  uint32_t abi_version;       // MGTRAIN_PLUGIN_ABI_VERSION at the plugin's build
+  const char* kind;           // "model", "optimizer" or "sync"
+  const char* name;
+  const char* version;
+  const char* description;    // one line
+  const char* build_fingerprint;
+  const ConfigKey* config_keys;  // the plugin's keys, full "section.key" names
+  size_t config_key_count;
+  // Returns a new Model*, Optimizer* or SyncStrategy* (by kind) built from the plugin's section.
+  void* (*create)(const ConfigSection* section);
+};
+}
+
+}  // namespace mgt
+
+#define MGT_PLUGIN_IMPL(KIND, BASE, NAME, VERSION, DESCRIPTION, KEYS, TYPE)                   \
+  extern "C" __attribute__((visibility("default"))) const ::mgt::PluginDescriptor             \
+      mgtrain_plugin_descriptor = {                                                           \
+          MGTRAIN_PLUGIN_ABI_VERSION, KIND, NAME, VERSION, DESCRIPTION, MGT_BUILD_FINGERPRINT,  \
+          KEYS, std::size(KEYS), [](const ::mgt::ConfigSection* section) -> void* {           \
+            return static_cast<BASE*>(new TYPE(*section));                                     \
+          }};
+
+// Defines the descriptor of a plugin whose class TYPE is constructible from a ConfigSection.
+// KEYS is a static array of mgt::ConfigKey.
+#define MGT_MODEL_PLUGIN(NAME, VERSION, DESCRIPTION, KEYS, TYPE) \
+  MGT_PLUGIN_IMPL("model", ::mgt::Model, NAME, VERSION, DESCRIPTION, KEYS, TYPE)
+#define MGT_OPTIMIZER_PLUGIN(NAME, VERSION, DESCRIPTION, KEYS, TYPE) \
+  MGT_PLUGIN_IMPL("optimizer", ::mgt::Optimizer, NAME, VERSION, DESCRIPTION, KEYS, TYPE)
+#define MGT_SYNC_PLUGIN(NAME, VERSION, DESCRIPTION, KEYS, TYPE) \
+  MGT_PLUGIN_IMPL("sync", ::mgt::SyncStrategy, NAME, VERSION, DESCRIPTION, KEYS, TYPE)

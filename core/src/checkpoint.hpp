@@ -1,0 +1,39 @@
+#pragma once
+// Checkpoints: one HDF5 file per checkpoint, written atomically, readable by any HDF5 tool.
+#include <cstdint>
+#include <string>
+
+#include "mgtrain/optimizer.hpp"
+#include "mgtrain/parameters.hpp"
+
+namespace mgt {
+
+struct CheckpointMeta {
+  int64_t step = 0;             // optimizer steps done
+  int64_t epoch = 0;            // epoch of the next batch
+  int64_t batch_in_epoch = 0;   // index of the next global batch within that epoch
+  uint64_t seed = 0;
+  int64_t world_size = 1;       // at save
+  std::string mgtrain_version;
+  std::string plugins;          // PluginRegistry::loaded_summary()
+  std::string config_ini;       // the full resolved config
+};
+
+// Writes <dir>/step-<N>.h5 atomically (temporary name in dir, fsync, rename, fsync dir), then
+// <dir>/latest the same way, then removes all but the newest `keep` checkpoints. Returns the path.
+std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta,
+                             const ParameterStore& store, Optimizer* optimizer, int64_t keep);
+
+// Reads only the metadata (attributes) of a checkpoint.
+CheckpointMeta read_checkpoint_meta(const std::string& path);
+
+// Loads parameters (and optimizer state when optimizer is not null) into an already laid-out
+// store; verifies names, shapes and checksums. Throws IoError/DataError naming the path and the
+// dataset at fault.
+CheckpointMeta load_checkpoint(const std::string& path, ParameterStore& store, Optimizer* optimizer);
+
+// Resolves `--resume` argument: "latest" reads <dir>/latest; anything else is a path.
+// Throws IoError naming the directory when there is no checkpoint to resume.
+std::string resolve_resume(const std::string& dir, const std::string& spec);
+
+}  // namespace mgt

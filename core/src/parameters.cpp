@@ -1,0 +1,88 @@
+#include "mgtrain/parameters.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "mgtrain/error.hpp"
+#include "mgtrain/rng.hpp"
+
+namespace mgt {
+
+namespace {
+constexpr size_t kAlignFloats = 16;  // 64 bytes
+}
+
+ParamHandle ParameterStore::declare(const std::string& name, const Shape& shape, Init init,
+                                    int64_t fan_in) {
+  MGT_CHECK(!finalized_, Error, "parameter '" + name + "' declared after the store was finalized");
+  for (const auto& p : params_)
+    MGT_CHECK(p.name != name, Error, "parameter name '" + name + "' declared twice");
+  ParamInfo info;
+  info.name = name;
+  info.shape = shape;
+  info.init = init;
+  info.fan_in = fan_in;
+  info.numel = static_cast<size_t>(shape_numel(shape));
+  params_.push_back(std::move(info));
+  return params_.size() - 1;
+}
+
+void ParameterStore::finalize() {
+  MGT_CHECK(!finalized_, Error, "parameter store finalized twice");
+  size_t offset = 0;
+  for (auto& p : params_) {
+    p.offset = offset;
+    offset += (p.numel + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+  }
+  flat_size_ = offset;
+  params_flat_.resize({static_cast<int64_t>(flat_size_)});
+  grads_flat_.resize({static_cast<int64_t>(flat_size_)});
+  params_flat_.fill(0.0f);
+  grads_flat_.fill(0.0f);
+  finalized_ = true;
+}
+
+void ParameterStore::initialize(uint64_t seed) {
+  MGT_CHECK(finalized_, Error, "parameters initialized before the store was finalized");
+  for (const auto& p : params_) {
+    float* dst = params_flat_.data() + p.offset;
+    const uint64_t key = rng::make_key(seed, rng::purpose_hash(p.name));
+    const double fan_in = static_cast<double>(std::max<int64_t>(p.fan_in, 1));
+    switch (p.init) {
+      case Init::zeros:
+        std::memset(dst, 0, p.numel * sizeof(float));
+        break;
+      case Init::he_uniform: {
+        const auto bound = static_cast<float>(std::sqrt(6.0 / fan_in));
+        rng::fill_uniform(dst, p.numel, -bound, bound, key, 0);
+        break;
+      }
+      case Init::fan_in_uniform: {
+        const auto bound = static_cast<float>(1.0 / std::sqrt(fan_in));
+        rng::fill_uniform(dst, p.numel, -bound, bound, key, 0);
+        break;
+      }
+    }
+  }
+}
+
+Tensor ParameterStore::param_view(ParamHandle h) { return Tensor::view(param(h), params_.at(h).shape); }
+Tensor ParameterStore::grad_view(ParamHandle h) { return Tensor::view(grad(h), params_.at(h).shape); }
+
+size_t ParameterStore::param_count() const {
+  size_t n = 0;
+  for (const auto& p : params_) n += p.numel;
+  return n;
+}
+
+void ParameterStore::zero_grads() {
+  std::memset(grads_flat_.data(), 0, flat_size_ * sizeof(float));
+}
+
+uint64_t ParameterStore::layout_hash() const {
+  std::string text;
+  for (const auto& p : params_) text += p.name + shape_string(p.shape) + ";";
+  return rng::purpose_hash(text);
+}
+
+}  // namespace mgt

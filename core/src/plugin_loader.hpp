@@ -1,0 +1,52 @@
+#pragma once
+// Finds, loads and checks plugins (Boost.DLL). Search order: --plugin-path, MGTRAIN_PLUGIN_PATH,
+// the install's lib/mgtrain/plugins, the build tree. Libraries stay loaded for the process's life.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mgtrain/config.hpp"
+#include "mgtrain/model.hpp"
+#include "mgtrain/optimizer.hpp"
+#include "mgtrain/plugin.hpp"
+#include "mgtrain/sync.hpp"
+
+namespace mgt {
+
+struct PluginCandidate {
+  std::string path;
+  std::string kind, name, version, description;
+  bool usable = false;
+  std::string refusal;  // why it was refused, when !usable
+};
+
+class PluginRegistry {
+ public:
+  explicit PluginRegistry(std::vector<std::string> cli_paths = {});
+
+  std::vector<std::string> search_dirs() const { return dirs_; }
+  // Loads libmgtrain-<kind>-<name>.so from the first directory that has it and checks it.
+  const PluginDescriptor& load(const std::string& kind, const std::string& name);
+  // Every candidate file in the search path, loaded and checked, for `mgtrain plugins`.
+  std::vector<PluginCandidate> scan();
+
+  // Config keys the loaded plugin declares.
+  std::vector<ConfigKey> config_keys(const std::string& kind, const std::string& name);
+
+  // Plugins must already be loaded; config must be validated (defaults filled).
+  std::unique_ptr<Model> create_model(const std::string& name, const Config& config);
+  std::unique_ptr<Optimizer> create_optimizer(const std::string& name, const Config& config);
+  std::unique_ptr<SyncStrategy> create_sync(const std::string& name, const Config& config);
+
+  // "kind:name@version;..." of every loaded plugin, in load order; compared across ranks and
+  // stored in checkpoints.
+  std::string loaded_summary() const;
+
+ private:
+  struct Loaded;
+  void* create(const std::string& kind, const std::string& name, const Config& config);
+  std::vector<std::string> dirs_;
+  std::vector<std::shared_ptr<Loaded>> loaded_;
+};
+
+}  // namespace mgt

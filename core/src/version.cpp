@@ -1,0 +1,1 @@
+#include "mgtrain/version.hpp"

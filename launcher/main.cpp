@@ -1,1 +1,63 @@
-int main() { return 0; }
+// The `mgtrain` executable: subcommands, option parsing and the one place errors are printed.
+#include <boost/program_options.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "mgtrain/error.hpp"
+#include "mgtrain/version.hpp"
+
+namespace po = boost::program_options;
+
+namespace {
+
+void print_usage(std::ostream& out) {
+  out << "mgtrain " << MGTRAIN_VERSION << " - data-parallel neural-network training over MPI\n\n"
+         "usage: mgtrain <command> [options]\n\n"
+         "commands:\n"
+         "  train --config FILE [--section.key=value ...]   train (launch with mpirun/srun)\n"
+         "  eval --checkpoint FILE --data FILE               accuracy and loss of a checkpoint\n"
+         "  data convert ...                                 IDX or CSV to the HDF5 sample format\n"
+         "  data inspect FILE                                what an HDF5 data file holds\n"
+         "  plugins                                          plugins found, and why any was refused\n"
+         "  config-keys                                      every config key with default and meaning\n\n"
+         "  --help, --version\n"
+         "`mgtrain <command> --help` shows a command's options.\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    print_usage(std::cout);
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version") {
+    std::cout << "mgtrain " << MGTRAIN_VERSION << "\n";
+    return 0;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  try {
+    if (command == "train") return mgt::cli::run_train(argc, argv, args);
+    if (command == "eval") return mgt::cli::run_eval(args);
+    if (command == "data") return mgt::cli::run_data(args);
+    if (command == "plugins") return mgt::cli::run_plugins(args);
+    if (command == "config-keys") return mgt::cli::run_config_keys(args);
+    std::fprintf(stderr, "mgtrain: error: [rank 0] unknown command '%s' (expected train, eval, data, "
+                 "plugins or config-keys; see mgtrain --help)\n", command.c_str());
+    return 2;
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "mgtrain: error: [rank 0] %s: %s (see mgtrain %s --help)\n", command.c_str(),
+                 e.what(), command.c_str());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mgtrain: error: [rank 0] %s\n", e.what());
+    return 1;
+  }
+}

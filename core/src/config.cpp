@@ -1,0 +1,248 @@
+#include "mgtrain/config.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "mgtrain/error.hpp"
+
+namespace mgt {
+
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+bool parse_int(const std::string& text, int64_t* out) {
+  if (text.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+bool parse_real(const std::string& text, double* out) {
+  if (text.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (errno != 0 || *end != '\0' || !std::isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+bool parse_bool(const std::string& text, bool* out) {
+  std::string t = text;
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (t == "true" || t == "1" || t == "yes" || t == "on") { *out = true; return true; }
+  if (t == "false" || t == "0" || t == "no" || t == "off") { *out = false; return true; }
+  return false;
+}
+
+bool parse_int_list(const std::string& text, std::vector<int64_t>* out) {
+  out->clear();
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    int64_t v;
+    if (!parse_int(trim(item), &v)) return false;
+    out->push_back(v);
+  }
+  return !out->empty();
+}
+
+// Why `value` does not fit `type`, or "" when it does.
+std::string type_violation(KeyType type, const std::string& value) {
+  int64_t i;
+  double r;
+  bool b;
+  std::vector<int64_t> list;
+  switch (type) {
+    case KeyType::string:
+    case KeyType::path:
+      return "";
+    case KeyType::integer:
+      return parse_int(value, &i) ? "" : "an integer";
+    case KeyType::positive_integer:
+      return parse_int(value, &i) && i > 0 ? "" : "a positive integer";
+    case KeyType::non_negative_integer:
+      return parse_int(value, &i) && i >= 0 ? "" : "an integer >= 0";
+    case KeyType::real:
+      return parse_real(value, &r) ? "" : "a number";
+    case KeyType::positive_real:
+      return parse_real(value, &r) && r > 0 ? "" : "a positive number";
+    case KeyType::non_negative_real:
+      return parse_real(value, &r) && r >= 0 ? "" : "a number >= 0";
+    case KeyType::boolean:
+      return parse_bool(value, &b) ? "" : "true or false";
+    case KeyType::integer_list:
+      return parse_int_list(value, &list) ? "" : "a comma-separated list of integers";
+  }
+  return "";
+}
+
+}  // namespace
+
+const char* key_type_name(KeyType type) {
+  switch (type) {
+    case KeyType::string: return "string";
+    case KeyType::path: return "path";
+    case KeyType::integer: return "integer";
+    case KeyType::positive_integer: return "integer > 0";
+    case KeyType::non_negative_integer: return "integer >= 0";
+    case KeyType::real: return "number";
+    case KeyType::positive_real: return "number > 0";
+    case KeyType::non_negative_real: return "number >= 0";
+    case KeyType::boolean: return "boolean";
+    case KeyType::integer_list: return "integer list";
+  }
+  return "?";
+}
+
+Config Config::from_ini_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("config file '" + path + "' cannot be opened");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return from_string(buffer.str(), path);
+}
+
+Config Config::from_string(const std::string& ini_text, const std::string& source_name) {
+  Config config;
+  std::stringstream in(ini_text);
+  std::string line, section;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    const std::string where = source_name + ":" + std::to_string(line_no);
+    std::string t = trim(line);
+    if (t.empty() || t[0] == '#' || t[0] == ';') continue;
+    if (t.front() == '[') {
+      if (t.back() != ']' || t.size() < 3)
+        throw ConfigError(where + ": expected a section header like [model], got '" + t + "'");
+      section = trim(t.substr(1, t.size() - 2));
+      continue;
+    }
+    const auto eq = t.find('=');
+    if (eq == std::string::npos)
+      throw ConfigError(where + ": expected 'key = value', got '" + t + "'");
+    std::string key = trim(t.substr(0, eq));
+    std::string value = trim(t.substr(eq + 1));
+    // Trailing comments after a value: "lr = 0.1  # comment".
+    for (const char* marker : {" #", " ;", "\t#", "\t;"}) {
+      const auto c = value.find(marker);
+      if (c != std::string::npos) value = trim(value.substr(0, c));
+    }
+    if (key.empty()) throw ConfigError(where + ": empty key");
+    if (key.find('.') == std::string::npos) {
+      if (section.empty())
+        throw ConfigError(where + ": key '" + key + "' is outside any [section]");
+      key = section + "." + key;
+    }
+    config.set(key, value, where);
+  }
+  return config;
+}
+
+void Config::set(const std::string& key, const std::string& value, const std::string& source) {
+  values_[key] = ConfigValue{value, source};
+}
+
+bool Config::has(const std::string& key) const { return values_.count(key) != 0; }
+
+void Config::validate(const std::vector<ConfigKey>& known_keys) {
+  std::map<std::string, const ConfigKey*> table;
+  for (const auto& k : known_keys) table[k.key] = &k;
+  for (const auto& [key, value] : values_) {
+    if (table.count(key)) continue;
+    // Suggest the known keys of the same section, which is what a typo usually needs.
+    const std::string section = key.substr(0, key.find('.'));
+    std::string known;
+    for (const auto& [name, _] : table)
+      if (name.rfind(section + ".", 0) == 0) known += (known.empty() ? "" : ", ") + name;
+    throw ConfigError("unknown config key '" + key + "' (" + value.source + "); known keys in [" +
+                      section + "]: " + (known.empty() ? "none" : known));
+  }
+  for (const auto& k : known_keys) {
+    if (!has(k.key)) {
+      if (!k.default_value)
+        throw ConfigError("config key '" + std::string(k.key) + "' is required (" + k.help + ")");
+      set(k.key, k.default_value, "default");
+    }
+    const ConfigValue& v = values_.at(k.key);
+    const std::string expected = type_violation(k.type, v.value);
+    if (!expected.empty())
+      throw ConfigError("config key '" + std::string(k.key) + "' (" + v.source + "): expected " +
+                        expected + ", got '" + v.value + "'");
+  }
+}
+
+const ConfigValue& Config::lookup(const std::string& key) const {
+  const auto it = values_.find(key);
+  if (it == values_.end()) throw ConfigError("config key '" + key + "' is not set");
+  return it->second;
+}
+
+std::string Config::get_string(const std::string& key) const { return lookup(key).value; }
+
+int64_t Config::get_int(const std::string& key) const {
+  const auto& v = lookup(key);
+  int64_t out;
+  if (!parse_int(v.value, &out))
+    throw ConfigError("config key '" + key + "' (" + v.source + "): expected an integer, got '" +
+                      v.value + "'");
+  return out;
+}
+
+double Config::get_real(const std::string& key) const {
+  const auto& v = lookup(key);
+  double out;
+  if (!parse_real(v.value, &out))
+    throw ConfigError("config key '" + key + "' (" + v.source + "): expected a number, got '" +
+                      v.value + "'");
+  return out;
+}
+
+bool Config::get_bool(const std::string& key) const {
+  const auto& v = lookup(key);
+  bool out;
+  if (!parse_bool(v.value, &out))
+    throw ConfigError("config key '" + key + "' (" + v.source + "): expected true or false, got '" +
+                      v.value + "'");
+  return out;
+}
+
+std::vector<int64_t> Config::get_int_list(const std::string& key) const {
+  const auto& v = lookup(key);
+  std::vector<int64_t> out;
+  if (!parse_int_list(v.value, &out))
+    throw ConfigError("config key '" + key + "' (" + v.source +
+                      "): expected a comma-separated list of integers, got '" + v.value + "'");
+  return out;
+}
+
+std::string Config::to_ini() const {
+  std::string out, section;
+  for (const auto& [key, value] : values_) {  // std::map: sorted, so sections are contiguous
+    const auto dot = key.find('.');
+    const std::string s = key.substr(0, dot);
+    if (s != section) {
+      out += (out.empty() ? "[" : "\n[") + s + "]\n";
+      section = s;
+    }
+    out += key.substr(dot + 1) + " = " + value.value + "\n";
+  }
+  return out;
+}
+
+}  // namespace mgt

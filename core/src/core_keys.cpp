@@ -1,0 +1,35 @@
+#include "core_keys.hpp"
+
+namespace mgt {
+
+const std::vector<ConfigKey>& core_config_keys() {
+  static const std::vector<ConfigKey> keys = {
+      {"data.train", KeyType::path, nullptr, "HDF5 training file (see `mgtrain data convert`)"},
+      {"data.test", KeyType::path, "", "HDF5 test file, evaluated after training when set"},
+      {"data.x_name", KeyType::string, "x", "dataset holding the samples, [N, ...]"},
+      {"data.y_name", KeyType::string, "y", "dataset holding the integer labels, [N]"},
+      {"data.prefetch", KeyType::positive_integer, "3", "batches the reader thread keeps ready"},
+      {"model.name", KeyType::string, nullptr, "model plugin (libmgtrain-model-<name>.so)"},
+      {"optimizer.name", KeyType::string, nullptr, "optimizer plugin"},
+      {"sync.name", KeyType::string, "allreduce", "sync-strategy plugin"},
+      {"train.epochs", KeyType::positive_integer, "10", "epochs to train"},
+      {"train.max_steps", KeyType::non_negative_integer, "0",
+       "stop after this many optimizer steps counted from the start of training (0: no limit)"},
+      {"train.global_batch", KeyType::positive_integer, "128",
+       "samples per optimizer step over all ranks and accumulation micro-batches"},
+      {"train.seed", KeyType::non_negative_integer, "0",
+       "seed of all randomness: initialisation, sampling, dropout"},
+      {"train.threads", KeyType::positive_integer, "1", "compute threads per rank"},
+      {"train.log_every", KeyType::positive_integer, "50", "steps between progress lines and metrics records"},
+      {"checkpoint.dir", KeyType::path, "checkpoints", "directory for step-<N>.h5 and latest"},
+      {"checkpoint.every_steps", KeyType::non_negative_integer, "0",
+       "steps between checkpoints (0: only at the end)"},
+      {"checkpoint.keep", KeyType::non_negative_integer, "3", "checkpoints kept (0: all)"},
+      {"metrics.file", KeyType::path, "", "JSON-lines metrics file (default: <checkpoint.dir>/metrics.jsonl)"},
+      {"comm.timeout_s", KeyType::positive_real, "300",
+       "seconds any wait on other ranks may take before the job is ended"},
+  };
+  return keys;
+}
+
+}  // namespace mgt

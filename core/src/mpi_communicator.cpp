@@ -1,0 +1,203 @@
+#include "mpi_communicator.hpp"
+
+#include <mpi.h>
+#include <sched.h>
+
+#include <chrono>
+#include <string>
+
+#include "mgtrain/error.hpp"
+
+// Converts an MPI status code into the core's exception, with file and line.
+#define MGT_MPI_CHECK(call)                                                              \
+  do {                                                                                   \
+    const int mgt_rc_ = (call);                                                          \
+    if (mgt_rc_ != MPI_SUCCESS) {                                                        \
+      char mgt_msg_[MPI_MAX_ERROR_STRING];                                               \
+      int mgt_len_ = 0;                                                                  \
+      MPI_Error_string(mgt_rc_, mgt_msg_, &mgt_len_);                                    \
+      throw ::mgt::CommError(std::string(#call) + " failed at " __FILE__ ":" +          \
+                             std::to_string(__LINE__) + ": " + std::string(mgt_msg_, mgt_len_)); \
+    }                                                                                    \
+  } while (0)
+
+namespace mgt {
+
+MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) return;
+  int provided = 0;
+  MGT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  // Errors come back as codes and become CommError, instead of Open MPI aborting silently.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
+MpiRuntime::~MpiRuntime() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+namespace {
+
+class MpiRequest;
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator() {
+    MGT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    // Node-local rank from shared-memory domains: right under mpirun, srun and any PMI launcher.
+    MGT_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local_));
+    MPI_Comm_rank(local_, &local_rank_);
+    MPI_Comm_size(local_, &local_size_);
+    MPI_Comm leaders;
+    MGT_MPI_CHECK(MPI_Comm_split(comm_, local_rank_ == 0 ? 0 : MPI_UNDEFINED, rank_, &leaders));
+    if (local_rank_ == 0) {
+      MPI_Comm_rank(leaders, &node_);
+      MPI_Comm_free(&leaders);
+    }
+    MGT_MPI_CHECK(MPI_Bcast(&node_, 1, MPI_INT, 0, local_));
+  }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) {
+      MPI_Comm_free(&local_);
+      MPI_Comm_free(&comm_);
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
+  int node() const override { return node_; }
+  std::string backend() const override { return "mpi"; }
+
+  void allreduce_sum(float* data, size_t count) override {
+    MPI_Request r;
+    MGT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm_, &r));
+    ++collective_count_;
+    wait(r, "allreduce (floats)", count);
+  }
+  void allreduce_sum(double* data, size_t count) override {
+    MPI_Request r;
+    MGT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_DOUBLE, MPI_SUM, comm_, &r));
+    ++collective_count_;
+    wait(r, "allreduce (doubles)", count);
+  }
+  void allreduce_max(int64_t* data, size_t count) override {
+    MPI_Request r;
+    MGT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_INT64_T, MPI_MAX, comm_, &r));
+    ++collective_count_;
+    wait(r, "allreduce-max (integers)", count);
+  }
+  std::unique_ptr<CommRequest> iallreduce_sum(float* data, size_t count) override;
+
+  void broadcast(void* data, size_t bytes, int root) override {
+    MPI_Request r;
+    MGT_MPI_CHECK(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_, &r));
+    ++collective_count_;
+    wait(r, "broadcast (bytes)", bytes, root);
+  }
+  void allgather(const void* send, void* recv, size_t bytes) override {
+    MPI_Request r;
+    MGT_MPI_CHECK(MPI_Iallgather(send, static_cast<int>(bytes), MPI_BYTE, recv,
+                                 static_cast<int>(bytes), MPI_BYTE, comm_, &r));
+    ++collective_count_;
+    wait(r, "allgather (bytes)", bytes);
+  }
+  void send(const void* data, size_t bytes, int dest, int tag) override {
+    MPI_Request r;
+    MGT_MPI_CHECK(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, dest, tag, comm_, &r));
+    wait(r, "send (bytes)", bytes, dest);
+  }
+  void recv(void* data, size_t bytes, int source, int tag) override {
+    MPI_Request r;
+    MGT_MPI_CHECK(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, source, tag, comm_, &r));
+    wait(r, "receive (bytes)", bytes, source);
+  }
+  void barrier() override {
+    MPI_Request r;
+    MGT_MPI_CHECK(MPI_Ibarrier(comm_, &r));
+    ++collective_count_;
+    wait(r, "barrier", 0);
+  }
+  [[noreturn]] void abort(int exit_code) override {
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+    std::_Exit(exit_code);
+  }
+
+  // Polls the request until it completes or the deadline passes. Yielding between polls keeps
+  // oversubscribed ranks (more ranks than cores) from starving the peer they wait for.
+  // `op` names the operation in a timeout message, with `count` elements and the peer rank
+  // (-1: all ranks); the message is built only on failure, so waits do not allocate.
+  void wait(MPI_Request& request, const char* op, size_t count, int peer = -1) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+    int done = 0;
+    for (unsigned polls = 0;; ++polls) {
+      MGT_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+      if (done) return;
+      if ((polls & 63) == 63 && std::chrono::steady_clock::now() > deadline)
+        throw CommError("rank " + std::to_string(rank_) + " timed out after " +
+                        std::to_string(static_cast<int>(timeout_s_)) + " s at step " +
+                        std::to_string(step_) + " in " + op + ", " + std::to_string(count) +
+                        " elements, waiting for " +
+                        (peer < 0 ? std::string("the other ranks") : "rank " + std::to_string(peer)) +
+                        " (comm.timeout_s); a peer rank is stuck or gone");
+      sched_yield();
+    }
+  }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm local_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, node_ = 0;
+};
+
+class MpiRequest final : public CommRequest {
+ public:
+  MpiRequest(MpiCommunicator& comm, MPI_Request request, size_t count)
+      : comm_(comm), request_(request), count_(count) {}
+  ~MpiRequest() override {
+    if (!done_) {
+      // Never leave MPI with a request into memory that may go away.
+      try { wait(); } catch (...) {}
+    }
+  }
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    MGT_MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
+    done_ = flag != 0;
+    return done_;
+  }
+  void wait() override {
+    if (done_) return;
+    comm_.wait(request_, "non-blocking allreduce (floats)", count_);
+    done_ = true;
+  }
+
+ private:
+  MpiCommunicator& comm_;
+  MPI_Request request_;
+  size_t count_;
+  bool done_ = false;
+};
+
+std::unique_ptr<CommRequest> MpiCommunicator::iallreduce_sum(float* data, size_t count) {
+  MPI_Request r;
+  MGT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm_, &r));
+  ++collective_count_;
+  return std::make_unique<MpiRequest>(*this, r, count);
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
+
+}  // namespace mgt

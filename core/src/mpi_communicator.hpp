@@ -1,0 +1,21 @@
+#pragma once
+// The MPI backend of Communicator (host memory), and the process-wide MPI lifetime.
+#include <memory>
+
+#include "mgtrain/communicator.hpp"
+
+namespace mgt {
+
+// Initialises MPI on construction (thread level FUNNELED) and finalizes it on destruction, unless
+// the job is being aborted.
+class MpiRuntime {
+ public:
+  MpiRuntime(int* argc, char*** argv);
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+};
+
+std::unique_ptr<Communicator> make_mpi_communicator();
+
+}  // namespace mgt

@@ -1,0 +1,186 @@
+#include "plugin_loader.hpp"
+
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <boost/dll/shared_library.hpp>
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include "mgtrain/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace mgt {
+
+struct PluginRegistry::Loaded {
+  std::string path;
+  boost::dll::shared_library library;
+  const PluginDescriptor* descriptor = nullptr;
+};
+
+namespace {
+
+std::string file_name_for(const std::string& kind, const std::string& name) {
+  return "libmgtrain-" + kind + "-" + name + ".so";
+}
+
+// Opens a candidate and checks it; returns the reason it is refused, or "" when usable.
+std::string open_and_check(const std::string& path, boost::dll::shared_library& library,
+                           const PluginDescriptor** descriptor) {
+  try {
+    library.load(path, boost::dll::load_mode::rtld_now);
+  } catch (const std::exception& e) {
+    return "cannot be loaded: " + std::string(e.what());
+  }
+  if (!library.has(MGTRAIN_PLUGIN_SYMBOL))
+    return "does not export the symbol " MGTRAIN_PLUGIN_SYMBOL " (not an mgtrain plugin?)";
+  const auto& d = library.get<const PluginDescriptor>(MGTRAIN_PLUGIN_SYMBOL);
+  *descriptor = &d;
+  // abi_version is the only field read before it is known to match.
+  if (d.abi_version != MGTRAIN_PLUGIN_ABI_VERSION)
+    return "was built for plugin ABI version " + std::to_string(d.abi_version) +
+           ", this mgtrain expects ABI version " + std::to_string(MGTRAIN_PLUGIN_ABI_VERSION);
+  if (std::string(d.build_fingerprint) != MGT_BUILD_FINGERPRINT)
+    return std::string("was built with ") + d.build_fingerprint + ", this mgtrain with " +
+           MGT_BUILD_FINGERPRINT;
+  if (!d.create) return "has no factory function";
+  return "";
+}
+
+}  // namespace
+
+PluginRegistry::PluginRegistry(std::vector<std::string> cli_paths) {
+  for (auto& p : cli_paths)
+    if (!p.empty()) dirs_.push_back(p);
+  if (const char* env = std::getenv("MGTRAIN_PLUGIN_PATH")) {
+    std::stringstream ss(env);
+    std::string item;
+    while (std::getline(ss, item, ':'))
+      if (!item.empty()) dirs_.push_back(item);
+  }
+  // The installed layout: <prefix>/lib/libmgtrain.so and <prefix>/lib/mgtrain/plugins.
+  const fs::path library_dir = boost::dll::this_line_location().parent_path().string();
+  dirs_.push_back((library_dir / "mgtrain" / "plugins").string());
+#ifdef MGTRAIN_PLUGIN_BUILD_DIR
+  dirs_.push_back(MGTRAIN_PLUGIN_BUILD_DIR);
+#endif
+  // Keep the first occurrence of each directory.
+  std::vector<std::string> unique;
+  for (const auto& d : dirs_)
+    if (std::find(unique.begin(), unique.end(), d) == unique.end()) unique.push_back(d);
+  dirs_ = unique;
+}
+
+const PluginDescriptor& PluginRegistry::load(const std::string& kind, const std::string& name) {
+  for (const auto& l : loaded_)
+    if (l->descriptor->kind == kind && l->descriptor->name == name) return *l->descriptor;
+
+  const std::string file = file_name_for(kind, name);
+  for (const auto& dir : dirs_) {
+    const fs::path path = fs::path(dir) / file;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) continue;
+    auto loaded = std::make_shared<Loaded>();
+    loaded->path = path.string();
+    std::string refusal = open_and_check(loaded->path, loaded->library, &loaded->descriptor);
+    if (refusal.empty() && loaded->descriptor->kind != kind)
+      refusal = "is a '" + std::string(loaded->descriptor->kind) + "' plugin, expected '" + kind + "'";
+    if (refusal.empty() && loaded->descriptor->name != name)
+      refusal = "names itself '" + std::string(loaded->descriptor->name) + "', expected '" + name + "'";
+    if (!refusal.empty()) throw PluginError("plugin '" + loaded->path + "' " + refusal);
+    loaded_.push_back(loaded);
+    return *loaded->descriptor;
+  }
+
+  std::string available;
+  for (const auto& c : scan())
+    if (c.usable && c.kind == kind) available += (available.empty() ? "" : ", ") + c.name;
+  std::string searched;
+  for (const auto& d : dirs_) searched += (searched.empty() ? "" : ":") + d;
+  throw PluginError("unknown " + kind + " plugin '" + name + "': no " + file + " in " + searched +
+                    "; available " + kind + " plugins: " + (available.empty() ? "none" : available));
+}
+
+std::vector<PluginCandidate> PluginRegistry::scan() {
+  std::vector<PluginCandidate> out;
+  std::vector<std::string> seen_files;
+  for (const auto& dir : dirs_) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) continue;
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string f = entry.path().filename().string();
+      if (f.rfind("libmgtrain-", 0) == 0 && entry.path().extension() == ".so") files.push_back(entry.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& path : files) {
+      PluginCandidate c;
+      c.path = path.string();
+      const std::string file = path.filename().string();
+      const bool shadowed = std::find(seen_files.begin(), seen_files.end(), file) != seen_files.end();
+      seen_files.push_back(file);
+      boost::dll::shared_library library;
+      const PluginDescriptor* d = nullptr;
+      c.refusal = open_and_check(c.path, library, &d);
+      if (d && d->abi_version == MGTRAIN_PLUGIN_ABI_VERSION) {
+        c.kind = d->kind;
+        c.name = d->name;
+        c.version = d->version;
+        c.description = d->description;
+        if (c.refusal.empty() && file != file_name_for(c.kind, c.name))
+          c.refusal = "file name does not match its descriptor (" + c.kind + " '" + c.name + "')";
+      }
+      if (c.refusal.empty() && shadowed) c.refusal = "shadowed by an earlier directory in the search path";
+      c.usable = c.refusal.empty();
+      out.push_back(c);
+      // Keep successfully loaded libraries mapped: plugins are never unloaded.
+      if (c.usable) {
+        auto keep = std::make_shared<Loaded>();
+        keep->path = c.path;
+        keep->library = library;
+        keep->descriptor = d;
+        scanned_.push_back(keep);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<ConfigKey> PluginRegistry::config_keys(const std::string& kind, const std::string& name) {
+  const auto& d = load(kind, name);
+  return std::vector<ConfigKey>(d.config_keys, d.config_keys + d.config_key_count);
+}
+
+void* PluginRegistry::create(const std::string& kind, const std::string& name, const Config& config) {
+  const auto& d = load(kind, name);
+  const ConfigSection section(config, kind);
+  void* object = d.create(&section);
+  if (!object) throw PluginError(kind + " plugin '" + name + "' returned no object");
+  return object;
+}
+
+std::unique_ptr<Model> PluginRegistry::create_model(const std::string& name, const Config& config) {
+  return std::unique_ptr<Model>(static_cast<Model*>(create("model", name, config)));
+}
+
+std::unique_ptr<Optimizer> PluginRegistry::create_optimizer(const std::string& name,
+                                                            const Config& config) {
+  return std::unique_ptr<Optimizer>(static_cast<Optimizer*>(create("optimizer", name, config)));
+}
+
+std::unique_ptr<SyncStrategy> PluginRegistry::create_sync(const std::string& name,
+                                                          const Config& config) {
+  return std::unique_ptr<SyncStrategy>(static_cast<SyncStrategy*>(create("sync", name, config)));
+}
+
+std::string PluginRegistry::loaded_summary() const {
+  std::string out;
+  for (const auto& l : loaded_) {
+    if (!out.empty()) out += ";";
+    out += std::string(l->descriptor->kind) + ":" + l->descriptor->name + "@" + l->descriptor->version;
+  }
+  return out;
+}
+
+}  // namespace mgt

@@ -1,0 +1,55 @@
+#pragma once
+// The training loop of one rank: start-up checks agreed by all ranks, then
+// read -> forward -> loss -> backward -> sync -> optimizer -> metrics -> checkpoint.
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "mgtrain/communicator.hpp"
+#include "mgtrain/config.hpp"
+#include "mgtrain/error.hpp"
+
+namespace mgt {
+
+// An error found before step 1 and agreed on by all ranks: every rank ends cleanly with it, and
+// only the lowest rank that saw it prints it (`report` is true there).
+class StartupError : public Error {
+ public:
+  StartupError(const std::string& message, bool report) : Error(message), report_(report) {}
+  bool report() const { return report_; }
+
+ private:
+  bool report_;
+};
+
+struct TrainOptions {
+  Config config;                          // as parsed: file plus command-line overrides
+  std::string resume;                     // "", "latest" or a checkpoint path
+  std::vector<std::string> plugin_paths;  // --plugin-path
+};
+
+struct TrainResult {
+  int64_t steps = 0;        // global optimizer step reached (counted from the start of training)
+  int64_t steps_run = 0;    // steps taken by this run (fewer after a resume)
+  int64_t samples = 0;      // samples consumed by this run, all ranks
+  double train_seconds = 0;
+  double samples_per_s = 0;
+  double final_loss = 0;    // mean loss over the last logging interval
+  std::string checkpoint;   // path of the last checkpoint written
+};
+
+TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log);
+
+// Runs `check` on every rank, then agrees: if it threw on any rank, every rank throws
+// StartupError, flagged for printing on the lowest failing rank only.
+void agree(Communicator& comm, const std::function<void()>& check);
+
+// Plugin names a config asks for, read before validation so their keys can be added.
+struct PluginChoice {
+  std::string model, optimizer, sync;
+};
+PluginChoice plugin_choice(const Config& config);
+
+}  // namespace mgt

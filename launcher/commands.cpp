@@ -1,0 +1,203 @@
+// `mgtrain eval`, `data`, `plugins` and `config-keys`: single-process commands, no MPI.
+#include <boost/program_options.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "commands.hpp"
+#include "core_keys.hpp"
+#include "datasets/converters.hpp"
+#include "datasets/hdf5_format.hpp"
+#include "evaluate.hpp"
+#include "mgtrain/error.hpp"
+#include "plugin_loader.hpp"
+
+namespace po = boost::program_options;
+
+namespace mgt::cli {
+
+namespace {
+
+po::variables_map parse(const std::vector<std::string>& args, const po::options_description& desc,
+                        const po::positional_options_description* positional = nullptr) {
+  po::command_line_parser parser(args);
+  parser.options(desc);
+  if (positional) parser.positional(*positional);
+  po::variables_map vm;
+  po::store(parser.run(), vm);
+  po::notify(vm);
+  return vm;
+}
+
+std::vector<std::string> plugin_paths(const po::variables_map& vm) {
+  return vm.count("plugin-path") ? vm["plugin-path"].as<std::vector<std::string>>()
+                                 : std::vector<std::string>{};
+}
+
+std::string require(const po::variables_map& vm, const char* name, const char* command) {
+  if (!vm.count(name))
+    throw ConfigError(std::string(command) + ": --" + name + " is required (see mgtrain " + command +
+                      " --help)");
+  return vm[name].as<std::string>();
+}
+
+Shape parse_shape(const std::string& text) {
+  Shape shape;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      shape.push_back(std::stoll(item));
+    } catch (const std::exception&) {
+      throw ConfigError("--shape: expected comma-separated integers like 1,28,28, got '" + text + "'");
+    }
+  }
+  return shape;
+}
+
+}  // namespace
+
+int run_eval(const std::vector<std::string>& args) {
+  po::options_description desc("usage: mgtrain eval --checkpoint FILE --data FILE [options]\noptions");
+  desc.add_options()
+      ("help", "show this help")
+      ("checkpoint", po::value<std::string>(), "checkpoint file (step-<N>.h5)")
+      ("data", po::value<std::string>(), "HDF5 data file to evaluate on")
+      ("batch", po::value<int64_t>()->default_value(1000), "samples per forward pass")
+      ("json", po::bool_switch(), "print one JSON line")
+      ("plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory");
+  const auto vm = parse(args, desc);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return 0;
+  }
+  const std::string checkpoint = require(vm, "checkpoint", "eval");
+  const std::string data = require(vm, "data", "eval");
+  const auto batch = vm["batch"].as<int64_t>();
+  if (batch <= 0) throw ConfigError("eval: --batch must be positive, got " + std::to_string(batch));
+  const EvalResult r = evaluate_checkpoint(checkpoint, data, plugin_paths(vm), batch);
+  if (vm["json"].as<bool>())
+    std::printf("{\"accuracy\":%.6f,\"loss\":%.6f,\"samples\":%lld}\n", r.accuracy, r.loss,
+                static_cast<long long>(r.samples));
+  else
+    std::printf("accuracy %.4f  loss %.4f  samples %lld  (%s on %s)\n", r.accuracy, r.loss,
+                static_cast<long long>(r.samples), checkpoint.c_str(), data.c_str());
+  return 0;
+}
+
+int run_data(const std::vector<std::string>& args) {
+  const std::string usage =
+      "usage: mgtrain data convert --images IDX --labels IDX --out FILE.h5\n"
+      "       mgtrain data convert --csv FILE --shape 1,28,28 [--label-column 0] --out FILE.h5\n"
+      "       mgtrain data inspect FILE.h5";
+  if (args.empty() || args[0] == "--help") {
+    std::cout << usage << "\n";
+    return args.empty() ? 2 : 0;
+  }
+  const std::string sub = args[0];
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (sub == "inspect") {
+    po::options_description desc("usage: mgtrain data inspect FILE.h5\noptions");
+    desc.add_options()("help", "show this help")("file", po::value<std::string>(), "HDF5 data file")
+        ("x-name", po::value<std::string>()->default_value("x"), "samples dataset")
+        ("y-name", po::value<std::string>()->default_value("y"), "labels dataset");
+    po::positional_options_description positional;
+    positional.add("file", 1);
+    const auto vm = parse(rest, desc, &positional);
+    if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return 0;
+    }
+    std::cout << data::inspect(require(vm, "file", "data inspect"), vm["x-name"].as<std::string>(),
+                               vm["y-name"].as<std::string>());
+    return 0;
+  }
+  if (sub == "convert") {
+    po::options_description desc("usage: mgtrain data convert (IDX | CSV) --out FILE.h5\noptions");
+    desc.add_options()
+        ("help", "show this help")
+        ("images", po::value<std::string>(), "IDX images file (gzip or plain)")
+        ("labels", po::value<std::string>(), "IDX labels file (gzip or plain)")
+        ("class-names", po::value<std::string>(), "comma-separated class names to store")
+        ("csv", po::value<std::string>(), "CSV file, one sample per row")
+        ("label-column", po::value<int>()->default_value(0), "CSV column holding the label")
+        ("shape", po::value<std::string>(), "CSV sample shape, e.g. 1,28,28 or 784")
+        ("out", po::value<std::string>(), "HDF5 file to write");
+    const auto vm = parse(rest, desc);
+    if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return 0;
+    }
+    const std::string out = require(vm, "out", "data convert");
+    if (vm.count("csv")) {
+      data::convert_csv(vm["csv"].as<std::string>(), out, vm["label-column"].as<int>(),
+                        parse_shape(require(vm, "shape", "data convert --csv")));
+    } else if (vm.count("images") || vm.count("labels")) {
+      std::vector<std::string> names;
+      if (vm.count("class-names")) {
+        std::stringstream ss(vm["class-names"].as<std::string>());
+        std::string item;
+        while (std::getline(ss, item, ',')) names.push_back(item);
+      }
+      data::convert_idx(require(vm, "images", "data convert"), require(vm, "labels", "data convert"),
+                        out, names);
+    } else {
+      throw ConfigError("data convert: give --images and --labels (IDX) or --csv and --shape (CSV)");
+    }
+    std::cout << "wrote " << out << "\n";
+    return 0;
+  }
+  throw ConfigError("data: unknown subcommand '" + sub + "' (expected convert or inspect)");
+}
+
+int run_plugins(const std::vector<std::string>& args) {
+  po::options_description desc("usage: mgtrain plugins [--plugin-path DIR]\noptions");
+  desc.add_options()("help", "show this help")
+      ("plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory");
+  const auto vm = parse(args, desc);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return 0;
+  }
+  PluginRegistry registry(plugin_paths(vm));
+  std::cout << "search path:\n";
+  for (const auto& d : registry.search_dirs()) std::cout << "  " << d << "\n";
+  std::printf("%-10s %-12s %-8s %s\n", "KIND", "NAME", "VERSION", "PATH");
+  std::vector<PluginCandidate> refused;
+  for (const auto& c : registry.scan()) {
+    if (!c.usable) {
+      refused.push_back(c);
+      continue;
+    }
+    std::printf("%-10s %-12s %-8s %s\n", c.kind.c_str(), c.name.c_str(), c.version.c_str(), c.path.c_str());
+  }
+  for (const auto& c : refused) std::printf("refused: %s: %s\n", c.path.c_str(), c.refusal.c_str());
+  return 0;
+}
+
+int run_config_keys(const std::vector<std::string>& args) {
+  po::options_description desc("usage: mgtrain config-keys [--plugin-path DIR]\noptions");
+  desc.add_options()("help", "show this help")
+      ("plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory");
+  const auto vm = parse(args, desc);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return 0;
+  }
+  auto row = [](const ConfigKey& k, const std::string& owner) {
+    std::printf("| `%s` | %s | %s | %s | %s |\n", k.key, key_type_name(k.type),
+                k.default_value ? (std::string("`") + k.default_value + "`").c_str() : "required",
+                owner.c_str(), k.help);
+  };
+  std::printf("| key | type | default | from | meaning |\n|---|---|---|---|---|\n");
+  for (const auto& k : core_config_keys()) row(k, "core");
+  PluginRegistry registry(plugin_paths(vm));
+  for (const auto& c : registry.scan()) {
+    if (!c.usable) continue;
+    for (const auto& k : registry.config_keys(c.kind, c.name)) row(k, c.kind + " " + c.name);
+  }
+  return 0;
+}
+
+}  // namespace mgt::cli

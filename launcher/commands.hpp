@@ -1,0 +1,14 @@
+#pragma once
+// One function per `mgtrain` subcommand; each returns the process exit code.
+#include <string>
+#include <vector>
+
+namespace mgt::cli {
+
+int run_train(int argc, char** argv, const std::vector<std::string>& args);
+int run_eval(const std::vector<std::string>& args);
+int run_data(const std::vector<std::string>& args);
+int run_plugins(const std::vector<std::string>& args);
+int run_config_keys(const std::vector<std::string>& args);
+
+}  // namespace mgt::cli

@@ -1,0 +1,93 @@
+// Config parsing, overrides and validation against key tables.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "core_keys.hpp"
+#include "mgtrain/config.hpp"
+#include "mgtrain/error.hpp"
+
+using namespace mgt;
+
+namespace {
+const std::vector<ConfigKey> kKeys = {
+    {"optimizer.lr", KeyType::positive_real, "0.1", "learning rate"},
+    {"model.hidden", KeyType::integer_list, "256,128", "hidden sizes"},
+    {"model.name", KeyType::string, nullptr, "model"},
+    {"train.nesterov", KeyType::boolean, "false", "flag"},
+};
+
+std::string error_of(Config c) {
+  try {
+    c.validate(kKeys);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Config, ParsesSectionsCommentsAndOverrides) {
+  Config c = Config::from_string("# run\n[model]\nname = mlp  # inline\nhidden=64,32\n\n[optimizer]\n; x\nlr = 0.5\n", "run.ini");
+  c.set("optimizer.lr", "0.25", "command line");
+  c.validate(kKeys);
+  EXPECT_EQ(c.get_string("model.name"), "mlp");
+  EXPECT_EQ(c.get_int_list("model.hidden"), (std::vector<int64_t>{64, 32}));
+  EXPECT_DOUBLE_EQ(c.get_real("optimizer.lr"), 0.25);
+  EXPECT_FALSE(c.get_bool("train.nesterov"));  // default filled
+  EXPECT_EQ(c.values().at("train.nesterov").source, "default");
+}
+
+TEST(Config, ToIniRoundTrips) {
+  Config c = Config::from_string("[model]\nname = mlp\n[optimizer]\nlr = 0.5\n", "a.ini");
+  c.validate(kKeys);
+  Config back = Config::from_string(c.to_ini(), "stored");
+  back.validate(kKeys);
+  EXPECT_EQ(back.to_ini(), c.to_ini());
+}
+
+TEST(Config, UnknownKeyNamesKeySourceAndKnownKeys) {
+  const auto msg = error_of(Config::from_string("[model]\nname = mlp\nhiden = 3\n", "run.ini"));
+  EXPECT_NE(msg.find("unknown config key 'model.hiden'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("run.ini:3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.hidden"), std::string::npos) << msg;
+}
+
+TEST(Config, NegativeAndNonNumericLearningRateAreRefused) {
+  for (const char* bad : {"-0.1", "abc", "0", "nan"}) {
+    Config c = Config::from_string("[model]\nname = mlp\n", "run.ini");
+    c.set("optimizer.lr", bad, "command line");
+    const auto msg = error_of(c);
+    EXPECT_NE(msg.find("'optimizer.lr' (command line): expected a positive number, got '" + std::string(bad) + "'"),
+              std::string::npos) << msg;
+  }
+}
+
+TEST(Config, MissingRequiredKey) {
+  const auto msg = error_of(Config::from_string("[optimizer]\nlr = 1\n", "run.ini"));
+  EXPECT_NE(msg.find("'model.name' is required"), std::string::npos) << msg;
+}
+
+TEST(Config, SyntaxErrorsNameTheLine) {
+  try {
+    Config::from_string("[model]\nthis line has no equals\n", "bad.ini");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.ini:2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Config::from_ini_file("/nonexistent/run.ini"), ConfigError);
+}
+
+TEST(Config, CoreKeysHaveHelpAndUniqueNames) {
+  std::set<std::string> names;
+  for (const auto& k : core_config_keys()) {
+    EXPECT_TRUE(names.insert(k.key).second) << k.key;
+    EXPECT_GT(std::string(k.help).size(), 5u) << k.key;
+    if (k.default_value) {  // every default satisfies its own type
+      Config c;
+      c.set(k.key, k.default_value, "default");
+      std::vector<ConfigKey> one = {k};
+      EXPECT_NO_THROW(c.validate(one)) << k.key;
+    }
+  }
+}

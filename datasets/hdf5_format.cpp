@@ -1,1 +1,304 @@
-// placeholder
+// The HDF5 sample format: opening and validating a data file, class counts and `data inspect`.
+#include "datasets/hdf5_format.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include "datasets/hdf5_util.hpp"
+
+namespace mgt::data {
+
+std::recursive_mutex& hdf5_mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+
+namespace {
+
+std::string file_prefix(const std::string& path) { return "data file '" + path + "'"; }
+
+std::string where(const std::string& path, const std::string& name) {
+  return file_prefix(path) + ": dataset '" + h5::object_path(name) + "'";
+}
+
+// Checks the file is there, readable and HDF5 before asking HDF5 to open it, so the message says
+// which of these is wrong rather than HDF5's generic "unable to open file".
+void check_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  if (!fs::exists(st)) throw DataError(file_prefix(path) + " does not exist");
+  if (fs::is_directory(st)) throw DataError(file_prefix(path) + " is a directory, expected an HDF5 file");
+  std::ifstream probe(path, std::ios::binary);
+  if (!probe) throw DataError(file_prefix(path) + " is not readable: " + std::strerror(errno));
+  char first = 0;
+  if (!probe.read(&first, 1)) throw DataError(file_prefix(path) + " is empty, expected an HDF5 file");
+  if (H5Fis_hdf5(path.c_str()) <= 0)
+    throw DataError(file_prefix(path) + " is not an HDF5 file (no HDF5 signature)");
+}
+
+h5::Id open_dataset(hid_t file, const std::string& path, const std::string& name, const char* role,
+                    hid_t dapl) {
+  const std::string obj = h5::object_path(name);
+  if (H5Lexists(file, obj.c_str(), H5P_DEFAULT) <= 0)
+    throw DataError(where(path, name) + " does not exist (expected the " + role + ")");
+  h5::Id d = h5::dataset(H5Dopen2(file, obj.c_str(), dapl));
+  if (!d) throw DataError(where(path, name) + " is not a dataset (expected the " + role + ")");
+  return d;
+}
+
+std::string shape_of(const Shape& s) { return shape_string(s); }
+
+}  // namespace
+
+namespace h5 {
+
+Opened open_validated(const std::string& path, const std::string& x_name, const std::string& y_name,
+                      DatasetInfo& info, hid_t x_dapl) {
+  silence_errors();
+  check_file(path);
+  Opened o;
+  o.file = file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!o.file) throw DataError(file_prefix(path) + " could not be opened: " + error_text());
+  o.x = open_dataset(o.file.get(), path, x_name, "samples [N, ...]", x_dapl);
+  o.y = open_dataset(o.file.get(), path, y_name, "labels [N]", H5P_DEFAULT);
+
+  info = DatasetInfo{};
+  info.path = path;
+  info.x_name = x_name;
+  info.y_name = y_name;
+
+  Id xs = space(H5Dget_space(o.x.get()));
+  Id ys = space(H5Dget_space(o.y.get()));
+  const Shape xd = dims_of(xs.get());
+  const Shape yd = dims_of(ys.get());
+  if (xd.size() < 2)
+    throw DataError(where(path, x_name) + " has rank " + std::to_string(xd.size()) +
+                    ", expected at least 2 ([N, ...])");
+  if (yd.size() != 1)
+    throw DataError(where(path, y_name) + " has rank " + std::to_string(yd.size()) + ", expected 1 ([N])");
+  if (xd[0] < 1) throw DataError(where(path, x_name) + " has 0 samples, expected at least 1");
+  if (yd[0] != xd[0])
+    throw DataError(where(path, y_name) + " has " + std::to_string(yd[0]) + " labels, expected " +
+                    std::to_string(xd[0]) + " (one per sample of '" + object_path(x_name) + "')");
+
+  Id xt = type(H5Dget_type(o.x.get()));
+  Id yt = type(H5Dget_type(o.y.get()));
+  const std::string xtn = type_name(xt.get());
+  if (xtn != "uint8" && xtn != "float32")
+    throw DataError(where(path, x_name) + " has type " + xtn + ", expected uint8 or float32");
+  if (H5Tget_class(yt.get()) != H5T_INTEGER)
+    throw DataError(where(path, y_name) + " has type " + type_name(yt.get()) +
+                    ", expected an integer type (class labels)");
+
+  info.num_samples = xd[0];
+  info.sample_shape.assign(xd.begin() + 1, xd.end());
+  info.x_type = xtn;
+  info.y_type = type_name(yt.get());
+
+  Id dcpl = plist(H5Dget_create_plist(o.x.get()));
+  if (H5Pget_layout(dcpl.get()) == H5D_CHUNKED) {
+    std::vector<hsize_t> c(xd.size());
+    H5Pget_chunk(dcpl.get(), static_cast<int>(c.size()), c.data());
+    info.x_chunk.assign(c.begin(), c.end());
+  }
+
+  // Attributes: those on x take precedence over those on the root group.
+  const hid_t objs[2] = {o.x.get(), o.file.get()};
+  auto find_double = [&](const char* name, double& v) {
+    for (hid_t h : objs)
+      if (read_attr_double(h, name, v)) return true;
+    return false;
+  };
+  for (hid_t h : objs)
+    if (read_attr_strings(h, "class_names", info.class_names)) break;
+  int64_t nc = 0;
+  bool have_nc = false;
+  for (hid_t h : objs)
+    if ((have_nc = read_attr_int64(h, "num_classes", nc))) break;
+  if (have_nc) {
+    if (nc < 1)
+      throw DataError(file_prefix(path) + ": attribute 'num_classes' is " + std::to_string(nc) +
+                      ", expected at least 1");
+    info.num_classes = nc;
+  } else if (!info.class_names.empty()) {
+    info.num_classes = static_cast<int64_t>(info.class_names.size());
+  } else {
+    // No attribute: the labels themselves say how many classes there are.
+    std::vector<int32_t> y(static_cast<size_t>(info.num_samples));
+    if (H5Dread(o.y.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, y.data()) < 0)
+      throw DataError(where(path, y_name) + " could not be read: " + error_text());
+    const auto [lo, hi] = std::minmax_element(y.begin(), y.end());
+    if (*lo < 0)
+      throw DataError(where(path, y_name) + " row " + std::to_string(lo - y.begin()) + " has label " +
+                      std::to_string(*lo) + ", expected a class index >= 0");
+    info.num_classes = int64_t{*hi} + 1;
+  }
+  if (!info.class_names.empty() && static_cast<int64_t>(info.class_names.size()) != info.num_classes)
+    throw DataError(file_prefix(path) + ": attribute 'class_names' has " +
+                    std::to_string(info.class_names.size()) + " names, expected " +
+                    std::to_string(info.num_classes) + " (num_classes)");
+
+  double mean = 0, sd = 0;
+  const bool has_mean = find_double("mean", mean);
+  const bool has_sd = find_double("std", sd);
+  if (has_mean && has_sd) {
+    if (!(sd > 0) || !std::isfinite(sd) || !std::isfinite(mean))
+      throw DataError(file_prefix(path) + ": attributes mean = " + std::to_string(mean) + ", std = " +
+                      std::to_string(sd) + ", expected finite values with std > 0");
+    info.normalized_attrs = true;
+    info.mean = static_cast<float>(mean);
+    info.stddev = static_cast<float>(sd);
+  }
+  return o;
+}
+
+}  // namespace h5
+
+DatasetInfo open_dataset_info(const std::string& path, const std::string& x_name,
+                              const std::string& y_name) {
+  std::lock_guard lock(hdf5_mutex());
+  DatasetInfo info;
+  h5::open_validated(path, x_name, y_name, info);
+  return info;
+}
+
+std::vector<int64_t> class_counts(const DatasetInfo& info) {
+  std::lock_guard lock(hdf5_mutex());
+  DatasetInfo fresh;
+  h5::Opened o = h5::open_validated(info.path, info.x_name, info.y_name, fresh);
+  std::vector<int32_t> y(static_cast<size_t>(fresh.num_samples));
+  if (H5Dread(o.y.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, y.data()) < 0)
+    throw DataError(where(info.path, info.y_name) + " could not be read: " + h5::error_text());
+  std::vector<int64_t> counts(static_cast<size_t>(fresh.num_classes), 0);
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (y[i] < 0 || y[i] >= fresh.num_classes)
+      throw DataError(where(info.path, info.y_name) + " row " + std::to_string(i) + " has label " +
+                      std::to_string(y[i]) + ", expected 0 <= label < " +
+                      std::to_string(fresh.num_classes) + " (num_classes)");
+    ++counts[static_cast<size_t>(y[i])];
+  }
+  return counts;
+}
+
+namespace {
+
+std::string filters_of(hid_t dset) {
+  h5::Id dcpl = h5::plist(H5Dget_create_plist(dset));
+  const int n = H5Pget_nfilters(dcpl.get());
+  if (n <= 0) return "no compression";
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    unsigned flags = 0, cd[8] = {0};
+    size_t ncd = 8;
+    char name[64] = {0};
+    const H5Z_filter_t f = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd, cd,
+                                          sizeof(name), name, nullptr);
+    if (!out.empty()) out += ", ";
+    out += f == H5Z_FILTER_DEFLATE && ncd > 0 ? "deflate level " + std::to_string(cd[0]) : std::string(name);
+  }
+  return "filters: " + out;
+}
+
+std::string layout_of(hid_t dset) {
+  h5::Id dcpl = h5::plist(H5Dget_create_plist(dset));
+  switch (H5Pget_layout(dcpl.get())) {
+    case H5D_CHUNKED: {
+      h5::Id s = h5::space(H5Dget_space(dset));
+      std::vector<hsize_t> c(static_cast<size_t>(std::max(H5Sget_simple_extent_ndims(s.get()), 1)));
+      H5Pget_chunk(dcpl.get(), static_cast<int>(c.size()), c.data());
+      return "chunks " + shape_string(Shape(c.begin(), c.end())) + ", " + filters_of(dset);
+    }
+    case H5D_CONTIGUOUS: return "contiguous (not chunked)";
+    case H5D_COMPACT: return "compact";
+    default: return "virtual or unknown layout";
+  }
+}
+
+struct AttrList {
+  hid_t obj;
+  std::vector<std::string> lines;
+};
+
+herr_t collect_attr(hid_t loc, const char* name, const H5A_info_t*, void* data) {
+  auto* list = static_cast<AttrList*>(data);
+  h5::Id a = h5::attr(H5Aopen(loc, name, H5P_DEFAULT));
+  list->lines.push_back(std::string(name) + " = " + (a ? h5::attr_to_string(a.get()) : "<unreadable>"));
+  return 0;
+}
+
+std::vector<std::string> attrs_of(hid_t obj) {
+  AttrList list{obj, {}};
+  hsize_t idx = 0;
+  H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_attr, &list);
+  return list.lines;
+}
+
+std::string human_bytes(uintmax_t b) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(1);
+  if (b >= (1u << 30)) o << static_cast<double>(b) / (1u << 30) << " GiB";
+  else if (b >= (1u << 20)) o << static_cast<double>(b) / (1u << 20) << " MiB";
+  else if (b >= (1u << 10)) o << static_cast<double>(b) / (1u << 10) << " KiB";
+  else o << b << " bytes";
+  return o.str();
+}
+
+}  // namespace
+
+std::string inspect(const std::string& path, const std::string& x_name, const std::string& y_name) {
+  std::lock_guard lock(hdf5_mutex());
+  DatasetInfo info;
+  h5::Opened o = h5::open_validated(path, x_name, y_name, info);
+  const std::vector<int64_t> counts = class_counts(info);
+
+  Shape full{info.num_samples};
+  full.insert(full.end(), info.sample_shape.begin(), info.sample_shape.end());
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+
+  std::ostringstream out;
+  out << "file:          " << path;
+  if (!ec) out << " (" << human_bytes(size) << ")";
+  out << "\n";
+  out << "samples:       " << info.num_samples << "\n";
+  out << "sample shape:  " << shape_of(info.sample_shape) << " (" << shape_numel(info.sample_shape)
+      << " values)\n";
+  out << "x:             '" << h5::object_path(x_name) << "' " << info.x_type << " " << shape_of(full)
+      << ", " << layout_of(o.x.get()) << "\n";
+  out << "y:             '" << h5::object_path(y_name) << "' " << info.y_type << " ["
+      << info.num_samples << "], " << layout_of(o.y.get()) << "\n";
+  if (info.normalized_attrs)
+    out << "normalisation: mean " << info.mean << ", std " << info.stddev
+        << (info.x_type == "uint8" ? " (of values scaled to [0, 1]; the reader applies x/255 then (x-mean)/std)\n"
+                                   : " (the reader applies (x-mean)/std)\n");
+  else
+    out << "normalisation: none" << (info.x_type == "uint8" ? " (the reader scales uint8 to [0, 1])\n" : "\n");
+  out << "classes:       " << info.num_classes << "\n";
+  size_t width = 0;
+  for (const auto& n : info.class_names) width = std::max(width, n.size());
+  for (size_t c = 0; c < counts.size(); ++c) {
+    out << "  " << std::setw(4) << c << "  ";
+    if (!info.class_names.empty()) out << std::left << std::setw(static_cast<int>(width)) << info.class_names[c] << std::right << "  ";
+    out << std::setw(10) << counts[c] << "  (" << std::fixed << std::setprecision(2)
+        << 100.0 * static_cast<double>(counts[c]) / static_cast<double>(info.num_samples) << "%)\n";
+    out.unsetf(std::ios::fixed);
+    out << std::setprecision(6);
+  }
+  out << "attributes:\n";
+  const std::pair<std::string, hid_t> owners[] = {{"/", o.file.get()}, {h5::object_path(x_name), o.x.get()},
+                                                   {h5::object_path(y_name), o.y.get()}};
+  for (const auto& [name, obj] : owners) {
+    h5::Id g = obj == o.file.get() ? h5::group(H5Gopen2(obj, "/", H5P_DEFAULT)) : h5::Id();
+    for (const auto& line : attrs_of(g ? g.get() : obj)) out << "  " << name << ": " << line << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace mgt::data

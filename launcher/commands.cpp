@@ -7,7 +7,7 @@
 
 #include "commands.hpp"
 #include "core_keys.hpp"
-#include "datasets/converters.hpp"
+#include "datasets/convert.hpp"
 #include "datasets/hdf5_format.hpp"
 #include "evaluate.hpp"
 #include "mgtrain/error.hpp"

@@ -44,6 +44,10 @@ class SequentialModel : public Model {
   std::vector<Tensor> activations_;  // activations_[i] = output of layer i
   std::vector<Tensor> grads_;        // grads_[i] = gradient w.r.t. the output of layer i
   const Tensor* input_ = nullptr;
+  Shape sized_for_;                  // input shape the activations are sized for
+  std::vector<char> alias_;          // layer i is a Flatten whose output aliases its input
+  std::vector<std::vector<ParamHandle>> handles_;  // param_handles() per layer, cached
+  size_t first_with_params_ = 0;     // layers before it need no input gradient
 };
 
 }  // namespace mgt

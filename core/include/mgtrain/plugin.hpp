@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "mgtrain/config.hpp"
+#include "mgtrain/error.hpp"
 #include "mgtrain/model.hpp"
 #include "mgtrain/optimizer.hpp"
 #include "mgtrain/sync.hpp"

@@ -1,0 +1,632 @@
+// Checkpoint files (see DESIGN.md, "Checkpoints"). Layout, format_version 1:
+//   /                  attributes step, epoch, batch_in_epoch (int64), seed (uint64), world_size,
+//                      format_version (int64), mgtrain_version, plugins, config (UTF-8 strings)
+//   /params/<name>     float32, the parameter's shape; attribute crc32 (zlib) of its bytes
+//   /optimizer         attribute optimizer_steps; one group per state buffer ("momentum", ...)
+//   /optimizer/<buffer>/<name>   float32 per parameter, same shapes, crc32 each
+// All HDF5 calls hold data::hdf5_mutex(): the library here is not thread-safe and the prefetch
+// thread reads data files concurrently.
+#include "checkpoint.hpp"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "datasets/hdf5_format.hpp"
+#include "mgtrain/error.hpp"
+#include "mgtrain/tensor.hpp"
+
+namespace fs = std::filesystem;
+
+namespace mgt {
+
+namespace {
+
+constexpr int64_t kFormatVersion = 1;
+constexpr const char* kChecksumAttr = "crc32";
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// The most specific message on HDF5's error stack. Must run right after the failing call, before
+// the next one clears the stack.
+std::string hdf5_error_text() {
+  std::string text;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_UPWARD,
+      [](unsigned n, const H5E_error2_t* err, void* out) -> herr_t {
+        if (n == 0 && err->desc != nullptr) *static_cast<std::string*>(out) = err->desc;
+        return 0;
+      },
+      &text);
+  return text.empty() ? "HDF5 error" : text;
+}
+
+// Owns one HDF5 identifier and closes it with the matching H5?close.
+class Hid {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Hid() = default;
+  Hid(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  Hid(Hid&& o) noexcept : id_(std::exchange(o.id_, H5I_INVALID_HID)), closer_(o.closer_) {}
+  Hid& operator=(Hid&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = std::exchange(o.id_, H5I_INVALID_HID);
+      closer_ = o.closer_;
+    }
+    return *this;
+  }
+  Hid(const Hid&) = delete;
+  Hid& operator=(const Hid&) = delete;
+  ~Hid() { reset(); }
+
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  void reset() {
+    if (id_ >= 0 && closer_ != nullptr) closer_(id_);
+    id_ = H5I_INVALID_HID;
+  }
+  // Closes and reports the status (a file's close is where buffered data reaches the disk).
+  herr_t close() {
+    herr_t status = 0;
+    if (id_ >= 0 && closer_ != nullptr) status = closer_(id_);
+    id_ = H5I_INVALID_HID;
+    return status;
+  }
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  Closer closer_ = nullptr;
+};
+
+// Converts failed HDF5 calls into IoError naming the checkpoint and what was being done.
+struct H5Context {
+  std::string path;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw IoError("checkpoint " + quote(path) + ": " + what + ": " + hdf5_error_text());
+  }
+  Hid check(hid_t id, Hid::Closer closer, const std::string& what) const {
+    if (id < 0) fail(what);
+    return Hid(id, closer);
+  }
+  void check(herr_t status, const std::string& what) const {
+    if (status < 0) fail(what);
+  }
+};
+
+Hid make_string_type(const H5Context& h5) {
+  Hid type = h5.check(H5Tcopy(H5T_C_S1), H5Tclose, "cannot create string type");
+  h5.check(H5Tset_size(type.get(), H5T_VARIABLE), "cannot create string type");
+  h5.check(H5Tset_cset(type.get(), H5T_CSET_UTF8), "cannot create string type");
+  return type;
+}
+
+void write_attr_raw(const H5Context& h5, hid_t obj, const std::string& name, hid_t file_type,
+                    hid_t mem_type, const void* value) {
+  Hid space = h5.check(H5Screate(H5S_SCALAR), H5Sclose, "cannot create dataspace");
+  Hid attr = h5.check(H5Acreate2(obj, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                      H5Aclose, "cannot create attribute '" + name + "'");
+  h5.check(H5Awrite(attr.get(), mem_type, value), "cannot write attribute '" + name + "'");
+}
+
+void write_attr(const H5Context& h5, hid_t obj, const std::string& name, int64_t value) {
+  write_attr_raw(h5, obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
+}
+void write_attr(const H5Context& h5, hid_t obj, const std::string& name, uint64_t value) {
+  write_attr_raw(h5, obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &value);
+}
+void write_attr(const H5Context& h5, hid_t obj, const std::string& name, uint32_t value) {
+  write_attr_raw(h5, obj, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &value);
+}
+void write_attr(const H5Context& h5, hid_t obj, const std::string& name, const std::string& value) {
+  Hid type = make_string_type(h5);
+  const char* ptr = value.c_str();
+  write_attr_raw(h5, obj, name, type.get(), type.get(), &ptr);
+}
+
+Hid open_attr(const H5Context& h5, hid_t obj, const std::string& obj_name, const std::string& name) {
+  const htri_t exists = H5Aexists(obj, name.c_str());
+  h5.check(static_cast<herr_t>(exists), "cannot read attribute '" + name + "' of " + obj_name);
+  if (exists == 0)
+    throw IoError("checkpoint " + quote(h5.path) + ": " + obj_name + " has no attribute '" + name +
+                  "'");
+  return h5.check(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose,
+                  "cannot open attribute '" + name + "' of " + obj_name);
+}
+
+template <typename T>
+T read_int_attr(const H5Context& h5, hid_t obj, const std::string& obj_name, const std::string& name,
+                hid_t mem_type) {
+  Hid attr = open_attr(h5, obj, obj_name, name);
+  Hid type = h5.check(H5Aget_type(attr.get()), H5Tclose, "cannot read attribute '" + name + "'");
+  if (H5Tget_class(type.get()) != H5T_INTEGER)
+    throw IoError("checkpoint " + quote(h5.path) + ": attribute '" + name + "' of " + obj_name +
+                  " is not an integer");
+  T value{};
+  h5.check(H5Aread(attr.get(), mem_type, &value), "cannot read attribute '" + name + "'");
+  return value;
+}
+
+std::string read_string_attr(const H5Context& h5, hid_t obj, const std::string& obj_name,
+                             const std::string& name) {
+  Hid attr = open_attr(h5, obj, obj_name, name);
+  Hid type = h5.check(H5Aget_type(attr.get()), H5Tclose, "cannot read attribute '" + name + "'");
+  if (H5Tget_class(type.get()) != H5T_STRING)
+    throw IoError("checkpoint " + quote(h5.path) + ": attribute '" + name + "' of " + obj_name +
+                  " is not a string");
+  const htri_t is_var = H5Tis_variable_str(type.get());
+  h5.check(static_cast<herr_t>(is_var), "cannot read attribute '" + name + "'");
+  if (is_var > 0) {
+    Hid mem = make_string_type(h5);
+    char* ptr = nullptr;
+    h5.check(H5Aread(attr.get(), mem.get(), &ptr), "cannot read attribute '" + name + "'");
+    std::string value = ptr != nullptr ? ptr : "";
+    H5free_memory(ptr);
+    return value;
+  }
+  // Fixed-length strings, as other tools may write them.
+  const size_t size = H5Tget_size(type.get());
+  std::string value(size, '\0');
+  Hid mem = h5.check(H5Tcopy(H5T_C_S1), H5Tclose, "cannot create string type");
+  h5.check(H5Tset_size(mem.get(), size), "cannot create string type");
+  h5.check(H5Aread(attr.get(), mem.get(), value.data()), "cannot read attribute '" + name + "'");
+  value.resize(std::strlen(value.c_str()));
+  return value;
+}
+
+uint32_t checksum(const float* data, size_t n) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const auto* bytes = reinterpret_cast<const Bytef*>(data);
+  size_t left = n * sizeof(float);
+  // zlib's length is a uInt: feed large buffers in pieces.
+  while (left > 0) {
+    const auto piece = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
+    crc = crc32(crc, bytes, piece);
+    bytes += piece;
+    left -= piece;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+std::string hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08x", v);
+  return buf;
+}
+
+// Object headers carry no modification times, so the same state gives byte-identical files.
+Hid untimed_plist(const H5Context& h5, hid_t cls) {
+  Hid plist = h5.check(H5Pcreate(cls), H5Pclose, "cannot create property list");
+  h5.check(H5Pset_obj_track_times(plist.get(), false), "cannot set property list");
+  return plist;
+}
+
+Hid create_group(const H5Context& h5, hid_t parent, const std::string& name, const std::string& full) {
+  Hid gcpl = untimed_plist(h5, H5P_GROUP_CREATE);
+  return h5.check(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose,
+                  "cannot create group " + quote(full));
+}
+
+void write_dataset(const H5Context& h5, hid_t group, const std::string& name, const Shape& shape,
+                   const float* data) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  Hid space = h5.check(dims.empty() ? H5Screate(H5S_SCALAR)
+                                    : H5Screate_simple(static_cast<int>(dims.size()), dims.data(),
+                                                       nullptr),
+                       H5Sclose, "cannot create dataspace for '" + name + "'");
+  Hid dcpl = untimed_plist(h5, H5P_DATASET_CREATE);
+  Hid dset = h5.check(H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
+                                 dcpl.get(), H5P_DEFAULT),
+                      H5Dclose, "cannot create dataset '" + name + "'");
+  const auto numel = static_cast<size_t>(shape_numel(shape));
+  if (numel > 0)
+    h5.check(H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
+             "cannot write dataset '" + name + "'");
+  write_attr(h5, dset.get(), kChecksumAttr, checksum(data, numel));
+}
+
+// Lists the links of a group, in name order.
+std::vector<std::string> group_members(const H5Context& h5, hid_t group, const std::string& gname) {
+  H5G_info_t info;
+  h5.check(H5Gget_info(group, &info), "cannot list " + gname);
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t len = H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0,
+                                           H5P_DEFAULT);
+    h5.check(static_cast<herr_t>(len < 0 ? -1 : 0), "cannot list " + gname);
+    std::string name(static_cast<size_t>(len) + 1, '\0');
+    h5.check(static_cast<herr_t>(H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i,
+                                                    name.data(), name.size(), H5P_DEFAULT) < 0
+                                     ? -1
+                                     : 0),
+             "cannot list " + gname);
+    name.resize(static_cast<size_t>(len));
+    names.push_back(std::move(name));
+  }
+  return names;
+}
+
+Hid open_group(const H5Context& h5, hid_t parent, const std::string& name, const std::string& full) {
+  const htri_t exists = H5Lexists(parent, name.c_str(), H5P_DEFAULT);
+  h5.check(static_cast<herr_t>(exists), "cannot open group " + quote(full));
+  if (exists == 0)
+    throw IoError("checkpoint " + quote(h5.path) + " has no group " + quote(full));
+  return h5.check(H5Gopen2(parent, name.c_str(), H5P_DEFAULT), H5Gclose,
+                  "cannot open group " + quote(full));
+}
+
+// Reads one float32 dataset whose shape must be `expected`, verifying its checksum.
+std::vector<float> read_dataset(const H5Context& h5, hid_t group, const std::string& group_path,
+                                const std::string& name, const Shape& expected,
+                                const std::string& what) {
+  const std::string full = group_path + "/" + name;
+  const htri_t exists = H5Lexists(group, name.c_str(), H5P_DEFAULT);
+  h5.check(static_cast<herr_t>(exists), "cannot open dataset " + quote(full));
+  if (exists == 0)
+    throw DataError("checkpoint " + quote(h5.path) + " has no " + what + " " + quote(name) +
+                  " (dataset " + quote(full) + ")");
+  Hid dset = h5.check(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose,
+                      "cannot open dataset " + quote(full));
+  Hid type = h5.check(H5Dget_type(dset.get()), H5Tclose, "cannot read dataset " + quote(full));
+  if (H5Tget_class(type.get()) != H5T_FLOAT || H5Tget_size(type.get()) != sizeof(float))
+    throw DataError("checkpoint " + quote(h5.path) + ": dataset " + quote(full) +
+                    " is not float32");
+  Hid space = h5.check(H5Dget_space(dset.get()), H5Sclose, "cannot read dataset " + quote(full));
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  h5.check(static_cast<herr_t>(rank), "cannot read dataset " + quote(full));
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  if (rank > 0) H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  const Shape shape(dims.begin(), dims.end());
+  if (shape != expected)
+    throw DataError("checkpoint " + quote(h5.path) + ": " + what + " " + quote(name) +
+                    " has shape " + shape_string(shape) + ", the model expects " +
+                    shape_string(expected));
+  std::vector<float> data(static_cast<size_t>(shape_numel(expected)));
+  if (!data.empty())
+    h5.check(H5Dread(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()),
+             "cannot read dataset " + quote(full));
+  const auto stored = read_int_attr<uint32_t>(h5, dset.get(), "dataset " + quote(full),
+                                              kChecksumAttr, H5T_NATIVE_UINT32);
+  const uint32_t computed = checksum(data.data(), data.size());
+  if (stored != computed)
+    throw IoError("checkpoint " + quote(h5.path) + ": dataset " + quote(full) +
+                  " checksum mismatch (stored " + hex32(stored) + ", computed " + hex32(computed) +
+                  ")");
+  return data;
+}
+
+CheckpointMeta read_meta(const H5Context& h5, hid_t file) {
+  const std::string root = "the root group";
+  const auto version = read_int_attr<int64_t>(h5, file, root, "format_version", H5T_NATIVE_INT64);
+  if (version != kFormatVersion)
+    throw IoError("checkpoint " + quote(h5.path) + " has format_version " +
+                  std::to_string(version) + ", this mgtrain reads format_version " +
+                  std::to_string(kFormatVersion));
+  CheckpointMeta meta;
+  meta.step = read_int_attr<int64_t>(h5, file, root, "step", H5T_NATIVE_INT64);
+  meta.epoch = read_int_attr<int64_t>(h5, file, root, "epoch", H5T_NATIVE_INT64);
+  meta.batch_in_epoch = read_int_attr<int64_t>(h5, file, root, "batch_in_epoch", H5T_NATIVE_INT64);
+  meta.seed = read_int_attr<uint64_t>(h5, file, root, "seed", H5T_NATIVE_UINT64);
+  meta.world_size = read_int_attr<int64_t>(h5, file, root, "world_size", H5T_NATIVE_INT64);
+  meta.mgtrain_version = read_string_attr(h5, file, root, "mgtrain_version");
+  meta.plugins = read_string_attr(h5, file, root, "plugins");
+  meta.config_ini = read_string_attr(h5, file, root, "config");
+  return meta;
+}
+
+Hid open_checkpoint(const H5Context& h5) {
+  std::error_code ec;
+  const auto status = fs::status(h5.path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    throw IoError("checkpoint " + quote(h5.path) + ": " + ec.message());
+  if (!fs::exists(status)) throw IoError("checkpoint " + quote(h5.path) + " does not exist");
+  if (!fs::is_regular_file(status))
+    throw IoError("checkpoint " + quote(h5.path) + " is not a regular file");
+  if (::access(h5.path.c_str(), R_OK) != 0)
+    throw IoError("cannot read checkpoint " + quote(h5.path) + ": " + errno_text(errno));
+  return h5.check(H5Fopen(h5.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose,
+                  "cannot open as HDF5");
+}
+
+// Makes a rename in the directory durable.
+void fsync_directory(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECTORY);
+  if (fd < 0) throw IoError("cannot open " + quote(path) + " to fsync it: " + errno_text(errno));
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw IoError("cannot fsync " + quote(path) + ": " + errno_text(err));
+  }
+  if (::close(fd) != 0) throw IoError("cannot close " + quote(path) + ": " + errno_text(errno));
+}
+
+void rename_path(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0)
+    throw IoError("cannot rename " + quote(from) + " to " + quote(to) + ": " + errno_text(errno));
+}
+
+// Removes a temporary file unless released; keeps a failed write from leaving litter behind.
+class TempFile {
+ public:
+  explicit TempFile(std::string path) : path_(std::move(path)) {}
+  ~TempFile() {
+    if (!path_.empty()) ::unlink(path_.c_str());
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  const std::string& path() const { return path_; }
+  void release() { path_.clear(); }
+
+ private:
+  std::string path_;
+};
+
+struct FileImage {
+  std::unique_ptr<char[]> data;
+  size_t size = 0;
+};
+
+// Builds the checkpoint as an HDF5 file image in memory (core driver, no backing store). The disk
+// is then written with plain POSIX calls: HDF5 1.10 leaves a file whose write failed (ENOSPC,
+// EFBIG) half-closed and crashes at exit, and errno reaches the message intact this way.
+// `path` names the checkpoint in messages; `image_name` (unique, never on disk) names the image.
+FileImage build_image(const std::string& path, const std::string& image_name,
+                      const CheckpointMeta& meta, const ParameterStore& store, Optimizer* optimizer) {
+  std::lock_guard lock(data::hdf5_mutex());
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const H5Context h5{path};
+  Hid fapl = h5.check(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "cannot create property list");
+  h5.check(H5Pset_fapl_core(fapl.get(), size_t{4} << 20, false), "cannot set the core driver");
+  Hid file = h5.check(H5Fcreate(image_name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose,
+                      "cannot create file");
+  {
+    write_attr(h5, file.get(), "format_version", kFormatVersion);
+    write_attr(h5, file.get(), "step", meta.step);
+    write_attr(h5, file.get(), "epoch", meta.epoch);
+    write_attr(h5, file.get(), "batch_in_epoch", meta.batch_in_epoch);
+    write_attr(h5, file.get(), "seed", meta.seed);
+    write_attr(h5, file.get(), "world_size", meta.world_size);
+    write_attr(h5, file.get(), "mgtrain_version", meta.mgtrain_version);
+    write_attr(h5, file.get(), "plugins", meta.plugins);
+    write_attr(h5, file.get(), "config", meta.config_ini);
+
+    const float* flat = store.params_data();
+    Hid params = create_group(h5, file.get(), "params", "/params");
+    for (const auto& p : store.params())
+      write_dataset(h5, params.get(), p.name, p.shape, flat + p.offset);
+
+    if (optimizer != nullptr) {
+      Hid opt = create_group(h5, file.get(), "optimizer", "/optimizer");
+      write_attr(h5, opt.get(), "optimizer_steps", optimizer->step_count());
+      for (const auto& buffer : optimizer->state_buffers()) {
+        Hid group = create_group(h5, opt.get(), buffer.name, "/optimizer/" + buffer.name);
+        for (const auto& p : store.params())
+          write_dataset(h5, group.get(), p.name, p.shape, buffer.data + p.offset);
+      }
+    }
+    h5.check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "cannot flush file");
+  }
+  const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);
+  h5.check(static_cast<herr_t>(size < 0 ? -1 : 0), "cannot get the file image");
+  FileImage image{std::unique_ptr<char[]>(new char[static_cast<size_t>(size)]),
+                  static_cast<size_t>(size)};
+  h5.check(static_cast<herr_t>(H5Fget_file_image(file.get(), image.data.get(), image.size) < 0 ? -1 : 0),
+           "cannot get the file image");
+  h5.check(file.close(), "cannot close file");
+  return image;
+}
+
+// Creates `path` with the given bytes and fsyncs it.
+void write_file(const std::string& path, const char* data, size_t size) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw IoError("cannot create " + quote(path) + ": " + errno_text(errno));
+  const char* p = data;
+  size_t left = size;
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      throw IoError("cannot write " + quote(path) + ": " + errno_text(err));
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw IoError("cannot fsync " + quote(path) + ": " + errno_text(err));
+  }
+  if (::close(fd) != 0) throw IoError("cannot close " + quote(path) + ": " + errno_text(errno));
+}
+
+// "step-<N>.h5" -> N; nullopt for any other name.
+std::optional<int64_t> checkpoint_step(const std::string& name) {
+  constexpr std::string_view prefix = "step-", suffix = ".h5";
+  if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) ||
+      !name.ends_with(suffix))
+    return std::nullopt;
+  const std::string_view digits(name.data() + prefix.size(),
+                                name.size() - prefix.size() - suffix.size());
+  int64_t n = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (ec != std::errc() || end != digits.data() + digits.size() || n < 0) return std::nullopt;
+  return n;
+}
+
+void prune(const std::string& dir, const std::string& just_written, int64_t keep) {
+  if (keep <= 0) return;
+  std::vector<std::pair<int64_t, std::string>> others;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name == just_written) continue;
+    if (const auto n = checkpoint_step(name)) others.emplace_back(*n, name);
+  }
+  if (ec) throw IoError("cannot list checkpoint directory " + quote(dir) + ": " + ec.message());
+  // The checkpoint just written always stays (latest points at it); the oldest others go.
+  std::sort(others.begin(), others.end());
+  const auto keep_others = static_cast<size_t>(keep - 1);
+  if (others.size() <= keep_others) return;
+  const size_t remove_count = others.size() - keep_others;
+  for (size_t i = 0; i < remove_count; ++i) {
+    const std::string path = (fs::path(dir) / others[i].second).string();
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+      throw IoError("cannot remove old checkpoint " + quote(path) + ": " + errno_text(errno));
+  }
+}
+
+}  // namespace
+
+std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta,
+                             const ParameterStore& store, Optimizer* optimizer, int64_t keep) {
+  MGT_CHECK(store.finalized(), Error, "write_checkpoint: the parameter store is not finalized");
+  {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec)
+      throw IoError("cannot create checkpoint directory " + quote(dir) + ": " + ec.message());
+    if (!fs::is_directory(dir, ec))
+      throw IoError("checkpoint directory " + quote(dir) + " is not a directory");
+  }
+  const std::string name = "step-" + std::to_string(meta.step) + ".h5";
+  const std::string final_path = (fs::path(dir) / name).string();
+  const std::string pid = std::to_string(::getpid());
+
+  TempFile tmp((fs::path(dir) / ("." + name + ".tmp-" + pid)).string());
+  {
+    const FileImage image = build_image(final_path, tmp.path(), meta, store, optimizer);
+    write_file(tmp.path(), image.data.get(), image.size);
+  }
+  rename_path(tmp.path(), final_path);
+  tmp.release();
+  fsync_directory(dir);
+
+  TempFile latest_tmp((fs::path(dir) / (".latest.tmp-" + pid)).string());
+  const std::string pointer = name + "\n";
+  write_file(latest_tmp.path(), pointer.data(), pointer.size());
+  rename_path(latest_tmp.path(), (fs::path(dir) / "latest").string());
+  latest_tmp.release();
+  fsync_directory(dir);
+
+  prune(dir, name, keep);
+  return final_path;
+}
+
+CheckpointMeta read_checkpoint_meta(const std::string& path) {
+  std::lock_guard lock(data::hdf5_mutex());
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const H5Context h5{path};
+  Hid file = open_checkpoint(h5);
+  return read_meta(h5, file.get());
+}
+
+CheckpointMeta load_checkpoint(const std::string& path, ParameterStore& store, Optimizer* optimizer) {
+  MGT_CHECK(store.finalized(), Error, "load_checkpoint: the parameter store is not finalized");
+  std::lock_guard lock(data::hdf5_mutex());
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const H5Context h5{path};
+  Hid file = open_checkpoint(h5);
+  const CheckpointMeta meta = read_meta(h5, file.get());
+
+  // Everything is read and verified before anything is copied: a bad file leaves the model as it was.
+  std::vector<std::vector<float>> params;
+  {
+    Hid group = open_group(h5, file.get(), "params", "/params");
+    std::set<std::string> expected;
+    for (const auto& p : store.params()) {
+      expected.insert(p.name);
+      params.push_back(read_dataset(h5, group.get(), "/params", p.name, p.shape, "parameter"));
+    }
+    for (const auto& name : group_members(h5, group.get(), "'/params'"))
+      if (!expected.contains(name))
+        throw DataError("checkpoint " + quote(path) + " has parameter " + quote(name) +
+                        " (dataset '/params/" + name + "') that the model does not have");
+  }
+
+  std::vector<std::vector<std::vector<float>>> states;
+  std::vector<OptimizerStateBuffer> buffers;
+  int64_t optimizer_steps = 0;
+  if (optimizer != nullptr) {
+    buffers = optimizer->state_buffers();
+    Hid opt = open_group(h5, file.get(), "optimizer", "/optimizer");
+    optimizer_steps = read_int_attr<int64_t>(h5, opt.get(), "group '/optimizer'", "optimizer_steps",
+                                             H5T_NATIVE_INT64);
+    std::set<std::string> expected;
+    for (const auto& buffer : buffers) {
+      expected.insert(buffer.name);
+      const std::string gpath = "/optimizer/" + buffer.name;
+      Hid group = open_group(h5, opt.get(), buffer.name, gpath);
+      std::vector<std::vector<float>> per_param;
+      for (const auto& p : store.params())
+        per_param.push_back(read_dataset(h5, group.get(), gpath, p.name, p.shape,
+                                         "'" + buffer.name + "' optimizer state for parameter"));
+      states.push_back(std::move(per_param));
+    }
+    for (const auto& name : group_members(h5, opt.get(), "'/optimizer'"))
+      if (!expected.contains(name))
+        throw DataError("checkpoint " + quote(path) + " has optimizer state " + quote(name) +
+                        " (group '/optimizer/" + name + "') that the optimizer does not use");
+  }
+
+  float* flat = store.params_data();
+  const auto& infos = store.params();
+  for (size_t i = 0; i < infos.size(); ++i)
+    std::copy(params[i].begin(), params[i].end(), flat + infos[i].offset);
+  for (size_t b = 0; b < buffers.size(); ++b)
+    for (size_t i = 0; i < infos.size(); ++i)
+      std::copy(states[b][i].begin(), states[b][i].end(), buffers[b].data + infos[i].offset);
+  if (optimizer != nullptr) optimizer->set_step_count(optimizer_steps);
+  return meta;
+}
+
+std::string resolve_resume(const std::string& dir, const std::string& spec) {
+  std::error_code ec;
+  if (spec == "latest") {
+    const std::string latest = (fs::path(dir) / "latest").string();
+    if (!fs::exists(latest, ec))
+      throw IoError("--resume latest: no checkpoint in " + quote(dir) + " (no " + latest +
+                    " file)");
+    std::FILE* f = std::fopen(latest.c_str(), "r");
+    if (f == nullptr) throw IoError("cannot read " + quote(latest) + ": " + errno_text(errno));
+    char buf[4096];
+    const size_t n = std::fread(buf, 1, sizeof buf, f);
+    std::fclose(f);
+    std::string name(buf, n);
+    while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' '))
+      name.pop_back();
+    if (name.empty() || name.find('/') != std::string::npos)
+      throw IoError("--resume latest: " + quote(latest) +
+                    " does not name a checkpoint file (expected 'step-<N>.h5', found " +
+                    quote(name) + ")");
+    const std::string path = (fs::path(dir) / name).string();
+    if (!fs::exists(path, ec))
+      throw IoError("--resume latest: " + quote(latest) + " points to " + quote(path) +
+                    ", which does not exist");
+    return path;
+  }
+  if (!fs::exists(spec, ec))
+    throw IoError("--resume " + spec + ": checkpoint " + quote(spec) + " does not exist");
+  return spec;
+}
+
+}  // namespace mgt

@@ -1,0 +1,449 @@
+// IDX and CSV to the HDF5 sample format.
+#include "datasets/convert.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <unistd.h>
+
+#include "datasets/hdf5_format.hpp"
+#include "datasets/hdf5_util.hpp"
+
+namespace mgt::data {
+
+const std::vector<std::string>& fashion_mnist_class_names() {
+  static const std::vector<std::string> names = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                 "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+  return names;
+}
+
+namespace {
+
+// Rows converted per block: bounded memory whatever N, a whole number of chunks per write.
+constexpr int64_t kBlockBytes = 8 << 20;
+
+int64_t pick_chunk_rows(int64_t requested, int64_t n) {
+  const int64_t rows = requested > 0 ? requested : kDefaultChunkRows;
+  return std::max<int64_t>(1, std::min(rows, n));
+}
+
+// Running sums for the mean and std attributes. uint8 values are summed exactly as integers.
+struct Moments {
+  bool integer = true;
+  uint64_t isum = 0, isq = 0;
+  long double fsum = 0, fsq = 0;
+  uint64_t count = 0;
+  void add_u8(const uint8_t* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      isum += p[i];
+      isq += static_cast<uint64_t>(p[i]) * p[i];
+    }
+    count += n;
+  }
+  void add_f(double v) {
+    fsum += v;
+    fsq += static_cast<long double>(v) * v;
+    ++count;
+  }
+  // Mean and population std, of the values scaled to [0, 1] when they are uint8.
+  std::pair<double, double> result(bool scale_u8) const {
+    if (count == 0) return {0.0, 1.0};
+    long double s = integer ? static_cast<long double>(isum) : fsum;
+    long double q = integer ? static_cast<long double>(isq) : fsq;
+    if (scale_u8) {
+      s /= 255.0L;
+      q /= 255.0L * 255.0L;
+    }
+    const long double mean = s / count;
+    long double var = q / count - mean * mean;
+    if (var < 0) var = 0;
+    double sd = std::sqrt(static_cast<double>(var));
+    if (!(sd > 0)) sd = 1.0;  // constant data: leave the values centred, never divide by zero
+    return {static_cast<double>(mean), sd};
+  }
+};
+
+// Writes a data file under a temporary name and renames it into place on commit(); the
+// destructor removes the temporary file when commit() was never reached.
+class SampleFileWriter {
+ public:
+  SampleFileWriter(const std::string& out, int64_t n, const Shape& sample_shape, bool u8, int64_t chunk_rows)
+      : out_(out), n_(n), numel_(shape_numel(sample_shape)), u8_(u8) {
+    namespace fs = std::filesystem;
+    const fs::path p(out);
+    std::string name(".");
+    name.append(p.filename().string()).append(".tmp-").append(std::to_string(::getpid()));
+    tmp_ = (p.parent_path() / name).string();
+    h5::silence_errors();
+    file_ = h5::file(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+    if (!file_)
+      throw IoError("output file '" + out + "' could not be created (" + tmp_ + "): " + h5::error_text());
+
+    std::vector<hsize_t> dims{static_cast<hsize_t>(n)}, chunk{static_cast<hsize_t>(pick_chunk_rows(chunk_rows, n))};
+    for (int64_t d : sample_shape) {
+      dims.push_back(static_cast<hsize_t>(d));
+      chunk.push_back(static_cast<hsize_t>(d));
+    }
+    h5::Id xs = h5::space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+    h5::Id xp = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
+    H5Pset_chunk(xp.get(), static_cast<int>(chunk.size()), chunk.data());
+    x_ = h5::dataset(H5Dcreate2(file_.get(), "/x", u8 ? H5T_STD_U8LE : H5T_IEEE_F32LE, xs.get(),
+                                H5P_DEFAULT, xp.get(), H5P_DEFAULT));
+    const hsize_t yn = static_cast<hsize_t>(n), ychunk = std::min<hsize_t>(yn, 4096);
+    h5::Id ys = h5::space(H5Screate_simple(1, &yn, nullptr));
+    h5::Id yp = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
+    H5Pset_chunk(yp.get(), 1, &ychunk);
+    y_ = h5::dataset(H5Dcreate2(file_.get(), "/y", H5T_STD_I32LE, ys.get(), H5P_DEFAULT, yp.get(), H5P_DEFAULT));
+    if (!x_ || !y_) fail("creating datasets");
+    file_space_ = h5::space(H5Dget_space(x_.get()));
+    rank_ = dims.size();
+  }
+
+  ~SampleFileWriter() {
+    x_.reset();
+    y_.reset();
+    file_space_.reset();
+    file_.reset();
+    if (!committed_) std::remove(tmp_.c_str());
+  }
+
+  // Rows [row0, row0+rows) of x from a dense buffer of uint8 or float.
+  void write_x(int64_t row0, int64_t rows, const void* data) {
+    if (rows <= 0) return;
+    std::vector<hsize_t> start(rank_, 0), count(rank_);
+    H5Sget_simple_extent_dims(file_space_.get(), count.data(), nullptr);
+    start[0] = static_cast<hsize_t>(row0);
+    count[0] = static_cast<hsize_t>(rows);
+    H5Sselect_hyperslab(file_space_.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+    const hsize_t m = static_cast<hsize_t>(rows * numel_);
+    h5::Id ms = h5::space(H5Screate_simple(1, &m, nullptr));
+    if (H5Dwrite(x_.get(), u8_ ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, ms.get(), file_space_.get(),
+                 H5P_DEFAULT, data) < 0)
+      fail("writing rows " + std::to_string(row0) + ".." + std::to_string(row0 + rows - 1) + " of /x");
+  }
+
+  void write_y(const std::vector<int32_t>& y) {
+    if (H5Dwrite(y_.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, y.data()) < 0) fail("writing /y");
+  }
+
+  hid_t root() const { return file_.get(); }
+  hid_t x() const { return x_.get(); }
+
+  void commit() {
+    x_.reset();
+    y_.reset();
+    file_space_.reset();
+    if (H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) < 0) fail("flushing");
+    file_.reset();
+    std::error_code ec;
+    std::filesystem::rename(tmp_, out_, ec);
+    if (ec) throw IoError("output file '" + out_ + "' could not be written (rename from " + tmp_ + "): " + ec.message());
+    committed_ = true;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) {
+    throw IoError("output file '" + out_ + "': " + what + " failed: " + h5::error_text());
+  }
+
+  std::string out_, tmp_;
+  int64_t n_, numel_;
+  bool u8_;
+  size_t rank_ = 0;
+  bool committed_ = false;
+  h5::Id file_, x_, y_, file_space_;
+};
+
+// ---- IDX ----
+
+// A gzip or plain input stream; zlib reads plain files transparently, but we check the magic
+// ourselves so the "source" attribute and messages can say which it was.
+class IdxStream {
+ public:
+  explicit IdxStream(const std::string& path) : path_(path) {
+    std::ifstream probe(path, std::ios::binary);
+    if (!std::filesystem::exists(path)) throw DataError("IDX file '" + path + "' does not exist");
+    if (!probe) throw DataError("IDX file '" + path + "' is not readable: " + std::strerror(errno));
+    unsigned char m[2] = {0, 0};
+    probe.read(reinterpret_cast<char*>(m), 2);
+    gzip_ = probe.gcount() == 2 && m[0] == 0x1f && m[1] == 0x8b;
+    gz_ = gzopen(path.c_str(), "rb");
+    if (!gz_) throw DataError("IDX file '" + path + "' could not be opened");
+    gzbuffer(gz_, 1 << 20);
+  }
+  ~IdxStream() {
+    if (gz_) gzclose(gz_);
+  }
+  IdxStream(const IdxStream&) = delete;
+  IdxStream& operator=(const IdxStream&) = delete;
+
+  bool gzip() const { return gzip_; }
+
+  // Reads up to n bytes; returns how many were read (fewer only at the end of the data).
+  size_t read(void* buf, size_t n) {
+    size_t got = 0;
+    auto* p = static_cast<char*>(buf);
+    while (got < n) {
+      const unsigned want = static_cast<unsigned>(std::min<size_t>(n - got, 1u << 30));
+      const int r = gzread(gz_, p + got, want);
+      if (r < 0) {
+        int errnum = 0;
+        const char* msg = gzerror(gz_, &errnum);
+        throw DataError("IDX file '" + path_ + "' is corrupt or truncated: " + (msg ? msg : "read error"));
+      }
+      if (r == 0) break;
+      got += static_cast<size_t>(r);
+    }
+    return got;
+  }
+
+  // Header: magic 0x0000 0x08 <ndims>, then ndims big-endian uint32 sizes.
+  std::vector<int64_t> header(int expected_ndims, const char* what) {
+    unsigned char m[4] = {0, 0, 0, 0};
+    const size_t got = read(m, 4);
+    const uint32_t magic = (uint32_t{m[0]} << 24) | (uint32_t{m[1]} << 16) | (uint32_t{m[2]} << 8) | m[3];
+    const uint32_t want = 0x00000800u | static_cast<uint32_t>(expected_ndims);
+    if (got < 4 || magic != want) {
+      char buf[160];
+      std::snprintf(buf, sizeof(buf), "has magic 0x%08x, expected 0x%08x (IDX %s: unsigned bytes, %d dimension%s)",
+                    magic, want, what, expected_ndims, expected_ndims == 1 ? "" : "s");
+      throw DataError("IDX file '" + path_ + "' " + buf);
+    }
+    std::vector<int64_t> dims;
+    for (int i = 0; i < expected_ndims; ++i) {
+      unsigned char d[4];
+      if (read(d, 4) < 4) throw DataError("IDX file '" + path_ + "' is truncated inside its header");
+      dims.push_back((int64_t{d[0]} << 24) | (int64_t{d[1]} << 16) | (int64_t{d[2]} << 8) | d[3]);
+    }
+    return dims;
+  }
+
+ private:
+  std::string path_;
+  gzFile gz_ = nullptr;
+  bool gzip_ = false;
+};
+
+}  // namespace
+
+void convert_idx(const std::string& images, const std::string& labels, const std::string& out,
+                 const std::vector<std::string>& class_names, int64_t chunk_rows) {
+  IdxStream ls(labels);
+  const int64_t n = ls.header(1, "labels")[0];
+  std::vector<uint8_t> raw_labels(static_cast<size_t>(n));
+  const size_t got_labels = ls.read(raw_labels.data(), raw_labels.size());
+  if (static_cast<int64_t>(got_labels) != n)
+    throw DataError("IDX file '" + labels + "' is truncated: header says " + std::to_string(n) +
+                    " labels, found " + std::to_string(got_labels));
+
+  IdxStream is(images);
+  const auto dims = is.header(3, "images");
+  if (dims[0] != n)
+    throw DataError("IDX file '" + images + "' has " + std::to_string(dims[0]) + " images but labels file '" +
+                    labels + "' has " + std::to_string(n) + " labels; expected the same count");
+  if (n < 1) throw DataError("IDX file '" + images + "' has 0 images, expected at least 1");
+  const int64_t h = dims[1], w = dims[2], row_bytes = h * w;
+  if (row_bytes < 1) throw DataError("IDX file '" + images + "' has empty images (" + std::to_string(h) + "x" + std::to_string(w) + ")");
+
+  std::vector<int32_t> y(raw_labels.begin(), raw_labels.end());
+  int64_t num_classes = 0;
+  for (int64_t i = 0; i < n; ++i) num_classes = std::max<int64_t>(num_classes, y[static_cast<size_t>(i)] + 1);
+  if (!class_names.empty()) {
+    const int64_t k = static_cast<int64_t>(class_names.size());
+    for (int64_t i = 0; i < n; ++i)
+      if (y[static_cast<size_t>(i)] >= k)
+        throw DataError("IDX file '" + labels + "' row " + std::to_string(i) + " has label " +
+                        std::to_string(y[static_cast<size_t>(i)]) + ", expected < " + std::to_string(k) +
+                        " (the number of class names)");
+    num_classes = k;
+  }
+
+  std::lock_guard lock(hdf5_mutex());
+  const int64_t crows = pick_chunk_rows(chunk_rows, n);
+  SampleFileWriter writer(out, n, Shape{1, h, w}, true, crows);
+  // Whole chunks per block so every chunk is written once.
+  const int64_t block_rows = std::max<int64_t>(1, kBlockBytes / (row_bytes * crows)) * crows;
+  std::vector<uint8_t> block(static_cast<size_t>(std::min(block_rows, n) * row_bytes));
+  Moments mom;
+  for (int64_t row = 0; row < n; row += block_rows) {
+    const int64_t rows = std::min(block_rows, n - row);
+    const size_t want = static_cast<size_t>(rows * row_bytes);
+    const size_t got = is.read(block.data(), want);
+    if (got != want)
+      throw DataError("IDX file '" + images + "' is truncated: header says " + std::to_string(n) + " images of " +
+                      std::to_string(h) + "x" + std::to_string(w) + " (" + std::to_string(n * row_bytes) +
+                      " bytes of pixels), found " + std::to_string(static_cast<int64_t>(row * row_bytes + got)));
+    mom.add_u8(block.data(), want);
+    writer.write_x(row, rows, block.data());
+  }
+  writer.write_y(y);
+
+  const auto [mean, sd] = mom.result(true);
+  h5::write_attr_int64(writer.root(), "num_classes", num_classes);
+  if (!class_names.empty()) h5::write_attr_strings(writer.root(), "class_names", class_names);
+  h5::write_attr_string(writer.root(), "source",
+                        "IDX images '" + images + "'" + (is.gzip() ? " (gzip)" : "") + ", labels '" + labels +
+                            "'" + (ls.gzip() ? " (gzip)" : ""));
+  h5::write_attr_double(writer.x(), "mean", mean);
+  h5::write_attr_double(writer.x(), "std", sd);
+  writer.commit();
+}
+
+// ---- CSV ----
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+bool parse_number(std::string_view s, double& v) {
+  s = trim(s);
+  if (!s.empty() && s.front() == '+') s.remove_prefix(1);
+  if (s.empty()) return false;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+void split(const std::string& line, std::vector<std::string_view>& fields) {
+  fields.clear();
+  std::string_view rest(line);
+  while (true) {
+    const size_t c = rest.find(',');
+    fields.push_back(rest.substr(0, c));
+    if (c == std::string_view::npos) break;
+    rest.remove_prefix(c + 1);
+  }
+}
+
+bool blank(const std::string& line) { return trim(line).empty(); }
+
+}  // namespace
+
+void convert_csv(const std::string& csv, const std::string& out, int label_column, const Shape& sample_shape,
+                 int64_t chunk_rows) {
+  const std::string where = "CSV file '" + csv + "'";
+  if (sample_shape.empty() || std::any_of(sample_shape.begin(), sample_shape.end(), [](int64_t d) { return d < 1; }))
+    throw DataError(where + ": sample shape " + shape_string(sample_shape) + " is invalid, expected positive sizes");
+  const int64_t numel = shape_numel(sample_shape);
+  if (!std::filesystem::exists(csv)) throw DataError(where + " does not exist");
+
+  // Pass 1: validate every line, count rows, decide uint8 or float32 and compute the moments.
+  std::ifstream in(csv);
+  if (!in) throw DataError(where + " is not readable: " + std::strerror(errno));
+  std::string line;
+  std::vector<std::string_view> fields;
+  int64_t lineno = 0, rows = 0, ncols = -1, label_col = -1;
+  bool header = false, all_u8 = true;
+  Moments mom_u8, mom_f;
+  mom_f.integer = false;
+  std::vector<uint8_t> u8row;
+  auto line_error = [&](const std::string& what) {
+    return DataError(where + " line " + std::to_string(lineno) + ": " + what);
+  };
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (blank(line)) continue;
+    split(line, fields);
+    double v = 0;
+    if (ncols < 0) {
+      ncols = static_cast<int64_t>(fields.size());
+      label_col = label_column < 0 ? ncols + label_column : label_column;
+      if (label_col < 0 || label_col >= ncols)
+        throw DataError(where + ": label column " + std::to_string(label_column) + " is out of range, the file has " +
+                        std::to_string(ncols) + " columns");
+      if (ncols - 1 != numel)
+        throw DataError(where + " has " + std::to_string(ncols - 1) + " feature columns (plus the label), but sample shape " +
+                        shape_string(sample_shape) + " needs " + std::to_string(numel));
+      const bool numeric = std::all_of(fields.begin(), fields.end(), [&](std::string_view f) { return parse_number(f, v); });
+      if (!numeric) {
+        header = true;
+        continue;
+      }
+    }
+    if (static_cast<int64_t>(fields.size()) != ncols)
+      throw line_error("has " + std::to_string(fields.size()) + " columns, expected " + std::to_string(ncols));
+    for (int64_t c = 0; c < ncols; ++c) {
+      if (!parse_number(fields[static_cast<size_t>(c)], v) || !std::isfinite(v))
+        throw line_error("column " + std::to_string(c) + " is '" + std::string(trim(fields[static_cast<size_t>(c)])) +
+                         "', expected a " + (c == label_col ? "class label" : "finite number"));
+      if (c == label_col) {
+        if (v < 0 || v != std::floor(v) || v > 2147483647.0)
+          throw line_error("label '" + std::string(trim(fields[static_cast<size_t>(c)])) +
+                           "' is not a class index (an integer >= 0)");
+        continue;
+      }
+      if (all_u8 && (v != std::floor(v) || v < 0 || v > 255)) all_u8 = false;
+      if (all_u8) {
+        const auto b = static_cast<uint8_t>(v);
+        mom_u8.add_u8(&b, 1);
+      }
+      mom_f.add_f(v);
+    }
+    ++rows;
+  }
+  if (rows == 0) throw DataError(where + " has no data rows" + (header ? " (only a header)" : ""));
+
+  // Pass 2: parse again and write blocks of rows.
+  std::lock_guard lock(hdf5_mutex());
+  const int64_t crows = pick_chunk_rows(chunk_rows, rows);
+  SampleFileWriter writer(out, rows, sample_shape, all_u8, crows);
+  const int64_t elem = all_u8 ? 1 : 4;
+  const int64_t block_rows = std::max<int64_t>(1, kBlockBytes / (numel * elem * crows)) * crows;
+  std::vector<float> fblock(all_u8 ? 0 : static_cast<size_t>(std::min(block_rows, rows) * numel));
+  std::vector<uint8_t> ublock(all_u8 ? static_cast<size_t>(std::min(block_rows, rows) * numel) : 0);
+  std::vector<int32_t> y(static_cast<size_t>(rows));
+  int64_t num_classes = 0;
+  in.clear();
+  in.seekg(0);
+  bool skipped_header = !header;
+  int64_t row = 0, block_start = 0;
+  while (std::getline(in, line) && row < rows) {
+    if (blank(line)) continue;
+    if (!skipped_header) {
+      skipped_header = true;
+      continue;
+    }
+    split(line, fields);
+    const int64_t slot = row - block_start;
+    int64_t k = 0;
+    for (int64_t c = 0; c < ncols; ++c) {
+      double v = 0;
+      parse_number(fields[static_cast<size_t>(c)], v);
+      if (c == label_col) {
+        y[static_cast<size_t>(row)] = static_cast<int32_t>(v);
+        num_classes = std::max<int64_t>(num_classes, static_cast<int64_t>(v) + 1);
+      } else if (all_u8) {
+        ublock[static_cast<size_t>(slot * numel + k++)] = static_cast<uint8_t>(v);
+      } else {
+        fblock[static_cast<size_t>(slot * numel + k++)] = static_cast<float>(v);
+      }
+    }
+    ++row;
+    if (row - block_start == block_rows || row == rows) {
+      writer.write_x(block_start, row - block_start, all_u8 ? static_cast<const void*>(ublock.data()) : fblock.data());
+      block_start = row;
+    }
+  }
+  if (row != rows) throw DataError(where + " changed while it was being converted");
+  writer.write_y(y);
+
+  const auto [mean, sd] = all_u8 ? mom_u8.result(true) : mom_f.result(false);
+  h5::write_attr_int64(writer.root(), "num_classes", num_classes);
+  h5::write_attr_string(writer.root(), "source",
+                        where + ", label column " + std::to_string(label_col) + (header ? ", header skipped" : ""));
+  h5::write_attr_double(writer.x(), "mean", mean);
+  h5::write_attr_double(writer.x(), "std", sd);
+  writer.commit();
+}
+
+}  // namespace mgt::data

@@ -1,0 +1,50 @@
+#pragma once
+// The HDF5 sample format: `/x` [N, ...] (uint8 or float32) and `/y` [N] (integer class labels),
+// chunked by rows, with attributes num_classes, class_names, mean, std and source on the root
+// group or on `/x` (the `/x` attribute wins when both exist). See DESIGN.md, "Data".
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "mgtrain/error.hpp"
+#include "mgtrain/tensor.hpp"
+
+namespace mgt::data {
+
+// Debian's HDF5 is built without thread safety: every HDF5 call in the process (datasets, the
+// checkpoint writer, tests) must hold this mutex. It is recursive so helpers that lock it may be
+// called by code that already holds it. The functions of this module lock it themselves.
+std::recursive_mutex& hdf5_mutex();
+
+struct DatasetInfo {
+  std::string path, x_name, y_name;  // names as given ("x"), not "/x"
+  Shape sample_shape;                // per sample, e.g. {1, 28, 28}
+  int64_t num_samples = 0;
+  std::string x_type;                // "uint8" or "float32"
+  std::string y_type;                // the stored integer type, e.g. "int32"
+  int64_t num_classes = 0;           // attribute num_classes, else max(y) + 1
+  bool normalized_attrs = false;     // mean and std attributes present
+  float mean = 0.0f, stddev = 1.0f;  // over pixels scaled to [0, 1] for uint8 files
+  std::vector<std::string> class_names;  // empty when the file has none
+  Shape x_chunk;                     // chunk dims of x, empty when x is not chunked
+};
+
+// Opens and validates a data file: it exists and is readable HDF5; x and y exist and are
+// datasets; x has rank >= 2 and y rank 1 with the same N >= 1; x is uint8 or float32 and y an
+// integer type. Throws mgt::DataError with one line naming the file (and the dataset) and the
+// expected versus the actual, e.g.
+//   data file 'a.h5': dataset '/x' has rank 1, expected at least 2 ([N, ...])
+DatasetInfo open_dataset_info(const std::string& path, const std::string& x_name = "x",
+                              const std::string& y_name = "y");
+
+// Number of samples of each class 0..num_classes-1 (reads all of y). Throws DataError naming the
+// file and row for a label outside [0, num_classes).
+std::vector<int64_t> class_counts(const DatasetInfo& info);
+
+// Multi-line, human-readable summary for `mgtrain data inspect`: path, N, sample shape, x type,
+// classes with per-class counts, normalisation, chunking and all attributes.
+std::string inspect(const std::string& path, const std::string& x_name = "x",
+                    const std::string& y_name = "y");
+
+}  // namespace mgt::data

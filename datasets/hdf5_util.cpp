@@ -1,0 +1,202 @@
+// HDF5 helpers shared by the format, the converters and the reader; callers hold hdf5_mutex().
+#include "datasets/hdf5_util.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+namespace mgt::data::h5 {
+
+void silence_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+namespace {
+herr_t innermost(unsigned n, const H5E_error2_t* err, void* data) {
+  // Walking upward, entry 0 is the most specific error; its text says what actually failed.
+  if (n == 0 && err && err->desc && *err->desc) {
+    auto* out = static_cast<std::string*>(data);
+    *out = err->desc;
+    if (err->func_name) *out += std::string(" (in ") + err->func_name + ")";
+  }
+  return 0;
+}
+}  // namespace
+
+std::string error_text() {
+  std::string text;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost, &text);
+  return text.empty() ? std::string("unknown HDF5 error") : text;
+}
+
+std::string object_path(const std::string& name) {
+  return !name.empty() && name[0] == '/' ? name : "/" + name;
+}
+
+std::string type_name(hid_t t) {
+  switch (H5Tget_class(t)) {
+    case H5T_INTEGER: {
+      const bool is_signed = H5Tget_sign(t) == H5T_SGN_2;
+      return std::string(is_signed ? "int" : "uint") + std::to_string(8 * H5Tget_size(t));
+    }
+    case H5T_FLOAT: return "float" + std::to_string(8 * H5Tget_size(t));
+    case H5T_STRING: return "string";
+    case H5T_COMPOUND: return "compound";
+    case H5T_ENUM: return "enum";
+    case H5T_ARRAY: return "array";
+    case H5T_VLEN: return "vlen";
+    case H5T_BITFIELD: return "bitfield";
+    case H5T_OPAQUE: return "opaque";
+    case H5T_REFERENCE: return "reference";
+    case H5T_TIME: return "time";
+    default: return "unknown";
+  }
+}
+
+Shape dims_of(hid_t space) {
+  const int rank = H5Sget_simple_extent_ndims(space);
+  if (rank <= 0) return {};
+  std::vector<hsize_t> d(static_cast<size_t>(rank));
+  H5Sget_simple_extent_dims(space, d.data(), nullptr);
+  return Shape(d.begin(), d.end());
+}
+
+bool has_attr(hid_t obj, const char* name) { return H5Aexists(obj, name) > 0; }
+
+namespace {
+void write_scalar(hid_t obj, const char* name, hid_t file_type, hid_t mem_type, const void* v) {
+  if (has_attr(obj, name)) H5Adelete(obj, name);
+  Id s = space(H5Screate(H5S_SCALAR));
+  Id a = attr(H5Acreate2(obj, name, file_type, s.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!a || H5Awrite(a.get(), mem_type, v) < 0)
+    throw IoError(std::string("writing attribute '") + name + "' failed: " + error_text());
+}
+}  // namespace
+
+void write_attr_int64(hid_t obj, const char* name, int64_t value) {
+  write_scalar(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
+}
+
+void write_attr_double(hid_t obj, const char* name, double value) {
+  write_scalar(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
+}
+
+void write_attr_string(hid_t obj, const char* name, const std::string& value) {
+  // Fixed-length, null-terminated: h5dump and h5py read it without any special handling.
+  Id t = type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(t.get(), value.size() + 1);
+  H5Tset_strpad(t.get(), H5T_STR_NULLTERM);
+  write_scalar(obj, name, t.get(), t.get(), value.c_str());
+}
+
+void write_attr_strings(hid_t obj, const char* name, const std::vector<std::string>& values) {
+  if (has_attr(obj, name)) H5Adelete(obj, name);
+  size_t width = 1;
+  for (const auto& v : values) width = std::max(width, v.size() + 1);
+  std::vector<char> buf(width * values.size(), '\0');
+  for (size_t i = 0; i < values.size(); ++i) std::memcpy(&buf[i * width], values[i].data(), values[i].size());
+  Id t = type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(t.get(), width);
+  H5Tset_strpad(t.get(), H5T_STR_NULLTERM);
+  const hsize_t n = values.size();
+  Id s = space(H5Screate_simple(1, &n, nullptr));
+  Id a = attr(H5Acreate2(obj, name, t.get(), s.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!a || H5Awrite(a.get(), t.get(), buf.data()) < 0)
+    throw IoError(std::string("writing attribute '") + name + "' failed: " + error_text());
+}
+
+namespace {
+hssize_t attr_points(hid_t a) {
+  Id s = space(H5Aget_space(a));
+  return s ? H5Sget_simple_extent_npoints(s.get()) : -1;
+}
+}  // namespace
+
+bool read_attr_double(hid_t obj, const char* name, double& value) {
+  if (!has_attr(obj, name)) return false;
+  Id a = attr(H5Aopen(obj, name, H5P_DEFAULT));
+  Id t = type(H5Aget_type(a.get()));
+  const auto cls = H5Tget_class(t.get());
+  if ((cls != H5T_FLOAT && cls != H5T_INTEGER) || attr_points(a.get()) != 1) return false;
+  return H5Aread(a.get(), H5T_NATIVE_DOUBLE, &value) >= 0;
+}
+
+bool read_attr_int64(hid_t obj, const char* name, int64_t& value) {
+  if (!has_attr(obj, name)) return false;
+  Id a = attr(H5Aopen(obj, name, H5P_DEFAULT));
+  Id t = type(H5Aget_type(a.get()));
+  if (attr_points(a.get()) != 1) return false;
+  if (H5Tget_class(t.get()) == H5T_INTEGER) return H5Aread(a.get(), H5T_NATIVE_INT64, &value) >= 0;
+  if (H5Tget_class(t.get()) == H5T_FLOAT) {
+    double d = 0;
+    if (H5Aread(a.get(), H5T_NATIVE_DOUBLE, &d) < 0) return false;
+    value = static_cast<int64_t>(d);
+    return static_cast<double>(value) == d;
+  }
+  return false;
+}
+
+namespace {
+bool read_strings(hid_t a, std::vector<std::string>& values) {
+  Id t = type(H5Aget_type(a));
+  if (H5Tget_class(t.get()) != H5T_STRING) return false;
+  const hssize_t n = attr_points(a);
+  if (n < 0) return false;
+  values.clear();
+  if (H5Tis_variable_str(t.get()) > 0) {
+    // Variable-length strings (what h5py writes by default).
+    std::vector<char*> ptrs(static_cast<size_t>(n), nullptr);
+    Id mt = type(H5Tcopy(H5T_C_S1));
+    H5Tset_size(mt.get(), H5T_VARIABLE);
+    if (H5Aread(a, mt.get(), ptrs.data()) < 0) return false;
+    for (char* p : ptrs) values.emplace_back(p ? p : "");
+    Id s = space(H5Aget_space(a));
+    H5Dvlen_reclaim(mt.get(), s.get(), H5P_DEFAULT, ptrs.data());
+    return true;
+  }
+  const size_t width = H5Tget_size(t.get());
+  std::vector<char> buf(width * static_cast<size_t>(n) + 1, '\0');
+  if (H5Aread(a, t.get(), buf.data()) < 0) return false;
+  for (hssize_t i = 0; i < n; ++i) {
+    const char* p = &buf[static_cast<size_t>(i) * width];
+    values.emplace_back(p, strnlen(p, width));
+  }
+  return true;
+}
+}  // namespace
+
+bool read_attr_strings(hid_t obj, const char* name, std::vector<std::string>& values) {
+  if (!has_attr(obj, name)) return false;
+  Id a = attr(H5Aopen(obj, name, H5P_DEFAULT));
+  return a && read_strings(a.get(), values);
+}
+
+std::string attr_to_string(hid_t a) {
+  Id t = type(H5Aget_type(a));
+  const hssize_t n = attr_points(a);
+  const auto cls = H5Tget_class(t.get());
+  std::ostringstream out;
+  const bool list = n != 1;
+  const hssize_t shown = std::min<hssize_t>(n, 16);
+  if (cls == H5T_INTEGER || cls == H5T_FLOAT) {
+    std::vector<double> v(static_cast<size_t>(std::max<hssize_t>(n, 0)));
+    if (n > 0 && H5Aread(a, H5T_NATIVE_DOUBLE, v.data()) < 0) return "<unreadable " + type_name(t.get()) + ">";
+    if (list) out << "[";
+    for (hssize_t i = 0; i < shown; ++i) out << (i ? ", " : "") << v[static_cast<size_t>(i)];
+    if (shown < n) out << ", ... (" << n << " values)";
+    if (list) out << "]";
+    return out.str();
+  }
+  if (cls == H5T_STRING) {
+    std::vector<std::string> v;
+    if (!read_strings(a, v)) return "<unreadable string>";
+    if (list) out << "[";
+    for (hssize_t i = 0; i < shown; ++i) out << (i ? ", " : "") << '"' << v[static_cast<size_t>(i)] << '"';
+    if (shown < n) out << ", ... (" << n << " values)";
+    if (list) out << "]";
+    return out.str();
+  }
+  out << "<" << type_name(t.get()) << ", " << n << " values>";
+  return out.str();
+}
+
+}  // namespace mgt::data::h5

@@ -1,0 +1,101 @@
+#pragma once
+// Internal to the datasets module (and any core file that writes HDF5): RAII ids, the one-line
+// error text of the HDF5 error stack, and small attribute helpers. Every function here must be
+// called with hdf5_mutex() held, because Debian's HDF5 is built without thread safety.
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mgtrain/error.hpp"
+#include "mgtrain/tensor.hpp"
+
+namespace mgt::data::h5 {
+
+// Owns one HDF5 id and closes it with the matching H5?close.
+class Id {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Id() = default;
+  Id(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  Id(Id&& o) noexcept : id_(std::exchange(o.id_, H5I_INVALID_HID)), closer_(o.closer_) {}
+  Id& operator=(Id&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = std::exchange(o.id_, H5I_INVALID_HID);
+      closer_ = o.closer_;
+    }
+    return *this;
+  }
+  Id(const Id&) = delete;
+  Id& operator=(const Id&) = delete;
+  ~Id() { reset(); }
+  void reset() {
+    if (id_ >= 0 && closer_) closer_(id_);
+    id_ = H5I_INVALID_HID;
+  }
+  hid_t get() const { return id_; }
+  explicit operator bool() const { return id_ >= 0; }
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  Closer closer_ = nullptr;
+};
+
+inline Id file(hid_t id) { return Id(id, H5Fclose); }
+inline Id dataset(hid_t id) { return Id(id, H5Dclose); }
+inline Id space(hid_t id) { return Id(id, H5Sclose); }
+inline Id type(hid_t id) { return Id(id, H5Tclose); }
+inline Id plist(hid_t id) { return Id(id, H5Pclose); }
+inline Id attr(hid_t id) { return Id(id, H5Aclose); }
+inline Id group(hid_t id) { return Id(id, H5Gclose); }
+
+// Turns off HDF5's automatic printing of its error stack, so errors reach the user only as our
+// one-line messages. Per thread in thread-safe builds, global otherwise: call it at every entry.
+void silence_errors();
+
+// The innermost message of the current thread's HDF5 error stack, e.g. "can't open file", or
+// "unknown HDF5 error" when the stack is empty.
+std::string error_text();
+
+// "/x" for "x"; names are relative to the root group.
+std::string object_path(const std::string& name);
+
+// "uint8", "int32", "float32", "string", "compound", ... for a datatype id.
+std::string type_name(hid_t type);
+
+Shape dims_of(hid_t space);
+
+// Scalar and string attributes on an object (file, group or dataset).
+bool has_attr(hid_t obj, const char* name);
+void write_attr_int64(hid_t obj, const char* name, int64_t value);
+void write_attr_double(hid_t obj, const char* name, double value);
+void write_attr_string(hid_t obj, const char* name, const std::string& value);
+void write_attr_strings(hid_t obj, const char* name, const std::vector<std::string>& values);
+// Readers convert any numeric attribute; return false when it is absent or not numeric/string.
+bool read_attr_double(hid_t obj, const char* name, double& value);
+bool read_attr_int64(hid_t obj, const char* name, int64_t& value);
+bool read_attr_strings(hid_t obj, const char* name, std::vector<std::string>& values);
+
+// "name = value" rendering of any attribute, for `data inspect`.
+std::string attr_to_string(hid_t attr);
+
+}  // namespace mgt::data::h5
+
+namespace mgt::data {
+struct DatasetInfo;
+}
+
+namespace mgt::data::h5 {
+
+// The file and its two datasets, open and validated (see open_dataset_info). `x_dapl` is the
+// dataset access property list for x (the reader's chunk cache).
+struct Opened {
+  Id file, x, y;
+};
+Opened open_validated(const std::string& path, const std::string& x_name, const std::string& y_name,
+                      DatasetInfo& info, hid_t x_dapl = H5P_DEFAULT);
+
+}  // namespace mgt::data::h5

@@ -1,0 +1,336 @@
+// The sharded reader and its prefetch thread.
+#include "datasets/sharded_reader.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "datasets/hdf5_util.hpp"
+#include "mgtrain/rng.hpp"
+
+namespace mgt::data {
+
+namespace {
+
+bool is_prime(size_t n) {
+  if (n < 2) return false;
+  for (size_t d = 2; d * d <= n; ++d)
+    if (n % d == 0) return false;
+  return true;
+}
+
+// HDF5 wants a prime number of hash slots, about 10x the chunks that fit in the cache.
+size_t chunk_cache_slots(size_t cache_bytes, size_t chunk_bytes) {
+  size_t n = std::clamp<size_t>(10 * (cache_bytes / std::max<size_t>(chunk_bytes, 1)), 521, 1u << 20);
+  while (!is_prime(n)) ++n;
+  return n;
+}
+
+}  // namespace
+
+struct ShardedReader::Impl {
+  struct Slot {
+    Tensor x;  // owning, local_batch * numel floats, allocated once
+    std::vector<int32_t> y;
+    int64_t rows = 0, epoch = 0, batch = 0;
+  };
+
+  ReaderOptions opt;
+  DatasetInfo info;
+  int64_t n = 0, numel = 0, local = 0, bpe = 0;
+  bool u8 = true;
+  float lut[256];  // uint8 -> normalised float
+  float mean = 0, inv_std = 1;
+
+  // HDF5 state, touched only under hdf5_mutex() (by the constructor, the thread, the destructor).
+  h5::Opened file;
+  h5::Id x_fspace, x_mspace, y_fspace, y_mspace;
+  size_t x_rank = 0;
+  std::vector<hsize_t> hs_start, hs_count;
+
+  // Owned by the prefetch thread while it runs.
+  std::vector<Slot> slots;
+  std::vector<unsigned char> raw;                   // local * numel * (1 or 4) bytes, file order
+  std::vector<std::pair<int64_t, int64_t>> order;   // (file row, position in batch), sorted by row
+  std::vector<hsize_t> ycoords;
+  std::vector<int32_t> yraw;
+  std::vector<int64_t> perm;
+  int64_t perm_epoch = -1;
+
+  // Ring protocol: batch k of the stream lives in slots[k % slots.size()]. The thread may fill k
+  // once k - released < slots.size(); next() hands out `handed` and releases the previous one.
+  std::mutex m;
+  std::condition_variable cv;
+  std::thread thread;
+  bool stopping = false, started = false;
+  int64_t filled = 0, released = 0, handed = 0;
+  std::exception_ptr error;
+  int64_t error_at = -1;
+
+  void stop() {
+    {
+      std::lock_guard lk(m);
+      stopping = true;
+    }
+    cv.notify_all();
+    if (thread.joinable()) thread.join();
+    stopping = false;
+  }
+
+  void run(int64_t epoch, int64_t batch) {
+    for (int64_t k = 0;; ++k) {
+      {
+        std::unique_lock lk(m);
+        cv.wait(lk, [&] { return stopping || k - released < static_cast<int64_t>(slots.size()); });
+        if (stopping) return;
+      }
+      try {
+        fill(slots[static_cast<size_t>(k) % slots.size()], epoch, batch);
+      } catch (...) {
+        std::lock_guard lk(m);
+        error = std::current_exception();
+        error_at = k;
+        cv.notify_all();
+        return;
+      }
+      {
+        std::lock_guard lk(m);
+        filled = k + 1;
+      }
+      cv.notify_all();
+      if (++batch == bpe) {
+        batch = 0;
+        ++epoch;
+      }
+    }
+  }
+
+  std::string rows_error(int64_t lo, int64_t hi, int64_t epoch, int64_t batch, const std::string& dataset) {
+    return "data file '" + opt.path + "': reading rows " + std::to_string(lo) + ".." + std::to_string(hi) +
+           " of dataset '" + h5::object_path(dataset) + "' failed (epoch " + std::to_string(epoch) + ", batch " +
+           std::to_string(batch) + "): " + h5::error_text();
+  }
+
+  void fill(Slot& s, int64_t epoch, int64_t batch) {
+    const int64_t B = opt.global_batch;
+    const int64_t in_batch = std::min(B, n - batch * B);
+    const int64_t lo = std::min<int64_t>(opt.rank * local, in_batch);
+    const int64_t hi = std::min<int64_t>((opt.rank + 1) * local, in_batch);
+    s.rows = hi - lo;
+    s.epoch = epoch;
+    s.batch = batch;
+    if (s.rows == 0) return;
+
+    if (opt.shuffle && perm_epoch != epoch) {
+      perm = rng::epoch_permutation(opt.seed, epoch, n);
+      perm_epoch = epoch;
+    }
+    order.clear();
+    const int64_t base = batch * B + lo;
+    for (int64_t i = 0; i < s.rows; ++i)
+      order.emplace_back(opt.shuffle ? perm[static_cast<size_t>(base + i)] : base + i, i);
+    std::sort(order.begin(), order.end());
+
+    read_sorted(s.rows, epoch, batch);
+
+    // Scatter back to batch order, normalising on the way.
+    const size_t elem = u8 ? 1 : 4;
+    for (int64_t j = 0; j < s.rows; ++j) {
+      const auto [row, pos] = order[static_cast<size_t>(j)];
+      float* dst = s.x.data() + pos * numel;
+      const unsigned char* src = raw.data() + static_cast<size_t>(j * numel) * elem;
+      if (u8) {
+        for (int64_t i = 0; i < numel; ++i) dst[i] = lut[src[i]];
+      } else {
+        const float* f = reinterpret_cast<const float*>(src);
+        for (int64_t i = 0; i < numel; ++i) dst[i] = (f[i] - mean) * inv_std;
+      }
+      const int32_t label = yraw[static_cast<size_t>(j)];
+      if (label < 0 || label >= info.num_classes)
+        throw DataError("data file '" + opt.path + "': dataset '" + h5::object_path(opt.y_name) + "' row " +
+                        std::to_string(row) + " has label " + std::to_string(label) + ", expected 0 <= label < " +
+                        std::to_string(info.num_classes) + " (num_classes)");
+      s.y[static_cast<size_t>(pos)] = label;
+    }
+  }
+
+  // Reads the rows of `order` (sorted) into raw and yraw, in that order.
+  void read_sorted(int64_t rows, int64_t epoch, int64_t batch) {
+    std::lock_guard lock(hdf5_mutex());
+    h5::silence_errors();
+    const hid_t xt = u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
+    const hid_t fs = x_fspace.get(), ms = x_mspace.get();
+    bool first_run = true;
+    for (int64_t j = 0; j < rows;) {
+      int64_t e = j + 1;
+      while (e < rows && order[static_cast<size_t>(e)].first == order[static_cast<size_t>(e - 1)].first + 1) ++e;
+      hs_start[0] = static_cast<hsize_t>(order[static_cast<size_t>(j)].first);
+      hs_count[0] = static_cast<hsize_t>(e - j);
+      if (opt.read_mode == ReadMode::Runs) {
+        const hsize_t mstart = static_cast<hsize_t>(j * numel), mcount = static_cast<hsize_t>((e - j) * numel);
+        if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, hs_start.data(), nullptr, hs_count.data(), nullptr) < 0 ||
+            H5Sselect_hyperslab(ms, H5S_SELECT_SET, &mstart, nullptr, &mcount, nullptr) < 0 ||
+            H5Dread(file.x.get(), xt, ms, fs, H5P_DEFAULT, raw.data()) < 0)
+          throw DataError(rows_error(order[static_cast<size_t>(j)].first, order[static_cast<size_t>(e - 1)].first,
+                                     epoch, batch, opt.x_name));
+      } else {
+        if (H5Sselect_hyperslab(fs, first_run ? H5S_SELECT_SET : H5S_SELECT_OR, hs_start.data(), nullptr,
+                                hs_count.data(), nullptr) < 0)
+          throw DataError(rows_error(order[static_cast<size_t>(j)].first, order[static_cast<size_t>(e - 1)].first,
+                                     epoch, batch, opt.x_name));
+      }
+      first_run = false;
+      j = e;
+    }
+    const int64_t first = order.front().first, last = order[static_cast<size_t>(rows - 1)].first;
+    if (opt.read_mode == ReadMode::Union) {
+      const hsize_t mstart = 0, mcount = static_cast<hsize_t>(rows * numel);
+      if (H5Sselect_hyperslab(ms, H5S_SELECT_SET, &mstart, nullptr, &mcount, nullptr) < 0 ||
+          H5Dread(file.x.get(), xt, ms, fs, H5P_DEFAULT, raw.data()) < 0)
+        throw DataError(rows_error(first, last, epoch, batch, opt.x_name));
+    }
+    // Labels: one point selection of the same rows.
+    for (int64_t j = 0; j < rows; ++j) ycoords[static_cast<size_t>(j)] = static_cast<hsize_t>(order[static_cast<size_t>(j)].first);
+    const hsize_t mstart = 0, mcount = static_cast<hsize_t>(rows);
+    if (H5Sselect_elements(y_fspace.get(), H5S_SELECT_SET, static_cast<size_t>(rows), ycoords.data()) < 0 ||
+        H5Sselect_hyperslab(y_mspace.get(), H5S_SELECT_SET, &mstart, nullptr, &mcount, nullptr) < 0 ||
+        H5Dread(file.y.get(), H5T_NATIVE_INT32, y_mspace.get(), y_fspace.get(), H5P_DEFAULT, yraw.data()) < 0)
+      throw DataError(rows_error(first, last, epoch, batch, opt.y_name));
+  }
+};
+
+ShardedReader::ShardedReader(const ReaderOptions& options) : impl_(std::make_unique<Impl>()) {
+  Impl& d = *impl_;
+  d.opt = options;
+  const ReaderOptions& o = d.opt;
+  if (o.world < 1) throw ConfigError("world size " + std::to_string(o.world) + " is invalid, expected at least 1");
+  if (o.rank < 0 || o.rank >= o.world)
+    throw ConfigError("rank " + std::to_string(o.rank) + " is out of range for world size " + std::to_string(o.world));
+  if (o.global_batch < 1)
+    throw ConfigError("train.global_batch = " + std::to_string(o.global_batch) + " is invalid, expected at least 1");
+  if (o.global_batch % o.world != 0)
+    throw ConfigError("train.global_batch = " + std::to_string(o.global_batch) + " is not divisible by the world size " +
+                      std::to_string(o.world));
+  if (o.prefetch_depth < 1)
+    throw ConfigError("data.prefetch_depth = " + std::to_string(o.prefetch_depth) + " is invalid, expected at least 1");
+
+  {
+    std::lock_guard lock(hdf5_mutex());
+    h5::silence_errors();
+    // Open once without a cache to learn the chunk size, then with the cache sized for it.
+    DatasetInfo probe;
+    { h5::Opened p = h5::open_validated(o.path, o.x_name, o.y_name, probe); }
+    const int64_t numel = shape_numel(probe.sample_shape);
+    const size_t elem = probe.x_type == "uint8" ? 1 : 4;
+    const size_t chunk_bytes = probe.x_chunk.empty() ? numel * elem : static_cast<size_t>(shape_numel(probe.x_chunk)) * elem;
+    h5::Id dapl = h5::plist(H5Pcreate(H5P_DATASET_ACCESS));
+    H5Pset_chunk_cache(dapl.get(), chunk_cache_slots(o.chunk_cache_bytes, chunk_bytes), o.chunk_cache_bytes, 1.0);
+    d.file = h5::open_validated(o.path, o.x_name, o.y_name, d.info, dapl.get());
+    d.x_fspace = h5::space(H5Dget_space(d.file.x.get()));
+    d.y_fspace = h5::space(H5Dget_space(d.file.y.get()));
+    d.x_rank = d.info.sample_shape.size() + 1;
+    d.hs_start.assign(d.x_rank, 0);
+    d.hs_count.assign(d.x_rank, 0);
+    for (size_t i = 1; i < d.x_rank; ++i) d.hs_count[i] = static_cast<hsize_t>(d.info.sample_shape[i - 1]);
+  }
+
+  d.n = d.info.num_samples;
+  d.numel = shape_numel(d.info.sample_shape);
+  d.local = o.global_batch / o.world;
+  if (o.drop_last && d.n < o.global_batch)
+    throw DataError("data file '" + o.path + "' has " + std::to_string(d.n) + " samples, fewer than one global batch of " +
+                    std::to_string(o.global_batch));
+  d.bpe = o.drop_last ? d.n / o.global_batch : (d.n + o.global_batch - 1) / o.global_batch;
+  d.u8 = d.info.x_type == "uint8";
+  if (d.info.normalized_attrs) {
+    d.mean = d.info.mean;
+    d.inv_std = 1.0f / d.info.stddev;
+  }
+  for (int v = 0; v < 256; ++v) {
+    const float scaled = static_cast<float>(v) / 255.0f;
+    d.lut[v] = d.info.normalized_attrs ? (scaled - d.info.mean) / d.info.stddev : scaled;
+  }
+
+  {
+    std::lock_guard lock(hdf5_mutex());
+    const hsize_t xm = static_cast<hsize_t>(d.local * d.numel), ym = static_cast<hsize_t>(d.local);
+    d.x_mspace = h5::space(H5Screate_simple(1, &xm, nullptr));
+    d.y_mspace = h5::space(H5Screate_simple(1, &ym, nullptr));
+  }
+  d.slots.resize(static_cast<size_t>(o.prefetch_depth) + 1);
+  for (auto& s : d.slots) {
+    s.x = Tensor(Shape{d.local * d.numel});
+    s.y.assign(static_cast<size_t>(d.local), 0);
+  }
+  d.raw.resize(static_cast<size_t>(d.local * d.numel) * (d.u8 ? 1 : 4));
+  d.order.reserve(static_cast<size_t>(d.local));
+  d.ycoords.resize(static_cast<size_t>(d.local));
+  d.yraw.resize(static_cast<size_t>(d.local));
+}
+
+ShardedReader::~ShardedReader() {
+  impl_->stop();
+  std::lock_guard lock(hdf5_mutex());
+  impl_->x_fspace.reset();
+  impl_->x_mspace.reset();
+  impl_->y_fspace.reset();
+  impl_->y_mspace.reset();
+  impl_->file = h5::Opened{};
+}
+
+const DatasetInfo& ShardedReader::info() const { return impl_->info; }
+int64_t ShardedReader::batches_per_epoch() const { return impl_->bpe; }
+int64_t ShardedReader::local_batch() const { return impl_->local; }
+
+void ShardedReader::start(int64_t epoch, int64_t batch_in_epoch) {
+  Impl& d = *impl_;
+  if (epoch < 0 || batch_in_epoch < 0 || batch_in_epoch > d.bpe)
+    throw DataError("data file '" + d.opt.path + "': cannot start at epoch " + std::to_string(epoch) + ", batch " +
+                    std::to_string(batch_in_epoch) + "; expected epoch >= 0 and 0 <= batch <= " + std::to_string(d.bpe));
+  if (batch_in_epoch == d.bpe) {
+    batch_in_epoch = 0;
+    ++epoch;
+  }
+  d.stop();
+  d.filled = d.released = d.handed = 0;
+  d.error = nullptr;
+  d.error_at = -1;
+  d.started = true;
+  d.thread = std::thread([&d, epoch, batch_in_epoch] { d.run(epoch, batch_in_epoch); });
+}
+
+Batch ShardedReader::next() {
+  Impl& d = *impl_;
+  if (!d.started) start(0, 0);
+  std::unique_lock lk(d.m);
+  if (d.handed > d.released) {
+    d.released = d.handed;
+    d.cv.notify_all();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  d.cv.wait(lk, [&] { return d.filled > d.handed || (d.error && d.error_at == d.handed); });
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (d.filled <= d.handed) std::rethrow_exception(d.error);
+  Impl::Slot& s = d.slots[static_cast<size_t>(d.handed) % d.slots.size()];
+  ++d.handed;
+  lk.unlock();
+
+  Batch b;
+  Shape shape{s.rows};
+  shape.insert(shape.end(), d.info.sample_shape.begin(), d.info.sample_shape.end());
+  b.x = Tensor::view(s.x.data(), std::move(shape));
+  b.y = s.y.data();
+  b.rows = s.rows;
+  b.epoch = s.epoch;
+  b.batch_in_epoch = s.batch;
+  b.first_sample = static_cast<int64_t>(d.opt.rank) * d.local;
+  b.wait_seconds = waited;
+  return b;
+}
+
+}  // namespace mgt::data

@@ -1,0 +1,80 @@
+#pragma once
+// The sharded reader: this rank's rows of each global batch, read from the HDF5 file by a
+// prefetch thread into a ring of reusable buffers, normalised to float32.
+//
+// Sharding (a pure function of seed, epoch, global batch B and world W): global batch b of epoch
+// e is positions perm[b*B .. (b+1)*B) of rng::epoch_permutation(seed, e, N) (identity without
+// shuffle); rank r takes the contiguous slice [r*B/W, (r+1)*B/W) of it. Concatenating the ranks'
+// batches in rank order gives exactly the world-1 batch.
+//
+// Threading: after construction only the prefetch thread calls HDF5, always under hdf5_mutex().
+// The reader itself is used from one thread (the training loop); it is not thread-safe.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "datasets/hdf5_format.hpp"
+#include "mgtrain/tensor.hpp"
+
+namespace mgt::data {
+
+// How one batch's sorted rows are selected in the file (both give identical batches).
+enum class ReadMode {
+  Runs,   // one H5Dread per run of consecutive rows (the default: fastest on Fashion-MNIST)
+  Union,  // one H5Dread of the OR of the runs' hyperslabs
+};
+
+struct ReaderOptions {
+  std::string path, x_name = "x", y_name = "y";
+  int64_t global_batch = 0;
+  int rank = 0;
+  int world = 1;
+  uint64_t seed = 0;
+  bool shuffle = true;
+  bool drop_last = true;
+  int prefetch_depth = 3;              // batches kept ready ahead of the one the caller holds
+  size_t chunk_cache_bytes = 64u << 20;  // HDF5 chunk cache of x (H5Pset_chunk_cache)
+  ReadMode read_mode = ReadMode::Runs;
+};
+
+struct Batch {
+  Tensor x;               // VIEW of a prefetch slot: [rows, sample_shape...], float32, normalised
+  const int32_t* y = nullptr;  // rows labels, in the same order
+  int64_t rows = 0;       // local_batch(), fewer (possibly 0) only in the last batch without drop_last
+  int64_t epoch = 0;
+  int64_t batch_in_epoch = 0;
+  int64_t first_sample = 0;  // position of this rank's first row within the global batch (rank*local_batch)
+  double wait_seconds = 0;   // time next() blocked waiting for the prefetch thread
+};
+
+class ShardedReader {
+ public:
+  // Opens and validates the file and the options, allocates the ring (prefetch_depth + 1 slots of
+  // local_batch rows) once. Throws ConfigError (batch/world) or DataError (file, too few samples).
+  // Does not start reading: call start(), or next() starts at (0, 0).
+  explicit ShardedReader(const ReaderOptions& options);
+  ~ShardedReader();  // stops and joins the prefetch thread, closes the file
+  ShardedReader(const ShardedReader&) = delete;
+  ShardedReader& operator=(const ShardedReader&) = delete;
+
+  const DatasetInfo& info() const;
+  int64_t batches_per_epoch() const;  // floor(N / B) with drop_last, ceil(N / B) otherwise
+  int64_t local_batch() const;        // B / W
+
+  // (Re)positions the stream at (epoch, batch_in_epoch) and starts prefetching from there; the
+  // stream then runs on through later epochs forever. batch_in_epoch == batches_per_epoch() means
+  // the start of the next epoch. Invalidates the Batch last returned by next().
+  void start(int64_t epoch, int64_t batch_in_epoch);
+
+  // Blocks until the next batch is ready. The returned Batch (x and y) stays valid until the
+  // following next() or start() call. A read error in the thread is rethrown here as DataError
+  // naming the file and the rows, and again on every later call until start().
+  Batch next();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mgt::data

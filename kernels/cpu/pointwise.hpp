@@ -1,0 +1,30 @@
+#pragma once
+// Plain loops for the element-wise parts of the layers, written so g++ -O3 vectorizes them.
+#include <cstdint>
+
+// The build targets baseline x86-64; hot loops are also compiled for AVX2 and AVX-512 and picked
+// at load time, so they vectorize fully on the machines the trainer runs on.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MGT_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MGT_TARGET_CLONES
+#endif
+
+namespace mgt::kernels {
+
+// y = max(x, 0)
+void relu_forward(const float* x, float* y, int64_t n);
+// dx = dy where y > 0, else 0
+void relu_backward(const float* y, const float* dy, float* dx, int64_t n);
+
+// y[r, :] = bias for each of `rows` rows of `cols` (the start of y = x W^T + b).
+void broadcast_rows(const float* bias, float* y, int64_t rows, int64_t cols);
+// acc[c] += sum over rows of x[r, c]
+void add_column_sums(const float* x, float* acc, int64_t rows, int64_t cols);
+
+// y = x * s element-wise
+void multiply(const float* x, const float* s, float* y, int64_t n);
+// Turns uniforms u in [0, 1) into inverted-dropout scales: 0 when u < p, else 1 / (1 - p).
+void dropout_scales(float* u, int64_t n, float p);
+
+}  // namespace mgt::kernels

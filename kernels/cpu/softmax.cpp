@@ -1,0 +1,43 @@
+#include "kernels/cpu/softmax.hpp"
+
+#include <cmath>
+
+namespace mgt::kernels {
+
+double softmax_cross_entropy(const float* __restrict logits, const int32_t* __restrict labels,
+                             float* __restrict grad, int64_t rows, int64_t classes,
+                             float grad_scale) {
+  double total = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = logits + r * classes;
+    float* g = grad + r * classes;
+    float mx = x[0];
+    for (int64_t c = 1; c < classes; ++c) mx = x[c] > mx ? x[c] : mx;
+    float sum = 0.0f;
+    for (int64_t c = 0; c < classes; ++c) {
+      g[c] = std::exp(x[c] - mx);
+      sum += g[c];
+    }
+    const int32_t label = labels[r];
+    // loss = log(sum exp(x - max)) - (x[label] - max), in double to keep the sum exact enough.
+    total += std::log(static_cast<double>(sum)) - static_cast<double>(x[label] - mx);
+    const float scale = grad_scale / sum;
+    for (int64_t c = 0; c < classes; ++c) g[c] *= scale;
+    g[label] -= grad_scale;
+  }
+  return total;
+}
+
+int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows, int64_t classes) {
+  int64_t correct = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = logits + r * classes;
+    int64_t best = 0;
+    for (int64_t c = 1; c < classes; ++c)
+      if (x[c] > x[best]) best = c;
+    correct += best == labels[r];
+  }
+  return correct;
+}
+
+}  // namespace mgt::kernels

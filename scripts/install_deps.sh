@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages mgtrain needs, skipping what is already there. Called by every entry
+# point (demo.sh, test.sh, .ci/run); safe to run again. Works as root or as a user with sudo.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  openmpi-bin libopenmpi-dev
+  libhdf5-dev hdf5-tools zlib1g-dev
+  libboost-dev libboost-program-options-dev libboost-filesystem-dev
+  libdnnl-dev libgtest-dev
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -eq 0 ]; then as_root=(); else as_root=(sudo); fi
+echo "installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${as_root[@]}" apt-get update -qq
+"${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

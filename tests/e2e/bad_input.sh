@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One bad input per call, at np=2: the job must end non-zero within the time limit, printing exactly
+# one "mgtrain: error:" line that names the file or key and what was expected.
+# Usage: bad_input.sh CASE
+source "$(dirname "$0")/lib.sh"
+write_config run.ini
+args=(train --config run.ini)
+np=2
+
+small_csv() {  # 50 samples of 784 features: fewer than one global batch of 128
+  awk 'BEGIN { for (i = 0; i < 50; i++) { line = i % 10; for (j = 0; j < 784; j++) line = line ",0"; print line } }' >small.csv
+  "$MGTRAIN" data convert --csv small.csv --shape 784 --out small.h5 >/dev/null
+}
+
+case $1 in
+  missing_data)   args+=(--data.train=/nonexistent/train.h5); expect="/nonexistent/train.h5" ;;
+  not_hdf5)       echo "not an HDF5 file" >bogus.h5; args+=(--data.train="$WORK/bogus.h5"); expect="bogus.h5" ;;
+  no_x)           args+=(--data.x_name=images); expect="images" ;;
+  no_y)           args+=(--data.y_name=targets); expect="targets" ;;
+  wrong_features) args+=(--model.inputs=100); expect="100" ;;
+  wrong_rank)     small_csv; args+=(--data.train="$WORK/small.h5" --model.name=cnn --train.global_batch=8); expect="small.h5" ;;
+  too_few)        small_csv; args+=(--data.train="$WORK/small.h5"); expect="fewer than one global batch" ;;
+  not_divisible)  args+=(--train.global_batch=127); expect="127" ;;
+  unknown_plugin) args+=(--model.name=resnet9000); expect="resnet9000" ;;
+  bad_abi)        args+=(--plugin-path="$TEST_PLUGIN_DIR" --model.name=badabi); expect="ABI version 999" ;;
+  unknown_key)    args+=(--model.hiden=64); expect="model.hiden" ;;
+  negative_lr)    args+=(--optimizer.lr=-0.5); expect="optimizer.lr" ;;
+  non_numeric_lr) args+=(--optimizer.lr=fast); expect="got 'fast'" ;;
+  no_checkpoint)  args+=(--resume latest); expect="no checkpoint" ;;
+  *) fail "unknown case $1" ;;
+esac
+
+start=$(date +%s)
+set +e
+run_np $np 120 "${args[@]}" >out.log 2>err.log
+rc=$?
+set -e
+elapsed=$(( $(date +%s) - start ))
+echo "exit $rc after ${elapsed}s"; cat err.log
+[ $rc -ne 0 ] || fail "exit code 0 for bad input"
+[ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "the job hung and was killed by the time limit"
+errors=$(grep -c '^mgtrain: error:' err.log || true)
+[ "$errors" -eq 1 ] || fail "expected exactly one 'mgtrain: error:' line, got $errors"
+grep '^mgtrain: error:' err.log | grep -qF -- "$expect" || fail "the error line does not mention '$expect'"

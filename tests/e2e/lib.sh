@@ -1,0 +1,54 @@
+# Shared by the end-to-end tests: paths from ctest's environment and small assertions.
+# Expects MGTRAIN (the launcher), DATA_DIR (converted Fashion-MNIST), WORK (a scratch directory).
+set -euo pipefail
+: "${MGTRAIN:?}" "${DATA_DIR:?}" "${WORK:?}"
+rm -rf "$WORK"
+mkdir -p "$WORK"
+cd "$WORK"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# mpirun with a hard outer limit, so a hang is a failure. Usage: run_np NP SECONDS args...
+run_np() {
+  local np=$1 limit=$2; shift 2
+  timeout --kill-after=10 "$limit" mpirun -np "$np" --oversubscribe "$MGTRAIN" "$@"
+}
+
+# SHA-256 of every dataset under GROUP of a checkpoint, from h5dump's raw binary output.
+group_hash() {
+  local file=$1 group=$2 out=""
+  for name in $(h5ls "$file/$group" | awk '{print $1}'); do
+    h5dump -d "$group/$name" -b LE -o "$WORK/.raw" "$file" >/dev/null
+    out+="$name $(sha256sum <"$WORK/.raw" | cut -c1-64)"$'\n'
+  done
+  rm -f "$WORK/.raw"
+  printf '%s' "$out" | sha256sum | cut -c1-64
+}
+
+# A small training config on the converted Fashion-MNIST files; extra lines are appended.
+write_config() {
+  local path=$1; shift
+  cat >"$path" <<INI
+[data]
+train = $DATA_DIR/train.h5
+test = $DATA_DIR/test.h5
+[model]
+name = mlp
+[optimizer]
+name = sgd
+lr = 0.02
+momentum = 0.9
+[train]
+epochs = 1
+global_batch = 128
+seed = 7
+log_every = 50
+[checkpoint]
+dir = $WORK/ckpt
+INI
+  for line in "$@"; do echo "$line" >>"$path"; done
+}
+
+json_field() {  # json_field FIELD < line
+  sed -n "s/.*\"$1\":\"\{0,1\}\([^\",}]*\).*/\1/p"
+}

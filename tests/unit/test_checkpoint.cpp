@@ -1,0 +1,420 @@
+// Checkpoint files: round trip, readability by plain HDF5 tools, checksums, shape checks, the
+// `latest` pointer and pruning, and that a failed write leaves the previous checkpoint alone.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <thread>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "checkpoint.hpp"
+#include "datasets/hdf5_format.hpp"
+#include "mgtrain/error.hpp"
+#include "mgtrain/optimizer.hpp"
+#include "mgtrain/parameters.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// One state buffer ("momentum"), enough to exercise the /optimizer group.
+class TestOptimizer : public mgt::Optimizer {
+ public:
+  explicit TestOptimizer(std::vector<std::string> names = {"momentum"}) : names_(std::move(names)) {}
+  void setup(size_t size) override {
+    buffers_.assign(names_.size(), std::vector<float>(size, 0.0f));
+  }
+  void step(float*, const float*, size_t) override { ++step_count_; }
+  double learning_rate() const override { return 0.1; }
+  std::vector<mgt::OptimizerStateBuffer> state_buffers() override {
+    std::vector<mgt::OptimizerStateBuffer> out;
+    for (size_t i = 0; i < names_.size(); ++i) out.push_back({names_[i], buffers_[i].data()});
+    return out;
+  }
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<std::vector<float>> buffers_;
+};
+
+// fc1.weight [3, 4] and fc1.bias [3]; values derived from `base` so two stores differ.
+std::unique_ptr<mgt::ParameterStore> make_store(float base, const mgt::Shape& w_shape = {3, 4},
+                                                const std::string& bias_name = "fc1.bias") {
+  auto store = std::make_unique<mgt::ParameterStore>();
+  store->declare("fc1.weight", w_shape, mgt::Init::zeros, 4);
+  store->declare(bias_name, {3}, mgt::Init::zeros, 4);
+  store->finalize();
+  for (const auto& p : store->params())
+    for (size_t i = 0; i < p.numel; ++i)
+      store->params_data()[p.offset + i] = base + static_cast<float>(p.offset + i) * 0.25f;
+  return store;
+}
+
+mgt::CheckpointMeta make_meta(int64_t step) {
+  mgt::CheckpointMeta meta;
+  meta.step = step;
+  meta.epoch = 3;
+  meta.batch_in_epoch = 17;
+  meta.seed = 0xfedcba9876543210ull;  // above INT64_MAX: must survive as uint64
+  meta.world_size = 4;
+  meta.mgtrain_version = "0.1.0";
+  meta.plugins = "model:mlp@1.0.0;optimizer:sgd@1.0.0;sync:allreduce@1.0.0";
+  meta.config_ini = "[optimizer]\nlr = 0.1\nmomentum = 0.9\n\n[train]\nseed = 42\n";
+  return meta;
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("mgtrain-ckpt-" + std::to_string(::getpid()) + "-" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string ckdir() const { return (dir_ / "ckpt").string(); }
+
+  // Writes a checkpoint of a fresh store and optimizer (momentum = params * 2) at `step`.
+  std::string write(int64_t step, int64_t keep = 0, float base = 1.0f) {
+    auto store = make_store(base);
+    TestOptimizer opt;
+    opt.setup(store->flat_size());
+    fill_state(opt, *store);
+    opt.set_step_count(step);
+    return mgt::write_checkpoint(ckdir(), make_meta(step), *store, &opt, keep);
+  }
+
+  static void fill_state(TestOptimizer& opt, const mgt::ParameterStore& store) {
+    float* m = opt.state_buffers()[0].data;
+    for (size_t i = 0; i < store.flat_size(); ++i) m[i] = store.params_data()[i] * 2.0f;
+  }
+
+  static std::string read_text(const fs::path& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  std::vector<std::string> listing(const std::string& dir) const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  fs::path dir_;
+};
+
+template <typename E, typename F>
+std::string error_message(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an exception";
+  return {};
+}
+
+TEST_F(CheckpointTest, RoundTripRestoresParametersStateAndMeta) {
+  auto saved = make_store(1.0f);
+  TestOptimizer saved_opt;
+  saved_opt.setup(saved->flat_size());
+  fill_state(saved_opt, *saved);
+  saved_opt.set_step_count(120);
+  const std::string path =
+      mgt::write_checkpoint(ckdir(), make_meta(120), *saved, &saved_opt, 0);
+  EXPECT_EQ(path, (fs::path(ckdir()) / "step-120.h5").string());
+  ASSERT_TRUE(fs::exists(path));
+  EXPECT_EQ(read_text(fs::path(ckdir()) / "latest"), "step-120.h5\n");
+
+  auto loaded = make_store(-7.0f);
+  TestOptimizer loaded_opt;
+  loaded_opt.setup(loaded->flat_size());
+  const mgt::CheckpointMeta meta = mgt::load_checkpoint(path, *loaded, &loaded_opt);
+
+  for (const auto& p : saved->params())
+    for (size_t i = 0; i < p.numel; ++i) {
+      EXPECT_EQ(loaded->params_data()[p.offset + i], saved->params_data()[p.offset + i])
+          << p.name << "[" << i << "]";
+      EXPECT_EQ(loaded_opt.state_buffers()[0].data[p.offset + i],
+                saved->params_data()[p.offset + i] * 2.0f)
+          << "momentum " << p.name << "[" << i << "]";
+    }
+  EXPECT_EQ(loaded_opt.step_count(), 120);
+
+  const mgt::CheckpointMeta expected = make_meta(120);
+  for (const auto& m : {meta, mgt::read_checkpoint_meta(path)}) {
+    EXPECT_EQ(m.step, 120);
+    EXPECT_EQ(m.epoch, expected.epoch);
+    EXPECT_EQ(m.batch_in_epoch, expected.batch_in_epoch);
+    EXPECT_EQ(m.seed, expected.seed);
+    EXPECT_EQ(m.world_size, expected.world_size);
+    EXPECT_EQ(m.mgtrain_version, expected.mgtrain_version);
+    EXPECT_EQ(m.plugins, expected.plugins);
+    EXPECT_EQ(m.config_ini, expected.config_ini);
+  }
+}
+
+TEST_F(CheckpointTest, LoadWithoutOptimizerLoadsParametersOnly) {
+  const std::string path = write(5);
+  auto loaded = make_store(-7.0f);
+  const auto meta = mgt::load_checkpoint(path, *loaded, nullptr);
+  EXPECT_EQ(meta.step, 5);
+  EXPECT_EQ(loaded->params_data()[0], 1.0f);
+}
+
+TEST_F(CheckpointTest, ReadableByH5dump) {
+  if (!fs::exists("/usr/bin/h5dump")) GTEST_SKIP() << "/usr/bin/h5dump not installed";
+  const std::string path = write(7);
+  auto run = [](const std::string& cmd) {
+    std::string out;
+    FILE* pipe = ::popen(cmd.c_str(), "r");
+    if (pipe == nullptr) return out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
+    EXPECT_EQ(::pclose(pipe), 0) << cmd << "\n" << out;
+    return out;
+  };
+  const std::string listing = run("/usr/bin/h5dump -n '" + path + "' 2>&1");
+  EXPECT_NE(listing.find("/params/fc1.weight"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("/params/fc1.bias"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("/optimizer/momentum/fc1.weight"), std::string::npos) << listing;
+
+  const std::string header = run("/usr/bin/h5dump -H -A '" + path + "' 2>&1");
+  EXPECT_NE(header.find("DATASPACE  SIMPLE { ( 3, 4 ) / ( 3, 4 ) }"), std::string::npos) << header;
+  EXPECT_NE(header.find("H5T_IEEE_F32LE"), std::string::npos) << header;
+  for (const char* attr : {"step", "epoch", "batch_in_epoch", "seed", "world_size",
+                           "mgtrain_version", "plugins", "config", "format_version", "crc32",
+                           "optimizer_steps"})
+    EXPECT_NE(header.find("ATTRIBUTE \"" + std::string(attr) + "\""), std::string::npos) << attr;
+
+  const std::string config = run("/usr/bin/h5dump -a /config '" + path + "' 2>&1");
+  EXPECT_NE(config.find("momentum = 0.9"), std::string::npos) << config;
+  const std::string weights = run("/usr/bin/h5dump -d /params/fc1.bias '" + path + "' 2>&1");
+  // fc1.bias is the second parameter, at offset 16: 1 + 16*0.25 = 5, then 5.25, 5.5.
+  EXPECT_NE(weights.find("5, 5.25, 5.5"), std::string::npos) << weights;
+}
+
+TEST_F(CheckpointTest, CorruptedDatasetFailsChecksum) {
+  const std::string path = write(9);
+  // Find where /params/fc1.weight's contiguous data lies in the file and flip one byte there.
+  haddr_t offset = HADDR_UNDEF;
+  {
+    std::lock_guard lock(mgt::data::hdf5_mutex());
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    const hid_t dset = H5Dopen2(file, "/params/fc1.weight", H5P_DEFAULT);
+    ASSERT_GE(dset, 0);
+    offset = H5Dget_offset(dset);
+    H5Dclose(dset);
+    H5Fclose(file);
+  }
+  ASSERT_NE(offset, HADDR_UNDEF);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(offset + 5));
+    char byte = 0;
+    f.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x40);
+    f.seekp(static_cast<std::streamoff>(offset + 5));
+    f.write(&byte, 1);
+  }
+  auto store = make_store(-7.0f);
+  const float before = store->params_data()[0];
+  const std::string msg = error_message<mgt::IoError>([&] { mgt::load_checkpoint(path, *store, nullptr); });
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("/params/fc1.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("checksum mismatch"), std::string::npos) << msg;
+  EXPECT_EQ(store->params_data()[0], before) << "a failed load must leave the model untouched";
+}
+
+TEST_F(CheckpointTest, ShapeMismatchNamesParameterAndBothShapes) {
+  const std::string path = write(11);
+  auto store = make_store(0.0f, {5, 4});
+  const std::string msg = error_message<mgt::DataError>([&] { mgt::load_checkpoint(path, *store, nullptr); });
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'fc1.weight' has shape [3, 4], the model expects [5, 4]"), std::string::npos)
+      << msg;
+}
+
+TEST_F(CheckpointTest, MissingAndExtraParametersAreErrors) {
+  const std::string path = write(12);
+  // The model has fc3.bias instead of fc1.bias: the file lacks one parameter...
+  auto other = make_store(0.0f, {3, 4}, "fc3.bias");
+  std::string msg = error_message<mgt::DataError>([&] { mgt::load_checkpoint(path, *other, nullptr); });
+  EXPECT_NE(msg.find("checkpoint '" + path + "' has no parameter 'fc3.bias'"), std::string::npos) << msg;
+
+  // ...and a model with only fc1.weight finds fc1.bias left over.
+  mgt::ParameterStore small;
+  small.declare("fc1.weight", {3, 4}, mgt::Init::zeros, 4);
+  small.finalize();
+  msg = error_message<mgt::DataError>([&] { mgt::load_checkpoint(path, small, nullptr); });
+  EXPECT_NE(msg.find("'fc1.bias'"), std::string::npos) << msg;
+}
+
+TEST_F(CheckpointTest, OptimizerStateMustMatch) {
+  const std::string path = write(13);
+  auto store = make_store(0.0f);
+  TestOptimizer adam_like({"exp_avg", "exp_avg_sq"});
+  adam_like.setup(store->flat_size());
+  std::string msg = error_message<mgt::Error>([&] { mgt::load_checkpoint(path, *store, &adam_like); });
+  EXPECT_NE(msg.find("/optimizer/exp_avg"), std::string::npos) << msg;
+
+  TestOptimizer stateless(std::vector<std::string>{});
+  stateless.setup(store->flat_size());
+  msg = error_message<mgt::DataError>([&] { mgt::load_checkpoint(path, *store, &stateless); });
+  EXPECT_NE(msg.find("'momentum'"), std::string::npos) << msg;
+}
+
+TEST_F(CheckpointTest, KeepTwoLeavesTheNewestTwo) {
+  for (int64_t step : {100, 200, 300, 400}) write(step, 2);
+  EXPECT_EQ(listing(ckdir()), (std::vector<std::string>{"latest", "step-300.h5", "step-400.h5"}));
+  EXPECT_EQ(read_text(fs::path(ckdir()) / "latest"), "step-400.h5\n");
+  EXPECT_EQ(mgt::resolve_resume(ckdir(), "latest"), (fs::path(ckdir()) / "step-400.h5").string());
+  // Numeric, not lexical, order: step-1000 is newer than step-400.
+  write(1000, 2);
+  EXPECT_EQ(listing(ckdir()), (std::vector<std::string>{"latest", "step-1000.h5", "step-400.h5"}));
+}
+
+TEST_F(CheckpointTest, KeepZeroKeepsAll) {
+  for (int64_t step : {1, 2, 3}) write(step, 0);
+  EXPECT_EQ(listing(ckdir()),
+            (std::vector<std::string>{"latest", "step-1.h5", "step-2.h5", "step-3.h5"}));
+}
+
+TEST_F(CheckpointTest, NoTemporaryFilesAfterWrite) {
+  write(1, 3);
+  write(2, 3);
+  for (const auto& name : listing(ckdir()))
+    EXPECT_TRUE(name == "latest" || name.rfind("step-", 0) == 0) << "left behind: " << name;
+}
+
+TEST_F(CheckpointTest, ResolveResume) {
+  std::string msg = error_message<mgt::IoError>([&] { mgt::resolve_resume(ckdir(), "latest"); });
+  EXPECT_NE(msg.find("--resume latest: no checkpoint in '" + ckdir() + "' (no " + ckdir() +
+                     "/latest file)"),
+            std::string::npos)
+      << msg;
+  const std::string missing = (dir_ / "nope" / "step-5.h5").string();
+  msg = error_message<mgt::IoError>([&] { mgt::resolve_resume(ckdir(), missing); });
+  EXPECT_NE(msg.find(missing), std::string::npos) << msg;
+
+  const std::string path = write(21);
+  EXPECT_EQ(mgt::resolve_resume(ckdir(), path), path);
+  EXPECT_EQ(mgt::resolve_resume(ckdir(), "latest"), path);
+
+  // latest names a file that was deleted behind our back.
+  fs::remove(path);
+  msg = error_message<mgt::IoError>([&] { mgt::resolve_resume(ckdir(), "latest"); });
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+}
+
+TEST_F(CheckpointTest, LoadingMissingOrNonHdf5FileIsIoError) {
+  const std::string missing = (dir_ / "step-1.h5").string();
+  auto store = make_store(0.0f);
+  std::string msg = error_message<mgt::IoError>([&] { mgt::load_checkpoint(missing, *store, nullptr); });
+  EXPECT_NE(msg.find(missing), std::string::npos) << msg;
+  const std::string junk = (dir_ / "junk.h5").string();
+  std::ofstream(junk) << "not an HDF5 file\n";
+  msg = error_message<mgt::IoError>([&] { mgt::read_checkpoint_meta(junk); });
+  EXPECT_NE(msg.find(junk), std::string::npos) << msg;
+}
+
+TEST_F(CheckpointTest, UncreatableDirectoryIsIoErrorAndPreviousCheckpointSurvives) {
+  const std::string previous = write(10);
+  const std::string blocker = (dir_ / "plainfile").string();
+  std::ofstream(blocker) << "x";
+  auto store = make_store(2.0f);
+  TestOptimizer opt;
+  opt.setup(store->flat_size());
+  const std::string bad_dir = blocker + "/ckpt";
+  const std::string msg = error_message<mgt::IoError>(
+      [&] { mgt::write_checkpoint(bad_dir, make_meta(20), *store, &opt, 1); });
+  EXPECT_NE(msg.find(bad_dir), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Not a directory"), std::string::npos) << msg;
+  EXPECT_TRUE(fs::exists(previous));
+  EXPECT_EQ(read_text(fs::path(ckdir()) / "latest"), "step-10.h5\n");
+}
+
+TEST_F(CheckpointTest, FailedWriteLeavesPreviousCheckpointAndLatest) {
+  const std::string previous = write(10);
+  // A non-empty directory where step-20.h5 should go makes the final rename fail after the
+  // temporary file was fully written.
+  fs::create_directories(fs::path(ckdir()) / "step-20.h5" / "occupied");
+  auto store = make_store(2.0f);
+  TestOptimizer opt;
+  opt.setup(store->flat_size());
+  const std::string msg = error_message<mgt::IoError>(
+      [&] { mgt::write_checkpoint(ckdir(), make_meta(20), *store, &opt, 1); });
+  EXPECT_NE(msg.find("step-20.h5"), std::string::npos) << msg;
+  EXPECT_EQ(read_text(fs::path(ckdir()) / "latest"), "step-10.h5\n");
+  EXPECT_EQ(listing(ckdir()), (std::vector<std::string>{"latest", "step-10.h5", "step-20.h5"}))
+      << "the temporary file must be removed";
+  auto loaded = make_store(-1.0f);
+  EXPECT_EQ(mgt::load_checkpoint(previous, *loaded, nullptr).step, 10);
+}
+
+TEST_F(CheckpointTest, SameStateGivesByteIdenticalFiles) {
+  // Object headers carry no timestamps: two saves of the same state a second apart are equal.
+  const std::string first = write(50);
+  const std::string copy = (dir_ / "first.h5").string();
+  fs::rename(first, copy);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  const std::string second = write(50);
+  auto bytes = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(bytes(copy), bytes(second));
+}
+
+TEST_F(CheckpointTest, WriteErrorFromTheDiskIsIoErrorAndCleansUp) {
+  // A file size limit makes the data write fail with EFBIG, standing in for ENOSPC.
+  const std::string previous = write(10);
+  mgt::ParameterStore big;
+  big.declare("fc1.weight", {512, 1024}, mgt::Init::zeros, 1024);  // 2 MiB
+  big.finalize();
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto* old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit limited = old;
+  limited.rlim_cur = 256 * 1024;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limited), 0);
+  std::string msg;
+  try {
+    mgt::write_checkpoint(ckdir(), make_meta(20), big, nullptr, 1);
+  } catch (const mgt::IoError& e) {
+    msg = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  ASSERT_FALSE(msg.empty()) << "expected IoError";
+  EXPECT_NE(msg.find("step-20.h5"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("File too large"), std::string::npos) << msg;
+  EXPECT_EQ(listing(ckdir()), (std::vector<std::string>{"latest", "step-10.h5"}));
+  EXPECT_EQ(read_text(fs::path(ckdir()) / "latest"), "step-10.h5\n");
+  auto loaded = make_store(-1.0f);
+  EXPECT_EQ(mgt::load_checkpoint(previous, *loaded, nullptr).step, 10);
+}
+
+}  // namespace

@@ -1,0 +1,680 @@
+// The datasets module: IDX/CSV converters, file validation and the sharded prefetching reader,
+// all on real HDF5 files in a temporary directory.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "datasets/convert.hpp"
+#include "datasets/hdf5_format.hpp"
+#include "datasets/sharded_reader.hpp"
+#include "mgtrain/error.hpp"
+#include "mgtrain/rng.hpp"
+
+using namespace mgt;
+using namespace mgt::data;
+namespace fs = std::filesystem;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    const auto* t = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() /
+            ("mgt_data_" + std::string(t->test_suite_name()) + "_" + t->name() + "_" + std::to_string(::getpid()));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+// A valid gzip member with stored (uncompressed) deflate blocks, so the test needs no zlib of its
+// own; the real, compressed case is the Fashion-MNIST test.
+std::vector<uint8_t> gzip_stored(const std::vector<uint8_t>& in) {
+  uint32_t table[256];
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+    table[i] = c;
+  }
+  uint32_t crc = 0xffffffffu;
+  for (uint8_t b : in) crc = table[(crc ^ b) & 0xff] ^ (crc >> 8);
+  crc ^= 0xffffffffu;
+  std::vector<uint8_t> out = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
+  size_t pos = 0;
+  do {
+    const size_t len = std::min<size_t>(in.size() - pos, 65535);
+    const bool last = pos + len == in.size();
+    out.push_back(last ? 1 : 0);
+    out.push_back(static_cast<uint8_t>(len));
+    out.push_back(static_cast<uint8_t>(len >> 8));
+    out.push_back(static_cast<uint8_t>(~len));
+    out.push_back(static_cast<uint8_t>(~len >> 8));
+    out.insert(out.end(), in.begin() + static_cast<std::ptrdiff_t>(pos), in.begin() + static_cast<std::ptrdiff_t>(pos + len));
+    pos += len;
+  } while (pos < in.size());
+  for (uint32_t v : {crc, static_cast<uint32_t>(in.size())})
+    for (int s = 0; s < 32; s += 8) out.push_back(static_cast<uint8_t>(v >> s));
+  return out;
+}
+
+// Writes an IDX file: magic 0x0000 0x08 <ndims>, big-endian dims, then bytes; gzip or plain.
+void write_idx(const std::string& path, uint32_t magic, const std::vector<uint32_t>& dims,
+               const std::vector<uint8_t>& data, bool gz) {
+  std::vector<uint8_t> bytes;
+  auto be = [&](uint32_t v) {
+    for (int s = 24; s >= 0; s -= 8) bytes.push_back(static_cast<uint8_t>(v >> s));
+  };
+  be(magic);
+  for (uint32_t d : dims) be(d);
+  bytes.insert(bytes.end(), data.begin(), data.end());
+  if (gz) bytes = gzip_stored(bytes);
+  {
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                 static_cast<std::streamsize>(bytes.size()));
+  }
+}
+
+// A hand-made data file with any shapes and types, for the validation and reader tests.
+struct H5Spec {
+  bool with_x = true, with_y = true;
+  std::vector<hsize_t> x_dims;
+  hid_t x_type = H5T_NATIVE_FLOAT;  // memory type of x_data (uint8 or float) or another type
+  std::vector<float> x_f;
+  std::vector<uint8_t> x_u8;
+  std::vector<hsize_t> y_dims;
+  std::vector<int32_t> y;
+  hid_t y_file_type = H5T_STD_I32LE;
+  int64_t num_classes = -1;  // attribute on the root when >= 0
+  double mean = NAN, stddev = NAN;  // attributes on x when set
+  hsize_t chunk_rows = 16;
+};
+
+void write_h5(const std::string& path, const H5Spec& s) {
+  std::lock_guard lock(hdf5_mutex());
+  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  if (s.with_x) {
+    hid_t sp = H5Screate_simple(static_cast<int>(s.x_dims.size()), s.x_dims.data(), nullptr);
+    hid_t pl = H5Pcreate(H5P_DATASET_CREATE);
+    std::vector<hsize_t> chunk = s.x_dims;
+    chunk[0] = std::min(chunk[0], s.chunk_rows);
+    H5Pset_chunk(pl, static_cast<int>(chunk.size()), chunk.data());
+    const bool u8 = s.x_type == H5T_NATIVE_UINT8;
+    const bool f32 = s.x_type == H5T_NATIVE_FLOAT;
+    hid_t ftype = u8 ? H5T_STD_U8LE : f32 ? H5T_IEEE_F32LE : s.x_type;
+    hid_t d = H5Dcreate2(f, "x", ftype, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+    if (u8 && !s.x_u8.empty()) H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.x_u8.data());
+    if (f32 && !s.x_f.empty()) H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.x_f.data());
+    if (!std::isnan(s.mean)) {
+      for (auto [name, v] : {std::pair{"mean", s.mean}, std::pair{"std", s.stddev}}) {
+        hid_t as = H5Screate(H5S_SCALAR);
+        hid_t a = H5Acreate2(d, name, H5T_IEEE_F64LE, as, H5P_DEFAULT, H5P_DEFAULT);
+        H5Awrite(a, H5T_NATIVE_DOUBLE, &v);
+        H5Aclose(a);
+        H5Sclose(as);
+      }
+    }
+    H5Dclose(d);
+    H5Pclose(pl);
+    H5Sclose(sp);
+  }
+  if (s.with_y) {
+    hid_t sp = H5Screate_simple(static_cast<int>(s.y_dims.size()), s.y_dims.data(), nullptr);
+    hid_t d = H5Dcreate2(f, "y", s.y_file_type, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (!s.y.empty()) H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, s.y.data());
+    H5Dclose(d);
+    H5Sclose(sp);
+  }
+  if (s.num_classes >= 0) {
+    hid_t as = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(f, "num_classes", H5T_STD_I64LE, as, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_INT64, &s.num_classes);
+    H5Aclose(a);
+    H5Sclose(as);
+  }
+  H5Fclose(f);
+}
+
+// Rows encode their index: x[row][k] = row * 10 + k (float32, no normalisation), y = row % 7.
+constexpr int64_t kNumel = 6;
+H5Spec indexed_spec(int64_t n) {
+  H5Spec s;
+  s.x_dims = {static_cast<hsize_t>(n), 2, 3};
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t k = 0; k < kNumel; ++k) s.x_f.push_back(static_cast<float>(r * 10 + k));
+  s.y_dims = {static_cast<hsize_t>(n)};
+  for (int64_t r = 0; r < n; ++r) s.y.push_back(static_cast<int32_t>(r % 7));
+  s.num_classes = 7;
+  return s;
+}
+
+// The rows of a batch, checking every element and label against the row it encodes.
+std::vector<int64_t> rows_of(const Batch& b) {
+  std::vector<int64_t> rows;
+  EXPECT_EQ(b.x.dim(0), b.rows);
+  for (int64_t i = 0; i < b.rows; ++i) {
+    const float* p = b.x.data() + i * kNumel;
+    const auto row = static_cast<int64_t>(p[0]) / 10;
+    for (int64_t k = 0; k < kNumel; ++k) EXPECT_EQ(p[k], static_cast<float>(row * 10 + k));
+    EXPECT_EQ(b.y[i], row % 7) << "label of row " << row;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+template <typename F>
+void expect_data_error(F&& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "expected mgt::DataError";
+  } catch (const DataError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  }
+}
+
+std::vector<uint8_t> read_x_u8(const std::string& path, size_t n) {
+  std::lock_guard lock(hdf5_mutex());
+  std::vector<uint8_t> x(n);
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t d = H5Dopen2(f, "/x", H5P_DEFAULT);
+  EXPECT_GE(H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, x.data()), 0);
+  H5Dclose(d);
+  H5Fclose(f);
+  return x;
+}
+
+template <typename T>
+std::vector<T> read_all(const std::string& path, const char* name, hid_t mem_type, size_t n) {
+  std::lock_guard lock(hdf5_mutex());
+  std::vector<T> v(n);
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+  EXPECT_GE(H5Dread(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+  H5Dclose(d);
+  H5Fclose(f);
+  return v;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- IDX
+
+TEST(DataIdx, RoundTripsGzipAndPlain) {
+  TempDir dir;
+  const uint32_t n = 70, h = 3, w = 5;  // 70 rows: more than one 64-row chunk, a partial last one
+  std::vector<uint8_t> pixels(n * h * w), labels(n);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>((i * 37 + 11) % 256);
+  for (uint32_t i = 0; i < n; ++i) labels[i] = static_cast<uint8_t>(i % 10);
+  double sum = 0, sq = 0;
+  for (uint8_t p : pixels) {
+    sum += p / 255.0;
+    sq += (p / 255.0) * (p / 255.0);
+  }
+  const double mean = sum / pixels.size(), sd = std::sqrt(sq / pixels.size() - mean * mean);
+
+  for (const bool gz_images : {true, false}) {
+    const std::string img = dir.file(gz_images ? "img.gz" : "img"), lab = dir.file(gz_images ? "lab" : "lab.gz");
+    write_idx(img, 0x803, {n, h, w}, pixels, gz_images);
+    write_idx(lab, 0x801, {n}, labels, !gz_images);
+    const std::string out = dir.file(gz_images ? "a.h5" : "b.h5");
+    std::vector<std::string> names;
+    for (int c = 0; c < 10; ++c) names.push_back("class" + std::to_string(c));
+    convert_idx(img, lab, out, gz_images ? names : std::vector<std::string>{});
+
+    const DatasetInfo info = open_dataset_info(out);
+    EXPECT_EQ(info.num_samples, n);
+    EXPECT_EQ(info.sample_shape, (Shape{1, h, w}));
+    EXPECT_EQ(info.x_type, "uint8");
+    EXPECT_EQ(info.y_type, "int32");
+    EXPECT_EQ(info.num_classes, 10);
+    EXPECT_EQ(info.x_chunk, (Shape{64, 1, h, w}));
+    ASSERT_TRUE(info.normalized_attrs);
+    EXPECT_NEAR(info.mean, mean, 1e-6);
+    EXPECT_NEAR(info.stddev, sd, 1e-6);
+    EXPECT_EQ(info.class_names, gz_images ? names : std::vector<std::string>{});
+    EXPECT_EQ(read_x_u8(out, pixels.size()), pixels);
+    const auto y = read_all<int32_t>(out, "/y", H5T_NATIVE_INT32, n);
+    EXPECT_EQ(std::vector<int32_t>(labels.begin(), labels.end()), y);
+    const auto counts = class_counts(info);
+    EXPECT_EQ(counts, std::vector<int64_t>(10, 7));
+
+    const std::string text = inspect(out);
+    EXPECT_NE(text.find("samples:       70"), std::string::npos) << text;
+    EXPECT_NE(text.find("[1, 3, 5]"), std::string::npos) << text;
+    EXPECT_NE(text.find("chunks [64, 1, 3, 5]"), std::string::npos) << text;
+    EXPECT_NE(text.find("source"), std::string::npos) << text;
+    if (gz_images) EXPECT_NE(text.find("class9"), std::string::npos) << text;
+  }
+}
+
+TEST(DataIdx, BadMagicNamesTheFile) {
+  TempDir dir;
+  write_idx(dir.file("img"), 0x803, {2, 2, 2}, std::vector<uint8_t>(8, 1), false);
+  write_idx(dir.file("lab"), 0x803, {2, 1, 1}, std::vector<uint8_t>(2, 1), true);  // images magic
+  expect_data_error([&] { convert_idx(dir.file("img"), dir.file("lab"), dir.file("o.h5")); },
+                    {dir.file("lab"), "magic 0x00000803", "expected 0x00000801"});
+  write_idx(dir.file("lab2"), 0x801, {2}, {0, 1}, false);
+  write_idx(dir.file("img2"), 0x802, {2, 4}, std::vector<uint8_t>(8, 1), false);
+  expect_data_error([&] { convert_idx(dir.file("img2"), dir.file("lab2"), dir.file("o.h5")); },
+                    {dir.file("img2"), "expected 0x00000803"});
+  EXPECT_FALSE(fs::exists(dir.file("o.h5")));
+}
+
+TEST(DataIdx, CountMismatchAndTruncationNameTheFile) {
+  TempDir dir;
+  write_idx(dir.file("img"), 0x803, {3, 2, 2}, std::vector<uint8_t>(12, 1), true);
+  write_idx(dir.file("lab"), 0x801, {4}, {0, 1, 2, 3}, false);
+  expect_data_error([&] { convert_idx(dir.file("img"), dir.file("lab"), dir.file("o.h5")); },
+                    {dir.file("img"), "3 images", "4 labels"});
+  write_idx(dir.file("short"), 0x803, {4, 2, 2}, std::vector<uint8_t>(10, 1), true);  // 16 needed
+  expect_data_error([&] { convert_idx(dir.file("short"), dir.file("lab"), dir.file("o.h5")); },
+                    {dir.file("short"), "truncated"});
+  expect_data_error([&] { convert_idx(dir.file("nope"), dir.file("lab"), dir.file("o.h5")); },
+                    {dir.file("nope"), "does not exist"});
+  EXPECT_FALSE(fs::exists(dir.file("o.h5")));
+  // No temporary file is left behind either.
+  for (const auto& e : fs::directory_iterator(dir.file("")))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+// ---------------------------------------------------------------- CSV
+
+TEST(DataCsv, RoundTripsWithAndWithoutHeader) {
+  TempDir dir;
+  for (const bool header : {true, false}) {
+    const std::string csv = dir.file(header ? "h.csv" : "n.csv");
+    std::ofstream f(csv);
+    if (header) f << "p0,p1,label,p2,p3\n";
+    for (int r = 0; r < 9; ++r) f << r << "," << (r * 3) % 256 << "," << r % 3 << ", 200," << 255 - r << "\r\n";
+    f << "\n";
+    f.close();
+    const std::string out = dir.file(header ? "h.h5" : "n.h5");
+    convert_csv(csv, out, 2, Shape{2, 2});
+    const DatasetInfo info = open_dataset_info(out);
+    EXPECT_EQ(info.num_samples, 9);
+    EXPECT_EQ(info.sample_shape, (Shape{2, 2}));
+    EXPECT_EQ(info.x_type, "uint8");  // all integers in [0, 255]
+    EXPECT_EQ(info.num_classes, 3);
+    const auto x = read_x_u8(out, 36);
+    const auto y = read_all<int32_t>(out, "/y", H5T_NATIVE_INT32, 9);
+    for (int r = 0; r < 9; ++r) {
+      EXPECT_EQ(x[r * 4 + 0], r);
+      EXPECT_EQ(x[r * 4 + 1], (r * 3) % 256);
+      EXPECT_EQ(x[r * 4 + 2], 200);
+      EXPECT_EQ(x[r * 4 + 3], 255 - r);
+      EXPECT_EQ(y[r], r % 3);
+    }
+  }
+}
+
+TEST(DataCsv, FloatFeaturesLastLabelColumnAndErrors) {
+  TempDir dir;
+  const std::string csv = dir.file("f.csv");
+  std::ofstream(csv) << "0.5,-1.25,1e3,4\n2,3,4,0\n";
+  convert_csv(csv, dir.file("f.h5"), -1, Shape{3});
+  const DatasetInfo info = open_dataset_info(dir.file("f.h5"));
+  EXPECT_EQ(info.x_type, "float32");
+  EXPECT_EQ(info.num_classes, 5);
+  const auto x = read_all<float>(dir.file("f.h5"), "/x", H5T_NATIVE_FLOAT, 6);
+  EXPECT_EQ(x, (std::vector<float>{0.5f, -1.25f, 1000.0f, 2, 3, 4}));
+
+  std::ofstream(dir.file("bad.csv")) << "1,2,3,0\n1,2,0\n";
+  expect_data_error([&] { convert_csv(dir.file("bad.csv"), dir.file("o.h5"), 3, Shape{3}); },
+                    {dir.file("bad.csv"), "line 2", "3 columns, expected 4"});
+  expect_data_error([&] { convert_csv(csv, dir.file("o.h5"), 3, Shape{2, 2}); }, {csv, "needs 4"});
+  std::ofstream(dir.file("lab.csv")) << "1,2,3,0.5\n";
+  expect_data_error([&] { convert_csv(dir.file("lab.csv"), dir.file("o.h5"), 3, Shape{3}); },
+                    {dir.file("lab.csv"), "line 1", "label"});
+  EXPECT_FALSE(fs::exists(dir.file("o.h5")));
+}
+
+// ---------------------------------------------------------------- validation
+
+TEST(DataInfo, MissingOrNonHdf5FileNamesTheFile) {
+  TempDir dir;
+  expect_data_error([&] { open_dataset_info(dir.file("missing.h5")); }, {dir.file("missing.h5"), "does not exist"});
+  std::ofstream(dir.file("text.h5")) << "this is not HDF5\n";
+  expect_data_error([&] { open_dataset_info(dir.file("text.h5")); }, {dir.file("text.h5"), "not an HDF5 file"});
+}
+
+TEST(DataInfo, StructuralErrorsNameFileDatasetAndExpectation) {
+  TempDir dir;
+  const std::string f = dir.file("s.h5");
+  H5Spec s = indexed_spec(10);
+  s.with_x = false;
+  write_h5(f, s);
+  expect_data_error([&] { open_dataset_info(f); }, {f, "'/x'", "does not exist"});
+
+  s = indexed_spec(10);
+  s.with_y = false;
+  write_h5(f, s);
+  expect_data_error([&] { open_dataset_info(f); }, {f, "'/y'", "does not exist"});
+
+  s = indexed_spec(10);
+  s.x_dims = {60};
+  write_h5(f, s);
+  expect_data_error([&] { open_dataset_info(f); }, {f, "'/x' has rank 1, expected at least 2 ([N, ...])"});
+
+  s = indexed_spec(10);
+  s.y_dims = {9};
+  s.y.resize(9);
+  write_h5(f, s);
+  expect_data_error([&] { open_dataset_info(f); }, {f, "'/y' has 9 labels, expected 10"});
+
+  s = indexed_spec(10);
+  s.y_dims = {10, 1};
+  write_h5(f, s);
+  expect_data_error([&] { open_dataset_info(f); }, {f, "'/y' has rank 2, expected 1"});
+
+  s = indexed_spec(10);
+  s.x_type = H5T_STD_I16LE;
+  write_h5(f, s);
+  expect_data_error([&] { open_dataset_info(f); }, {f, "'/x' has type int16, expected uint8 or float32"});
+
+  s = indexed_spec(10);
+  s.y_file_type = H5T_IEEE_F32LE;
+  write_h5(f, s);
+  expect_data_error([&] { open_dataset_info(f); }, {f, "'/y' has type float32, expected an integer type"});
+
+  // Custom names are honoured in the messages.
+  s = indexed_spec(10);
+  write_h5(f, s);
+  expect_data_error([&] { open_dataset_info(f, "images", "y"); }, {f, "'/images'", "does not exist"});
+  EXPECT_EQ(open_dataset_info(f).num_classes, 7);
+}
+
+TEST(DataInfo, NumClassesFromLabelsWithoutAttribute) {
+  TempDir dir;
+  H5Spec s = indexed_spec(12);
+  s.num_classes = -1;
+  write_h5(dir.file("a.h5"), s);
+  const DatasetInfo info = open_dataset_info(dir.file("a.h5"));
+  EXPECT_EQ(info.num_classes, 7);
+  EXPECT_FALSE(info.normalized_attrs);
+  EXPECT_EQ(info.x_type, "float32");
+}
+
+// ---------------------------------------------------------------- reader
+
+TEST(DataReader, ValidatesBatchAndWorld) {
+  TempDir dir;
+  write_h5(dir.file("f.h5"), indexed_spec(50));
+  ReaderOptions o;
+  o.path = dir.file("f.h5");
+  o.global_batch = 100;
+  o.world = 3;
+  try {
+    ShardedReader r(o);
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "train.global_batch = 100 is not divisible by the world size 3");
+  }
+  o.global_batch = 128;
+  o.world = 1;
+  expect_data_error([&] { ShardedReader r(o); },
+                    {"data file '" + o.path + "' has 50 samples, fewer than one global batch of 128"});
+  o.path = dir.file("missing.h5");
+  expect_data_error([&] { ShardedReader r(o); }, {o.path, "does not exist"});
+}
+
+TEST(DataReader, BatchesFollowThePermutationAndShardByRank) {
+  TempDir dir;
+  const int64_t n = 103, B = 12;
+  write_h5(dir.file("f.h5"), indexed_spec(n));
+  ReaderOptions o;
+  o.path = dir.file("f.h5");
+  o.global_batch = B;
+  o.seed = 5;
+
+  ShardedReader one(o);
+  EXPECT_EQ(one.batches_per_epoch(), 8);
+  EXPECT_EQ(one.local_batch(), 12);
+  EXPECT_EQ(one.info().sample_shape, (Shape{2, 3}));
+  one.start(0, 0);
+  std::vector<std::vector<int64_t>> reference;
+  for (int64_t e = 0; e < 3; ++e) {
+    const auto perm = rng::epoch_permutation(5, e, n);
+    std::set<int64_t> seen;
+    for (int64_t b = 0; b < 8; ++b) {
+      Batch batch = one.next();
+      EXPECT_EQ(batch.epoch, e);
+      EXPECT_EQ(batch.batch_in_epoch, b);
+      EXPECT_EQ(batch.first_sample, 0);
+      EXPECT_GE(batch.wait_seconds, 0.0);
+      EXPECT_EQ(batch.x.shape(), (Shape{12, 2, 3}));
+      const auto rows = rows_of(batch);
+      EXPECT_EQ(rows, std::vector<int64_t>(perm.begin() + b * B, perm.begin() + (b + 1) * B));
+      seen.insert(rows.begin(), rows.end());
+      reference.push_back(rows);
+    }
+    EXPECT_EQ(seen.size(), 96u);  // no row twice within an epoch
+  }
+
+  for (const int world : {2, 4}) {
+    std::vector<std::unique_ptr<ShardedReader>> ranks;
+    for (int r = 0; r < world; ++r) {
+      ReaderOptions ro = o;
+      ro.rank = r;
+      ro.world = world;
+      ro.prefetch_depth = 1 + r;  // any depth gives the same stream
+      ranks.push_back(std::make_unique<ShardedReader>(ro));
+      EXPECT_EQ(ranks.back()->local_batch(), B / world);
+      ranks.back()->start(0, 0);  // all threads read concurrently (under hdf5_mutex)
+    }
+    for (const auto& expected : reference) {
+      std::vector<int64_t> joined;
+      for (int r = 0; r < world; ++r) {
+        Batch b = ranks[static_cast<size_t>(r)]->next();
+        EXPECT_EQ(b.rows, B / world);
+        EXPECT_EQ(b.first_sample, r * B / world);
+        const auto rows = rows_of(b);
+        joined.insert(joined.end(), rows.begin(), rows.end());
+      }
+      EXPECT_EQ(joined, expected) << "world " << world;
+    }
+  }
+}
+
+TEST(DataReader, SameSeedSameStreamOtherEpochOtherOrder) {
+  TempDir dir;
+  write_h5(dir.file("f.h5"), indexed_spec(64));
+  ReaderOptions o;
+  o.path = dir.file("f.h5");
+  o.global_batch = 16;
+  o.seed = 9;
+  ShardedReader a(o), b(o);
+  a.start(0, 0);
+  b.start(0, 0);
+  std::vector<std::vector<int64_t>> seq;
+  for (int i = 0; i < 8; ++i) {
+    const auto ra = rows_of(a.next());
+    EXPECT_EQ(ra, rows_of(b.next()));
+    seq.push_back(ra);
+  }
+  EXPECT_NE(seq[0], seq[4]);  // epoch 1 batch 0 differs from epoch 0 batch 0
+  ReaderOptions other = o;
+  other.seed = 10;
+  ShardedReader c(other);
+  c.start(0, 0);
+  EXPECT_NE(rows_of(c.next()), seq[0]);
+
+  // Without shuffle the stream is the file order, every epoch.
+  o.shuffle = false;
+  ShardedReader plain(o);
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int64_t> want(16);
+    std::iota(want.begin(), want.end(), (i % 4) * 16);
+    EXPECT_EQ(rows_of(plain.next()), want);  // next() without start() starts at (0, 0)
+  }
+}
+
+TEST(DataReader, StartMidStreamMatchesReadingFromTheBeginning) {
+  TempDir dir;
+  write_h5(dir.file("f.h5"), indexed_spec(100));
+  ReaderOptions o;
+  o.path = dir.file("f.h5");
+  o.global_batch = 20;
+  o.world = 2;
+  o.rank = 1;
+  o.seed = 3;
+  ShardedReader full(o);
+  full.start(0, 0);
+  std::vector<std::vector<int64_t>> seq;
+  for (int i = 0; i < 13; ++i) seq.push_back(rows_of(full.next()));
+  ShardedReader resumed(o);
+  resumed.start(1, 2);  // 5 batches per epoch: position 7
+  for (int i = 7; i < 13; ++i) {
+    Batch b = resumed.next();
+    EXPECT_EQ(b.epoch, i / 5);
+    EXPECT_EQ(b.batch_in_epoch, i % 5);
+    EXPECT_EQ(rows_of(b), seq[static_cast<size_t>(i)]);
+  }
+  // Restarting the same reader, including at "end of epoch" == start of the next.
+  full.start(1, 5);
+  EXPECT_EQ(rows_of(full.next()), seq[10]);
+  full.start(0, 1);
+  EXPECT_EQ(rows_of(full.next()), seq[1]);
+  expect_data_error([&] { full.start(0, 6); }, {o.path, "batch 6"});
+}
+
+TEST(DataReader, LastPartialBatchWithoutDropLast) {
+  TempDir dir;
+  const int64_t n = 103;
+  write_h5(dir.file("f.h5"), indexed_spec(n));
+  ReaderOptions o;
+  o.path = dir.file("f.h5");
+  o.global_batch = 12;
+  o.drop_last = false;
+  o.shuffle = false;
+  o.world = 4;
+  const int64_t expected_rows[4] = {3, 3, 1, 0};  // 7 rows in batch 8: slices [0,3) [3,6) [6,7) []
+  for (int r = 0; r < 4; ++r) {
+    o.rank = r;
+    ShardedReader reader(o);
+    EXPECT_EQ(reader.batches_per_epoch(), 9);
+    reader.start(0, 8);
+    Batch b = reader.next();
+    EXPECT_EQ(b.batch_in_epoch, 8);
+    EXPECT_EQ(b.rows, expected_rows[r]);
+    EXPECT_EQ(b.x.dim(0), expected_rows[r]);
+    const auto rows = rows_of(b);
+    for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(rows[i], 96 + r * 3 + static_cast<int64_t>(i));
+    Batch next = reader.next();  // then epoch 1 starts again
+    EXPECT_EQ(next.epoch, 1);
+    EXPECT_EQ(next.rows, 3);
+  }
+  // Fewer samples than one batch is fine for evaluation.
+  o.world = 1;
+  o.rank = 0;
+  o.global_batch = 128;
+  ShardedReader eval(o);
+  EXPECT_EQ(eval.batches_per_epoch(), 1);
+  EXPECT_EQ(eval.next().rows, n);
+}
+
+TEST(DataReader, NormalisesUint8WithMeanAndStd) {
+  TempDir dir;
+  H5Spec s;
+  const int64_t n = 40;
+  s.x_type = H5T_NATIVE_UINT8;
+  s.x_dims = {static_cast<hsize_t>(n), 1, 2, 2};
+  for (int64_t r = 0; r < n; ++r)
+    for (int k = 0; k < 4; ++k) s.x_u8.push_back(static_cast<uint8_t>(r * 6 + k));
+  s.y_dims = {static_cast<hsize_t>(n)};
+  for (int64_t r = 0; r < n; ++r) s.y.push_back(static_cast<int32_t>(r % 4));
+  s.mean = 0.25;
+  s.stddev = 0.5;
+  write_h5(dir.file("u.h5"), s);
+  ReaderOptions o;
+  o.path = dir.file("u.h5");
+  o.global_batch = 8;
+  o.seed = 1;
+  ShardedReader reader(o);
+  EXPECT_EQ(reader.info().num_classes, 4);
+  for (int i = 0; i < 10; ++i) {
+    Batch b = reader.next();
+    for (int64_t j = 0; j < b.rows; ++j) {
+      const float* p = b.x.data() + j * 4;
+      // Invert the normalisation of the first pixel to find the row, then check all four.
+      const auto v0 = static_cast<int>(std::lround((p[0] * 0.5f + 0.25f) * 255.0f));
+      const int row = v0 / 6;
+      for (int k = 0; k < 4; ++k)
+        EXPECT_FLOAT_EQ(p[k], (static_cast<float>(row * 6 + k) / 255.0f - 0.25f) / 0.5f);
+      EXPECT_EQ(b.y[j], row % 4);
+    }
+  }
+}
+
+TEST(DataReader, ReadAndLabelErrorsReachNextAsDataError) {
+  TempDir dir;
+  H5Spec s = indexed_spec(30);
+  s.y[17] = 9;  // num_classes is 7
+  write_h5(dir.file("bad.h5"), s);
+  ReaderOptions o;
+  o.path = dir.file("bad.h5");
+  o.global_batch = 10;
+  o.shuffle = false;
+  ShardedReader reader(o);
+  reader.start(0, 0);
+  EXPECT_EQ(rows_of(reader.next()).front(), 0);
+  expect_data_error([&] { reader.next(); }, {o.path, "row 17 has label 9"});
+  expect_data_error([&] { reader.next(); }, {o.path, "row 17"});  // stays failed
+  reader.start(0, 2);  // a fresh start past the bad batch works
+  EXPECT_EQ(rows_of(reader.next()).front(), 20);
+}
+
+// ---------------------------------------------------------------- real data
+
+TEST(DataFashion, ConvertsTheRealTrainFile) {
+  const std::string src = "/usr/share/datasets/fashion-mnist/";
+  if (!fs::exists(src + "train-images-idx3-ubyte.gz")) GTEST_SKIP() << "Fashion-MNIST not installed";
+  TempDir dir;
+  const std::string out = dir.file("fashion-train.h5");
+  convert_idx(src + "train-images-idx3-ubyte.gz", src + "train-labels-idx1-ubyte.gz", out,
+              fashion_mnist_class_names());
+  const DatasetInfo info = open_dataset_info(out);
+  EXPECT_EQ(info.num_samples, 60000);
+  EXPECT_EQ(info.sample_shape, (Shape{1, 28, 28}));
+  EXPECT_EQ(info.num_classes, 10);
+  EXPECT_EQ(info.class_names.size(), 10u);
+  EXPECT_NEAR(info.mean, 0.2860, 1e-3);  // the published Fashion-MNIST statistics
+  EXPECT_NEAR(info.stddev, 0.3530, 1e-3);
+  EXPECT_EQ(class_counts(info), std::vector<int64_t>(10, 6000));
+
+  ReaderOptions o;
+  o.path = out;
+  o.global_batch = 128;
+  o.seed = 42;
+  ShardedReader reader(o);
+  EXPECT_EQ(reader.batches_per_epoch(), 468);
+  double sum = 0;
+  int64_t count = 0;
+  for (int i = 0; i < 50; ++i) {
+    Batch b = reader.next();
+    ASSERT_EQ(b.x.shape(), (Shape{128, 1, 28, 28}));
+    for (int64_t j = 0; j < b.rows; ++j) ASSERT_TRUE(b.y[j] >= 0 && b.y[j] < 10);
+    for (int64_t k = 0; k < b.x.numel(); ++k) sum += b.x.data()[k];
+    count += b.x.numel();
+  }
+  EXPECT_NEAR(sum / static_cast<double>(count), 0.0, 0.05);  // normalised to zero mean
+}

@@ -1,0 +1,246 @@
+// CPU kernels against naive references: oneDNN sgemm for every transpose combination and
+// non-square sizes, and oneDNN convolution (forward, backward data, backward weights) against a
+// direct convolution with padding and stride.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/conv2d.hpp"
+#include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/pool.hpp"
+#include "kernels/cpu/softmax.hpp"
+
+namespace {
+
+std::vector<float> random_vector(size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+// C = alpha * op(A) op(B) + beta * C, row-major, in double.
+void naive_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        const float av = ta ? a[p * lda + i] : a[i * lda + p];
+        const float bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+        acc += static_cast<double>(av) * bv;
+      }
+      c[i * ldc + j] = static_cast<float>(alpha * acc + beta * c[i * ldc + j]);
+    }
+}
+
+struct GemmCase {
+  bool ta, tb;
+  int64_t m, n, k;
+};
+
+class KernelGemm : public ::testing::TestWithParam<GemmCase> {};
+
+TEST_P(KernelGemm, MatchesNaiveTripleLoop) {
+  const auto [ta, tb, m, n, k] = GetParam();
+  // Leading dimensions larger than the logical width, to catch lda/ldb/ldc mix-ups.
+  const int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 2, ldc = n + 5;
+  const auto a = random_vector(static_cast<size_t>((ta ? k : m) * lda), 1);
+  const auto b = random_vector(static_cast<size_t>((tb ? n : k) * ldb), 2);
+  auto c = random_vector(static_cast<size_t>(m * ldc), 3);
+  auto expected = c;
+  const float alpha = 0.75f, beta = 0.5f;
+  mgt::kernels::sgemm(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+  naive_gemm(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, expected.data(), ldc);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      ASSERT_NEAR(c[i * ldc + j], expected[i * ldc + j], 1e-4f * (1.0f + std::sqrt(float(k))))
+          << "at (" << i << ", " << j << ")";
+  // Padding between rows is untouched.
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = n; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], expected[i * ldc + j]);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllTransposes, KernelGemm,
+    ::testing::Values(GemmCase{false, false, 7, 13, 5}, GemmCase{false, true, 7, 13, 5},
+                      GemmCase{true, false, 7, 13, 5}, GemmCase{true, true, 7, 13, 5},
+                      GemmCase{false, false, 64, 33, 129}, GemmCase{false, true, 128, 10, 784},
+                      GemmCase{true, false, 100, 784, 32}, GemmCase{true, true, 1, 17, 3}));
+
+TEST(KernelGemm, BetaZeroIgnoresGarbageInC) {
+  const int64_t m = 4, n = 6, k = 3;
+  const auto a = random_vector(m * k, 4), b = random_vector(k * n, 5);
+  std::vector<float> c(m * n, std::nanf("")), expected(m * n, 0.0f);
+  mgt::kernels::sgemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+  naive_gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, expected.data(), n);
+  for (int64_t i = 0; i < m * n; ++i) ASSERT_NEAR(c[i], expected[i], 1e-5f);
+}
+
+TEST(KernelThreads, SetCpuThreads) {
+  mgt::kernels::set_cpu_threads(1);
+  EXPECT_EQ(mgt::kernels::cpu_threads(), 1);
+  EXPECT_ANY_THROW(mgt::kernels::set_cpu_threads(0));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct ConvCase {
+  int64_t batch, ic, oc, h, w, k, stride, pad;
+};
+
+void naive_conv_forward(const ConvCase& c, const float* x, const float* wt, const float* bias,
+                        float* y) {
+  const int64_t oh = (c.h + 2 * c.pad - c.k) / c.stride + 1;
+  const int64_t ow = (c.w + 2 * c.pad - c.k) / c.stride + 1;
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t o = 0; o < c.oc; ++o)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          double acc = bias ? bias[o] : 0.0;
+          for (int64_t ci = 0; ci < c.ic; ++ci)
+            for (int64_t ki = 0; ki < c.k; ++ki)
+              for (int64_t kj = 0; kj < c.k; ++kj) {
+                const int64_t yi = i * c.stride - c.pad + ki, xj = j * c.stride - c.pad + kj;
+                if (yi < 0 || yi >= c.h || xj < 0 || xj >= c.w) continue;
+                acc += double(x[((b * c.ic + ci) * c.h + yi) * c.w + xj]) *
+                       wt[((o * c.ic + ci) * c.k + ki) * c.k + kj];
+              }
+          y[((b * c.oc + o) * oh + i) * ow + j] = static_cast<float>(acc);
+        }
+}
+
+// The adjoints of the direct convolution, written as the same loop nest scattering backwards.
+void naive_conv_backward(const ConvCase& c, const float* x, const float* wt, const float* dy,
+                         float* dx, float* dw, float* db) {
+  const int64_t oh = (c.h + 2 * c.pad - c.k) / c.stride + 1;
+  const int64_t ow = (c.w + 2 * c.pad - c.k) / c.stride + 1;
+  std::fill(dx, dx + c.batch * c.ic * c.h * c.w, 0.0f);
+  std::fill(dw, dw + c.oc * c.ic * c.k * c.k, 0.0f);
+  std::fill(db, db + c.oc, 0.0f);
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t o = 0; o < c.oc; ++o)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          const float g = dy[((b * c.oc + o) * oh + i) * ow + j];
+          db[o] += g;
+          for (int64_t ci = 0; ci < c.ic; ++ci)
+            for (int64_t ki = 0; ki < c.k; ++ki)
+              for (int64_t kj = 0; kj < c.k; ++kj) {
+                const int64_t yi = i * c.stride - c.pad + ki, xj = j * c.stride - c.pad + kj;
+                if (yi < 0 || yi >= c.h || xj < 0 || xj >= c.w) continue;
+                const int64_t xi = ((b * c.ic + ci) * c.h + yi) * c.w + xj;
+                const int64_t wi = ((o * c.ic + ci) * c.k + ki) * c.k + kj;
+                dx[xi] += g * wt[wi];
+                dw[wi] += g * x[xi];
+              }
+        }
+}
+
+class KernelConv : public ::testing::TestWithParam<ConvCase> {};
+
+mgt::kernels::Conv2dShape to_shape(const ConvCase& c) {
+  mgt::kernels::Conv2dShape s;
+  s.in_channels = c.ic;
+  s.out_channels = c.oc;
+  s.kernel = c.k;
+  s.stride = c.stride;
+  s.padding = c.pad;
+  s.height = c.h;
+  s.width = c.w;
+  return s;
+}
+
+TEST_P(KernelConv, ForwardMatchesDirectConvolution) {
+  const ConvCase c = GetParam();
+  const auto s = to_shape(c);
+  const int64_t ny = c.batch * c.oc * s.out_height() * s.out_width();
+  const auto x = random_vector(c.batch * c.ic * c.h * c.w, 10);
+  const auto wt = random_vector(c.oc * c.ic * c.k * c.k, 11);
+  const auto bias = random_vector(c.oc, 12);
+  std::vector<float> y(ny, -99.0f), expected(ny);
+  mgt::kernels::Conv2d conv;
+  conv.forward(s, c.batch, x.data(), wt.data(), bias.data(), y.data());
+  naive_conv_forward(c, x.data(), wt.data(), bias.data(), expected.data());
+  for (int64_t i = 0; i < ny; ++i) ASSERT_NEAR(y[i], expected[i], 1e-4f) << "output " << i;
+
+  // A second call with other inputs reuses the cached primitives and still gives the right answer.
+  const auto x2 = random_vector(x.size(), 13);
+  conv.forward(s, c.batch, x2.data(), wt.data(), bias.data(), y.data());
+  naive_conv_forward(c, x2.data(), wt.data(), bias.data(), expected.data());
+  for (int64_t i = 0; i < ny; ++i) ASSERT_NEAR(y[i], expected[i], 1e-4f) << "output " << i;
+}
+
+TEST_P(KernelConv, BackwardMatchesDirectAdjoint) {
+  const ConvCase c = GetParam();
+  const auto s = to_shape(c);
+  const int64_t nx = c.batch * c.ic * c.h * c.w, nw = c.oc * c.ic * c.k * c.k;
+  const int64_t ny = c.batch * c.oc * s.out_height() * s.out_width();
+  const auto x = random_vector(nx, 20), wt = random_vector(nw, 21), dy = random_vector(ny, 22);
+  std::vector<float> dx(nx, -99.0f), ex(nx), ew(nw), eb(c.oc);
+  // Gradients accumulate into what is already there.
+  std::vector<float> dw(nw, 0.5f), db(c.oc, -0.25f);
+  mgt::kernels::Conv2d conv;
+  conv.backward_data(s, c.batch, dy.data(), wt.data(), dx.data());
+  conv.backward_weights(s, c.batch, x.data(), dy.data(), dw.data(), db.data());
+  naive_conv_backward(c, x.data(), wt.data(), dy.data(), ex.data(), ew.data(), eb.data());
+  for (int64_t i = 0; i < nx; ++i) ASSERT_NEAR(dx[i], ex[i], 1e-4f) << "dx " << i;
+  for (int64_t i = 0; i < nw; ++i) ASSERT_NEAR(dw[i], ew[i] + 0.5f, 1e-3f) << "dw " << i;
+  for (int64_t i = 0; i < c.oc; ++i) ASSERT_NEAR(db[i], eb[i] - 0.25f, 1e-3f) << "db " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, KernelConv,
+                         ::testing::Values(ConvCase{2, 3, 4, 7, 6, 3, 1, 1},
+                                           ConvCase{3, 2, 5, 9, 8, 3, 2, 1},
+                                           ConvCase{1, 1, 8, 28, 28, 5, 1, 2},
+                                           ConvCase{2, 4, 3, 6, 6, 2, 2, 0},
+                                           ConvCase{2, 16, 32, 12, 12, 3, 1, 0}));
+
+TEST(KernelConv, BatchSizeChangeRecreatesPrimitives) {
+  const ConvCase big{4, 2, 3, 5, 5, 3, 1, 1}, small{1, 2, 3, 5, 5, 3, 1, 1};
+  const auto s = to_shape(big);
+  const auto x = random_vector(4 * 2 * 25, 30), wt = random_vector(3 * 2 * 9, 31);
+  mgt::kernels::Conv2d conv;
+  std::vector<float> y(4 * 3 * 25), expected(4 * 3 * 25);
+  for (const ConvCase& c : {big, small, big}) {
+    conv.forward(s, c.batch, x.data(), wt.data(), nullptr, y.data());
+    naive_conv_forward(c, x.data(), wt.data(), nullptr, expected.data());
+    for (int64_t i = 0; i < c.batch * 3 * 25; ++i) ASSERT_NEAR(y[i], expected[i], 1e-4f);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(KernelPool, MaxPoolPicksWindowMaximum) {
+  // One 4x4 plane, 2x2 windows.
+  const std::vector<float> x = {1, 5, 2, 0,  //
+                                3, 4, 9, 8,  //
+                                -1, -2, 0, 0,  //
+                                -3, -4, 7, 6};
+  std::vector<float> y(4);
+  std::vector<int32_t> arg(4);
+  mgt::kernels::max_pool2d_forward(x.data(), y.data(), arg.data(), 1, 4, 4, 2, 2);
+  EXPECT_EQ(y, (std::vector<float>{5, 9, -1, 7}));
+  EXPECT_EQ(arg, (std::vector<int32_t>{1, 6, 8, 14}));
+  // General path (3x3 window, stride 1) agrees with a brute-force maximum.
+  std::vector<float> y3(4);
+  std::vector<int32_t> a3(4);
+  mgt::kernels::max_pool2d_forward(x.data(), y3.data(), a3.data(), 1, 4, 4, 3, 1);
+  EXPECT_EQ(y3, (std::vector<float>{9, 9, 9, 9}));
+}
+
+TEST(KernelSoftmax, LossOfUniformLogitsIsLogClasses) {
+  const std::vector<float> logits(3 * 4, 2.0f);
+  const std::vector<int32_t> labels = {0, 1, 3};
+  std::vector<float> grad(12);
+  const double loss = mgt::kernels::softmax_cross_entropy(logits.data(), labels.data(),
+                                                          grad.data(), 3, 4, 1.0f);
+  EXPECT_NEAR(loss, 3 * std::log(4.0), 1e-6);
+  EXPECT_NEAR(grad[0], 0.25f - 1.0f, 1e-6f);
+  EXPECT_NEAR(grad[1], 0.25f, 1e-6f);
+}
+
+}  // namespace

@@ -1,0 +1,547 @@
+// SDK layers: every backward against central finite differences of loss = sum(out * r) for a
+// fixed random r (input and parameter gradients), gradient accumulation, the dropout mask's
+// independence from how a batch is split over ranks, softmax cross-entropy, and SequentialModel
+// against the same layers composed by hand.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mgtrain/error.hpp"
+#include "mgtrain/layers.hpp"
+#include "mgtrain/model.hpp"
+#include "mgtrain/parameters.hpp"
+#include "mgtrain/tensor.hpp"
+
+namespace {
+
+using mgt::Layer;
+using mgt::ParameterStore;
+using mgt::Shape;
+using mgt::StepContext;
+using mgt::Tensor;
+
+void fill_random(float* p, int64_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  for (int64_t i = 0; i < n; ++i) p[i] = dist(gen);
+}
+
+Tensor random_tensor(const Shape& shape, unsigned seed) {
+  Tensor t(shape);
+  fill_random(t.data(), t.numel(), seed);
+  return t;
+}
+
+// Values far from each other and from zero, so ReLU and max-pool have no kink within eps.
+Tensor well_separated_tensor(const Shape& shape, unsigned seed) {
+  Tensor t(shape);
+  std::vector<int64_t> order(t.numel());
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const float v = 0.05f + 0.02f * static_cast<float>(order[i]);
+    t.data()[i] = (order[i] % 2) ? v : -v;
+  }
+  return t;
+}
+
+// A layer with its own finalized, initialized store. Biases are perturbed away from their zero
+// initialisation so that they take part in the check.
+struct Harness {
+  ParameterStore store;
+  std::unique_ptr<Layer> layer;
+  explicit Harness(std::unique_ptr<Layer> l) : layer(std::move(l)) {
+    layer->declare(store);
+    store.finalize();
+    store.initialize(1234);
+    for (auto h : layer->param_handles()) {
+      std::vector<float> noise(store.info(h).numel);
+      fill_random(noise.data(), static_cast<int64_t>(noise.size()), 99 + static_cast<unsigned>(h),
+                  -0.1f, 0.1f);
+      for (size_t i = 0; i < noise.size(); ++i) store.param(h)[i] += noise[i];
+    }
+  }
+
+  double loss(const Tensor& x, const Tensor& r, const StepContext& ctx) {
+    Tensor out(layer->output_shape(x.shape()));
+    layer->forward(x, out, ctx);
+    double s = 0.0;
+    for (int64_t i = 0; i < out.numel(); ++i) s += double(out.data()[i]) * r.data()[i];
+    return s;
+  }
+};
+
+// |analytic - numeric| within abs + rel * scale; float forward passes limit how tight this can be.
+void expect_close(double analytic, double numeric, const std::string& what) {
+  const double tol = 2e-3 + 1e-2 * std::max(std::abs(analytic), std::abs(numeric));
+  EXPECT_NEAR(analytic, numeric, tol) << what;
+}
+
+std::vector<int64_t> probe_indices(int64_t n, int64_t max_probes = 48) {
+  std::vector<int64_t> idx;
+  const int64_t step = std::max<int64_t>(1, n / max_probes);
+  for (int64_t i = 0; i < n; i += step) idx.push_back(i);
+  if (idx.back() != n - 1) idx.push_back(n - 1);
+  return idx;
+}
+
+// Checks the input gradient and every parameter gradient of the harness's layer at x.
+void check_gradients(Harness& h, Tensor& x, const StepContext& ctx, bool check_input = true) {
+  constexpr float eps = 1e-3f;
+  const Shape out_shape = h.layer->output_shape(x.shape());
+  const Tensor r = random_tensor(out_shape, 77);
+
+  Tensor out(out_shape);
+  h.layer->forward(x, out, ctx);
+  Tensor grad_in(x.shape());
+  grad_in.fill(12345.0f);  // must be overwritten
+  h.store.zero_grads();
+  h.layer->backward(x, out, r, check_input ? &grad_in : nullptr, ctx);
+
+  if (check_input) {
+    for (int64_t i : probe_indices(x.numel())) {
+      const float saved = x.data()[i];
+      x.data()[i] = saved + eps;
+      const double up = h.loss(x, r, ctx);
+      x.data()[i] = saved - eps;
+      const double down = h.loss(x, r, ctx);
+      x.data()[i] = saved;
+      expect_close(grad_in.data()[i], (up - down) / (2.0 * eps),
+                   h.layer->name() + " input gradient at " + std::to_string(i));
+    }
+  }
+  for (auto handle : h.layer->param_handles()) {
+    float* p = h.store.param(handle);
+    const float* g = h.store.grad(handle);
+    const auto& info = h.store.info(handle);
+    for (int64_t i : probe_indices(static_cast<int64_t>(info.numel))) {
+      const float saved = p[i];
+      p[i] = saved + eps;
+      const double up = h.loss(x, r, ctx);
+      p[i] = saved - eps;
+      const double down = h.loss(x, r, ctx);
+      p[i] = saved;
+      expect_close(g[i], (up - down) / (2.0 * eps), info.name + " gradient at " + std::to_string(i));
+    }
+  }
+}
+
+StepContext training_ctx() {
+  StepContext ctx;
+  ctx.seed = 42;
+  ctx.step = 3;
+  ctx.training = true;
+  return ctx;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(LinearLayer, GradientsMatchFiniteDifferences) {
+  Harness h(mgt::make_linear("fc", 7, 5));
+  Tensor x = random_tensor({4, 7}, 1);
+  check_gradients(h, x, training_ctx());
+}
+
+TEST(LinearLayer, FlattensHigherRankInput) {
+  Harness h(mgt::make_linear("fc", 6, 3));
+  EXPECT_EQ(h.layer->output_shape({5, 2, 3}), (Shape{5, 3}));
+  EXPECT_THROW(h.layer->output_shape({5, 7}), mgt::ConfigError);
+  Tensor x = random_tensor({5, 2, 3}, 2);
+  check_gradients(h, x, training_ctx());
+}
+
+TEST(LinearLayer, DeclaresCanonicalNamesAndShapes) {
+  Harness h(mgt::make_linear("fc1", 7, 5));
+  const auto handles = h.layer->param_handles();
+  ASSERT_EQ(handles.size(), 2u);
+  EXPECT_EQ(h.store.info(handles[0]).name, "fc1.weight");
+  EXPECT_EQ(h.store.info(handles[0]).shape, (Shape{5, 7}));
+  EXPECT_EQ(h.store.info(handles[0]).init, mgt::Init::he_uniform);
+  EXPECT_EQ(h.store.info(handles[0]).fan_in, 7);
+  EXPECT_EQ(h.store.info(handles[1]).name, "fc1.bias");
+  EXPECT_EQ(h.store.info(handles[1]).init, mgt::Init::zeros);
+}
+
+TEST(LinearLayer, ForwardComputesXWTransposePlusBias) {
+  Harness h(mgt::make_linear("fc", 3, 2));
+  const auto handles = h.layer->param_handles();
+  const float w[] = {1, 2, 3, -1, 0, 4};
+  std::copy(w, w + 6, h.store.param(handles[0]));
+  h.store.param(handles[1])[0] = 0.5f;
+  h.store.param(handles[1])[1] = -2.0f;
+  Tensor x({2, 3});
+  const float xv[] = {1, 1, 1, 2, 0, -1};
+  std::copy(xv, xv + 6, x.data());
+  Tensor y({2, 2});
+  h.layer->forward(x, y, training_ctx());
+  EXPECT_FLOAT_EQ(y.data()[0], 6.5f);
+  EXPECT_FLOAT_EQ(y.data()[1], 1.0f);
+  EXPECT_FLOAT_EQ(y.data()[2], -0.5f);
+  EXPECT_FLOAT_EQ(y.data()[3], -8.0f);
+}
+
+TEST(LinearLayer, BackwardAccumulatesParameterGradients) {
+  Harness h(mgt::make_linear("fc", 5, 4));
+  const Tensor x = random_tensor({3, 5}, 3), dy = random_tensor({3, 4}, 4);
+  Tensor y({3, 4}), dx({3, 5});
+  h.layer->forward(x, y, training_ctx());
+  h.store.zero_grads();
+  h.layer->backward(x, y, dy, &dx, training_ctx());
+  const std::vector<float> once(h.store.grads_data(), h.store.grads_data() + h.store.flat_size());
+  const std::vector<float> dx_once(dx.data(), dx.data() + dx.numel());
+  h.layer->backward(x, y, dy, &dx, training_ctx());
+  for (size_t i = 0; i < once.size(); ++i)
+    ASSERT_FLOAT_EQ(h.store.grads_data()[i], 2.0f * once[i]) << "gradient element " << i;
+  // The input gradient is written, not accumulated.
+  for (int64_t i = 0; i < dx.numel(); ++i) ASSERT_FLOAT_EQ(dx.data()[i], dx_once[i]);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(Conv2dLayer, GradientsMatchFiniteDifferencesWithPadding) {
+  Harness h(mgt::make_conv2d("conv", 2, 3, 3, 1, 1));
+  Tensor x = random_tensor({2, 2, 5, 4}, 5);
+  EXPECT_EQ(h.layer->output_shape(x.shape()), (Shape{2, 3, 5, 4}));
+  check_gradients(h, x, training_ctx());
+}
+
+TEST(Conv2dLayer, GradientsMatchFiniteDifferencesWithStride) {
+  Harness h(mgt::make_conv2d("conv", 3, 2, 3, 2, 1));
+  Tensor x = random_tensor({2, 3, 7, 6}, 6);
+  EXPECT_EQ(h.layer->output_shape(x.shape()), (Shape{2, 2, 4, 3}));
+  check_gradients(h, x, training_ctx());
+}
+
+TEST(Conv2dLayer, DeclaresHeUniformWeightsWithFanIn) {
+  Harness h(mgt::make_conv2d("conv1", 3, 8, 5));
+  const auto handles = h.layer->param_handles();
+  EXPECT_EQ(h.store.info(handles[0]).name, "conv1.weight");
+  EXPECT_EQ(h.store.info(handles[0]).shape, (Shape{8, 3, 5, 5}));
+  EXPECT_EQ(h.store.info(handles[0]).fan_in, 75);
+  EXPECT_EQ(h.store.info(handles[1]).name, "conv1.bias");
+  EXPECT_THROW(h.layer->output_shape({1, 4, 9, 9}), mgt::ConfigError);
+}
+
+TEST(Conv2dLayer, BackwardAccumulatesAndSurvivesBatchChange) {
+  Harness h(mgt::make_conv2d("conv", 2, 2, 3, 1, 1));
+  const StepContext ctx = training_ctx();
+  for (int64_t batch : {3, 1, 3}) {
+    const Tensor x = random_tensor({batch, 2, 4, 4}, 7), dy = random_tensor({batch, 2, 4, 4}, 8);
+    Tensor y({batch, 2, 4, 4});
+    h.layer->forward(x, y, ctx);
+    h.store.zero_grads();
+    h.layer->backward(x, y, dy, nullptr, ctx);
+    const std::vector<float> once(h.store.grads_data(), h.store.grads_data() + h.store.flat_size());
+    h.layer->backward(x, y, dy, nullptr, ctx);
+    for (size_t i = 0; i < once.size(); ++i)
+      ASSERT_NEAR(h.store.grads_data()[i], 2.0f * once[i], 1e-5f * (1 + std::abs(once[i])));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(PoolLayer, MaxPoolGradientsMatchFiniteDifferences) {
+  Harness h(mgt::make_max_pool2d("pool", 2, 2));
+  Tensor x = well_separated_tensor({2, 3, 6, 5}, 9);
+  EXPECT_EQ(h.layer->output_shape(x.shape()), (Shape{2, 3, 3, 2}));
+  check_gradients(h, x, training_ctx());
+}
+
+TEST(PoolLayer, OverlappingWindowsGradientsMatchFiniteDifferences) {
+  Harness h(mgt::make_max_pool2d("pool", 3, 2));
+  Tensor x = well_separated_tensor({1, 2, 7, 7}, 10);
+  EXPECT_EQ(h.layer->output_shape(x.shape()), (Shape{1, 2, 3, 3}));
+  check_gradients(h, x, training_ctx());
+}
+
+TEST(ReluLayer, GradientsMatchFiniteDifferences) {
+  Harness h(mgt::make_relu("relu"));
+  Tensor x = well_separated_tensor({3, 4, 5}, 11);
+  check_gradients(h, x, training_ctx());
+  Tensor y(x.shape());
+  h.layer->forward(x, y, training_ctx());
+  for (int64_t i = 0; i < x.numel(); ++i)
+    ASSERT_EQ(y.data()[i], std::max(0.0f, x.data()[i]));
+}
+
+TEST(LayerFlatten, GradientsMatchFiniteDifferences) {
+  Harness h(mgt::make_flatten("flat"));
+  Tensor x = random_tensor({3, 2, 2, 3}, 12);
+  EXPECT_EQ(h.layer->output_shape(x.shape()), (Shape{3, 12}));
+  check_gradients(h, x, training_ctx());
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(DropoutLayer, GradientsMatchFiniteDifferencesInTraining) {
+  Harness h(mgt::make_dropout("drop", 0.4f));
+  Tensor x = random_tensor({4, 10}, 13);
+  check_gradients(h, x, training_ctx());
+}
+
+TEST(DropoutLayer, InvertedScalingAndRate) {
+  auto layer = mgt::make_dropout("drop", 0.25f);
+  const Tensor x = random_tensor({64, 100}, 14);
+  Tensor y(x.shape());
+  layer->forward(x, y, training_ctx());
+  int64_t dropped = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    if (y.data()[i] == 0.0f) {
+      ++dropped;
+    } else {
+      ASSERT_FLOAT_EQ(y.data()[i], x.data()[i] / 0.75f);
+    }
+  }
+  const double rate = double(dropped) / double(x.numel());
+  EXPECT_NEAR(rate, 0.25, 0.03);
+}
+
+TEST(DropoutLayer, IdentityWhenNotTraining) {
+  auto layer = mgt::make_dropout("drop", 0.5f);
+  const Tensor x = random_tensor({8, 16}, 15);
+  Tensor y(x.shape()), dx(x.shape());
+  StepContext ctx = training_ctx();
+  ctx.training = false;
+  layer->forward(x, y, ctx);
+  for (int64_t i = 0; i < x.numel(); ++i) ASSERT_EQ(y.data()[i], x.data()[i]);
+  layer->backward(x, y, x, &dx, ctx);
+  for (int64_t i = 0; i < x.numel(); ++i) ASSERT_EQ(dx.data()[i], x.data()[i]);
+}
+
+TEST(DropoutLayer, MaskIndependentOfBatchSplit) {
+  auto layer = mgt::make_dropout("drop", 0.5f);
+  const Tensor x = random_tensor({8, 3, 5}, 16);
+  StepContext ctx = training_ctx();
+  ctx.micro_step = 1;
+  ctx.first_sample = 0;
+  Tensor whole(x.shape());
+  layer->forward(x, whole, ctx);
+
+  const int64_t half = 4 * 15;
+  for (int64_t part = 0; part < 2; ++part) {
+    Tensor xin({4, 3, 5}), y({4, 3, 5});
+    std::copy(x.data() + part * half, x.data() + (part + 1) * half, xin.data());
+    ctx.first_sample = part * 4;
+    // A different layer object, as on another rank.
+    auto other = mgt::make_dropout("drop", 0.5f);
+    other->forward(xin, y, ctx);
+    for (int64_t i = 0; i < half; ++i)
+      ASSERT_EQ(y.data()[i], whole.data()[part * half + i]) << "part " << part << " element " << i;
+  }
+
+  // And it does change with the step, the micro-step and the layer name.
+  auto differs = [&](StepContext c, const std::string& name) {
+    auto l = mgt::make_dropout(name, 0.5f);
+    Tensor y(x.shape());
+    c.first_sample = 0;
+    l->forward(x, y, c);
+    return !std::equal(y.data(), y.data() + y.numel(), whole.data());
+  };
+  StepContext next_step = ctx;
+  next_step.step += 1;
+  StepContext next_micro = ctx;
+  next_micro.micro_step += 1;
+  EXPECT_TRUE(differs(next_step, "drop"));
+  EXPECT_TRUE(differs(next_micro, "drop"));
+  EXPECT_TRUE(differs(ctx, "drop2"));
+  EXPECT_FALSE(differs(ctx, "drop"));
+}
+
+TEST(DropoutLayer, RejectsBadProbability) {
+  EXPECT_THROW(mgt::make_dropout("d", 1.0f), mgt::ConfigError);
+  EXPECT_THROW(mgt::make_dropout("d", -0.1f), mgt::ConfigError);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(SoftmaxCrossEntropy, GradientMatchesFiniteDifferences) {
+  Tensor logits = random_tensor({5, 7}, 17);
+  for (int64_t i = 0; i < logits.numel(); ++i) logits.data()[i] *= 3.0f;
+  const std::vector<int32_t> labels = {0, 6, 3, 3, 1};
+  const float scale = 0.2f;
+  Tensor grad({5, 7});
+  mgt::softmax_cross_entropy(logits, labels.data(), grad, scale);
+  Tensor scratch({5, 7});
+  constexpr float eps = 1e-3f;
+  for (int64_t i = 0; i < logits.numel(); ++i) {
+    const float saved = logits.data()[i];
+    logits.data()[i] = saved + eps;
+    const double up = mgt::softmax_cross_entropy(logits, labels.data(), scratch, scale) * scale;
+    logits.data()[i] = saved - eps;
+    const double down = mgt::softmax_cross_entropy(logits, labels.data(), scratch, scale) * scale;
+    logits.data()[i] = saved;
+    expect_close(grad.data()[i], (up - down) / (2.0 * eps), "logit " + std::to_string(i));
+  }
+}
+
+TEST(SoftmaxCrossEntropy, ReturnsSumAndIsStableForHugeLogits) {
+  Tensor logits({2, 3});
+  const float v[] = {1000.0f, 0.0f, -1000.0f, 5.0f, 5.0f, 5.0f};
+  std::copy(v, v + 6, logits.data());
+  const std::vector<int32_t> labels = {0, 2};
+  Tensor grad;  // sized by the call
+  const double loss = mgt::softmax_cross_entropy(logits, labels.data(), grad, 1.0f);
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_NEAR(loss, 0.0 + std::log(3.0), 1e-5);
+  ASSERT_EQ(grad.shape(), logits.shape());
+  for (int64_t i = 0; i < 6; ++i) EXPECT_TRUE(std::isfinite(grad.data()[i]));
+  EXPECT_NEAR(grad.data()[0], 0.0f, 1e-6f);
+  EXPECT_NEAR(grad.data()[5], 1.0f / 3.0f - 1.0f, 1e-6f);
+}
+
+TEST(SoftmaxCrossEntropy, LabelOutOfRangeNamesRowLabelAndClasses) {
+  const Tensor logits = random_tensor({3, 4}, 18);
+  Tensor grad({3, 4});
+  const std::vector<int32_t> labels = {1, 2, 9};
+  try {
+    mgt::softmax_cross_entropy(logits, labels.data(), grad, 1.0f);
+    FAIL() << "expected DataError";
+  } catch (const mgt::DataError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("row 2"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("label 9"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("4"), std::string::npos) << msg;
+  }
+  const std::vector<int32_t> negative = {-1, 0, 0};
+  EXPECT_THROW(mgt::softmax_cross_entropy(logits, negative.data(), grad, 1.0f), mgt::DataError);
+}
+
+TEST(SoftmaxCrossEntropy, CountCorrectUsesArgMax) {
+  Tensor logits({3, 3});
+  const float v[] = {0.1f, 0.9f, 0.0f, 2.0f, -1.0f, 1.0f, 0.0f, 0.0f, 3.0f};
+  std::copy(v, v + 9, logits.data());
+  const std::vector<int32_t> labels = {1, 2, 2};
+  EXPECT_EQ(mgt::count_correct(logits, labels.data()), 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct Manual {
+  ParameterStore store;
+  std::vector<std::unique_ptr<Layer>> layers;
+};
+
+void expect_same(const Tensor& a, const Tensor& b, const char* what) {
+  ASSERT_EQ(a.numel(), b.numel()) << what;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    ASSERT_NEAR(a.data()[i], b.data()[i], 1e-6f * (1.0f + std::abs(b.data()[i])))
+        << what << " element " << i;
+}
+
+// Runs the model and the same layers by hand (own store, same seed so the same parameters) and
+// compares logits and gradients; returns the handle lists `ready` was called with.
+void compare_with_manual(const std::function<std::vector<std::unique_ptr<Layer>>()>& build,
+                         const Shape& input_shape,
+                         std::vector<std::vector<mgt::ParamHandle>>& ready_calls) {
+  mgt::SequentialModel model;
+  for (auto& l : build()) model.add(std::move(l));
+  ParameterStore store;
+  model.declare(store);
+  store.finalize();
+  store.initialize(5);
+
+  Manual m;
+  m.layers = build();
+  for (auto& l : m.layers) l->declare(m.store);
+  m.store.finalize();
+  m.store.initialize(5);
+
+  StepContext ctx = training_ctx();
+  for (int step = 0; step < 2; ++step) {  // the second step reuses the sized activations
+    ctx.step = step;
+    const Tensor x = random_tensor(input_shape, 100 + step);
+    const Tensor& logits = model.forward(x, ctx);
+    EXPECT_EQ(logits.shape(), model.output_shape(input_shape));
+    const Tensor dlogits = random_tensor(logits.shape(), 200 + step);
+    store.zero_grads();
+    ready_calls.clear();
+    model.backward(dlogits, ctx, [&](const std::vector<mgt::ParamHandle>& h) {
+      ready_calls.push_back(h);
+    });
+
+    std::vector<Tensor> acts;
+    const Tensor* in = &x;
+    for (auto& l : m.layers) {
+      acts.emplace_back(l->output_shape(in->shape()));
+      l->forward(*in, acts.back(), ctx);
+      in = &acts.back();
+    }
+    expect_same(logits, acts.back(), "logits");
+    m.store.zero_grads();
+    Tensor dy({1});
+    dy.resize(dlogits.shape());
+    std::copy(dlogits.data(), dlogits.data() + dlogits.numel(), dy.data());
+    for (size_t i = m.layers.size(); i-- > 0;) {
+      const Tensor& lin = i == 0 ? x : acts[i - 1];
+      Tensor dx(lin.shape());
+      m.layers[i]->backward(lin, acts[i], dy, i == 0 ? nullptr : &dx, ctx);
+      dy = std::move(dx);
+    }
+    EXPECT_EQ(store.flat_size(), m.store.flat_size());
+    for (size_t i = 0; i < store.flat_size(); ++i)
+      ASSERT_NEAR(store.grads_data()[i], m.store.grads_data()[i],
+                  1e-5f * (1.0f + std::abs(m.store.grads_data()[i])))
+          << "gradient element " << i;
+  }
+}
+
+TEST(SequentialModel, TinyMlpMatchesLayersComposedByHand) {
+  auto build = [] {
+    std::vector<std::unique_ptr<Layer>> v;
+    v.push_back(mgt::make_flatten("flat"));
+    v.push_back(mgt::make_linear("fc1", 4, 6));
+    v.push_back(mgt::make_relu("relu1"));
+    v.push_back(mgt::make_dropout("drop", 0.3f));
+    v.push_back(mgt::make_linear("fc2", 6, 3));
+    return v;
+  };
+  std::vector<std::vector<mgt::ParamHandle>> ready;
+  compare_with_manual(build, {5, 2, 2}, ready);
+  // fc2's gradients are final first, then fc1's: handles 2, 3 then 0, 1.
+  ASSERT_EQ(ready.size(), 2u);
+  EXPECT_EQ(ready[0], (std::vector<mgt::ParamHandle>{2, 3}));
+  EXPECT_EQ(ready[1], (std::vector<mgt::ParamHandle>{0, 1}));
+}
+
+TEST(SequentialModel, SmallCnnWithFlattenMatchesLayersComposedByHand) {
+  auto build = [] {
+    std::vector<std::unique_ptr<Layer>> v;
+    v.push_back(mgt::make_conv2d("conv1", 1, 4, 3, 1, 1));
+    v.push_back(mgt::make_relu("relu1"));
+    v.push_back(mgt::make_max_pool2d("pool1", 2, 2));
+    v.push_back(mgt::make_flatten("flat"));
+    v.push_back(mgt::make_linear("fc1", 4 * 3 * 3, 5));
+    return v;
+  };
+  std::vector<std::vector<mgt::ParamHandle>> ready;
+  compare_with_manual(build, {3, 1, 6, 6}, ready);
+  ASSERT_EQ(ready.size(), 2u);
+  EXPECT_EQ(ready[0], (std::vector<mgt::ParamHandle>{2, 3}));
+  EXPECT_EQ(ready[1], (std::vector<mgt::ParamHandle>{0, 1}));
+}
+
+TEST(SequentialModel, HandlesBatchSizeChange) {
+  mgt::SequentialModel model;
+  model.add(mgt::make_linear("fc1", 3, 4));
+  model.add(mgt::make_relu("r"));
+  model.add(mgt::make_linear("fc2", 4, 2));
+  ParameterStore store;
+  model.declare(store);
+  store.finalize();
+  store.initialize(1);
+  for (int64_t batch : {8, 3, 8}) {
+    const Tensor x = random_tensor({batch, 3}, 50);
+    const Tensor& y = model.forward(x, training_ctx());
+    EXPECT_EQ(y.shape(), (Shape{batch, 2}));
+    const Tensor dy = random_tensor({batch, 2}, 51);
+    model.backward(dy, training_ctx(), {});
+  }
+}
+
+}  // namespace

@@ -155,7 +155,13 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log) {
     reader = std::make_unique<data::ShardedReader>(ro);
     Shape input = {micro_batch};
     for (int64_t d : reader->info().sample_shape) input.push_back(d);
-    const Shape logits = model->output_shape(input);
+    Shape logits;
+    try {
+      logits = model->output_shape(input);
+    } catch (const Error& e) {
+      throw DataError("model '" + choice.model + "' cannot take the samples of '" + ro.path +
+                      "' (shape " + shape_string(reader->info().sample_shape) + "): " + e.what());
+    }
     if (logits.size() != 2 || logits[1] < reader->info().num_classes)
       throw DataError("model '" + choice.model + "' produces logits of shape " + shape_string(logits) +
                       " for input " + shape_string(input) + ", expected [" +

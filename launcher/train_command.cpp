@@ -63,10 +63,11 @@ int run_train(int argc, char** argv, const std::vector<std::string>& args) {
     if (comm->rank() == 0) {
       if (vm["json"].as<bool>()) {
         std::printf("{\"steps\":%lld,\"steps_run\":%lld,\"samples\":%lld,\"train_seconds\":%.6f,"
-                    "\"samples_per_s\":%.3f,\"final_loss\":%.9g,\"checkpoint\":\"%s\",\"world_size\":%d}\n",
+                    "\"samples_per_s\":%.3f,\"final_loss\":%.9g,\"checkpoint\":\"%s\",\"world_size\":%d,"
+                    "\"peak_rss_mb\":%.1f}\n",
                     static_cast<long long>(r.steps), static_cast<long long>(r.steps_run),
                     static_cast<long long>(r.samples), r.train_seconds, r.samples_per_s, r.final_loss,
-                    r.checkpoint.c_str(), comm->size());
+                    r.checkpoint.c_str(), comm->size(), r.peak_rss_mb);
       } else {
         std::printf("done: %lld steps, %.0f samples/s, final loss %.4f, checkpoint %s\n",
                     static_cast<long long>(r.steps), r.samples_per_s, r.final_loss, r.checkpoint.c_str());

@@ -1,5 +1,7 @@
 #include "trainer.hpp"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -305,6 +307,12 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log) {
   result.steps_run = step - start_step;
   result.samples = result.steps_run * global_batch;
   result.samples_per_s = static_cast<double>(result.samples) / std::max(result.train_seconds, 1e-9);
+  // Peak resident memory of the largest rank (ru_maxrss is in KiB on Linux).
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  int64_t peak_kib = usage.ru_maxrss;
+  comm.allreduce_max(&peak_kib, 1);
+  result.peak_rss_mb = static_cast<double>(peak_kib) / 1024.0;
   return result;
 }
 

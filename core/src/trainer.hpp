@@ -38,6 +38,7 @@ struct TrainResult {
   double samples_per_s = 0;
   double final_loss = 0;    // mean loss over the last logging interval
   std::string checkpoint;   // path of the last checkpoint written
+  double peak_rss_mb = 0;   // peak resident memory of the largest rank
 };
 
 TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log);

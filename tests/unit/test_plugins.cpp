@@ -1,0 +1,100 @@
+// The plugin loader on real shared libraries: the built-in plugins from the build tree, and the
+// deliberately wrong ones in test-plugins/.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "mgtrain/error.hpp"
+#include "plugin_loader.hpp"
+
+using namespace mgt;
+
+namespace {
+const std::string kTestPlugins = MGTRAIN_BINARY_DIR "/test-plugins";
+
+std::string load_error(PluginRegistry& registry, const std::string& kind, const std::string& name) {
+  try {
+    registry.load(kind, name);
+  } catch (const PluginError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Plugins, BuiltInPluginsLoadAndDescribeThemselves) {
+  PluginRegistry registry;
+  const auto& mlp = registry.load("model", "mlp");
+  EXPECT_EQ(mlp.abi_version, MGTRAIN_PLUGIN_ABI_VERSION);
+  EXPECT_STREQ(mlp.kind, "model");
+  EXPECT_STREQ(mlp.build_fingerprint, MGT_BUILD_FINGERPRINT);
+  registry.load("optimizer", "sgd");
+  registry.load("sync", "allreduce");
+  EXPECT_EQ(registry.loaded_summary(), "model:mlp@1.0.0;optimizer:sgd@1.0.0;sync:allreduce@1.0.0");
+  // Loading again returns the same descriptor: libraries stay loaded.
+  EXPECT_EQ(&registry.load("model", "mlp"), &mlp);
+}
+
+TEST(Plugins, CreatedModelDeclaresCanonicalNames) {
+  PluginRegistry registry;
+  Config config = Config::from_string("[model]\nname = mlp\nhidden = 32\n", "test");
+  auto keys = registry.config_keys("model", "mlp");
+  keys.push_back({"model.name", KeyType::string, nullptr, "model"});
+  config.validate(keys);
+  auto model = registry.create_model("mlp", config);
+  ParameterStore store;
+  model->declare(store);
+  ASSERT_EQ(store.params().size(), 4u);
+  EXPECT_EQ(store.params()[0].name, "fc1.weight");
+  EXPECT_EQ(store.params()[0].shape, (Shape{32, 784}));
+  EXPECT_EQ(store.params()[3].name, "fc2.bias");
+}
+
+TEST(Plugins, RefusesAnotherAbiVersionNamingFileAndBothVersions) {
+  PluginRegistry registry({kTestPlugins});
+  const auto msg = load_error(registry, "model", "badabi");
+  EXPECT_NE(msg.find("libmgtrain-model-badabi.so"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("ABI version 999"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expects ABI version 1"), std::string::npos) << msg;
+}
+
+TEST(Plugins, RefusesKindMismatchAndMissingSymbol) {
+  PluginRegistry registry({kTestPlugins});
+  auto msg = load_error(registry, "model", "wrongkind");
+  EXPECT_NE(msg.find("is a 'sync' plugin, expected 'model'"), std::string::npos) << msg;
+  msg = load_error(registry, "model", "nosymbol");
+  EXPECT_NE(msg.find("does not export the symbol mgtrain_plugin_descriptor"), std::string::npos) << msg;
+}
+
+TEST(Plugins, UnknownPluginListsWhatIsAvailable) {
+  PluginRegistry registry;
+  const auto msg = load_error(registry, "optimizer", "lamb");
+  EXPECT_NE(msg.find("unknown optimizer plugin 'lamb'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("adam, sgd"), std::string::npos) << msg;
+}
+
+TEST(Plugins, ScanReportsEveryCandidateAndWhyItWasRefused) {
+  PluginRegistry registry({kTestPlugins});
+  int usable = 0, refused = 0;
+  for (const auto& c : registry.scan()) {
+    if (c.usable) ++usable;
+    else ++refused;
+    if (c.path.find("badabi") != std::string::npos) EXPECT_NE(c.refusal.find("999"), std::string::npos);
+    if (c.path.find("wrongkind") != std::string::npos)
+      EXPECT_NE(c.refusal.find("does not match"), std::string::npos) << c.refusal;
+  }
+  EXPECT_EQ(refused, 3);
+  EXPECT_GE(usable, 5);
+}
+
+TEST(Plugins, SearchOrderPutsCommandLineThenEnvironmentFirst) {
+  setenv("MGTRAIN_PLUGIN_PATH", "/env/a:/env/b", 1);
+  PluginRegistry registry({"/cli"});
+  unsetenv("MGTRAIN_PLUGIN_PATH");
+  const auto dirs = registry.search_dirs();
+  ASSERT_GE(dirs.size(), 4u);
+  EXPECT_EQ(dirs[0], "/cli");
+  EXPECT_EQ(dirs[1], "/env/a");
+  EXPECT_EQ(dirs[2], "/env/b");
+  EXPECT_EQ(dirs.back(), MGTRAIN_BINARY_DIR "/plugins");
+}

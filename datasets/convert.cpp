@@ -122,8 +122,8 @@ class SampleFileWriter {
     start[0] = static_cast<hsize_t>(row0);
     count[0] = static_cast<hsize_t>(rows);
     H5Sselect_hyperslab(file_space_.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
-    const hsize_t m = static_cast<hsize_t>(rows * numel_);
-    h5::Id ms = h5::space(H5Screate_simple(1, &m, nullptr));
+    // Same rank as the file: HDF5 then maps whole hyperslabs to chunks instead of every element.
+    h5::Id ms = h5::space(H5Screate_simple(static_cast<int>(rank_), count.data(), nullptr));
     if (H5Dwrite(x_.get(), u8_ ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, ms.get(), file_space_.get(),
                  H5P_DEFAULT, data) < 0)
       fail("writing rows " + std::to_string(row0) + ".." + std::to_string(row0 + rows - 1) + " of /x");

@@ -51,7 +51,10 @@ struct ShardedReader::Impl {
   h5::Opened file;
   h5::Id x_fspace, x_mspace, y_fspace, y_mspace;
   size_t x_rank = 0;
-  std::vector<hsize_t> hs_start, hs_count;
+  // The memory space has the file's rank ([local, sample...]): with equal ranks HDF5 maps the
+  // selection to chunks per hyperslab; with a flat memory space it iterates per element, which
+  // measured 10x slower on Fashion-MNIST.
+  std::vector<hsize_t> hs_start, hs_count, ms_start;
 
   // Owned by the prefetch thread while it runs.
   std::vector<Slot> slots;
@@ -172,9 +175,9 @@ struct ShardedReader::Impl {
       hs_start[0] = static_cast<hsize_t>(order[static_cast<size_t>(j)].first);
       hs_count[0] = static_cast<hsize_t>(e - j);
       if (opt.read_mode == ReadMode::Runs) {
-        const hsize_t mstart = static_cast<hsize_t>(j * numel), mcount = static_cast<hsize_t>((e - j) * numel);
+        ms_start[0] = static_cast<hsize_t>(j);
         if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, hs_start.data(), nullptr, hs_count.data(), nullptr) < 0 ||
-            H5Sselect_hyperslab(ms, H5S_SELECT_SET, &mstart, nullptr, &mcount, nullptr) < 0 ||
+            H5Sselect_hyperslab(ms, H5S_SELECT_SET, ms_start.data(), nullptr, hs_count.data(), nullptr) < 0 ||
             H5Dread(file.x.get(), xt, ms, fs, H5P_DEFAULT, raw.data()) < 0)
           throw DataError(rows_error(order[static_cast<size_t>(j)].first, order[static_cast<size_t>(e - 1)].first,
                                      epoch, batch, opt.x_name));
@@ -189,8 +192,9 @@ struct ShardedReader::Impl {
     }
     const int64_t first = order.front().first, last = order[static_cast<size_t>(rows - 1)].first;
     if (opt.read_mode == ReadMode::Union) {
-      const hsize_t mstart = 0, mcount = static_cast<hsize_t>(rows * numel);
-      if (H5Sselect_hyperslab(ms, H5S_SELECT_SET, &mstart, nullptr, &mcount, nullptr) < 0 ||
+      ms_start[0] = 0;
+      hs_count[0] = static_cast<hsize_t>(rows);
+      if (H5Sselect_hyperslab(ms, H5S_SELECT_SET, ms_start.data(), nullptr, hs_count.data(), nullptr) < 0 ||
           H5Dread(file.x.get(), xt, ms, fs, H5P_DEFAULT, raw.data()) < 0)
         throw DataError(rows_error(first, last, epoch, batch, opt.x_name));
     }
@@ -236,6 +240,7 @@ ShardedReader::ShardedReader(const ReaderOptions& options) : impl_(std::make_uni
     d.x_rank = d.info.sample_shape.size() + 1;
     d.hs_start.assign(d.x_rank, 0);
     d.hs_count.assign(d.x_rank, 0);
+    d.ms_start.assign(d.x_rank, 0);
     for (size_t i = 1; i < d.x_rank; ++i) d.hs_count[i] = static_cast<hsize_t>(d.info.sample_shape[i - 1]);
   }
 
@@ -258,8 +263,10 @@ ShardedReader::ShardedReader(const ReaderOptions& options) : impl_(std::make_uni
 
   {
     std::lock_guard lock(hdf5_mutex());
-    const hsize_t xm = static_cast<hsize_t>(d.local * d.numel), ym = static_cast<hsize_t>(d.local);
-    d.x_mspace = h5::space(H5Screate_simple(1, &xm, nullptr));
+    std::vector<hsize_t> xm(d.hs_count);
+    xm[0] = static_cast<hsize_t>(d.local);
+    const hsize_t ym = static_cast<hsize_t>(d.local);
+    d.x_mspace = h5::space(H5Screate_simple(static_cast<int>(xm.size()), xm.data(), nullptr));
     d.y_mspace = h5::space(H5Screate_simple(1, &ym, nullptr));
   }
   d.slots.resize(static_cast<size_t>(o.prefetch_depth) + 1);

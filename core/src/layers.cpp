@@ -59,8 +59,7 @@ class LinearLayer final : public Layer {
   Shape output_shape(const Shape& input) const override {
     MGT_CHECK(input.size() >= 2 && row_size(input) == in_, ConfigError,
               "layer '" + name() + "' expects input [B, " + std::to_string(in_) +
-                  "] (or higher rank with that many features per row), got " +
-                  shape_string(input));
+                  "] (or higher rank with that many features per row), got " + shape_string(input));
     return {input[0], out_};
   }
 
@@ -225,9 +224,9 @@ class DropoutLayer final : public Layer {
  public:
   DropoutLayer(const std::string& name, float p)
       : Layer(name), p_(p), purpose_(rng::purpose_hash("dropout:" + name)) {
-    MGT_CHECK(p >= 0.0f && p < 1.0f, ConfigError,
-              "layer '" + name + "': dropout probability must be in [0, 1), got " +
-                  std::to_string(p));
+    MGT_CHECK(
+        p >= 0.0f && p < 1.0f, ConfigError,
+        "layer '" + name + "': dropout probability must be in [0, 1), got " + std::to_string(p));
   }
 
   Shape output_shape(const Shape& input) const override { return input; }

@@ -9,9 +9,9 @@ namespace mgt {
 namespace {
 
 void check_logits(const Tensor& logits) {
-  MGT_CHECK(logits.rank() == 2 && logits.dim(1) > 0, Error,
-            "softmax cross-entropy expects logits [B, classes], got " +
-                shape_string(logits.shape()));
+  MGT_CHECK(
+      logits.rank() == 2 && logits.dim(1) > 0, Error,
+      "softmax cross-entropy expects logits [B, classes], got " + shape_string(logits.shape()));
 }
 
 }  // namespace
@@ -24,8 +24,8 @@ double softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor
   for (int64_t r = 0; r < rows; ++r)
     MGT_CHECK(labels[r] >= 0 && labels[r] < classes, DataError,
               "label out of range in row " + std::to_string(r) + " of the batch: label " +
-                  std::to_string(labels[r]) + ", expected 0 <= label < " +
-                  std::to_string(classes) + " (the number of classes)");
+                  std::to_string(labels[r]) + ", expected 0 <= label < " + std::to_string(classes) +
+                  " (the number of classes)");
   if (grad_logits.shape() != logits.shape()) grad_logits.resize(logits.shape());
   return kernels::softmax_cross_entropy(logits.data(), labels, grad_logits.data(), rows, classes,
                                         grad_scale);

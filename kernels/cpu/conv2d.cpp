@@ -24,16 +24,23 @@ struct Port {
   dnnl::primitive to_inner, to_user;
   Args to_inner_args, to_user_args;
   bool reordered = false;
+  bool shares = false;  // inner is another port's buffer
 
-  void init(const memory::desc& plain, const memory::desc& wanted, bool owned_plain = false) {
+  // `share`, when it is a reordered port wanting the same layout, lends its buffer, so a tensor
+  // two primitives read (x in forward and backward-weights, dy in both backward passes) is
+  // reordered once per step.
+  void init(const memory::desc& plain, const memory::desc& wanted, bool owned_plain = false,
+            const Port* share = nullptr) {
     auto& eng = cpu_engine();
     user = owned_plain ? memory(plain, eng) : memory(plain, eng, nullptr);
     reordered = !(plain == wanted);
+    shares = false;
     if (!reordered) {
       inner = user;
       return;
     }
-    inner = memory(wanted, eng);
+    shares = share && share->reordered && share->inner.get_desc() == wanted;
+    inner = shares ? share->inner : memory(wanted, eng);
     to_inner = dnnl::reorder(user, inner);
     to_user = dnnl::reorder(inner, user);
     to_inner_args = {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, inner}};
@@ -70,8 +77,8 @@ struct Conv2d::Impl {
   int64_t batch = -1;
   bool has_bias = false;
 
-  memory::desc src, weights, bias, dst;            // plain, as the caller stores them
-  memory::desc src_any, weights_any, dst_any;      // let oneDNN choose
+  memory::desc src, weights, bias, dst;        // plain, as the caller stores them
+  memory::desc src_any, weights_any, dst_any;  // let oneDNN choose
   memory::dims strides, pad;
   dnnl::convolution_forward::primitive_desc fwd_pd;
 
@@ -81,6 +88,9 @@ struct Conv2d::Impl {
   Port w_src, w_ddst, w_dw;
   memory f_bias, w_dbias;
   bool bwd_has_bias = false;
+  // What the shared blocked buffers currently hold (reset by forward, which starts a step).
+  const void* src_in_block = nullptr;
+  const void* ddst_in_block = nullptr;
 
   void reset(const Conv2dShape& s, int64_t b, bool with_bias) {
     MGT_CHECK(s.out_height() > 0 && s.out_width() > 0, Error,
@@ -103,9 +113,9 @@ struct Conv2d::Impl {
     strides = {s.stride, s.stride};
     pad = {s.padding, s.padding};
     auto& eng = cpu_engine();
-    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
-                                      dnnl::algorithm::convolution_direct, src_any, weights_any,
-                                      with_bias ? bias : memory::desc(), dst_any, strides, pad, pad);
+    dnnl::convolution_forward::desc d(
+        dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src_any,
+        weights_any, with_bias ? bias : memory::desc(), dst_any, strides, pad, pad);
     fwd_pd = dnnl::convolution_forward::primitive_desc(d, user_scratchpad(), eng);
     f_src.init(src, fwd_pd.src_desc());
     f_w.init(weights, fwd_pd.weights_desc());
@@ -122,6 +132,12 @@ struct Conv2d::Impl {
     }
     bwd_data.ready = false;
     bwd_weights.ready = false;
+    src_in_block = ddst_in_block = nullptr;
+  }
+
+  // Whichever backward port was created second borrowed the other's buffer.
+  bool ddst_shared() const {
+    return (d_dst.shares && bwd_data.ready) || (w_ddst.shares && bwd_weights.ready);
   }
 
   void ensure(const Conv2dShape& s, int64_t b, bool with_bias) {
@@ -134,7 +150,7 @@ struct Conv2d::Impl {
     dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, src_any,
                                             weights_any, dst_any, strides, pad, pad);
     dnnl::convolution_backward_data::primitive_desc pd(d, user_scratchpad(), eng, fwd_pd);
-    d_dst.init(dst, pd.diff_dst_desc());
+    d_dst.init(dst, pd.diff_dst_desc(), false, bwd_weights.ready ? &w_ddst : nullptr);
     d_w.init(weights, pd.weights_desc());
     d_src.init(src, pd.diff_src_desc());
     bwd_data = Bound{dnnl::convolution_backward_data(pd),
@@ -152,8 +168,8 @@ struct Conv2d::Impl {
                                                weights_any, with_bias ? bias : memory::desc(),
                                                dst_any, strides, pad, pad);
     dnnl::convolution_backward_weights::primitive_desc pd(d, user_scratchpad(), eng, fwd_pd);
-    w_src.init(src, pd.src_desc());
-    w_ddst.init(dst, pd.diff_dst_desc());
+    w_src.init(src, pd.src_desc(), false, &f_src);
+    w_ddst.init(dst, pd.diff_dst_desc(), false, bwd_data.ready ? &d_dst : nullptr);
     // oneDNN overwrites diff_weights while ours accumulate: it writes an owned plain buffer that
     // is then added into the gradient.
     w_dw.init(weights, pd.diff_weights_desc(), /*owned_plain=*/true);
@@ -183,6 +199,8 @@ void Conv2d::forward(const Conv2dShape& s, int64_t batch, const float* x, const 
   m.f_dst.set(y);
   if (bias) m.f_bias.set_data_handle(const_cast<float*>(bias));
   m.f_src.pull();
+  m.src_in_block = x;
+  m.ddst_in_block = nullptr;
   m.f_w.pull();
   m.fwd.run();
   m.f_dst.push();
@@ -197,22 +215,27 @@ void Conv2d::backward_data(const Conv2dShape& s, int64_t batch, const float* dy,
   m.d_dst.set(dy);
   m.d_w.set(w);
   m.d_src.set(dx);
-  m.d_dst.pull();
+  if (!(m.ddst_shared() && m.ddst_in_block == dy)) m.d_dst.pull();
+  m.ddst_in_block = dy;
   m.d_w.pull();
   m.bwd_data.run();
   m.d_src.push();
   cpu_stream().wait();
 }
 
-void Conv2d::backward_weights(const Conv2dShape& s, int64_t batch, const float* x,
-                              const float* dy, float* dw, float* dbias) {
+void Conv2d::backward_weights(const Conv2dShape& s, int64_t batch, const float* x, const float* dy,
+                              float* dw, float* dbias) {
   auto& m = *impl_;
   if (m.batch != batch || !(m.shape == s) || !m.fwd.ready) m.reset(s, batch, m.has_bias);
   m.ensure_bwd_weights(dbias != nullptr);
   m.w_src.set(x);
   m.w_ddst.set(dy);
-  m.w_src.pull();
-  m.w_ddst.pull();
+  // backward follows the forward over the same input (as for every layer), so a shared blocked
+  // copy of x from forward is still valid.
+  if (!(m.w_src.shares && m.src_in_block == x)) m.w_src.pull();
+  m.src_in_block = x;
+  if (!(m.ddst_shared() && m.ddst_in_block == dy)) m.w_ddst.pull();
+  m.ddst_in_block = dy;
   m.bwd_weights.run();
   m.w_dw.push();
   cpu_stream().wait();

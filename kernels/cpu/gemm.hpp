@@ -5,9 +5,8 @@
 
 namespace mgt::kernels {
 
-void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-           int64_t ldc);
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // Threads oneDNN (OpenMP) uses for GEMM and convolution on the calling thread; each rank uses one
 // by default when ranks >= cores, and the launcher sets it.

@@ -8,29 +8,28 @@ MGT_TARGET_CLONES void relu_forward(const float* __restrict x, float* __restrict
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-MGT_TARGET_CLONES void relu_backward(const float* __restrict y, const float* __restrict dy, float* __restrict dx,
-                   int64_t n) {
+MGT_TARGET_CLONES void relu_backward(const float* __restrict y, const float* __restrict dy,
+                                     float* __restrict dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = dy[i];  // loaded unconditionally so the select vectorizes
     dx[i] = y[i] > 0.0f ? g : 0.0f;
   }
 }
 
-void broadcast_rows(const float* __restrict bias, float* __restrict y, int64_t rows,
-                    int64_t cols) {
+void broadcast_rows(const float* __restrict bias, float* __restrict y, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) std::memcpy(y + r * cols, bias, sizeof(float) * cols);
 }
 
-MGT_TARGET_CLONES void add_column_sums(const float* __restrict x, float* __restrict acc, int64_t rows,
-                     int64_t cols) {
+MGT_TARGET_CLONES void add_column_sums(const float* __restrict x, float* __restrict acc,
+                                       int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * cols;
     for (int64_t c = 0; c < cols; ++c) acc[c] += row[c];
   }
 }
 
-MGT_TARGET_CLONES void multiply(const float* __restrict x, const float* __restrict s, float* __restrict y,
-              int64_t n) {
+MGT_TARGET_CLONES void multiply(const float* __restrict x, const float* __restrict s,
+                                float* __restrict y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s[i];
 }
 

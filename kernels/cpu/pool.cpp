@@ -6,8 +6,9 @@
 
 namespace mgt::kernels {
 
-MGT_TARGET_CLONES void max_pool2d_forward(const float* __restrict x, float* __restrict y, int32_t* __restrict argmax,
-                        int64_t planes, int64_t h, int64_t w, int64_t kernel, int64_t stride) {
+MGT_TARGET_CLONES void max_pool2d_forward(const float* __restrict x, float* __restrict y,
+                                          int32_t* __restrict argmax, int64_t planes, int64_t h,
+                                          int64_t w, int64_t kernel, int64_t stride) {
   const int64_t oh = (h - kernel) / stride + 1, ow = (w - kernel) / stride + 1;
   for (int64_t p = 0; p < planes; ++p) {
     const float* xp = x + p * h * w;
@@ -20,17 +21,32 @@ MGT_TARGET_CLONES void max_pool2d_forward(const float* __restrict x, float* __re
         const float* r1 = r0 + w;
         const auto base = static_cast<int32_t>(2 * i * w);
         const auto wi = static_cast<int32_t>(w);
+        const auto owi = static_cast<int32_t>(ow);
         float* yr = yp + i * ow;
         int32_t* ar = ap + i * ow;
-        for (int64_t j = 0; j < ow; ++j) {
+        // int32 counter and this if-shape are what g++ if-converts and vectorizes.
+        for (int32_t j = 0; j < owi; ++j) {
           const float a = r0[2 * j], b = r0[2 * j + 1], c = r1[2 * j], d = r1[2 * j + 1];
-          const float m01 = b > a ? b : a;
-          const int32_t i01 = b > a ? 1 : 0;
-          const float m23 = d > c ? d : c;
-          const int32_t i23 = d > c ? wi + 1 : wi;
-          const bool lower = m23 > m01;
-          yr[j] = lower ? m23 : m01;
-          ar[j] = base + static_cast<int32_t>(2 * j) + (lower ? i23 : i01);
+          float m01 = a;
+          int32_t i01 = 0;
+          if (b > a) {
+            m01 = b;
+            i01 = 1;
+          }
+          float m23 = c;
+          int32_t i23 = wi;
+          if (d > c) {
+            m23 = d;
+            i23 = wi + 1;
+          }
+          float m = m01;
+          int32_t off = i01;
+          if (m23 > m01) {
+            m = m23;
+            off = i23;
+          }
+          yr[j] = m;
+          ar[j] = base + 2 * j + off;
         }
       }
       continue;
@@ -56,15 +72,36 @@ MGT_TARGET_CLONES void max_pool2d_forward(const float* __restrict x, float* __re
 }
 
 void max_pool2d_backward(const float* __restrict dy, const int32_t* __restrict argmax,
-                         float* __restrict dx, int64_t planes, int64_t h, int64_t w,
-                         int64_t kernel, int64_t stride) {
+                         float* __restrict dx, int64_t planes, int64_t h, int64_t w, int64_t kernel,
+                         int64_t stride) {
   const int64_t oh = (h - kernel) / stride + 1, ow = (w - kernel) / stride + 1;
-  std::memset(dx, 0, sizeof(float) * planes * h * w);
+  if (kernel != stride) {
+    // Windows overlap or leave gaps: clear, then accumulate.
+    std::memset(dx, 0, sizeof(float) * planes * h * w);
+    for (int64_t p = 0; p < planes; ++p) {
+      float* dxp = dx + p * h * w;
+      const float* dyp = dy + p * oh * ow;
+      const int32_t* ap = argmax + p * oh * ow;
+      for (int64_t o = 0; o < oh * ow; ++o) dxp[ap[o]] += dyp[o];
+    }
+    return;
+  }
+  // Windows tile the plane: each element is written once (zero, or its window's gradient at the
+  // arg-max), saving a separate clearing pass over dx.
+  const int64_t k = kernel;
   for (int64_t p = 0; p < planes; ++p) {
     float* dxp = dx + p * h * w;
     const float* dyp = dy + p * oh * ow;
     const int32_t* ap = argmax + p * oh * ow;
-    for (int64_t o = 0; o < oh * ow; ++o) dxp[ap[o]] += dyp[o];
+    for (int64_t i = 0; i < oh; ++i) {
+      for (int64_t r = i * k; r < (i + 1) * k; ++r) {
+        float* row = dxp + r * w;
+        for (int64_t c = 0; c < w; ++c) row[c] = 0.0f;
+      }
+      for (int64_t j = 0; j < ow; ++j) dxp[ap[i * ow + j]] = dyp[i * ow + j];
+    }
+    for (int64_t r = oh * k; r < h; ++r)
+      for (int64_t c = 0; c < w; ++c) dxp[r * w + c] = 0.0f;
   }
 }
 

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/conv2d.hpp"
@@ -41,6 +43,9 @@ struct GemmCase {
   bool ta, tb;
   int64_t m, n, k;
 };
+void PrintTo(const GemmCase& c, std::ostream* os) {
+  *os << (c.ta ? 'T' : 'N') << (c.tb ? 'T' : 'N') << ' ' << c.m << 'x' << c.n << 'x' << c.k;
+}
 
 class KernelGemm : public ::testing::TestWithParam<GemmCase> {};
 
@@ -69,7 +74,12 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(GemmCase{false, false, 7, 13, 5}, GemmCase{false, true, 7, 13, 5},
                       GemmCase{true, false, 7, 13, 5}, GemmCase{true, true, 7, 13, 5},
                       GemmCase{false, false, 64, 33, 129}, GemmCase{false, true, 128, 10, 784},
-                      GemmCase{true, false, 100, 784, 32}, GemmCase{true, true, 1, 17, 3}));
+                      GemmCase{true, false, 100, 784, 32}, GemmCase{true, true, 1, 17, 3}),
+    [](const ::testing::TestParamInfo<GemmCase>& info) {
+      const GemmCase& c = info.param;
+      return std::string(c.ta ? "T" : "N") + (c.tb ? "T" : "N") + "_" + std::to_string(c.m) + "x" +
+             std::to_string(c.n) + "x" + std::to_string(c.k);
+    });
 
 TEST(KernelGemm, BetaZeroIgnoresGarbageInC) {
   const int64_t m = 4, n = 6, k = 3;
@@ -91,6 +101,10 @@ TEST(KernelThreads, SetCpuThreads) {
 struct ConvCase {
   int64_t batch, ic, oc, h, w, k, stride, pad;
 };
+void PrintTo(const ConvCase& c, std::ostream* os) {
+  *os << "batch " << c.batch << " ic " << c.ic << " oc " << c.oc << " " << c.h << "x" << c.w
+      << " k " << c.k << " stride " << c.stride << " pad " << c.pad;
+}
 
 void naive_conv_forward(const ConvCase& c, const float* x, const float* wt, const float* bias,
                         float* y) {
@@ -197,7 +211,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, KernelConv,
                                            ConvCase{3, 2, 5, 9, 8, 3, 2, 1},
                                            ConvCase{1, 1, 8, 28, 28, 5, 1, 2},
                                            ConvCase{2, 4, 3, 6, 6, 2, 2, 0},
-                                           ConvCase{2, 16, 32, 12, 12, 3, 1, 0}));
+                                           ConvCase{2, 16, 32, 12, 12, 3, 1, 0}),
+                         [](const ::testing::TestParamInfo<ConvCase>& info) {
+                           const ConvCase& c = info.param;
+                           return "b" + std::to_string(c.batch) + "_ic" + std::to_string(c.ic) +
+                                  "_oc" + std::to_string(c.oc) + "_" + std::to_string(c.h) + "x" +
+                                  std::to_string(c.w) + "_k" + std::to_string(c.k) + "_s" +
+                                  std::to_string(c.stride) + "_p" + std::to_string(c.pad);
+                         });
 
 TEST(KernelConv, BatchSizeChangeRecreatesPrimitives) {
   const ConvCase big{4, 2, 3, 5, 5, 3, 1, 1}, small{1, 2, 3, 5, 5, 3, 1, 1};
@@ -212,12 +233,50 @@ TEST(KernelConv, BatchSizeChangeRecreatesPrimitives) {
   }
 }
 
+// A training-like sequence with enough channels for oneDNN's blocked layouts, where the blocked
+// copies of x and dy are shared between passes: every step (new data in the same buffers) must
+// still match the reference, and a backward over another input must not reuse forward's copy.
+TEST(KernelConv, TrainingSequenceReusesNothingStale) {
+  const ConvCase c{4, 16, 32, 8, 8, 3, 1, 1};
+  const auto s = to_shape(c);
+  const int64_t nx = c.batch * c.ic * c.h * c.w, nw = c.oc * c.ic * c.k * c.k;
+  const int64_t ny = c.batch * c.oc * c.h * c.w;
+  std::vector<float> x(nx), dy(ny), y(ny), dx(nx), dw(nw), db(c.oc), ey(ny), ex(nx), ew(nw),
+      eb(c.oc);
+  const auto wt = random_vector(nw, 40), bias = random_vector(c.oc, 41);
+  mgt::kernels::Conv2d conv;
+  for (unsigned step = 0; step < 3; ++step) {
+    x = random_vector(nx, 50 + step);
+    dy = random_vector(ny, 60 + step);
+    std::fill(dw.begin(), dw.end(), 0.0f);
+    std::fill(db.begin(), db.end(), 0.0f);
+    conv.forward(s, c.batch, x.data(), wt.data(), bias.data(), y.data());
+    conv.backward_weights(s, c.batch, x.data(), dy.data(), dw.data(), db.data());
+    conv.backward_data(s, c.batch, dy.data(), wt.data(), dx.data());
+    naive_conv_forward(c, x.data(), wt.data(), bias.data(), ey.data());
+    naive_conv_backward(c, x.data(), wt.data(), dy.data(), ex.data(), ew.data(), eb.data());
+    for (int64_t i = 0; i < ny; ++i) ASSERT_NEAR(y[i], ey[i], 1e-3f) << "step " << step;
+    for (int64_t i = 0; i < nx; ++i) ASSERT_NEAR(dx[i], ex[i], 1e-3f) << "step " << step;
+    for (int64_t i = 0; i < nw; ++i) ASSERT_NEAR(dw[i], ew[i], 1e-3f) << "step " << step;
+    for (int64_t i = 0; i < c.oc; ++i) ASSERT_NEAR(db[i], eb[i], 1e-3f) << "step " << step;
+  }
+  // Backward over a different input than the last forward, and with another dy.
+  const auto x2 = random_vector(nx, 70), dy2 = random_vector(ny, 71);
+  std::fill(dw.begin(), dw.end(), 0.0f);
+  std::fill(db.begin(), db.end(), 0.0f);
+  conv.backward_data(s, c.batch, dy2.data(), wt.data(), dx.data());
+  conv.backward_weights(s, c.batch, x2.data(), dy2.data(), dw.data(), db.data());
+  naive_conv_backward(c, x2.data(), wt.data(), dy2.data(), ex.data(), ew.data(), eb.data());
+  for (int64_t i = 0; i < nx; ++i) ASSERT_NEAR(dx[i], ex[i], 1e-3f);
+  for (int64_t i = 0; i < nw; ++i) ASSERT_NEAR(dw[i], ew[i], 1e-3f);
+}
+
 // ---------------------------------------------------------------------------------------------
 
 TEST(KernelPool, MaxPoolPicksWindowMaximum) {
   // One 4x4 plane, 2x2 windows.
-  const std::vector<float> x = {1, 5, 2, 0,  //
-                                3, 4, 9, 8,  //
+  const std::vector<float> x = {1,  5,  2, 0,  //
+                                3,  4,  9, 8,  //
                                 -1, -2, 0, 0,  //
                                 -3, -4, 7, 6};
   std::vector<float> y(4);
@@ -236,8 +295,8 @@ TEST(KernelSoftmax, LossOfUniformLogitsIsLogClasses) {
   const std::vector<float> logits(3 * 4, 2.0f);
   const std::vector<int32_t> labels = {0, 1, 3};
   std::vector<float> grad(12);
-  const double loss = mgt::kernels::softmax_cross_entropy(logits.data(), labels.data(),
-                                                          grad.data(), 3, 4, 1.0f);
+  const double loss =
+      mgt::kernels::softmax_cross_entropy(logits.data(), labels.data(), grad.data(), 3, 4, 1.0f);
   EXPECT_NEAR(loss, 3 * std::log(4.0), 1e-6);
   EXPECT_NEAR(grad[0], 0.25f - 1.0f, 1e-6f);
   EXPECT_NEAR(grad[1], 0.25f, 1e-6f);

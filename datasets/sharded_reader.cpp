@@ -75,6 +75,16 @@ struct ShardedReader::Impl {
   std::exception_ptr error;
   int64_t error_at = -1;
 
+  // HDF5 ids must be closed under the mutex too (other readers' threads may be reading).
+  void close_hdf5() {
+    std::lock_guard lock(hdf5_mutex());
+    x_fspace.reset();
+    x_mspace.reset();
+    y_fspace.reset();
+    y_mspace.reset();
+    file = h5::Opened{};
+  }
+
   void stop() {
     {
       std::lock_guard lk(m);
@@ -209,6 +219,15 @@ struct ShardedReader::Impl {
 };
 
 ShardedReader::ShardedReader(const ReaderOptions& options) : impl_(std::make_unique<Impl>()) {
+  try {
+    init(options);
+  } catch (...) {
+    impl_->close_hdf5();
+    throw;
+  }
+}
+
+void ShardedReader::init(const ReaderOptions& options) {
   Impl& d = *impl_;
   d.opt = options;
   const ReaderOptions& o = d.opt;
@@ -233,7 +252,7 @@ ShardedReader::ShardedReader(const ReaderOptions& options) : impl_(std::make_uni
     const size_t elem = probe.x_type == "uint8" ? 1 : 4;
     const size_t chunk_bytes = probe.x_chunk.empty() ? numel * elem : static_cast<size_t>(shape_numel(probe.x_chunk)) * elem;
     h5::Id dapl = h5::plist(H5Pcreate(H5P_DATASET_ACCESS));
-    H5Pset_chunk_cache(dapl.get(), chunk_cache_slots(o.chunk_cache_bytes, chunk_bytes), o.chunk_cache_bytes, 1.0);
+    H5Pset_chunk_cache(dapl.get(), chunk_cache_slots(o.chunk_cache_bytes, chunk_bytes), o.chunk_cache_bytes, 0.75);
     d.file = h5::open_validated(o.path, o.x_name, o.y_name, d.info, dapl.get());
     d.x_fspace = h5::space(H5Dget_space(d.file.x.get()));
     d.y_fspace = h5::space(H5Dget_space(d.file.y.get()));
@@ -282,12 +301,7 @@ ShardedReader::ShardedReader(const ReaderOptions& options) : impl_(std::make_uni
 
 ShardedReader::~ShardedReader() {
   impl_->stop();
-  std::lock_guard lock(hdf5_mutex());
-  impl_->x_fspace.reset();
-  impl_->x_mspace.reset();
-  impl_->y_fspace.reset();
-  impl_->y_mspace.reset();
-  impl_->file = h5::Opened{};
+  impl_->close_hdf5();
 }
 
 const DatasetInfo& ShardedReader::info() const { return impl_->info; }

@@ -105,6 +105,7 @@ struct H5Spec {
   int64_t num_classes = -1;  // attribute on the root when >= 0
   double mean = NAN, stddev = NAN;  // attributes on x when set
   hsize_t chunk_rows = 16;
+  bool deflate = false;
 };
 
 void write_h5(const std::string& path, const H5Spec& s) {
@@ -117,6 +118,7 @@ void write_h5(const std::string& path, const H5Spec& s) {
     std::vector<hsize_t> chunk = s.x_dims;
     chunk[0] = std::min(chunk[0], s.chunk_rows);
     H5Pset_chunk(pl, static_cast<int>(chunk.size()), chunk.data());
+    if (s.deflate) H5Pset_deflate(pl, 4);
     const bool u8 = s.x_type == H5T_NATIVE_UINT8;
     const bool f32 = s.x_type == H5T_NATIVE_FLOAT;
     hid_t ftype = u8 ? H5T_STD_U8LE : f32 ? H5T_IEEE_F32LE : s.x_type;
@@ -641,6 +643,57 @@ TEST(DataReader, ReadAndLabelErrorsReachNextAsDataError) {
   expect_data_error([&] { reader.next(); }, {o.path, "row 17"});  // stays failed
   reader.start(0, 2);  // a fresh start past the bad batch works
   EXPECT_EQ(rows_of(reader.next()).front(), 20);
+}
+
+TEST(DataReader, CorruptChunkReachesNextAsDataErrorWithRows) {
+  TempDir dir;
+  const std::string f = dir.file("corrupt.h5");
+  H5Spec s = indexed_spec(64);  // four deflated chunks of 16 rows
+  s.deflate = true;
+  write_h5(f, s);
+  haddr_t addr = 0;
+  hsize_t size = 0;
+  {
+    std::lock_guard lock(hdf5_mutex());
+    hid_t file = H5Fopen(f.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = H5Dopen2(file, "/x", H5P_DEFAULT);
+    hid_t sp = H5Dget_space(d);
+    hsize_t offset[3];
+    unsigned mask = 0;
+    ASSERT_GE(H5Dget_chunk_info(d, sp, 1, offset, &mask, &addr, &size), 0);  // rows 16..31
+    ASSERT_EQ(offset[0], 16u);
+    H5Sclose(sp);
+    H5Dclose(d);
+    H5Fclose(file);
+  }
+  {
+    std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(static_cast<std::streamoff>(addr));
+    const std::string junk(size, '\x5a');
+    io.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  ReaderOptions o;
+  o.path = f;
+  o.global_batch = 16;
+  o.shuffle = false;
+  ShardedReader reader(o);
+  EXPECT_EQ(rows_of(reader.next()).front(), 0);
+  expect_data_error([&] { reader.next(); }, {f, "reading rows 16..31 of dataset '/x' failed", "epoch 0, batch 1"});
+}
+
+TEST(DataReader, UnionSelectionGivesTheSameBatches) {
+  TempDir dir;
+  write_h5(dir.file("f.h5"), indexed_spec(90));
+  ReaderOptions o;
+  o.path = dir.file("f.h5");
+  o.global_batch = 30;
+  o.world = 3;
+  o.rank = 2;
+  o.seed = 11;
+  ShardedReader runs(o);
+  o.read_mode = ReadMode::Union;
+  ShardedReader uni(o);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(rows_of(runs.next()), rows_of(uni.next()));
 }
 
 // ---------------------------------------------------------------- real data

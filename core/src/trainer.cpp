@@ -9,12 +9,14 @@
 #include <iomanip>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
 #include "checkpoint.hpp"
 #include "core_keys.hpp"
 #include "datasets/sharded_reader.hpp"
+#include "lr_schedule.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "mgtrain/layers.hpp"
 #include "mgtrain/rng.hpp"
@@ -121,6 +123,7 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log) {
   ParameterStore store;
   std::unique_ptr<data::ShardedReader> reader;
   int64_t accum = 1, micro_batch = 0;
+  std::optional<LearningRateSchedule> schedule;
   agree(comm, [&] {
     model = registry.create_model(choice.model, config);
     optimizer = registry.create_optimizer(choice.optimizer, config);
@@ -145,6 +148,9 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log) {
     ro.seed = seed;
     ro.prefetch_depth = static_cast<int>(config.get_int("data.prefetch"));
     reader = std::make_unique<data::ShardedReader>(ro);
+    schedule.emplace(config.get_string("train.lr_schedule"), optimizer->learning_rate(),
+                     config.get_int("train.warmup_steps"),
+                     config.get_int("train.epochs") * reader->batches_per_epoch());
     Shape input = {micro_batch};
     for (int64_t d : reader->info().sample_shape) input.push_back(d);
     Shape logits;
@@ -251,6 +257,7 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log) {
       apply = sync->end_backward(m);
     }
     if (apply) {
+      optimizer->set_learning_rate(schedule->at(step));
       optimizer->step(store.params_data(), store.grads_data(), store.flat_size());
       store.zero_grads();
     }

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Trains on Fashion-MNIST under mpirun and checks the test accuracy of the final checkpoint.
-# Usage: accuracy.sh MODEL NP EPOCHS MIN_ACCURACY
+# Trains a shipped example config on Fashion-MNIST under mpirun and checks the test accuracy of the
+# final checkpoint. Usage: accuracy.sh MODEL NP EPOCHS MIN_ACCURACY
 source "$(dirname "$0")/lib.sh"
 model=$1 np=$2 epochs=$3 min=$4
-write_config run.ini
-run_np "$np" 1500 train --config run.ini --model.name="$model" --train.epochs="$epochs" --json >train.log 2>&1 || { cat train.log; fail "training failed"; }
+run_np "$np" 1500 train --config "$EXAMPLES/fashion_mnist_$model.ini" --data.train="$DATA_DIR/train.h5" \
+  --data.test="$DATA_DIR/test.h5" --checkpoint.dir="$WORK/ckpt" --train.epochs="$epochs" --json \
+  >train.log 2>&1 || { cat train.log; fail "training failed"; }
 summary=$(grep '^{' train.log | tail -n 1)
 checkpoint=$(json_field checkpoint <<<"$summary")
 accuracy=$("$MGTRAIN" eval --checkpoint "$checkpoint" --data "$DATA_DIR/test.h5" --json | json_field accuracy)

@@ -38,6 +38,7 @@ class TestOptimizer : public mgt::Optimizer {
   }
   void step(float*, const float*, size_t) override { ++step_count_; }
   double learning_rate() const override { return 0.1; }
+  void set_learning_rate(double) override {}
   std::vector<mgt::OptimizerStateBuffer> state_buffers() override {
     std::vector<mgt::OptimizerStateBuffer> out;
     for (size_t i = 0; i < names_.size(); ++i) out.push_back({names_[i], buffers_[i].data()});

@@ -91,3 +91,21 @@ TEST(Config, CoreKeysHaveHelpAndUniqueNames) {
     }
   }
 }
+
+#include "lr_schedule.hpp"
+
+TEST(Config, LearningRateSchedules) {
+  const LearningRateSchedule constant("constant", 0.1, 0, 100);
+  EXPECT_DOUBLE_EQ(constant.at(0), 0.1);
+  EXPECT_DOUBLE_EQ(constant.at(99), 0.1);
+  const LearningRateSchedule warm("constant", 0.1, 4, 100);
+  EXPECT_DOUBLE_EQ(warm.at(0), 0.025);
+  EXPECT_DOUBLE_EQ(warm.at(3), 0.1);
+  EXPECT_DOUBLE_EQ(warm.at(4), 0.1);
+  const LearningRateSchedule cosine("cosine", 0.2, 10, 110);
+  EXPECT_DOUBLE_EQ(cosine.at(10), 0.2);
+  EXPECT_NEAR(cosine.at(60), 0.1, 1e-12);
+  EXPECT_NEAR(cosine.at(110), 0.0, 1e-12);
+  EXPECT_GT(cosine.at(30), cosine.at(31));
+  EXPECT_THROW(LearningRateSchedule("linear", 0.1, 0, 10), ConfigError);
+}

@@ -23,6 +23,9 @@ class Optimizer {
   // One update over the range: params[i] -= f(grads[i], state[i]); `size` as in setup.
   virtual void step(float* params, const float* grads, size_t size) = 0;
   virtual double learning_rate() const = 0;
+  // The trainer's schedule (train.lr_schedule) sets the rate before each update; the plugin's
+  // optimizer.lr is the base rate the schedule scales.
+  virtual void set_learning_rate(double lr) = 0;
   virtual std::vector<OptimizerStateBuffer> state_buffers() = 0;
   // Number of updates done so far (Adam's bias correction depends on it); restored on resume.
   int64_t step_count() const { return step_count_; }

@@ -77,6 +77,7 @@ class AdamW final : public mgt::Optimizer {
   }
 
   double learning_rate() const override { return lr_; }
+  void set_learning_rate(double lr) override { lr_ = lr; }
 
   std::vector<mgt::OptimizerStateBuffer> state_buffers() override {
     return {{"exp_avg", exp_avg_.data()}, {"exp_avg_sq", exp_avg_sq_.data()}};

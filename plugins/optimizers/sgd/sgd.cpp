@@ -78,6 +78,7 @@ class Sgd final : public mgt::Optimizer {
   }
 
   double learning_rate() const override { return lr_; }
+  void set_learning_rate(double lr) override { lr_ = lr; }
 
   std::vector<mgt::OptimizerStateBuffer> state_buffers() override {
     if (momentum_buf_.empty()) return {};

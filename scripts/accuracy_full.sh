@@ -9,12 +9,7 @@ source "$here/env.sh"
 mgtrain_build Release
 mgtrain=$MGTRAIN_BUILD/bin/mgtrain
 cd "$MGTRAIN_ROOT"
-raw=/usr/share/datasets/fashion-mnist
-mkdir -p data
-[ -f data/fashion_mnist_train.h5 ] || "$mgtrain" data convert --images $raw/train-images-idx3-ubyte.gz \
-  --labels $raw/train-labels-idx1-ubyte.gz --out data/fashion_mnist_train.h5
-[ -f data/fashion_mnist_test.h5 ] || "$mgtrain" data convert --images $raw/t10k-images-idx3-ubyte.gz \
-  --labels $raw/t10k-labels-idx1-ubyte.gz --out data/fashion_mnist_test.h5
+prepare_fashion_mnist "$mgtrain"
 
 run() {  # run NAME NP CONFIG [overrides]
   local name=$1 np=$2 config=$3; shift 3

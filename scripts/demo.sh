@@ -9,18 +9,14 @@ mgtrain_build Release -DMGTRAIN_BUILD_TESTS=OFF
 mgtrain=$MGTRAIN_BUILD/bin/mgtrain
 cd "$MGTRAIN_ROOT"
 
-raw=/usr/share/datasets/fashion-mnist
-mkdir -p data
-[ -f data/fashion_mnist_train.h5 ] || "$mgtrain" data convert --images $raw/train-images-idx3-ubyte.gz \
-  --labels $raw/train-labels-idx1-ubyte.gz --out data/fashion_mnist_train.h5
-[ -f data/fashion_mnist_test.h5 ] || "$mgtrain" data convert --images $raw/t10k-images-idx3-ubyte.gz \
-  --labels $raw/t10k-labels-idx1-ubyte.gz --out data/fashion_mnist_test.h5
+prepare_fashion_mnist "$mgtrain"
 
 # A fresh run each time: the checkpoint directory of the example config is emptied first.
 rm -rf runs/fashion_mnist_mlp
-mpirun -np 2 --oversubscribe "$mgtrain" train --config examples/fashion_mnist_mlp.ini --json "$@" | tee runs.log
-summary=$(grep '^{' runs.log | tail -n 1)
-rm -f runs.log
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+mpirun -np 2 --oversubscribe "$mgtrain" train --config examples/fashion_mnist_mlp.ini --json "$@" | tee "$log"
+summary=$(grep '^{' "$log" | tail -n 1)
 checkpoint=$(sed -n 's/.*"checkpoint":"\([^"]*\)".*/\1/p' <<<"$summary")
 rate=$(sed -n 's/.*"samples_per_s":\([0-9.]*\).*/\1/p' <<<"$summary")
 eval_line=$("$mgtrain" eval --checkpoint "$checkpoint" --data data/fashion_mnist_test.h5 --json)

@@ -15,3 +15,14 @@ mgtrain_build() {  # mgtrain_build <build type> [extra cmake args]
   cmake -S "$MGTRAIN_ROOT" -B "$MGTRAIN_BUILD" -DCMAKE_BUILD_TYPE="$type" "$@" >/dev/null
   cmake --build "$MGTRAIN_BUILD" -j "$MGTRAIN_JOBS"
 }
+
+# Converts Debian's Fashion-MNIST (IDX) to data/fashion_mnist_{train,test}.h5 unless present.
+prepare_fashion_mnist() {  # prepare_fashion_mnist <mgtrain binary>
+  local mgtrain=$1 raw=/usr/share/datasets/fashion-mnist split
+  mkdir -p "$MGTRAIN_ROOT/data"
+  for split in train:train t10k:test; do
+    local out="$MGTRAIN_ROOT/data/fashion_mnist_${split#*:}.h5"
+    [ -f "$out" ] || "$mgtrain" data convert --images "$raw/${split%%:*}-images-idx3-ubyte.gz" \
+      --labels "$raw/${split%%:*}-labels-idx1-ubyte.gz" --out "$out"
+  done
+}

@@ -1,7 +1,6 @@
 #include "evaluate.hpp"
 
 #include "checkpoint.hpp"
-#include "core_keys.hpp"
 #include "datasets/sharded_reader.hpp"
 #include "plugin_loader.hpp"
 #include "trainer.hpp"
@@ -14,14 +13,7 @@ EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string&
   Config config = Config::from_string(stored.config_ini, checkpoint + " (stored config)");
   PluginRegistry registry(plugin_paths);
   const PluginChoice choice = plugin_choice(config);
-  std::vector<ConfigKey> keys = core_config_keys();
-  for (const auto& [kind, name] : {std::pair{"model", choice.model},
-                                   std::pair{"optimizer", choice.optimizer},
-                                   std::pair{"sync", choice.sync}}) {
-    const auto plugin_keys = registry.config_keys(kind, name);
-    keys.insert(keys.end(), plugin_keys.begin(), plugin_keys.end());
-  }
-  config.validate(keys);
+  config.validate(known_config_keys(registry, choice));
 
   auto model = registry.create_model(choice.model, config);
   ParameterStore store;

@@ -88,6 +88,17 @@ PluginChoice plugin_choice(const Config& config) {
   return choice;
 }
 
+std::vector<ConfigKey> known_config_keys(PluginRegistry& registry, const PluginChoice& choice) {
+  std::vector<ConfigKey> keys = core_config_keys();
+  for (const auto& [kind, name] : {std::pair{"model", choice.model},
+                                   std::pair{"optimizer", choice.optimizer},
+                                   std::pair{"sync", choice.sync}}) {
+    const auto plugin_keys = registry.config_keys(kind, name);
+    keys.insert(keys.end(), plugin_keys.begin(), plugin_keys.end());
+  }
+  return keys;
+}
+
 TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log) {
   const bool leader = comm.rank() == 0;
   Config& config = options.config;
@@ -97,14 +108,7 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log) {
   // 1. Config and plugins: every key must be known to the core or to a loaded plugin.
   agree(comm, [&] {
     choice = plugin_choice(config);
-    std::vector<ConfigKey> keys = core_config_keys();
-    for (const auto& [kind, name] : {std::pair{"model", choice.model},
-                                     std::pair{"optimizer", choice.optimizer},
-                                     std::pair{"sync", choice.sync}}) {
-      const auto plugin_keys = registry.config_keys(kind, name);
-      keys.insert(keys.end(), plugin_keys.begin(), plugin_keys.end());
-    }
-    config.validate(keys);
+    config.validate(known_config_keys(registry, choice));
   });
   comm.set_timeout_seconds(config.get_real("comm.timeout_s"));
   kernels::set_cpu_threads(static_cast<int>(config.get_int("train.threads")));

@@ -53,4 +53,8 @@ struct PluginChoice {
 };
 PluginChoice plugin_choice(const Config& config);
 
+class PluginRegistry;
+// The keys the core and the chosen plugins know: what a config is validated against.
+std::vector<ConfigKey> known_config_keys(PluginRegistry& registry, const PluginChoice& choice);
+
 }  // namespace mgt

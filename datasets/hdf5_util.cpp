@@ -11,21 +11,37 @@ namespace mgt::data::h5 {
 void silence_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
 namespace {
+// The innermost entry of the error stack: its description and the function that reported it.
+struct Innermost {
+  std::string desc, func;
+};
+
 herr_t innermost(unsigned n, const H5E_error2_t* err, void* data) {
   // Walking upward, entry 0 is the most specific error; its text says what actually failed.
   if (n == 0 && err && err->desc && *err->desc) {
-    auto* out = static_cast<std::string*>(data);
-    *out = err->desc;
-    if (err->func_name) *out += std::string(" (in ") + err->func_name + ")";
+    auto* out = static_cast<Innermost*>(data);
+    out->desc = err->desc;
+    if (err->func_name) out->func = err->func_name;
   }
   return 0;
+}
+
+Innermost walk_errors() {
+  Innermost found;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost, &found);
+  return found;
 }
 }  // namespace
 
 std::string error_text() {
-  std::string text;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost, &text);
-  return text.empty() ? std::string("unknown HDF5 error") : text;
+  const Innermost e = walk_errors();
+  if (e.desc.empty()) return "unknown HDF5 error";
+  return e.func.empty() ? e.desc : e.desc + " (in " + e.func + ")";
+}
+
+std::string error_desc() {
+  const Innermost e = walk_errors();
+  return e.desc.empty() ? std::string("HDF5 error") : e.desc;
 }
 
 std::string object_path(const std::string& name) {
@@ -60,6 +76,13 @@ Shape dims_of(hid_t space) {
   return Shape(d.begin(), d.end());
 }
 
+Id utf8_string_type() {
+  Id t = type(H5Tcopy(H5T_C_S1));
+  if (t && (H5Tset_size(t.get(), H5T_VARIABLE) < 0 || H5Tset_cset(t.get(), H5T_CSET_UTF8) < 0))
+    t.reset();
+  return t;
+}
+
 bool has_attr(hid_t obj, const char* name) { return H5Aexists(obj, name) > 0; }
 
 namespace {
@@ -76,6 +99,14 @@ void write_attr_int64(hid_t obj, const char* name, int64_t value) {
   write_scalar(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
 }
 
+void write_attr_uint32(hid_t obj, const char* name, uint32_t value) {
+  write_scalar(obj, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &value);
+}
+
+void write_attr_uint64(hid_t obj, const char* name, uint64_t value) {
+  write_scalar(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &value);
+}
+
 void write_attr_double(hid_t obj, const char* name, double value) {
   write_scalar(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
 }
@@ -86,6 +117,13 @@ void write_attr_string(hid_t obj, const char* name, const std::string& value) {
   H5Tset_size(t.get(), value.size() + 1);
   H5Tset_strpad(t.get(), H5T_STR_NULLTERM);
   write_scalar(obj, name, t.get(), t.get(), value.c_str());
+}
+
+void write_attr_utf8(hid_t obj, const char* name, const std::string& value) {
+  Id t = utf8_string_type();
+  if (!t) throw IoError(std::string("writing attribute '") + name + "' failed: " + error_text());
+  const char* ptr = value.c_str();
+  write_scalar(obj, name, t.get(), t.get(), &ptr);
 }
 
 void write_attr_strings(hid_t obj, const char* name, const std::vector<std::string>& values) {

@@ -36,6 +36,13 @@ class Id {
     if (id_ >= 0 && closer_) closer_(id_);
     id_ = H5I_INVALID_HID;
   }
+  // Closes now and returns the close's status (a file's close is where buffered data is written).
+  herr_t close() {
+    herr_t status = 0;
+    if (id_ >= 0 && closer_) status = closer_(id_);
+    id_ = H5I_INVALID_HID;
+    return status;
+  }
   hid_t get() const { return id_; }
   explicit operator bool() const { return id_ >= 0; }
 
@@ -59,6 +66,9 @@ void silence_errors();
 // The innermost message of the current thread's HDF5 error stack, e.g. "can't open file", or
 // "unknown HDF5 error" when the stack is empty.
 std::string error_text();
+// Only that message's description, without the function name, or "HDF5 error" when the stack is
+// empty (the checkpoint's messages use this form).
+std::string error_desc();
 
 // "/x" for "x"; names are relative to the root group.
 std::string object_path(const std::string& name);
@@ -68,11 +78,18 @@ std::string type_name(hid_t type);
 
 Shape dims_of(hid_t space);
 
+// A variable-length UTF-8 string datatype; invalid when HDF5 could not make it.
+Id utf8_string_type();
+
 // Scalar and string attributes on an object (file, group or dataset).
 bool has_attr(hid_t obj, const char* name);
 void write_attr_int64(hid_t obj, const char* name, int64_t value);
+void write_attr_uint32(hid_t obj, const char* name, uint32_t value);
+void write_attr_uint64(hid_t obj, const char* name, uint64_t value);
 void write_attr_double(hid_t obj, const char* name, double value);
 void write_attr_string(hid_t obj, const char* name, const std::string& value);
+// Variable-length UTF-8 (utf8_string_type()), as h5py writes a str.
+void write_attr_utf8(hid_t obj, const char* name, const std::string& value);
 void write_attr_strings(hid_t obj, const char* name, const std::vector<std::string>& values);
 // Readers convert any numeric attribute; return false when it is absent or not numeric/string.
 bool read_attr_double(hid_t obj, const char* name, double& value);

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "datasets/hdf5_format.hpp"
+#include "datasets/hdf5_util.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/tensor.hpp"
 
@@ -44,105 +45,36 @@ std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 std::string errno_text(int err) { return std::strerror(err); }
 
-// The most specific message on HDF5's error stack. Must run right after the failing call, before
-// the next one clears the stack.
-std::string hdf5_error_text() {
-  std::string text;
-  H5Ewalk2(
-      H5E_DEFAULT, H5E_WALK_UPWARD,
-      [](unsigned n, const H5E_error2_t* err, void* out) -> herr_t {
-        if (n == 0 && err->desc != nullptr) *static_cast<std::string*>(out) = err->desc;
-        return 0;
-      },
-      &text);
-  return text.empty() ? "HDF5 error" : text;
-}
+namespace h5 = data::h5;
 
-// Owns one HDF5 identifier and closes it with the matching H5?close.
-class Hid {
- public:
-  using Closer = herr_t (*)(hid_t);
-  Hid() = default;
-  Hid(hid_t id, Closer closer) : id_(id), closer_(closer) {}
-  Hid(Hid&& o) noexcept : id_(std::exchange(o.id_, H5I_INVALID_HID)), closer_(o.closer_) {}
-  Hid& operator=(Hid&& o) noexcept {
-    if (this != &o) {
-      reset();
-      id_ = std::exchange(o.id_, H5I_INVALID_HID);
-      closer_ = o.closer_;
-    }
-    return *this;
-  }
-  Hid(const Hid&) = delete;
-  Hid& operator=(const Hid&) = delete;
-  ~Hid() { reset(); }
-
-  hid_t get() const { return id_; }
-  bool valid() const { return id_ >= 0; }
-  void reset() {
-    if (id_ >= 0 && closer_ != nullptr) closer_(id_);
-    id_ = H5I_INVALID_HID;
-  }
-  // Closes and reports the status (a file's close is where buffered data reaches the disk).
-  herr_t close() {
-    herr_t status = 0;
-    if (id_ >= 0 && closer_ != nullptr) status = closer_(id_);
-    id_ = H5I_INVALID_HID;
-    return status;
-  }
-
- private:
-  hid_t id_ = H5I_INVALID_HID;
-  Closer closer_ = nullptr;
-};
-
-// Converts failed HDF5 calls into IoError naming the checkpoint and what was being done.
+// Converts failed HDF5 calls into IoError naming the checkpoint and what was being done. The
+// HDF5 text must be taken right after the failing call, before the next one clears the stack.
 struct H5Context {
   std::string path;
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw IoError("checkpoint " + quote(path) + ": " + what + ": " + hdf5_error_text());
+    throw IoError("checkpoint " + quote(path) + ": " + what + ": " + h5::error_desc());
   }
-  Hid check(hid_t id, Hid::Closer closer, const std::string& what) const {
+  h5::Id check(hid_t id, h5::Id::Closer closer, const std::string& what) const {
     if (id < 0) fail(what);
-    return Hid(id, closer);
+    return h5::Id(id, closer);
   }
   void check(herr_t status, const std::string& what) const {
     if (status < 0) fail(what);
   }
+  // Runs one of the shared attribute writers, adding the checkpoint's name to its IoError.
+  template <typename Write>
+  void write_attr(Write&& write) const {
+    try {
+      write();
+    } catch (const IoError& e) {
+      throw IoError("checkpoint " + quote(path) + ": " + e.what());
+    }
+  }
 };
 
-Hid make_string_type(const H5Context& h5) {
-  Hid type = h5.check(H5Tcopy(H5T_C_S1), H5Tclose, "cannot create string type");
-  h5.check(H5Tset_size(type.get(), H5T_VARIABLE), "cannot create string type");
-  h5.check(H5Tset_cset(type.get(), H5T_CSET_UTF8), "cannot create string type");
-  return type;
-}
-
-void write_attr_raw(const H5Context& h5, hid_t obj, const std::string& name, hid_t file_type,
-                    hid_t mem_type, const void* value) {
-  Hid space = h5.check(H5Screate(H5S_SCALAR), H5Sclose, "cannot create dataspace");
-  Hid attr = h5.check(H5Acreate2(obj, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                      H5Aclose, "cannot create attribute '" + name + "'");
-  h5.check(H5Awrite(attr.get(), mem_type, value), "cannot write attribute '" + name + "'");
-}
-
-void write_attr(const H5Context& h5, hid_t obj, const std::string& name, int64_t value) {
-  write_attr_raw(h5, obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
-}
-void write_attr(const H5Context& h5, hid_t obj, const std::string& name, uint64_t value) {
-  write_attr_raw(h5, obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &value);
-}
-void write_attr(const H5Context& h5, hid_t obj, const std::string& name, uint32_t value) {
-  write_attr_raw(h5, obj, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &value);
-}
-void write_attr(const H5Context& h5, hid_t obj, const std::string& name, const std::string& value) {
-  Hid type = make_string_type(h5);
-  const char* ptr = value.c_str();
-  write_attr_raw(h5, obj, name, type.get(), type.get(), &ptr);
-}
-
-Hid open_attr(const H5Context& h5, hid_t obj, const std::string& obj_name, const std::string& name) {
+h5::Id open_attr(const H5Context& h5, hid_t obj, const std::string& obj_name,
+                 const std::string& name) {
   const htri_t exists = H5Aexists(obj, name.c_str());
   h5.check(static_cast<herr_t>(exists), "cannot read attribute '" + name + "' of " + obj_name);
   if (exists == 0)
@@ -155,8 +87,8 @@ Hid open_attr(const H5Context& h5, hid_t obj, const std::string& obj_name, const
 template <typename T>
 T read_int_attr(const H5Context& h5, hid_t obj, const std::string& obj_name, const std::string& name,
                 hid_t mem_type) {
-  Hid attr = open_attr(h5, obj, obj_name, name);
-  Hid type = h5.check(H5Aget_type(attr.get()), H5Tclose, "cannot read attribute '" + name + "'");
+  h5::Id attr = open_attr(h5, obj, obj_name, name);
+  h5::Id type = h5.check(H5Aget_type(attr.get()), H5Tclose, "cannot read attribute '" + name + "'");
   if (H5Tget_class(type.get()) != H5T_INTEGER)
     throw IoError("checkpoint " + quote(h5.path) + ": attribute '" + name + "' of " + obj_name +
                   " is not an integer");
@@ -167,15 +99,16 @@ T read_int_attr(const H5Context& h5, hid_t obj, const std::string& obj_name, con
 
 std::string read_string_attr(const H5Context& h5, hid_t obj, const std::string& obj_name,
                              const std::string& name) {
-  Hid attr = open_attr(h5, obj, obj_name, name);
-  Hid type = h5.check(H5Aget_type(attr.get()), H5Tclose, "cannot read attribute '" + name + "'");
+  h5::Id attr = open_attr(h5, obj, obj_name, name);
+  h5::Id type = h5.check(H5Aget_type(attr.get()), H5Tclose, "cannot read attribute '" + name + "'");
   if (H5Tget_class(type.get()) != H5T_STRING)
     throw IoError("checkpoint " + quote(h5.path) + ": attribute '" + name + "' of " + obj_name +
                   " is not a string");
   const htri_t is_var = H5Tis_variable_str(type.get());
   h5.check(static_cast<herr_t>(is_var), "cannot read attribute '" + name + "'");
   if (is_var > 0) {
-    Hid mem = make_string_type(h5);
+    h5::Id mem = h5::utf8_string_type();
+    if (!mem) h5.fail("cannot create string type");
     char* ptr = nullptr;
     h5.check(H5Aread(attr.get(), mem.get(), &ptr), "cannot read attribute '" + name + "'");
     std::string value = ptr != nullptr ? ptr : "";
@@ -185,7 +118,7 @@ std::string read_string_attr(const H5Context& h5, hid_t obj, const std::string& 
   // Fixed-length strings, as other tools may write them.
   const size_t size = H5Tget_size(type.get());
   std::string value(size, '\0');
-  Hid mem = h5.check(H5Tcopy(H5T_C_S1), H5Tclose, "cannot create string type");
+  h5::Id mem = h5.check(H5Tcopy(H5T_C_S1), H5Tclose, "cannot create string type");
   h5.check(H5Tset_size(mem.get(), size), "cannot create string type");
   h5.check(H5Aread(attr.get(), mem.get(), value.data()), "cannot read attribute '" + name + "'");
   value.resize(std::strlen(value.c_str()));
@@ -213,14 +146,15 @@ std::string hex32(uint32_t v) {
 }
 
 // Object headers carry no modification times, so the same state gives byte-identical files.
-Hid untimed_plist(const H5Context& h5, hid_t cls) {
-  Hid plist = h5.check(H5Pcreate(cls), H5Pclose, "cannot create property list");
+h5::Id untimed_plist(const H5Context& h5, hid_t cls) {
+  h5::Id plist = h5.check(H5Pcreate(cls), H5Pclose, "cannot create property list");
   h5.check(H5Pset_obj_track_times(plist.get(), false), "cannot set property list");
   return plist;
 }
 
-Hid create_group(const H5Context& h5, hid_t parent, const std::string& name, const std::string& full) {
-  Hid gcpl = untimed_plist(h5, H5P_GROUP_CREATE);
+h5::Id create_group(const H5Context& h5, hid_t parent, const std::string& name,
+                    const std::string& full) {
+  h5::Id gcpl = untimed_plist(h5, H5P_GROUP_CREATE);
   return h5.check(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose,
                   "cannot create group " + quote(full));
 }
@@ -228,19 +162,19 @@ Hid create_group(const H5Context& h5, hid_t parent, const std::string& name, con
 void write_dataset(const H5Context& h5, hid_t group, const std::string& name, const Shape& shape,
                    const float* data) {
   std::vector<hsize_t> dims(shape.begin(), shape.end());
-  Hid space = h5.check(dims.empty() ? H5Screate(H5S_SCALAR)
-                                    : H5Screate_simple(static_cast<int>(dims.size()), dims.data(),
-                                                       nullptr),
-                       H5Sclose, "cannot create dataspace for '" + name + "'");
-  Hid dcpl = untimed_plist(h5, H5P_DATASET_CREATE);
-  Hid dset = h5.check(H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
-                                 dcpl.get(), H5P_DEFAULT),
-                      H5Dclose, "cannot create dataset '" + name + "'");
+  h5::Id space = h5.check(dims.empty() ? H5Screate(H5S_SCALAR)
+                                       : H5Screate_simple(static_cast<int>(dims.size()),
+                                                          dims.data(), nullptr),
+                          H5Sclose, "cannot create dataspace for '" + name + "'");
+  h5::Id dcpl = untimed_plist(h5, H5P_DATASET_CREATE);
+  h5::Id dset = h5.check(H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, space.get(),
+                                    H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                         H5Dclose, "cannot create dataset '" + name + "'");
   const auto numel = static_cast<size_t>(shape_numel(shape));
   if (numel > 0)
     h5.check(H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
              "cannot write dataset '" + name + "'");
-  write_attr(h5, dset.get(), kChecksumAttr, checksum(data, numel));
+  h5.write_attr([&] { h5::write_attr_uint32(dset.get(), kChecksumAttr, checksum(data, numel)); });
 }
 
 // Lists the links of a group, in name order.
@@ -264,7 +198,8 @@ std::vector<std::string> group_members(const H5Context& h5, hid_t group, const s
   return names;
 }
 
-Hid open_group(const H5Context& h5, hid_t parent, const std::string& name, const std::string& full) {
+h5::Id open_group(const H5Context& h5, hid_t parent, const std::string& name,
+                  const std::string& full) {
   const htri_t exists = H5Lexists(parent, name.c_str(), H5P_DEFAULT);
   h5.check(static_cast<herr_t>(exists), "cannot open group " + quote(full));
   if (exists == 0)
@@ -283,18 +218,16 @@ std::vector<float> read_dataset(const H5Context& h5, hid_t group, const std::str
   if (exists == 0)
     throw DataError("checkpoint " + quote(h5.path) + " has no " + what + " " + quote(name) +
                   " (dataset " + quote(full) + ")");
-  Hid dset = h5.check(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose,
-                      "cannot open dataset " + quote(full));
-  Hid type = h5.check(H5Dget_type(dset.get()), H5Tclose, "cannot read dataset " + quote(full));
+  h5::Id dset = h5.check(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose,
+                         "cannot open dataset " + quote(full));
+  h5::Id type = h5.check(H5Dget_type(dset.get()), H5Tclose, "cannot read dataset " + quote(full));
   if (H5Tget_class(type.get()) != H5T_FLOAT || H5Tget_size(type.get()) != sizeof(float))
     throw DataError("checkpoint " + quote(h5.path) + ": dataset " + quote(full) +
                     " is not float32");
-  Hid space = h5.check(H5Dget_space(dset.get()), H5Sclose, "cannot read dataset " + quote(full));
+  h5::Id space = h5.check(H5Dget_space(dset.get()), H5Sclose, "cannot read dataset " + quote(full));
   const int rank = H5Sget_simple_extent_ndims(space.get());
   h5.check(static_cast<herr_t>(rank), "cannot read dataset " + quote(full));
-  std::vector<hsize_t> dims(static_cast<size_t>(rank));
-  if (rank > 0) H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-  const Shape shape(dims.begin(), dims.end());
+  const Shape shape = h5::dims_of(space.get());
   if (shape != expected)
     throw DataError("checkpoint " + quote(h5.path) + ": " + what + " " + quote(name) +
                     " has shape " + shape_string(shape) + ", the model expects " +
@@ -332,7 +265,7 @@ CheckpointMeta read_meta(const H5Context& h5, hid_t file) {
   return meta;
 }
 
-Hid open_checkpoint(const H5Context& h5) {
+h5::Id open_checkpoint(const H5Context& h5) {
   std::error_code ec;
   const auto status = fs::status(h5.path, ec);
   if (ec && ec != std::errc::no_such_file_or_directory)
@@ -391,33 +324,37 @@ struct FileImage {
 FileImage build_image(const std::string& path, const std::string& image_name,
                       const CheckpointMeta& meta, const ParameterStore& store, Optimizer* optimizer) {
   std::lock_guard lock(data::hdf5_mutex());
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  h5::silence_errors();
   const H5Context h5{path};
-  Hid fapl = h5.check(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "cannot create property list");
+  h5::Id fapl = h5.check(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "cannot create property list");
   h5.check(H5Pset_fapl_core(fapl.get(), size_t{4} << 20, false), "cannot set the core driver");
-  Hid file = h5.check(H5Fcreate(image_name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose,
-                      "cannot create file");
+  h5::Id file = h5.check(H5Fcreate(image_name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
+                         H5Fclose, "cannot create file");
   {
-    write_attr(h5, file.get(), "format_version", kFormatVersion);
-    write_attr(h5, file.get(), "step", meta.step);
-    write_attr(h5, file.get(), "epoch", meta.epoch);
-    write_attr(h5, file.get(), "batch_in_epoch", meta.batch_in_epoch);
-    write_attr(h5, file.get(), "seed", meta.seed);
-    write_attr(h5, file.get(), "world_size", meta.world_size);
-    write_attr(h5, file.get(), "mgtrain_version", meta.mgtrain_version);
-    write_attr(h5, file.get(), "plugins", meta.plugins);
-    write_attr(h5, file.get(), "config", meta.config_ini);
+    const hid_t root = file.get();
+    h5.write_attr([&] {
+      h5::write_attr_int64(root, "format_version", kFormatVersion);
+      h5::write_attr_int64(root, "step", meta.step);
+      h5::write_attr_int64(root, "epoch", meta.epoch);
+      h5::write_attr_int64(root, "batch_in_epoch", meta.batch_in_epoch);
+      h5::write_attr_uint64(root, "seed", meta.seed);
+      h5::write_attr_int64(root, "world_size", meta.world_size);
+      h5::write_attr_utf8(root, "mgtrain_version", meta.mgtrain_version);
+      h5::write_attr_utf8(root, "plugins", meta.plugins);
+      h5::write_attr_utf8(root, "config", meta.config_ini);
+    });
 
     const float* flat = store.params_data();
-    Hid params = create_group(h5, file.get(), "params", "/params");
+    h5::Id params = create_group(h5, file.get(), "params", "/params");
     for (const auto& p : store.params())
       write_dataset(h5, params.get(), p.name, p.shape, flat + p.offset);
 
     if (optimizer != nullptr) {
-      Hid opt = create_group(h5, file.get(), "optimizer", "/optimizer");
-      write_attr(h5, opt.get(), "optimizer_steps", optimizer->step_count());
+      h5::Id opt = create_group(h5, file.get(), "optimizer", "/optimizer");
+      h5.write_attr(
+          [&] { h5::write_attr_int64(opt.get(), "optimizer_steps", optimizer->step_count()); });
       for (const auto& buffer : optimizer->state_buffers()) {
-        Hid group = create_group(h5, opt.get(), buffer.name, "/optimizer/" + buffer.name);
+        h5::Id group = create_group(h5, opt.get(), buffer.name, "/optimizer/" + buffer.name);
         for (const auto& p : store.params())
           write_dataset(h5, group.get(), p.name, p.shape, buffer.data + p.offset);
       }
@@ -534,24 +471,24 @@ std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta,
 
 CheckpointMeta read_checkpoint_meta(const std::string& path) {
   std::lock_guard lock(data::hdf5_mutex());
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  h5::silence_errors();
   const H5Context h5{path};
-  Hid file = open_checkpoint(h5);
+  h5::Id file = open_checkpoint(h5);
   return read_meta(h5, file.get());
 }
 
 CheckpointMeta load_checkpoint(const std::string& path, ParameterStore& store, Optimizer* optimizer) {
   MGT_CHECK(store.finalized(), Error, "load_checkpoint: the parameter store is not finalized");
   std::lock_guard lock(data::hdf5_mutex());
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  h5::silence_errors();
   const H5Context h5{path};
-  Hid file = open_checkpoint(h5);
+  h5::Id file = open_checkpoint(h5);
   const CheckpointMeta meta = read_meta(h5, file.get());
 
   // Everything is read and verified before anything is copied: a bad file leaves the model as it was.
   std::vector<std::vector<float>> params;
   {
-    Hid group = open_group(h5, file.get(), "params", "/params");
+    h5::Id group = open_group(h5, file.get(), "params", "/params");
     std::set<std::string> expected;
     for (const auto& p : store.params()) {
       expected.insert(p.name);
@@ -568,14 +505,14 @@ CheckpointMeta load_checkpoint(const std::string& path, ParameterStore& store, O
   int64_t optimizer_steps = 0;
   if (optimizer != nullptr) {
     buffers = optimizer->state_buffers();
-    Hid opt = open_group(h5, file.get(), "optimizer", "/optimizer");
+    h5::Id opt = open_group(h5, file.get(), "optimizer", "/optimizer");
     optimizer_steps = read_int_attr<int64_t>(h5, opt.get(), "group '/optimizer'", "optimizer_steps",
                                              H5T_NATIVE_INT64);
     std::set<std::string> expected;
     for (const auto& buffer : buffers) {
       expected.insert(buffer.name);
       const std::string gpath = "/optimizer/" + buffer.name;
-      Hid group = open_group(h5, opt.get(), buffer.name, gpath);
+      h5::Id group = open_group(h5, opt.get(), buffer.name, gpath);
       std::vector<std::vector<float>> per_param;
       for (const auto& p : store.params())
         per_param.push_back(read_dataset(h5, group.get(), gpath, p.name, p.shape,

@@ -238,6 +238,7 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log) {
                   << " steps/epoch, global batch " << global_batch << " (" << comm.size()
                   << " ranks x " << micro_batch << " x " << accum << " micro-batches)\n" << std::flush;
 
+  StepPhases phases;
   double interval_loss = 0, interval_wait = 0;
   int64_t interval_samples = 0;
   auto interval_start = Clock::now();
@@ -246,6 +247,7 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log) {
     comm.set_step(step + 1);
     data::Batch batch = reader->next();
     interval_wait += batch.wait_seconds;
+    phases.data_wait += batch.wait_seconds;
     bool apply = false;
     for (int64_t m = 0; m < accum; ++m) {
       const Tensor x = Tensor::view(batch.x.data() + m * micro_batch * sample_numel, micro_shape);
@@ -255,15 +257,22 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log) {
       ctx.micro_step = m;
       ctx.first_sample = comm.rank() * local_batch + m * micro_batch;
       ctx.training = true;
+      sync->begin_micro_batch(m);
+      auto t = Clock::now();
       const Tensor& logits = model->forward(x, ctx);
       interval_loss += softmax_cross_entropy(logits, batch.y + m * micro_batch, grad_logits, grad_scale);
       model->backward(grad_logits, ctx, on_ready);
+      phases.compute += seconds_since(t);
+      t = Clock::now();
       apply = sync->end_backward(m);
+      phases.sync += seconds_since(t);
     }
     if (apply) {
+      const auto t = Clock::now();
       optimizer->set_learning_rate(schedule->at(step));
       optimizer->step(store.params_data(), store.grads_data(), store.flat_size());
       store.zero_grads();
+      phases.optimizer += seconds_since(t);
     }
     ++step;
     interval_samples += global_batch;
@@ -308,6 +317,11 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log) {
   result.steps_run = step - start_step;
   result.samples = result.steps_run * global_batch;
   result.samples_per_s = static_cast<double>(result.samples) / std::max(result.train_seconds, 1e-9);
+  // Mean seconds per step of each phase, averaged over ranks.
+  double totals[4] = {phases.data_wait, phases.compute, phases.sync, phases.optimizer};
+  comm.allreduce_sum(totals, 4);
+  const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(result.steps_run, 1) * comm.size());
+  result.phases = {totals[0] * per_step, totals[1] * per_step, totals[2] * per_step, totals[3] * per_step};
   // Peak resident memory of the largest rank (ru_maxrss is in KiB on Linux).
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);

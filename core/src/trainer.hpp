@@ -30,6 +30,14 @@ struct TrainOptions {
   std::vector<std::string> plugin_paths;  // --plugin-path
 };
 
+// Where a step's time goes, in seconds.
+struct StepPhases {
+  double data_wait = 0;   // blocked on the prefetch thread
+  double compute = 0;     // forward, loss and backward
+  double sync = 0;        // the sync strategy after backward: communication not hidden by compute
+  double optimizer = 0;   // the update
+};
+
 struct TrainResult {
   int64_t steps = 0;        // global optimizer step reached (counted from the start of training)
   int64_t steps_run = 0;    // steps taken by this run (fewer after a resume)
@@ -39,6 +47,7 @@ struct TrainResult {
   double final_loss = 0;    // mean loss over the last logging interval
   std::string checkpoint;   // path of the last checkpoint written
   double peak_rss_mb = 0;   // peak resident memory of the largest rank
+  StepPhases phases;        // mean per step, averaged over ranks
 };
 
 TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log);

@@ -16,6 +16,8 @@ class SyncStrategy {
   virtual void setup(Communicator& comm, ParameterStore& store) = 0;
   // Micro-batches per optimizer step; the global batch is world * micro-batch * this.
   virtual int64_t accumulation_steps() const { return 1; }
+  // Before forward of micro-batch `micro_step` (0-based within the step).
+  virtual void begin_micro_batch(int64_t micro_step) { (void)micro_step; }
   // During backward: these gradients are final for this micro-batch.
   virtual void gradients_ready(const std::vector<ParamHandle>& handles) { (void)handles; }
   // After backward of micro-batch `micro_step` (0-based within the step). Returns true when the

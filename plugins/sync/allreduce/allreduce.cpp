@@ -1,8 +1,8 @@
-// Sync plugin `allreduce`: after each backward, the flat gradient buffer is summed over all ranks
-// in buckets of sync.bucket_mb. Each rank's loss is already scaled by 1/global_batch, so the sum is
-// the gradient of the global mean loss.
-#include <algorithm>
-
+// Sync plugin `allreduce`: the gradients are summed over all ranks in buckets (sync.bucket_mb),
+// each bucket's all-reduce starting as soon as backward has produced all its gradients, so
+// communication overlaps the rest of backward. Each rank's loss is already scaled by
+// 1/global_batch, so the sum is the gradient of the global mean loss.
+#include "mgtrain/gradient_buckets.hpp"
 #include "mgtrain/plugin.hpp"
 
 namespace {
@@ -14,35 +14,26 @@ const mgt::ConfigKey kKeys[] = {
 class AllReduce final : public mgt::SyncStrategy {
  public:
   explicit AllReduce(const mgt::ConfigSection& config)
-      : bucket_floats_(std::max<size_t>(1, static_cast<size_t>(config.get_real("bucket_mb") * 1e6 / sizeof(float)))) {}
+      : bucket_bytes_(static_cast<size_t>(config.get_real("bucket_mb") * 1e6)) {}
 
   void setup(mgt::Communicator& comm, mgt::ParameterStore& store) override {
-    comm_ = &comm;
-    store_ = &store;
-    const size_t buckets = (store.flat_size() + bucket_floats_ - 1) / bucket_floats_;
-    requests_.reserve(buckets);
+    buckets_.setup(comm, store, bucket_bytes_);
   }
-
+  void gradients_ready(const std::vector<mgt::ParamHandle>& handles) override {
+    buckets_.mark_ready(handles);
+  }
   bool end_backward(int64_t) override {
-    if (comm_->size() == 1) return true;
-    float* grads = store_->grads_data();
-    const size_t total = store_->flat_size();
-    // All buckets in flight at once; the order of completion does not change the result.
-    for (size_t offset = 0; offset < total; offset += bucket_floats_)
-      requests_.push_back(comm_->iallreduce_sum(grads + offset, std::min(bucket_floats_, total - offset)));
-    for (auto& r : requests_) r->wait();
-    requests_.clear();
+    buckets_.finish();
     return true;
   }
 
  private:
-  size_t bucket_floats_;
-  mgt::Communicator* comm_ = nullptr;
-  mgt::ParameterStore* store_ = nullptr;
-  std::vector<std::unique_ptr<mgt::CommRequest>> requests_;
+  size_t bucket_bytes_;
+  mgt::GradientBuckets buckets_;
 };
 
 }  // namespace
 
-MGT_SYNC_PLUGIN("allreduce", "1.0.0", "synchronous all-reduce of the gradients in buckets", kKeys,
+MGT_SYNC_PLUGIN("allreduce", "1.1.0",
+                "synchronous all-reduce of the gradients in buckets, overlapped with backward", kKeys,
                 AllReduce)

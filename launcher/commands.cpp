@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "checkpoint_compare.hpp"
 #include "core_keys.hpp"
 #include "datasets/convert.hpp"
 #include "datasets/hdf5_format.hpp"
@@ -174,6 +175,23 @@ int run_plugins(const std::vector<std::string>& args) {
   }
   for (const auto& c : refused) std::printf("refused: %s: %s\n", c.path.c_str(), c.refusal.c_str());
   return 0;
+}
+
+int run_compare(const std::vector<std::string>& args) {
+  po::options_description desc("usage: mgtrain compare A.h5 B.h5 [--rtol R]\noptions");
+  desc.add_options()("help", "show this help")("a", po::value<std::string>(), "first checkpoint")
+      ("b", po::value<std::string>(), "second checkpoint")
+      ("rtol", po::value<double>()->default_value(0.0),
+       "tolerance relative to each tensor's largest value (0: bit for bit)");
+  po::positional_options_description positional;
+  positional.add("a", 1).add("b", 1);
+  const auto vm = parse(args, desc, &positional);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return 0;
+  }
+  return compare_checkpoints(require(vm, "a", "compare"), require(vm, "b", "compare"),
+                             vm["rtol"].as<double>(), std::cout) ? 0 : 1;
 }
 
 int run_config_keys(const std::vector<std::string>& args) {

@@ -566,4 +566,28 @@ std::string resolve_resume(const std::string& dir, const std::string& spec) {
   return spec;
 }
 
+std::vector<StoredTensor> read_checkpoint_group(const std::string& path, const std::string& group_path) {
+  std::lock_guard lock(data::hdf5_mutex());
+  h5::silence_errors();
+  const H5Context h5{path};
+  h5::Id file = open_checkpoint(h5);
+  const std::string relative = group_path.substr(group_path.find_first_not_of('/'));
+  h5::Id group = open_group(h5, file.get(), relative, group_path);
+  std::vector<StoredTensor> out;
+  for (const auto& name : group_members(h5, group.get(), quote(group_path))) {
+    StoredTensor t;
+    t.name = name;
+    {
+      h5::Id dset = h5.check(H5Dopen2(group.get(), name.c_str(), H5P_DEFAULT), H5Dclose,
+                             "cannot open dataset " + quote(group_path + "/" + name));
+      h5::Id space = h5.check(H5Dget_space(dset.get()), H5Sclose,
+                              "cannot read dataset " + quote(group_path + "/" + name));
+      t.shape = h5::dims_of(space.get());
+    }
+    t.values = read_dataset(h5, group.get(), group_path, name, t.shape, "dataset");
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 }  // namespace mgt

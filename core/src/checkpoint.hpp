@@ -2,6 +2,7 @@
 // Checkpoints: one HDF5 file per checkpoint, written atomically, readable by any HDF5 tool.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "mgtrain/optimizer.hpp"
 #include "mgtrain/parameters.hpp"
@@ -31,6 +32,16 @@ CheckpointMeta read_checkpoint_meta(const std::string& path);
 // store; verifies names, shapes and checksums. Throws IoError/DataError naming the path and the
 // dataset at fault.
 CheckpointMeta load_checkpoint(const std::string& path, ParameterStore& store, Optimizer* optimizer);
+
+// One dataset of a checkpoint group, as stored.
+struct StoredTensor {
+  std::string name;
+  Shape shape;
+  std::vector<float> values;
+};
+
+// Every dataset of a group ("/params", "/optimizer/momentum"), checksums verified, by name.
+std::vector<StoredTensor> read_checkpoint_group(const std::string& path, const std::string& group_path);
 
 // Resolves `--resume` argument: "latest" reads <dir>/latest; anything else is a path.
 // Throws IoError naming the directory when there is no checkpoint to resume.

@@ -20,6 +20,7 @@ void print_usage(std::ostream& out) {
          "usage: mgtrain <command> [options]\n\n"
          "commands:\n"
          "  train --config FILE [--section.key=value ...]   train (launch with mpirun/srun)\n"
+         "  bench --config FILE [--steps N]                  throughput, scaling, time split, all-reduce bandwidth\n"
          "  eval --checkpoint FILE --data FILE               accuracy and loss of a checkpoint\n"
          "  data convert ...                                 IDX or CSV to the HDF5 sample format\n"
          "  data inspect FILE                                what an HDF5 data file holds\n"
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   try {
     if (command == "train") return mgt::cli::run_train(argc, argv, args);
+    if (command == "bench") return mgt::cli::run_bench(argc, argv, args);
     if (command == "eval") return mgt::cli::run_eval(args);
     if (command == "data") return mgt::cli::run_data(args);
     if (command == "plugins") return mgt::cli::run_plugins(args);

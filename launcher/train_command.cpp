@@ -1,10 +1,12 @@
-// `mgtrain train`: parses options and overrides, starts MPI, runs the trainer, and turns any error
-// into one line and an exit code that ends every rank.
+// `mgtrain train` and `mgtrain bench`: parse options and config overrides, start MPI, run, and
+// turn any error into one line and an exit code that ends every rank.
 #include <boost/program_options.hpp>
 
 #include <cstdio>
+#include <functional>
 #include <iostream>
 
+#include "bench.hpp"
 #include "commands.hpp"
 #include "mpi_communicator.hpp"
 #include "trainer.hpp"
@@ -15,23 +17,20 @@ namespace mgt::cli {
 
 namespace {
 
-po::options_description train_options() {
-  po::options_description desc(
-      "usage: mgtrain train --config FILE [--section.key=value ...] [options]\n"
-      "Any config key can be given on the command line as --section.key=value.\noptions");
+void add_run_options(po::options_description& desc) {
   desc.add_options()
       ("help", "show this help")
       ("config", po::value<std::string>(), "INI file with the run's configuration")
-      ("resume", po::value<std::string>(), "'latest' (newest in checkpoint.dir) or a checkpoint path")
       ("json", po::bool_switch(), "end with one JSON line from rank 0")
       ("plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory (repeatable)");
-  return desc;
 }
 
-}  // namespace
-
-int run_train(int argc, char** argv, const std::vector<std::string>& args) {
-  const auto desc = train_options();
+// Parses the command line, starts MPI, builds the config (file plus --section.key=value
+// overrides, agreed by all ranks) and runs `body` on every rank. Errors before step 1 end every
+// rank cleanly (exit 2); later ones end the job (exit 1).
+int run_under_mpi(int argc, char** argv, const std::vector<std::string>& args,
+                  const po::options_description& desc,
+                  const std::function<void(Communicator&, TrainOptions&, const po::variables_map&)>& body) {
   const auto parsed = po::command_line_parser(args).options(desc).allow_unregistered().run();
   po::variables_map vm;
   po::store(parsed, vm);
@@ -45,37 +44,20 @@ int run_train(int argc, char** argv, const std::vector<std::string>& args) {
   auto comm = make_mpi_communicator();
   try {
     TrainOptions options;
-    if (vm.count("resume")) options.resume = vm["resume"].as<std::string>();
     if (vm.count("plugin-path")) options.plugin_paths = vm["plugin-path"].as<std::vector<std::string>>();
     agree(*comm, [&] {
-      if (!vm.count("config")) throw ConfigError("mgtrain train: --config FILE is required");
+      if (!vm.count("config")) throw ConfigError("--config FILE is required");
       options.config = Config::from_ini_file(vm["config"].as<std::string>());
       for (const auto& opt : parsed.options) {
         if (!opt.unregistered) continue;
         const std::string token = opt.original_tokens.empty() ? opt.string_key : opt.original_tokens[0];
         if (opt.string_key.find('.') == std::string::npos || opt.value.size() != 1)
-          throw ConfigError("mgtrain train: unexpected argument '" + token +
+          throw ConfigError("unexpected argument '" + token +
                             "'; config overrides are written --section.key=value");
         options.config.set(opt.string_key, opt.value[0], "command line");
       }
     });
-    const TrainResult r = train(*comm, std::move(options), std::cout);
-    if (comm->rank() == 0) {
-      if (vm["json"].as<bool>()) {
-        std::printf("{\"steps\":%lld,\"steps_run\":%lld,\"samples\":%lld,\"train_seconds\":%.6f,"
-                    "\"samples_per_s\":%.3f,\"final_loss\":%.9g,\"checkpoint\":\"%s\",\"world_size\":%d,"
-                    "\"peak_rss_mb\":%.1f,\"compute_ms\":%.4f,\"sync_ms\":%.4f,"
-                    "\"data_wait_ms\":%.4f,\"optimizer_ms\":%.4f}\n",
-                    static_cast<long long>(r.steps), static_cast<long long>(r.steps_run),
-                    static_cast<long long>(r.samples), r.train_seconds, r.samples_per_s, r.final_loss,
-                    r.checkpoint.c_str(), comm->size(), r.peak_rss_mb, 1e3 * r.phases.compute,
-                    1e3 * r.phases.sync, 1e3 * r.phases.data_wait, 1e3 * r.phases.optimizer);
-      } else {
-        std::printf("done: %lld steps, %.0f samples/s, final loss %.4f, checkpoint %s\n",
-                    static_cast<long long>(r.steps), r.samples_per_s, r.final_loss, r.checkpoint.c_str());
-      }
-      std::fflush(stdout);
-    }
+    body(*comm, options, vm);
     return 0;
   } catch (const StartupError& e) {
     // Every rank got here together; the one that found the problem says it.
@@ -88,6 +70,84 @@ int run_train(int argc, char** argv, const std::vector<std::string>& args) {
     if (comm->size() > 1) comm->abort(1);
     return 1;
   }
+}
+
+}  // namespace
+
+int run_train(int argc, char** argv, const std::vector<std::string>& args) {
+  po::options_description desc(
+      "usage: mgtrain train --config FILE [--section.key=value ...] [options]\n"
+      "Any config key can be given on the command line as --section.key=value.\noptions");
+  add_run_options(desc);
+  desc.add_options()("resume", po::value<std::string>(),
+                     "'latest' (newest in checkpoint.dir) or a checkpoint path");
+  return run_under_mpi(argc, argv, args, desc, [](Communicator& comm, TrainOptions& options,
+                                                  const po::variables_map& vm) {
+    if (vm.count("resume")) options.resume = vm["resume"].as<std::string>();
+    const TrainResult r = train(comm, std::move(options), std::cout);
+    if (comm.rank() != 0) return;
+    if (vm["json"].as<bool>()) {
+      std::printf("{\"steps\":%lld,\"steps_run\":%lld,\"samples\":%lld,\"train_seconds\":%.6f,"
+                  "\"samples_per_s\":%.3f,\"final_loss\":%.9g,\"checkpoint\":\"%s\",\"world_size\":%d,"
+                  "\"peak_rss_mb\":%.1f,\"compute_ms\":%.4f,\"sync_ms\":%.4f,"
+                  "\"data_wait_ms\":%.4f,\"optimizer_ms\":%.4f}\n",
+                  static_cast<long long>(r.steps), static_cast<long long>(r.steps_run),
+                  static_cast<long long>(r.samples), r.train_seconds, r.samples_per_s, r.final_loss,
+                  r.checkpoint.c_str(), comm.size(), r.peak_rss_mb, 1e3 * r.phases.compute,
+                  1e3 * r.phases.sync, 1e3 * r.phases.data_wait, 1e3 * r.phases.optimizer);
+    } else {
+      std::printf("done: %lld steps, %.0f samples/s, final loss %.4f, checkpoint %s\n",
+                  static_cast<long long>(r.steps), r.samples_per_s, r.final_loss, r.checkpoint.c_str());
+    }
+    std::fflush(stdout);
+  });
+}
+
+int run_bench(int argc, char** argv, const std::vector<std::string>& args) {
+  po::options_description desc(
+      "usage: mpirun -np N mgtrain bench --config FILE [--section.key=value ...] [options]\n"
+      "Trains a fixed number of steps (no checkpoints) and reports samples/s, scaling against one\n"
+      "rank, the time split of a step, and the gradient all-reduce's bus bandwidth next to raw\n"
+      "MPI_Allreduce on the same buffer size.\noptions");
+  add_run_options(desc);
+  desc.add_options()
+      ("steps", po::value<int64_t>()->default_value(200), "timed steps")
+      ("warmup", po::value<int64_t>()->default_value(20), "untimed steps first")
+      ("allreduce-iterations", po::value<int64_t>()->default_value(50), "all-reduce timing iterations");
+  return run_under_mpi(argc, argv, args, desc, [](Communicator& comm, TrainOptions& options,
+                                                  const po::variables_map& vm) {
+    const auto steps = vm["steps"].as<int64_t>(), warmup = vm["warmup"].as<int64_t>();
+    const auto iterations = vm["allreduce-iterations"].as<int64_t>();
+    if (steps <= 0 || warmup < 0 || iterations <= 0)
+      throw ConfigError("bench: --steps and --allreduce-iterations must be positive, --warmup >= 0");
+    const BenchResult b = mgt::run_bench(comm, options, steps, warmup, iterations);
+    if (comm.rank() != 0) return;
+    const auto& p = b.run.phases;
+    if (vm["json"].as<bool>()) {
+      std::printf("{\"world_size\":%d,\"steps\":%lld,\"samples_per_s\":%.3f,\"samples_per_s_np1\":%.3f,"
+                  "\"scaling_efficiency\":%.4f,\"compute_ms\":%.4f,\"sync_ms\":%.4f,\"data_wait_ms\":%.4f,"
+                  "\"optimizer_ms\":%.4f,\"gradient_bytes\":%zu,\"allreduce_ms\":%.4f,"
+                  "\"mpi_allreduce_ms\":%.4f,\"allreduce_busbw_gbs\":%.4f,\"mpi_busbw_gbs\":%.4f,"
+                  "\"peak_rss_mb\":%.1f}\n",
+                  comm.size(), static_cast<long long>(steps), b.run.samples_per_s, b.samples_per_s_np1,
+                  b.scaling_efficiency, 1e3 * p.compute, 1e3 * p.sync, 1e3 * p.data_wait,
+                  1e3 * p.optimizer, b.gradient_bytes, b.allreduce_ms, b.mpi_allreduce_ms,
+                  b.allreduce_busbw_gbs, b.mpi_busbw_gbs, b.run.peak_rss_mb);
+    } else {
+      std::printf("ranks %d, %lld timed steps\n", comm.size(), static_cast<long long>(steps));
+      std::printf("  samples/s            %.0f (one rank alone: %.0f; scaling efficiency %.1f%%)\n",
+                  b.run.samples_per_s, b.samples_per_s_np1, 100.0 * b.scaling_efficiency);
+      std::printf("  step time, ms        forward+backward %.3f, communication not hidden %.3f, "
+                  "data wait %.3f, optimizer %.3f\n",
+                  1e3 * p.compute, 1e3 * p.sync, 1e3 * p.data_wait, 1e3 * p.optimizer);
+      std::printf("  gradient all-reduce  %.2f MB: %.3f ms, bus bandwidth %.2f GB/s "
+                  "(raw MPI_Allreduce %.3f ms, %.2f GB/s)\n",
+                  b.gradient_bytes / 1e6, b.allreduce_ms, b.allreduce_busbw_gbs, b.mpi_allreduce_ms,
+                  b.mpi_busbw_gbs);
+      std::printf("  peak RSS per rank    %.1f MB\n", b.run.peak_rss_mb);
+    }
+    std::fflush(stdout);
+  });
 }
 
 }  // namespace mgt::cli

@@ -45,8 +45,8 @@ class MpiRequest;
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator() {
-    MGT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+  explicit MpiCommunicator(MPI_Comm base) {
+    MGT_MPI_CHECK(MPI_Comm_dup(base, &comm_));
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
@@ -198,6 +198,12 @@ std::unique_ptr<CommRequest> MpiCommunicator::iallreduce_sum(float* data, size_t
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
+std::unique_ptr<Communicator> make_mpi_communicator() {
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+}
+
+std::unique_ptr<Communicator> make_mpi_self_communicator() {
+  return std::make_unique<MpiCommunicator>(MPI_COMM_SELF);
+}
 
 }  // namespace mgt

@@ -17,5 +17,7 @@ class MpiRuntime {
 };
 
 std::unique_ptr<Communicator> make_mpi_communicator();
+// This process alone, for single-rank reference measurements inside a larger job.
+std::unique_ptr<Communicator> make_mpi_self_communicator();
 
 }  // namespace mgt

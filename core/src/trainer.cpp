@@ -99,8 +99,10 @@ std::vector<ConfigKey> known_config_keys(PluginRegistry& registry, const PluginC
   return keys;
 }
 
-TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log) {
+TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log_stream) {
   const bool leader = comm.rank() == 0;
+  std::ostream null_stream(nullptr);
+  std::ostream& log = options.benchmark ? null_stream : log_stream;
   Config& config = options.config;
   PluginRegistry registry(options.plugin_paths);
   PluginChoice choice;
@@ -209,7 +211,7 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log) {
   const int64_t local_batch = reader->local_batch();
 
   std::ofstream metrics;
-  if (leader) {
+  if (leader && !options.benchmark) {
     std::string path = config.get_string("metrics.file");
     if (path.empty()) path = (std::filesystem::path(checkpoint_dir) / "metrics.jsonl").string();
     std::error_code ec;
@@ -242,7 +244,7 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log) {
   double interval_loss = 0, interval_wait = 0;
   int64_t interval_samples = 0;
   auto interval_start = Clock::now();
-  const auto run_start = Clock::now();
+  auto run_start = Clock::now();
   while (step < total_steps) {
     comm.set_step(step + 1);
     data::Batch batch = reader->next();
@@ -275,6 +277,10 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log) {
       phases.optimizer += seconds_since(t);
     }
     ++step;
+    if (step - start_step == options.timing_warmup_steps) {
+      run_start = Clock::now();
+      phases = StepPhases{};
+    }
     interval_samples += global_batch;
     meta.step = step;
     meta.epoch = batch.epoch + (batch.batch_in_epoch + 1 == per_epoch ? 1 : 0);
@@ -306,7 +312,7 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log) {
       interval_start = Clock::now();
     }
     const bool last = step == total_steps;
-    if (last || (checkpoint_every > 0 && step % checkpoint_every == 0)) {
+    if (!options.benchmark && (last || (checkpoint_every > 0 && step % checkpoint_every == 0))) {
       if (leader) result.checkpoint = write_checkpoint(checkpoint_dir, meta, store, optimizer.get(), keep);
       // Nobody runs ahead of a checkpoint that may fail: its error ends every rank.
       comm.barrier();
@@ -315,12 +321,14 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log) {
   result.train_seconds = seconds_since(run_start);
   result.steps = step;
   result.steps_run = step - start_step;
-  result.samples = result.steps_run * global_batch;
+  const int64_t timed_steps = std::max<int64_t>(result.steps_run - options.timing_warmup_steps, 0);
+  result.samples = timed_steps * global_batch;
+  result.gradient_floats = store.flat_size();
   result.samples_per_s = static_cast<double>(result.samples) / std::max(result.train_seconds, 1e-9);
   // Mean seconds per step of each phase, averaged over ranks.
   double totals[4] = {phases.data_wait, phases.compute, phases.sync, phases.optimizer};
   comm.allreduce_sum(totals, 4);
-  const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(result.steps_run, 1) * comm.size());
+  const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(timed_steps, 1) * comm.size());
   result.phases = {totals[0] * per_step, totals[1] * per_step, totals[2] * per_step, totals[3] * per_step};
   // Peak resident memory of the largest rank (ru_maxrss is in KiB on Linux).
   rusage usage{};

@@ -28,6 +28,10 @@ struct TrainOptions {
   Config config;                          // as parsed: file plus command-line overrides
   std::string resume;                     // "", "latest" or a checkpoint path
   std::vector<std::string> plugin_paths;  // --plugin-path
+  // For benchmarks: no checkpoints or metrics file, no progress output, and the first
+  // `timing_warmup_steps` steps left out of train_seconds and samples_per_s.
+  bool benchmark = false;
+  int64_t timing_warmup_steps = 0;
 };
 
 // Where a step's time goes, in seconds.
@@ -48,6 +52,7 @@ struct TrainResult {
   std::string checkpoint;   // path of the last checkpoint written
   double peak_rss_mb = 0;   // peak resident memory of the largest rank
   StepPhases phases;        // mean per step, averaged over ranks
+  size_t gradient_floats = 0;  // size of the flat gradient buffer the sync strategy reduces
 };
 
 TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log);

@@ -1,0 +1,109 @@
+#include "bench.hpp"
+
+#include <mpi.h>
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ostream>
+
+#include "mpi_communicator.hpp"
+#include "plugin_loader.hpp"
+
+namespace mgt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A barrier that sleeps between polls, so ranks waiting for rank 0's single-rank reference run
+// leave its core alone.
+void sleeping_barrier() {
+  MPI_Request request;
+  MPI_Ibarrier(MPI_COMM_WORLD, &request);
+  int done = 0;
+  const timespec pause{0, 1000000};
+  while (true) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    nanosleep(&pause, nullptr);
+  }
+}
+
+double bus_bandwidth_gbs(size_t bytes, int ranks, double seconds) {
+  if (seconds <= 0 || ranks < 2) return 0;
+  return 2.0 * (ranks - 1) / ranks * static_cast<double>(bytes) / seconds / 1e9;
+}
+
+}  // namespace
+
+BenchResult run_bench(Communicator& world, const TrainOptions& base, int64_t steps, int64_t warmup,
+                      int64_t allreduce_iterations) {
+  TrainOptions options = base;
+  options.benchmark = true;
+  options.timing_warmup_steps = warmup;
+  options.config.set("train.max_steps", std::to_string(warmup + steps), "mgtrain bench");
+  options.config.set("train.epochs", "1000000", "mgtrain bench");  // max_steps decides
+  std::ostream silent(nullptr);
+  BenchResult result;
+
+  // 1. The single-rank reference: rank 0 alone, same config and global batch.
+  if (world.size() > 1) {
+    if (world.rank() == 0) {
+      auto self = make_mpi_self_communicator();
+      result.samples_per_s_np1 = train(*self, options, silent).samples_per_s;
+    }
+    sleeping_barrier();
+    world.broadcast(&result.samples_per_s_np1, sizeof(double), 0);
+  }
+
+  // 2. All ranks.
+  result.run = train(world, options, silent);
+  if (world.size() == 1) result.samples_per_s_np1 = result.run.samples_per_s;
+  result.scaling_efficiency =
+      result.run.samples_per_s / (world.size() * std::max(result.samples_per_s_np1, 1e-9));
+
+  // 3. All-reduce of the gradient buffer through the sync strategy, against raw MPI_Allreduce.
+  Config config = options.config;
+  PluginRegistry registry(options.plugin_paths);
+  const PluginChoice choice = plugin_choice(config);
+  config.validate(known_config_keys(registry, choice));
+  auto model = registry.create_model(choice.model, config);
+  ParameterStore store;
+  model->declare(store);
+  store.finalize();
+  auto sync = registry.create_sync(choice.sync, config);
+  sync->setup(world, store);
+  const int64_t last_micro = sync->accumulation_steps() - 1;
+  std::vector<std::vector<ParamHandle>> backward_order;
+  for (size_t h = store.params().size(); h-- > 0;) backward_order.push_back({h});
+  auto sync_once = [&] {
+    sync->begin_micro_batch(last_micro);
+    for (const auto& handles : backward_order) sync->gradients_ready(handles);
+    sync->end_backward(last_micro);
+  };
+  auto mpi_once = [&] {
+    MPI_Allreduce(MPI_IN_PLACE, store.grads_data(), static_cast<int>(store.flat_size()), MPI_FLOAT,
+                  MPI_SUM, MPI_COMM_WORLD);
+  };
+  auto time_per_call = [&](const auto& once) {
+    for (int i = 0; i < 5; ++i) once();
+    world.barrier();
+    const auto start = Clock::now();
+    for (int64_t i = 0; i < allreduce_iterations; ++i) once();
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count() /
+                     static_cast<double>(allreduce_iterations);
+    world.allreduce_sum(&seconds, 1);  // the mean over ranks, as nccl-tests reports
+    return seconds / world.size();
+  };
+  result.gradient_bytes = store.flat_size() * sizeof(float);
+  const double sync_seconds = time_per_call(sync_once);
+  const double mpi_seconds = time_per_call(mpi_once);
+  result.allreduce_ms = sync_seconds * 1e3;
+  result.mpi_allreduce_ms = mpi_seconds * 1e3;
+  result.allreduce_busbw_gbs = bus_bandwidth_gbs(result.gradient_bytes, world.size(), sync_seconds);
+  result.mpi_busbw_gbs = bus_bandwidth_gbs(result.gradient_bytes, world.size(), mpi_seconds);
+  return result;
+}
+
+}  // namespace mgt

@@ -1,0 +1,26 @@
+#pragma once
+// `mgtrain bench`: trains a fixed number of steps and reports throughput, scaling against one
+// rank, where a step's time goes, and the gradient all-reduce's bus bandwidth next to raw
+// MPI_Allreduce on a buffer of the same size.
+#include <cstdint>
+#include <iosfwd>
+
+#include "trainer.hpp"
+
+namespace mgt {
+
+struct BenchResult {
+  TrainResult run;                 // all ranks
+  double samples_per_s_np1 = 0;    // rank 0 alone, same config and global batch
+  double scaling_efficiency = 0;   // samples_per_s / (world * samples_per_s_np1)
+  double allreduce_busbw_gbs = 0;  // the sync strategy's all-reduce of the gradient buffer
+  double mpi_busbw_gbs = 0;        // one MPI_Allreduce of the same buffer
+  double allreduce_ms = 0, mpi_allreduce_ms = 0;
+  size_t gradient_bytes = 0;
+};
+
+// Runs every phase on all ranks of `world`; options.config is the parsed config with overrides.
+BenchResult run_bench(Communicator& world, const TrainOptions& options, int64_t steps, int64_t warmup,
+                      int64_t allreduce_iterations);
+
+}  // namespace mgt

@@ -5,8 +5,10 @@
 
 namespace mgt {
 
-void GradientBuckets::setup(Communicator& comm, ParameterStore& store, size_t bucket_bytes) {
+void GradientBuckets::setup(Communicator& comm, ParameterStore& store, size_t bucket_bytes,
+                            bool overlap) {
   comm_ = &comm;
+  overlap_ = overlap;
   store_ = &store;
   buckets_.clear();
   const auto& params = store.params();
@@ -33,7 +35,7 @@ void GradientBuckets::launch(Bucket& bucket) {
 }
 
 void GradientBuckets::mark_ready(const std::vector<ParamHandle>& handles) {
-  if (comm_->size() == 1) return;
+  if (comm_->size() == 1 || !overlap_) return;
   for (ParamHandle h : handles) {
     Bucket& b = buckets_[bucket_of_param_[h]];
     if (++b.ready == b.params) launch(b);
@@ -48,6 +50,10 @@ void GradientBuckets::mark_ready(const std::vector<ParamHandle>& handles) {
 double GradientBuckets::finish() {
   if (comm_->size() == 1) return 0.0;
   const auto start = std::chrono::steady_clock::now();
+  if (!overlap_) {
+    for (auto& b : buckets_) comm_->allreduce_sum(store_->grads_data() + b.begin, b.end - b.begin);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   for (auto& b : buckets_)
     if (!b.request) launch(b);
   for (auto& b : buckets_) {

@@ -9,15 +9,18 @@ namespace {
 
 const mgt::ConfigKey kKeys[] = {
     {"sync.bucket_mb", mgt::KeyType::positive_real, "4", "size of one all-reduce bucket in MB"},
+    {"sync.overlap", mgt::KeyType::boolean, "false",
+     "start each bucket's all-reduce during backward (non-blocking) instead of after it (blocking)"},
 };
 
 class AllReduce final : public mgt::SyncStrategy {
  public:
   explicit AllReduce(const mgt::ConfigSection& config)
-      : bucket_bytes_(static_cast<size_t>(config.get_real("bucket_mb") * 1e6)) {}
+      : bucket_bytes_(static_cast<size_t>(config.get_real("bucket_mb") * 1e6)),
+        overlap_(config.get_bool("overlap")) {}
 
   void setup(mgt::Communicator& comm, mgt::ParameterStore& store) override {
-    buckets_.setup(comm, store, bucket_bytes_);
+    buckets_.setup(comm, store, bucket_bytes_, overlap_);
   }
   void gradients_ready(const std::vector<mgt::ParamHandle>& handles) override {
     buckets_.mark_ready(handles);
@@ -29,6 +32,7 @@ class AllReduce final : public mgt::SyncStrategy {
 
  private:
   size_t bucket_bytes_;
+  bool overlap_;
   mgt::GradientBuckets buckets_;
 };
 

@@ -10,16 +10,19 @@ namespace {
 const mgt::ConfigKey kKeys[] = {
     {"sync.accum_steps", mgt::KeyType::positive_integer, "2", "micro-batches accumulated per optimizer step"},
     {"sync.bucket_mb", mgt::KeyType::positive_real, "4", "size of one all-reduce bucket in MB"},
+    {"sync.overlap", mgt::KeyType::boolean, "false",
+     "start each bucket's all-reduce during backward (non-blocking) instead of after it (blocking)"},
 };
 
 class GradAccum final : public mgt::SyncStrategy {
  public:
   explicit GradAccum(const mgt::ConfigSection& config)
       : steps_(config.get_int("accum_steps")),
-        bucket_bytes_(static_cast<size_t>(config.get_real("bucket_mb") * 1e6)) {}
+        bucket_bytes_(static_cast<size_t>(config.get_real("bucket_mb") * 1e6)),
+        overlap_(config.get_bool("overlap")) {}
 
   void setup(mgt::Communicator& comm, mgt::ParameterStore& store) override {
-    buckets_.setup(comm, store, bucket_bytes_);
+    buckets_.setup(comm, store, bucket_bytes_, overlap_);
   }
   int64_t accumulation_steps() const override { return steps_; }
   void begin_micro_batch(int64_t micro_step) override { last_ = micro_step == steps_ - 1; }
@@ -36,6 +39,7 @@ class GradAccum final : public mgt::SyncStrategy {
  private:
   int64_t steps_;
   size_t bucket_bytes_;
+  bool overlap_;
   bool last_ = false;
   mgt::GradientBuckets buckets_;
 };

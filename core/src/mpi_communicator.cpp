@@ -160,6 +160,16 @@ class MpiCommunicator final : public Communicator {
     MGT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_INT64_T, MPI_MAX, comm_));
   }
   std::unique_ptr<CommRequest> iallreduce_sum(float* data, size_t count) override;
+  std::unique_ptr<CommRequest> isend(const void* data, size_t bytes, int dest, int tag) override;
+  std::unique_ptr<CommRequest> irecv(void* data, size_t bytes, int source, int tag) override;
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm part;
+    MGT_MPI_CHECK(MPI_Comm_split(comm_, color, key, &part));
+    auto sub = std::make_unique<MpiCommunicator>(part);
+    MPI_Comm_free(&part);
+    sub->set_timeout_seconds(timeout_s_);
+    return sub;
+  }
 
   void broadcast(void* data, size_t bytes, int root) override {
     Guarded g(*this, "broadcast (bytes)", bytes);
@@ -229,8 +239,8 @@ class MpiCommunicator final : public Communicator {
 
 class MpiRequest final : public CommRequest {
  public:
-  MpiRequest(MpiCommunicator& comm, MPI_Request request, size_t count)
-      : comm_(comm), request_(request), count_(count) {}
+  MpiRequest(MpiCommunicator& comm, MPI_Request request, size_t count, const char* op = "non-blocking allreduce (floats)", int peer = -1)
+      : comm_(comm), request_(request), count_(count), op_(op), peer_(peer) {}
   ~MpiRequest() override {
     if (!done_) {
       // Never leave MPI with a request into memory that may go away.
@@ -246,7 +256,7 @@ class MpiRequest final : public CommRequest {
   }
   void wait() override {
     if (done_) return;
-    comm_.wait(request_, "non-blocking allreduce (floats)", count_);
+    comm_.wait(request_, op_, count_, peer_);
     done_ = true;
   }
 
@@ -254,6 +264,8 @@ class MpiRequest final : public CommRequest {
   MpiCommunicator& comm_;
   MPI_Request request_;
   size_t count_;
+  const char* op_;
+  int peer_;
   bool done_ = false;
 };
 
@@ -262,6 +274,18 @@ std::unique_ptr<CommRequest> MpiCommunicator::iallreduce_sum(float* data, size_t
   MGT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm_, &r));
   ++collective_count_;
   return std::make_unique<MpiRequest>(*this, r, count);
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::isend(const void* data, size_t bytes, int dest, int tag) {
+  MPI_Request r;
+  MGT_MPI_CHECK(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, dest, tag, comm_, &r));
+  return std::make_unique<MpiRequest>(*this, r, bytes, "send (bytes)", dest);
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::irecv(void* data, size_t bytes, int source, int tag) {
+  MPI_Request r;
+  MGT_MPI_CHECK(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, source, tag, comm_, &r));
+  return std::make_unique<MpiRequest>(*this, r, bytes, "receive (bytes)", source);
 }
 
 }  // namespace

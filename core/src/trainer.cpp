@@ -40,6 +40,11 @@ struct Agreement {
   uint64_t layout_hash;
 };
 
+std::string metrics_path(const Config& config, const std::string& checkpoint_dir) {
+  const std::string path = config.get_string("metrics.file");
+  return path.empty() ? (std::filesystem::path(checkpoint_dir) / "metrics.jsonl").string() : path;
+}
+
 void check_agreement(Communicator& comm, const Agreement& mine) {
   std::vector<Agreement> all(static_cast<size_t>(comm.size()));
   comm.allgather(&mine, all.data(), sizeof(Agreement));
@@ -128,7 +133,7 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log_st
   std::unique_ptr<SyncStrategy> sync;
   ParameterStore store;
   std::unique_ptr<data::ShardedReader> reader;
-  int64_t accum = 1, micro_batch = 0;
+  int64_t accum = 1, micro_batch = 0, per_epoch = 0;
   std::optional<LearningRateSchedule> schedule;
   agree(comm, [&] {
     model = registry.create_model(choice.model, config);
@@ -137,23 +142,36 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log_st
     model->declare(store);
     store.finalize();
     store.initialize(seed);
-    optimizer->setup(store.flat_size());
+    sync->setup(comm, store);  // local: roles and buffers, no communication yet
+    optimizer->setup(sync->trains() ? store.flat_size() : sync->serve_size());
     accum = sync->accumulation_steps();
-    if (global_batch % (comm.size() * accum) != 0)
+    const int64_t train_world = sync->train_world(comm);
+    if (global_batch % (train_world * accum) != 0)
       throw ConfigError("train.global_batch = " + std::to_string(global_batch) +
-                        " is not divisible by world size x accumulation steps = " +
-                        std::to_string(comm.size()) + " x " + std::to_string(accum));
-    micro_batch = global_batch / (comm.size() * accum);
+                        " is not divisible by training ranks x accumulation steps = " +
+                        std::to_string(train_world) + " x " + std::to_string(accum));
+    micro_batch = global_batch / (train_world * accum);
+    const std::string train_path = config.get_string("data.train");
+    if (!sync->trains()) {
+      // A serving rank reads no data; it needs only the epoch length, for the schedule.
+      const auto info = data::open_dataset_info(train_path, config.get_string("data.x_name"),
+                                                config.get_string("data.y_name"));
+      per_epoch = info.num_samples / global_batch;
+      schedule.emplace(config.get_string("train.lr_schedule"), optimizer->learning_rate(),
+                       config.get_int("train.warmup_steps"), config.get_int("train.epochs") * per_epoch);
+      return;
+    }
     data::ReaderOptions ro;
-    ro.path = config.get_string("data.train");
+    ro.path = train_path;
     ro.x_name = config.get_string("data.x_name");
     ro.y_name = config.get_string("data.y_name");
     ro.global_batch = global_batch;
-    ro.rank = comm.rank();
-    ro.world = comm.size();
+    ro.rank = sync->train_rank(comm);
+    ro.world = static_cast<int>(train_world);
     ro.seed = seed;
     ro.prefetch_depth = static_cast<int>(config.get_int("data.prefetch"));
     reader = std::make_unique<data::ShardedReader>(ro);
+    per_epoch = reader->batches_per_epoch();
     schedule.emplace(config.get_string("train.lr_schedule"), optimizer->learning_rate(),
                      config.get_int("train.warmup_steps"),
                      config.get_int("train.epochs") * reader->batches_per_epoch());
@@ -176,7 +194,6 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log_st
   // 3. All ranks run the same config, plugins and model.
   check_agreement(comm, Agreement{rng::purpose_hash(config.to_ini()),
                                   rng::purpose_hash(registry.loaded_summary()), store.layout_hash()});
-  sync->setup(comm, store);
 
   // 4. Resume: rank 0 reads the checkpoint, every rank receives its state.
   CheckpointMeta meta;
@@ -200,31 +217,47 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log_st
                     << ", batch " << meta.batch_in_epoch << ")\n";
   }
 
-  const int64_t per_epoch = reader->batches_per_epoch();
   const int64_t epochs = config.get_int("train.epochs");
   const int64_t max_steps = config.get_int("train.max_steps");
   const int64_t total_steps = max_steps > 0 ? std::min(max_steps, epochs * per_epoch) : epochs * per_epoch;
   const int64_t log_every = config.get_int("train.log_every");
   const int64_t checkpoint_every = config.get_int("checkpoint.every_steps");
   const int64_t keep = config.get_int("checkpoint.keep");
-  const auto sample_numel = shape_numel(reader->info().sample_shape);
-  const int64_t local_batch = reader->local_batch();
-
-  std::ofstream metrics;
-  if (leader && !options.benchmark) {
-    std::string path = config.get_string("metrics.file");
-    if (path.empty()) path = (std::filesystem::path(checkpoint_dir) / "metrics.jsonl").string();
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-    metrics.open(path, std::ios::app);
-    if (!metrics) throw IoError("metrics file '" + path + "' cannot be opened for writing");
-  }
-
+  // Training ranks among themselves: per-step figures and checkpoint barriers stay off the
+  // serving ranks, which are busy serving.
+  const auto train_comm = comm.split(sync->trains() ? 0 : 1, comm.rank());
   meta.seed = seed;
   meta.world_size = comm.size();
   meta.mgtrain_version = MGTRAIN_VERSION;
   meta.plugins = registry.loaded_summary();
   meta.config_ini = config.to_ini();
+  TrainResult result;
+  result.gradient_floats = store.flat_size();
+
+  if (!sync->trains()) {
+    ServeContext context;
+    context.steps_per_worker = total_steps - meta.step;
+    context.learning_rate = [&](int64_t s) { return schedule->at(s); };
+    context.metrics_path = metrics_path(config, checkpoint_dir) + ".rank" + std::to_string(comm.rank());
+    context.log_every = log_every;
+    sync->serve(*optimizer, context);
+    sync->gather_state(*optimizer);
+    comm.barrier();  // the final checkpoint is written
+    return result;
+  }
+
+  const auto sample_numel = shape_numel(reader->info().sample_shape);
+  const int64_t local_batch = reader->local_batch();
+  const int train_rank = sync->train_rank(comm);
+
+  std::ofstream metrics;
+  if (leader && !options.benchmark) {
+    const std::string path = metrics_path(config, checkpoint_dir);
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    metrics.open(path, std::ios::app);
+    if (!metrics) throw IoError("metrics file '" + path + "' cannot be opened for writing");
+  }
 
   Shape micro_shape = {micro_batch};
   for (int64_t d : reader->info().sample_shape) micro_shape.push_back(d);
@@ -232,20 +265,19 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log_st
   const float grad_scale = 1.0f / static_cast<float>(global_batch);
   const GradientsReady on_ready = [&](const std::vector<ParamHandle>& h) { sync->gradients_ready(h); };
 
-  TrainResult result;
   int64_t step = meta.step;
   const int64_t start_step = step;
   reader->start(meta.epoch, meta.batch_in_epoch);
   if (leader) log << "training " << total_steps - step << " steps: " << per_epoch
-                  << " steps/epoch, global batch " << global_batch << " (" << comm.size()
-                  << " ranks x " << micro_batch << " x " << accum << " micro-batches)\n" << std::flush;
+                  << " steps/epoch, global batch " << global_batch << " (" << train_comm->size()
+                  << " training ranks x " << micro_batch << " x " << accum << " micro-batches)\n" << std::flush;
 
   StepPhases phases;
   double interval_loss = 0, interval_wait = 0;
   int64_t interval_samples = 0;
   auto interval_start = Clock::now();
   auto run_start = Clock::now();
-  while (step < total_steps) {
+  while (step < total_steps && !sync->finished()) {
     comm.set_step(step + 1);
     data::Batch batch = reader->next();
     interval_wait += batch.wait_seconds;
@@ -257,7 +289,7 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log_st
       ctx.seed = seed;
       ctx.step = step;
       ctx.micro_step = m;
-      ctx.first_sample = comm.rank() * local_batch + m * micro_batch;
+      ctx.first_sample = train_rank * local_batch + m * micro_batch;
       ctx.training = true;
       sync->begin_micro_batch(m);
       auto t = Clock::now();
@@ -287,11 +319,14 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log_st
     meta.batch_in_epoch = (batch.batch_in_epoch + 1) % per_epoch;
 
     if (step % log_every == 0 || step == total_steps) {
+      // Lock-step strategies average over the training ranks; asynchronous ones report rank 0's
+      // own figures, since the ranks are not at the same step.
       double sums[2] = {interval_loss, interval_wait};
-      comm.allreduce_sum(sums, 2);
+      const int reporting = sync->lockstep() ? train_comm->size() : 1;
+      if (sync->lockstep()) train_comm->allreduce_sum(sums, 2);
       const double elapsed = seconds_since(interval_start);
-      const double loss = sums[0] / static_cast<double>(interval_samples);
-      const double wait_share = sums[1] / comm.size() / std::max(elapsed, 1e-9);
+      const double loss = sums[0] * train_comm->size() / reporting / static_cast<double>(interval_samples);
+      const double wait_share = sums[1] / reporting / std::max(elapsed, 1e-9);
       const double rate = static_cast<double>(interval_samples) / std::max(elapsed, 1e-9);
       result.final_loss = loss;
       if (leader) {
@@ -311,30 +346,37 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log_st
       interval_samples = 0;
       interval_start = Clock::now();
     }
-    const bool last = step == total_steps;
-    if (!options.benchmark && (last || (checkpoint_every > 0 && step % checkpoint_every == 0))) {
+    if (!options.benchmark && checkpoint_every > 0 && step % checkpoint_every == 0 && step < total_steps) {
       if (leader) result.checkpoint = write_checkpoint(checkpoint_dir, meta, store, optimizer.get(), keep);
       // Nobody runs ahead of a checkpoint that may fail: its error ends every rank.
-      comm.barrier();
+      train_comm->barrier();
     }
   }
-  result.train_seconds = seconds_since(run_start);
+  const double run_seconds = seconds_since(run_start);
+  sync->gather_state(*optimizer);
+  if (!options.benchmark && step > start_step) {
+    if (leader) result.checkpoint = write_checkpoint(checkpoint_dir, meta, store, optimizer.get(), keep);
+  }
+  comm.barrier();
+  result.train_seconds = run_seconds;
   result.steps = step;
   result.steps_run = step - start_step;
   const int64_t timed_steps = std::max<int64_t>(result.steps_run - options.timing_warmup_steps, 0);
-  result.samples = timed_steps * global_batch;
-  result.gradient_floats = store.flat_size();
+  // Samples over all training ranks: with an asynchronous strategy they take different numbers
+  // of steps.
+  double totals[5] = {phases.data_wait, phases.compute, phases.sync, phases.optimizer,
+                      static_cast<double>(timed_steps * local_batch)};
+  train_comm->allreduce_sum(totals, 5);
+  result.samples = static_cast<int64_t>(totals[4]);
   result.samples_per_s = static_cast<double>(result.samples) / std::max(result.train_seconds, 1e-9);
   // Mean seconds per step of each phase, averaged over ranks.
-  double totals[4] = {phases.data_wait, phases.compute, phases.sync, phases.optimizer};
-  comm.allreduce_sum(totals, 4);
-  const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(timed_steps, 1) * comm.size());
+  const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(timed_steps, 1) * train_comm->size());
   result.phases = {totals[0] * per_step, totals[1] * per_step, totals[2] * per_step, totals[3] * per_step};
   // Peak resident memory of the largest rank (ru_maxrss is in KiB on Linux).
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   int64_t peak_kib = usage.ru_maxrss;
-  comm.allreduce_max(&peak_kib, 1);
+  train_comm->allreduce_max(&peak_kib, 1);
   result.peak_rss_mb = static_cast<double>(peak_kib) / 1024.0;
   return result;
 }

@@ -37,6 +37,11 @@ class Communicator {
   virtual void allgather(const void* send, void* recv, size_t bytes) = 0;
   virtual void send(const void* data, size_t bytes, int dest, int tag) = 0;
   virtual void recv(void* data, size_t bytes, int source, int tag) = 0;
+  // Non-blocking point-to-point; the buffer must stay valid until the request completes.
+  virtual std::unique_ptr<CommRequest> isend(const void* data, size_t bytes, int dest, int tag) = 0;
+  virtual std::unique_ptr<CommRequest> irecv(void* data, size_t bytes, int source, int tag) = 0;
+  // The ranks passing the same color, ordered by key (like MPI_Comm_split); every rank must call.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
   virtual void barrier() = 0;
   // Ends every rank of the job now.
   [[noreturn]] virtual void abort(int exit_code) = 0;

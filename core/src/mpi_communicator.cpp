@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <exception>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -242,10 +243,15 @@ class MpiRequest final : public CommRequest {
   MpiRequest(MpiCommunicator& comm, MPI_Request request, size_t count, const char* op = "non-blocking allreduce (floats)", int peer = -1)
       : comm_(comm), request_(request), count_(count), op_(op), peer_(peer) {}
   ~MpiRequest() override {
-    if (!done_) {
-      // Never leave MPI with a request into memory that may go away.
-      try { wait(); } catch (...) {}
+    if (done_) return;
+    if (std::uncaught_exceptions() > 0) {
+      // The job is failing: do not wait out another deadline, withdraw the request instead.
+      MPI_Cancel(&request_);
+      MPI_Request_free(&request_);
+      return;
     }
+    // Never leave MPI with a request into memory that may go away.
+    try { wait(); } catch (...) {}
   }
   bool test() override {
     if (done_) return true;

@@ -21,6 +21,14 @@ struct PluginRegistry::Loaded {
 
 namespace {
 
+// Plugins are never unloaded: objects, exceptions and vtables from a plugin may outlive the
+// registry that loaded it (an exception thrown by a plugin is printed after the trainer, and its
+// registry, are gone). A copy of each library here holds a reference for the process's life.
+void pin_for_process_lifetime(const boost::dll::shared_library& library) {
+  static auto* pinned = new std::vector<boost::dll::shared_library>();  // never destroyed
+  pinned->push_back(library);
+}
+
 std::string file_name_for(const std::string& kind, const std::string& name) {
   return "libmgtrain-" + kind + "-" + name + ".so";
 }
@@ -89,6 +97,7 @@ const PluginDescriptor& PluginRegistry::load(const std::string& kind, const std:
     if (refusal.empty() && loaded->descriptor->name != name)
       refusal = "names itself '" + std::string(loaded->descriptor->name) + "', expected '" + name + "'";
     if (!refusal.empty()) throw PluginError("plugin '" + loaded->path + "' " + refusal);
+    pin_for_process_lifetime(loaded->library);
     loaded_.push_back(loaded);
     return *loaded->descriptor;
   }
@@ -134,14 +143,7 @@ std::vector<PluginCandidate> PluginRegistry::scan() {
       if (c.refusal.empty() && shadowed) c.refusal = "shadowed by an earlier directory in the search path";
       c.usable = c.refusal.empty();
       out.push_back(c);
-      // Keep successfully loaded libraries mapped: plugins are never unloaded.
-      if (c.usable) {
-        auto keep = std::make_shared<Loaded>();
-        keep->path = c.path;
-        keep->library = library;
-        keep->descriptor = d;
-        scanned_.push_back(keep);
-      }
+      if (c.usable) pin_for_process_lifetime(library);
     }
   }
   return out;

@@ -47,7 +47,6 @@ class PluginRegistry {
   void* create(const std::string& kind, const std::string& name, const Config& config);
   std::vector<std::string> dirs_;
   std::vector<std::shared_ptr<Loaded>> loaded_;
-  std::vector<std::shared_ptr<Loaded>> scanned_;  // kept mapped: plugins are never unloaded
 };
 
 }  // namespace mgt

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -12,6 +13,7 @@
 #include <optional>
 #include <ostream>
 #include <sstream>
+#include <thread>
 
 #include "checkpoint.hpp"
 #include "core_keys.hpp"
@@ -39,6 +41,15 @@ struct Agreement {
   uint64_t plugins_hash;
   uint64_t layout_hash;
 };
+
+// Test-only: MGTRAIN_TEST_SLOW_RANK="R:MS" makes rank R sleep MS milliseconds every step, to
+// measure how a strategy copes with one slow rank.
+int test_slowdown_ms(int rank) {
+  const char* spec = std::getenv("MGTRAIN_TEST_SLOW_RANK");
+  int slow_rank = -1, ms = 0;
+  if (spec && std::sscanf(spec, "%d:%d", &slow_rank, &ms) == 2 && slow_rank == rank) return ms;
+  return 0;
+}
 
 std::string metrics_path(const Config& config, const std::string& checkpoint_dir) {
   const std::string path = config.get_string("metrics.file");
@@ -199,6 +210,9 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log_st
   CheckpointMeta meta;
   if (!options.resume.empty()) {
     agree(comm, [&] {
+      if (!sync->lockstep())
+        throw ConfigError("--resume is not supported with sync.name = " + choice.sync +
+                          " yet: its optimizer state lives sharded on the serving ranks");
       if (leader) meta = load_checkpoint(resolve_resume(checkpoint_dir, options.resume), store,
                                          optimizer.get());
     });
@@ -238,7 +252,13 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log_st
     ServeContext context;
     context.steps_per_worker = total_steps - meta.step;
     context.learning_rate = [&](int64_t s) { return schedule->at(s); };
-    context.metrics_path = metrics_path(config, checkpoint_dir) + ".rank" + std::to_string(comm.rank());
+    {  // <dir>/metrics.jsonl -> <dir>/metrics.rank<R>.jsonl
+      const std::filesystem::path main_file = metrics_path(config, checkpoint_dir);
+      context.metrics_path = (main_file.parent_path() / (main_file.stem().string() + ".rank" +
+                              std::to_string(comm.rank()) + main_file.extension().string())).string();
+      std::error_code ec;
+      std::filesystem::create_directories(main_file.parent_path(), ec);
+    }
     context.log_every = log_every;
     sync->serve(*optimizer, context);
     sync->gather_state(*optimizer);
@@ -277,7 +297,12 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log_st
   int64_t interval_samples = 0;
   auto interval_start = Clock::now();
   auto run_start = Clock::now();
-  while (step < total_steps && !sync->finished()) {
+  // An asynchronous run ends when the servers have applied all its pushes: a fast rank may take
+  // over a slow one's share, up to every step of the run.
+  const int64_t step_limit = sync->lockstep() ? total_steps : start_step + (total_steps - start_step) * train_comm->size();
+  const int slow_ms = test_slowdown_ms(comm.rank());
+  while (step < step_limit && !sync->finished()) {
+    if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
     comm.set_step(step + 1);
     data::Batch batch = reader->next();
     interval_wait += batch.wait_seconds;
@@ -353,6 +378,7 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log_st
     }
   }
   const double run_seconds = seconds_since(run_start);
+  if (!sync->lockstep()) meta.step = total_steps;  // the run's length, whoever took the steps
   sync->gather_state(*optimizer);
   if (!options.benchmark && step > start_step) {
     if (leader) result.checkpoint = write_checkpoint(checkpoint_dir, meta, store, optimizer.get(), keep);

@@ -1,0 +1,270 @@
+// Sync plugin `param_server`: the last sync.servers ranks hold shards of the parameters and run
+// the optimizer plugin on them; the other ranks are workers that push each step's gradients and
+// pull fresh parameters, with no global barrier. Bounded staleness (stale synchronous parallel):
+// a worker receives parameters only while it is at most sync.staleness steps ahead of the
+// slowest active worker, so 0 runs in lock step and a large value is fully asynchronous. Every
+// push is applied as it arrives; the run ends when the servers have applied workers x steps
+// pushes, so fast workers take over the share of a slow one. A worker that sends nothing within
+// comm.timeout_s ends the job with a message naming it.
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+#include "mgtrain/plugin.hpp"
+
+namespace {
+
+const mgt::ConfigKey kKeys[] = {
+    {"sync.servers", mgt::KeyType::positive_integer, "1", "ranks that serve parameters (the last ones)"},
+    {"sync.staleness", mgt::KeyType::non_negative_integer, "4",
+     "steps a worker may run ahead of the slowest (0: lock step)"},
+};
+
+constexpr int kPushTag = 7101, kReplyTag = 7102, kFinalTag = 7103;
+
+// Each message starts with four 64-bit words.
+struct Header {
+  int64_t a = 0, b = 0, c = 0, d = 0;
+};
+// push:  a = worker's step, b = parameter version it computed on, c = 1 when leaving (no payload)
+// reply: a = parameter version, b = 1 when the run's pushes are all in
+// final: a = updates applied, b = optimizer steps
+
+using Clock = std::chrono::steady_clock;
+
+class ParamServer final : public mgt::SyncStrategy {
+ public:
+  explicit ParamServer(const mgt::ConfigSection& config)
+      : servers_(static_cast<int>(config.get_int("servers"))), staleness_(config.get_int("staleness")) {
+    if (config.root().get_int("checkpoint.every_steps") != 0)
+      throw mgt::ConfigError(
+          "config key 'checkpoint.every_steps': expected 0 with sync.name = param_server (the "
+          "parameter server writes one checkpoint, at the end), got " +
+          config.root().get_string("checkpoint.every_steps"));
+  }
+
+  void setup(mgt::Communicator& comm, mgt::ParameterStore& store) override {
+    comm_ = &comm;
+    store_ = &store;
+    workers_ = comm.size() - servers_;
+    if (workers_ < 1)
+      throw mgt::ConfigError("config key 'sync.servers' = " + std::to_string(servers_) + ": expected fewer than the " +
+                             std::to_string(comm.size()) + " ranks, so that at least one rank trains");
+    for (int k = 0; k <= servers_; ++k) {
+      const size_t cut = store.flat_size() * static_cast<size_t>(k) / static_cast<size_t>(servers_);
+      bounds_.push_back(k == servers_ ? store.flat_size() : cut / 16 * 16);
+    }
+    if (trains()) {
+      for (int k = 0; k < servers_; ++k) {
+        push_.emplace_back(message_bytes(k));
+        reply_.emplace_back(message_bytes(k));
+      }
+      version_used_.assign(static_cast<size_t>(servers_), 0);
+    }
+  }
+
+  bool lockstep() const override { return false; }
+  bool trains() const override { return comm_->rank() < workers_; }
+  int train_rank(const mgt::Communicator& comm) const override { return comm.rank(); }
+  int train_world(const mgt::Communicator&) const override { return workers_; }
+  size_t serve_size() const override { return shard_size(server_index()); }
+  bool finished() const override { return finished_; }
+
+  // Worker: push this step's gradients to every server, then take their fresh parameters.
+  bool end_backward(int64_t) override {
+    std::vector<std::unique_ptr<mgt::CommRequest>> requests;
+    for (int k = 0; k < servers_; ++k) {
+      write_header(push_[k], {clock_, version_used_[k], 0, 0});
+      std::memcpy(payload(push_[k]), store_->grads_data() + bounds_[k], shard_size(k) * sizeof(float));
+      requests.push_back(comm_->isend(push_[k].data(), push_[k].size(), server_rank(k), kPushTag));
+      requests.push_back(comm_->irecv(reply_[k].data(), reply_[k].size(), server_rank(k), kReplyTag));
+    }
+    // Twice the deadline: when a worker goes silent the servers, who know which one, speak first.
+    const double timeout = comm_->timeout_seconds();
+    comm_->set_timeout_seconds(2 * timeout);
+    for (auto& r : requests) r->wait();
+    comm_->set_timeout_seconds(timeout);
+    for (int k = 0; k < servers_; ++k) {
+      const Header h = read_header(reply_[k]);
+      version_used_[k] = h.a;
+      finished_ = finished_ || h.b != 0;
+      std::memcpy(store_->params_data() + bounds_[k], payload(reply_[k]), shard_size(k) * sizeof(float));
+    }
+    ++clock_;
+    store_->zero_grads();
+    return false;  // the servers applied the update
+  }
+
+  // Server: apply pushes as they come, answer within the staleness bound.
+  void serve(mgt::Optimizer& optimizer, const mgt::ServeContext& context) override {
+    const int k = server_index();
+    const size_t n = shard_size(k);
+    float* params = store_->params_data() + bounds_[k];
+    std::vector<Worker> workers(static_cast<size_t>(workers_));
+    for (int w = 0; w < workers_; ++w) {
+      workers[w].inbox.resize(message_bytes(k));
+      workers[w].outbox.resize(message_bytes(k));
+      workers[w].receive = comm_->irecv(workers[w].inbox.data(), workers[w].inbox.size(), w, kPushTag);
+      workers[w].heard = Clock::now();
+    }
+    const int64_t target = context.steps_per_worker * workers_;
+    std::ofstream metrics(context.metrics_path, std::ios::app);
+    Staleness interval;
+    const timespec pause{0, 20000};
+    int active = workers_;
+    while (active > 0) {
+      bool progressed = false;
+      for (int w = 0; w < workers_; ++w) {
+        Worker& worker = workers[w];
+        if (!worker.active || !worker.receive->test()) continue;
+        progressed = true;
+        worker.heard = Clock::now();
+        const Header h = read_header(worker.inbox);
+        if (h.c != 0) {  // leaving
+          worker.active = false;
+          --active;
+          continue;
+        }
+        interval.add(version_ - h.b);
+        optimizer.set_learning_rate(context.learning_rate(version_ / workers_));
+        optimizer.step(params, reinterpret_cast<const float*>(payload(worker.inbox)), n);
+        ++version_;
+        worker.clock = h.a + 1;
+        worker.owed_reply = true;
+        worker.receive = comm_->irecv(worker.inbox.data(), worker.inbox.size(), w, kPushTag);
+        if (interval.count >= context.log_every * workers_) {
+          interval.write(metrics, comm_->rank(), version_);
+          interval = Staleness{};
+        }
+      }
+      const bool done = version_ >= target;
+      int64_t slowest = std::numeric_limits<int64_t>::max();
+      for (const auto& worker : workers)
+        if (worker.active) slowest = std::min(slowest, worker.clock);
+      for (int w = 0; w < workers_; ++w) {
+        Worker& worker = workers[w];
+        if (!worker.owed_reply || (!done && worker.clock - slowest > staleness_)) continue;
+        if (worker.send) worker.send->wait();
+        write_header(worker.outbox, {version_, done ? 1 : 0, 0, 0});
+        std::memcpy(payload(worker.outbox), params, n * sizeof(float));
+        worker.send = comm_->isend(worker.outbox.data(), worker.outbox.size(), w, kReplyTag);
+        worker.owed_reply = false;
+        progressed = true;
+      }
+      if (progressed) continue;
+      // Nothing arrived: check that every active worker is still talking, then leave the core
+      // to the workers for a moment.
+      const auto now = Clock::now();
+      for (int w = 0; w < workers_; ++w) {
+        const Worker& worker = workers[w];
+        if (worker.active && std::chrono::duration<double>(now - worker.heard).count() > comm_->timeout_seconds())
+          throw mgt::CommError("parameter server rank " + std::to_string(comm_->rank()) + ": worker rank " +
+                               std::to_string(w) + " sent nothing for " +
+                               std::to_string(static_cast<int>(comm_->timeout_seconds())) +
+                               " s (its last push was step " + std::to_string(worker.clock) +
+                               "; comm.timeout_s); it is stuck or gone");
+      }
+      nanosleep(&pause, nullptr);
+    }
+    for (auto& worker : workers)
+      if (worker.send) worker.send->wait();
+    if (interval.count > 0) interval.write(metrics, comm_->rank(), version_);
+  }
+
+  // Workers say they are leaving; servers send their shard and optimizer state to rank 0.
+  void gather_state(mgt::Optimizer& optimizer) override {
+    if (trains()) {
+      const Header bye{clock_, 0, 1, 0};
+      for (int k = 0; k < servers_; ++k) comm_->send(&bye, sizeof(bye), server_rank(k), kPushTag);
+      if (comm_->rank() != 0) return;
+      auto buffers = optimizer.state_buffers();
+      for (int k = 0; k < servers_; ++k) {
+        const size_t n = shard_size(k);
+        std::vector<char> message(sizeof(Header) + (1 + buffers.size()) * n * sizeof(float));
+        comm_->recv(message.data(), message.size(), server_rank(k), kFinalTag);
+        const Header h = read_header(message);
+        const char* p = payload(message);
+        std::memcpy(store_->params_data() + bounds_[k], p, n * sizeof(float));
+        for (auto& b : buffers) {
+          p += n * sizeof(float);
+          std::memcpy(b.data + bounds_[k], p, n * sizeof(float));
+        }
+        if (k == 0) optimizer.set_step_count(h.b);
+      }
+      return;
+    }
+    const int k = server_index();
+    const size_t n = shard_size(k);
+    auto buffers = optimizer.state_buffers();
+    std::vector<char> message(sizeof(Header) + (1 + buffers.size()) * n * sizeof(float));
+    write_header(message, {version_, optimizer.step_count(), 0, 0});
+    char* p = payload(message);
+    std::memcpy(p, store_->params_data() + bounds_[k], n * sizeof(float));
+    for (auto& b : buffers) {
+      p += n * sizeof(float);
+      std::memcpy(p, b.data, n * sizeof(float));
+    }
+    comm_->send(message.data(), message.size(), 0, kFinalTag);
+  }
+
+ private:
+  struct Worker {
+    std::vector<char> inbox, outbox;
+    std::unique_ptr<mgt::CommRequest> receive, send;
+    int64_t clock = 0;
+    bool active = true, owed_reply = false;
+    Clock::time_point heard;
+  };
+  // How old the parameters behind the applied gradients were, in updates.
+  struct Staleness {
+    int64_t count = 0, min = std::numeric_limits<int64_t>::max(), max = 0;
+    double sum = 0;
+    void add(int64_t s) {
+      ++count;
+      min = std::min(min, s);
+      max = std::max(max, s);
+      sum += static_cast<double>(s);
+    }
+    void write(std::ofstream& out, int rank, int64_t version) const {
+      out << "{\"server_rank\":" << rank << ",\"updates\":" << version << ",\"staleness_min\":" << min
+          << ",\"staleness_mean\":" << sum / static_cast<double>(count) << ",\"staleness_max\":" << max
+          << "}\n" << std::flush;
+    }
+  };
+
+  int server_index() const { return comm_->rank() - workers_; }
+  int server_rank(int k) const { return workers_ + k; }
+  size_t shard_size(int k) const { return bounds_[k + 1] - bounds_[k]; }
+  size_t message_bytes(int k) const { return sizeof(Header) + shard_size(k) * sizeof(float); }
+  static char* payload(std::vector<char>& m) { return m.data() + sizeof(Header); }
+  static void write_header(std::vector<char>& m, const Header& h) { std::memcpy(m.data(), &h, sizeof(h)); }
+  static Header read_header(const std::vector<char>& m) {
+    Header h;
+    std::memcpy(&h, m.data(), sizeof(h));
+    return h;
+  }
+
+  int servers_;
+  int64_t staleness_;
+  int workers_ = 0;
+  mgt::Communicator* comm_ = nullptr;
+  mgt::ParameterStore* store_ = nullptr;
+  std::vector<size_t> bounds_;  // shard k is [bounds_[k], bounds_[k+1]) of the flat buffers
+  // Worker side.
+  std::vector<std::vector<char>> push_, reply_;
+  std::vector<int64_t> version_used_;
+  int64_t clock_ = 0;
+  bool finished_ = false;
+  // Server side.
+  int64_t version_ = 0;
+};
+
+}  // namespace
+
+MGT_SYNC_PLUGIN("param_server", "1.0.0",
+                "asynchronous parameter server with bounded staleness; servers run the optimizer on shards",
+                kKeys, ParamServer)

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The asynchronous parameter server (np=3: two workers, one server).
+# Usage: param_server.sh accuracy|slow_worker|lockstep|lost_worker
+source "$(dirname "$0")/lib.sh"
+write_config run.ini
+ps=(--sync.name=param_server --checkpoint.every_steps=0)
+
+case $1 in
+  accuracy)  # the MLP example reaches 0.87 in the epochs all-reduce uses (10)
+    run_np 3 900 train --config "$EXAMPLES/fashion_mnist_mlp.ini" --data.train="$DATA_DIR/train.h5" \
+      --checkpoint.dir="$WORK/ckpt" "${ps[@]}" --json >train.log 2>&1 || { cat train.log; fail "training failed"; }
+    checkpoint=$(grep '^{' train.log | tail -n 1 | json_field checkpoint)
+    accuracy=$("$MGTRAIN" eval --checkpoint "$checkpoint" --data "$DATA_DIR/test.h5" --json | json_field accuracy)
+    echo "param_server test accuracy $accuracy"
+    awk -v a="$accuracy" 'BEGIN { exit !(a >= 0.87) }' || fail "accuracy $accuracy below 0.87"
+    grep -q '"staleness_mean"' ckpt/metrics.rank2.jsonl || fail "the server recorded no staleness figures"
+    ;;
+  slow_worker)  # rank 1 sleeps 20 ms a step: all-reduce waits for it, the asynchronous server does not
+    export MGTRAIN_TEST_SLOW_RANK=1:20
+    run_np 2 300 train --config run.ini --train.max_steps=100 --checkpoint.dir="$WORK/ar" --json >ar.log 2>&1 || { cat ar.log; fail "allreduce"; }
+    run_np 3 300 train --config run.ini --train.max_steps=100 --checkpoint.dir="$WORK/ps" "${ps[@]}" \
+      --sync.staleness=1000 --json >ps.log 2>&1 || { cat ps.log; fail "param_server"; }
+    ar=$(grep '^{' ar.log | json_field samples_per_s) ps_rate=$(grep '^{' ps.log | json_field samples_per_s)
+    echo "one slow rank: allreduce $ar samples/s, param_server $ps_rate samples/s"
+    awk -v a="$ar" -v p="$ps_rate" 'BEGIN { exit !(p > a) }' || fail "the parameter server was not faster"
+    ;;
+  lockstep)  # staleness 0: no worker is ever more than the other's one update behind
+    run_np 3 300 train --config run.ini --train.max_steps=200 --train.log_every=20 --checkpoint.dir="$WORK/ckpt" \
+      "${ps[@]}" --sync.staleness=0 >train.log 2>&1 || { cat train.log; fail "training failed"; }
+    cat ckpt/metrics.rank2.jsonl
+    max=$(sed -n 's/.*"staleness_max":\([0-9]*\).*/\1/p' ckpt/metrics.rank2.jsonl | sort -n | tail -n 1)
+    [ -n "$max" ] && [ "$max" -le 1 ] || fail "staleness reached ${max:-nothing} with sync.staleness = 0"
+    ;;
+  lost_worker)  # rank 1 stops sending (stuck, not dead): the server names it within the deadline
+    export MGTRAIN_TEST_SLOW_RANK=1:60000
+    start=$(date +%s)
+    set +e
+    run_np 3 120 train --config run.ini --train.max_steps=100 --checkpoint.dir="$WORK/ckpt" "${ps[@]}" \
+      --comm.timeout_s=3 >out.log 2>err.log
+    rc=$?
+    set -e
+    elapsed=$(( $(date +%s) - start ))
+    echo "exit $rc after ${elapsed}s"; grep 'mgtrain: error' err.log || true
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "exit $rc: expected a clean failure"
+    [ $elapsed -le 33 ] || fail "took ${elapsed}s with comm.timeout_s = 3"
+    grep -q "mgtrain: error: \[rank 2\] parameter server rank 2: worker rank 1 sent nothing" err.log || fail "message"
+    ;;
+  *) fail "unknown case $1" ;;
+esac

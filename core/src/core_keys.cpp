@@ -9,6 +9,9 @@ const std::vector<ConfigKey>& core_config_keys() {
       {"data.x_name", KeyType::string, "x", "dataset holding the samples, [N, ...]"},
       {"data.y_name", KeyType::string, "y", "dataset holding the integer labels, [N]"},
       {"data.prefetch", KeyType::positive_integer, "3", "batches the reader thread keeps ready"},
+      {"data.cache_mb", KeyType::non_negative_real, "0",
+       "HDF5 chunk cache per rank in MB; 0 reads each batch's rows straight from the file (the OS "
+       "page cache still caches it) and keeps the rank's memory small"},
       {"model.name", KeyType::string, nullptr, "model plugin (libmgtrain-model-<name>.so)"},
       {"optimizer.name", KeyType::string, nullptr, "optimizer plugin"},
       {"sync.name", KeyType::string, "allreduce", "sync-strategy plugin"},

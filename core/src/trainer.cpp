@@ -181,6 +181,7 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log_st
     ro.world = static_cast<int>(train_world);
     ro.seed = seed;
     ro.prefetch_depth = static_cast<int>(config.get_int("data.prefetch"));
+    ro.chunk_cache_bytes = static_cast<size_t>(config.get_real("data.cache_mb") * 1e6);
     reader = std::make_unique<data::ShardedReader>(ro);
     per_epoch = reader->batches_per_epoch();
     schedule.emplace(config.get_string("train.lr_schedule"), optimizer->learning_rate(),

@@ -115,297 +115,346 @@ std::vector<ConfigKey> known_config_keys(PluginRegistry& registry, const PluginC
   return keys;
 }
 
-TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log_stream) {
-  const bool leader = comm.rank() == 0;
-  std::ostream null_stream(nullptr);
-  std::ostream& log = options.benchmark ? null_stream : log_stream;
-  Config& config = options.config;
-  PluginRegistry registry(options.plugin_paths);
-  PluginChoice choice;
+namespace {
 
+// One rank's run: start-up agreed by all ranks, then either serving (a parameter server's
+// shard) or the training loop, then the final checkpoint and figures.
+class Trainer {
+ public:
+  Trainer(Communicator& comm, TrainOptions options, std::ostream& log)
+      : comm_(comm), options_(std::move(options)), config_(options_.config),
+        log_(options_.benchmark ? null_log_ : log), registry_(options_.plugin_paths),
+        leader_(comm.rank() == 0) {}
+
+  TrainResult run() {
+    configure();
+    build();
+    // All ranks run the same config, plugins and model.
+    check_agreement(comm_, Agreement{rng::purpose_hash(config_.to_ini()),
+                                     rng::purpose_hash(registry_.loaded_summary()),
+                                     store_.layout_hash()});
+    if (!options_.resume.empty()) resume();
+    prepare_run();
+    return sync_->trains() ? train_loop() : serve();
+  }
+
+ private:
   // 1. Config and plugins: every key must be known to the core or to a loaded plugin.
-  agree(comm, [&] {
-    choice = plugin_choice(config);
-    config.validate(known_config_keys(registry, choice));
-  });
-  comm.set_timeout_seconds(config.get_real("comm.timeout_s"));
-  kernels::set_cpu_threads(static_cast<int>(config.get_int("train.threads")));
-  if (leader) log << "mgtrain " << MGTRAIN_VERSION << ": " << comm.size() << " rank(s)\n"
-                  << "# resolved config\n" << config.to_ini() << std::flush;
+  void configure() {
+    agree(comm_, [&] {
+      choice_ = plugin_choice(config_);
+      config_.validate(known_config_keys(registry_, choice_));
+    });
+    comm_.set_timeout_seconds(config_.get_real("comm.timeout_s"));
+    kernels::set_cpu_threads(static_cast<int>(config_.get_int("train.threads")));
+    seed_ = static_cast<uint64_t>(config_.get_int("train.seed"));
+    global_batch_ = config_.get_int("train.global_batch");
+    checkpoint_dir_ = config_.get_string("checkpoint.dir");
+    if (leader_) log_ << "mgtrain " << MGTRAIN_VERSION << ": " << comm_.size() << " rank(s)\n"
+                      << "# resolved config\n" << config_.to_ini() << std::flush;
+  }
 
-  const uint64_t seed = static_cast<uint64_t>(config.get_int("train.seed"));
-  const int64_t global_batch = config.get_int("train.global_batch");
-  const std::string checkpoint_dir = config.get_string("checkpoint.dir");
+  // 2. Model, optimizer, sync, parameters, data. Everything that reads input is checked here,
+  //    before any rank takes a step.
+  void build() {
+    agree(comm_, [&] {
+      model_ = registry_.create_model(choice_.model, config_);
+      optimizer_ = registry_.create_optimizer(choice_.optimizer, config_);
+      sync_ = registry_.create_sync(choice_.sync, config_);
+      model_->declare(store_);
+      store_.finalize();
+      store_.initialize(seed_);
+      sync_->setup(comm_, store_);  // local: roles and buffers, no communication yet
+      optimizer_->setup(sync_->trains() ? store_.flat_size() : sync_->serve_size());
+      accum_ = sync_->accumulation_steps();
+      const int64_t train_world = sync_->train_world(comm_);
+      if (global_batch_ % (train_world * accum_) != 0)
+        throw ConfigError("train.global_batch = " + std::to_string(global_batch_) +
+                          " is not divisible by training ranks x accumulation steps = " +
+                          std::to_string(train_world) + " x " + std::to_string(accum_));
+      micro_batch_ = global_batch_ / (train_world * accum_);
+      const std::string train_path = config_.get_string("data.train");
+      if (!sync_->trains()) {
+        // A serving rank reads no data; it needs only the epoch length, for the schedule.
+        per_epoch_ = data::open_dataset_info(train_path, config_.get_string("data.x_name"),
+                                             config_.get_string("data.y_name")).num_samples /
+                     global_batch_;
+      } else {
+        open_reader(train_path, static_cast<int>(train_world));
+      }
+      schedule_.emplace(config_.get_string("train.lr_schedule"), optimizer_->learning_rate(),
+                        config_.get_int("train.warmup_steps"), config_.get_int("train.epochs") * per_epoch_);
+    });
+  }
 
-  // 2. Objects: model, optimizer, sync, parameters, data. Everything that reads input is
-  //    checked here, before any rank takes a step.
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Optimizer> optimizer;
-  std::unique_ptr<SyncStrategy> sync;
-  ParameterStore store;
-  std::unique_ptr<data::ShardedReader> reader;
-  int64_t accum = 1, micro_batch = 0, per_epoch = 0;
-  std::optional<LearningRateSchedule> schedule;
-  agree(comm, [&] {
-    model = registry.create_model(choice.model, config);
-    optimizer = registry.create_optimizer(choice.optimizer, config);
-    sync = registry.create_sync(choice.sync, config);
-    model->declare(store);
-    store.finalize();
-    store.initialize(seed);
-    sync->setup(comm, store);  // local: roles and buffers, no communication yet
-    optimizer->setup(sync->trains() ? store.flat_size() : sync->serve_size());
-    accum = sync->accumulation_steps();
-    const int64_t train_world = sync->train_world(comm);
-    if (global_batch % (train_world * accum) != 0)
-      throw ConfigError("train.global_batch = " + std::to_string(global_batch) +
-                        " is not divisible by training ranks x accumulation steps = " +
-                        std::to_string(train_world) + " x " + std::to_string(accum));
-    micro_batch = global_batch / (train_world * accum);
-    const std::string train_path = config.get_string("data.train");
-    if (!sync->trains()) {
-      // A serving rank reads no data; it needs only the epoch length, for the schedule.
-      const auto info = data::open_dataset_info(train_path, config.get_string("data.x_name"),
-                                                config.get_string("data.y_name"));
-      per_epoch = info.num_samples / global_batch;
-      schedule.emplace(config.get_string("train.lr_schedule"), optimizer->learning_rate(),
-                       config.get_int("train.warmup_steps"), config.get_int("train.epochs") * per_epoch);
-      return;
-    }
+  void open_reader(const std::string& path, int train_world) {
     data::ReaderOptions ro;
-    ro.path = train_path;
-    ro.x_name = config.get_string("data.x_name");
-    ro.y_name = config.get_string("data.y_name");
-    ro.global_batch = global_batch;
-    ro.rank = sync->train_rank(comm);
-    ro.world = static_cast<int>(train_world);
-    ro.seed = seed;
-    ro.prefetch_depth = static_cast<int>(config.get_int("data.prefetch"));
-    ro.chunk_cache_bytes = static_cast<size_t>(config.get_real("data.cache_mb") * 1e6);
-    reader = std::make_unique<data::ShardedReader>(ro);
-    per_epoch = reader->batches_per_epoch();
-    schedule.emplace(config.get_string("train.lr_schedule"), optimizer->learning_rate(),
-                     config.get_int("train.warmup_steps"),
-                     config.get_int("train.epochs") * reader->batches_per_epoch());
-    Shape input = {micro_batch};
-    for (int64_t d : reader->info().sample_shape) input.push_back(d);
+    ro.path = path;
+    ro.x_name = config_.get_string("data.x_name");
+    ro.y_name = config_.get_string("data.y_name");
+    ro.global_batch = global_batch_;
+    ro.rank = sync_->train_rank(comm_);
+    ro.world = train_world;
+    ro.seed = seed_;
+    ro.prefetch_depth = static_cast<int>(config_.get_int("data.prefetch"));
+    ro.chunk_cache_bytes = static_cast<size_t>(config_.get_real("data.cache_mb") * 1e6);
+    reader_ = std::make_unique<data::ShardedReader>(ro);
+    per_epoch_ = reader_->batches_per_epoch();
+    micro_shape_ = {micro_batch_};
+    for (int64_t d : reader_->info().sample_shape) micro_shape_.push_back(d);
     Shape logits;
     try {
-      logits = model->output_shape(input);
+      logits = model_->output_shape(micro_shape_);
     } catch (const Error& e) {
-      throw DataError("model '" + choice.model + "' cannot take the samples of '" + ro.path +
-                      "' (shape " + shape_string(reader->info().sample_shape) + "): " + e.what());
+      throw DataError("model '" + choice_.model + "' cannot take the samples of '" + path +
+                      "' (shape " + shape_string(reader_->info().sample_shape) + "): " + e.what());
     }
-    if (logits.size() != 2 || logits[1] < reader->info().num_classes)
-      throw DataError("model '" + choice.model + "' produces logits of shape " + shape_string(logits) +
-                      " for input " + shape_string(input) + ", expected [" +
-                      std::to_string(micro_batch) + ", " + std::to_string(reader->info().num_classes) +
-                      "] for the classes of '" + ro.path + "'");
-  });
-
-  // 3. All ranks run the same config, plugins and model.
-  check_agreement(comm, Agreement{rng::purpose_hash(config.to_ini()),
-                                  rng::purpose_hash(registry.loaded_summary()), store.layout_hash()});
+    if (logits.size() != 2 || logits[1] < reader_->info().num_classes)
+      throw DataError("model '" + choice_.model + "' produces logits of shape " + shape_string(logits) +
+                      " for input " + shape_string(micro_shape_) + ", expected [" +
+                      std::to_string(micro_batch_) + ", " + std::to_string(reader_->info().num_classes) +
+                      "] for the classes of '" + path + "'");
+  }
 
   // 4. Resume: rank 0 reads the checkpoint, every rank receives its state.
-  CheckpointMeta meta;
-  if (!options.resume.empty()) {
-    agree(comm, [&] {
-      if (!sync->lockstep())
-        throw ConfigError("--resume is not supported with sync.name = " + choice.sync +
+  void resume() {
+    agree(comm_, [&] {
+      if (!sync_->lockstep())
+        throw ConfigError("--resume is not supported with sync.name = " + choice_.sync +
                           " yet: its optimizer state lives sharded on the serving ranks");
-      if (leader) meta = load_checkpoint(resolve_resume(checkpoint_dir, options.resume), store,
-                                         optimizer.get());
+      if (leader_)
+        meta_ = load_checkpoint(resolve_resume(checkpoint_dir_, options_.resume), store_, optimizer_.get());
     });
-    int64_t position[3] = {meta.step, meta.epoch, meta.batch_in_epoch};
-    comm.broadcast(position, sizeof(position), 0);
-    meta.step = position[0];
-    meta.epoch = position[1];
-    meta.batch_in_epoch = position[2];
-    comm.broadcast(store.params_data(), store.flat_size() * sizeof(float), 0);
-    for (auto& buffer : optimizer->state_buffers())
-      comm.broadcast(buffer.data, store.flat_size() * sizeof(float), 0);
-    int64_t opt_steps = optimizer->step_count();
-    comm.broadcast(&opt_steps, sizeof(opt_steps), 0);
-    optimizer->set_step_count(opt_steps);
-    if (leader) log << "resumed from step " << meta.step << " (epoch " << meta.epoch + 1
-                    << ", batch " << meta.batch_in_epoch << ")\n";
+    int64_t position[4] = {meta_.step, meta_.epoch, meta_.batch_in_epoch, optimizer_->step_count()};
+    comm_.broadcast(position, sizeof(position), 0);
+    meta_.step = position[0];
+    meta_.epoch = position[1];
+    meta_.batch_in_epoch = position[2];
+    optimizer_->set_step_count(position[3]);
+    comm_.broadcast(store_.params_data(), store_.flat_size() * sizeof(float), 0);
+    for (auto& buffer : optimizer_->state_buffers())
+      comm_.broadcast(buffer.data, store_.flat_size() * sizeof(float), 0);
+    if (leader_) log_ << "resumed from step " << meta_.step << " (epoch " << meta_.epoch + 1
+                      << ", batch " << meta_.batch_in_epoch << ")\n";
   }
 
-  const int64_t epochs = config.get_int("train.epochs");
-  const int64_t max_steps = config.get_int("train.max_steps");
-  const int64_t total_steps = max_steps > 0 ? std::min(max_steps, epochs * per_epoch) : epochs * per_epoch;
-  const int64_t log_every = config.get_int("train.log_every");
-  const int64_t checkpoint_every = config.get_int("checkpoint.every_steps");
-  const int64_t keep = config.get_int("checkpoint.keep");
-  // Training ranks among themselves: per-step figures and checkpoint barriers stay off the
-  // serving ranks, which are busy serving.
-  const auto train_comm = comm.split(sync->trains() ? 0 : 1, comm.rank());
-  meta.seed = seed;
-  meta.world_size = comm.size();
-  meta.mgtrain_version = MGTRAIN_VERSION;
-  meta.plugins = registry.loaded_summary();
-  meta.config_ini = config.to_ini();
-  TrainResult result;
-  result.gradient_floats = store.flat_size();
+  void prepare_run() {
+    epochs_ = config_.get_int("train.epochs");
+    const int64_t max_steps = config_.get_int("train.max_steps");
+    total_steps_ = max_steps > 0 ? std::min(max_steps, epochs_ * per_epoch_) : epochs_ * per_epoch_;
+    log_every_ = config_.get_int("train.log_every");
+    // Training ranks among themselves: per-step figures and checkpoint barriers stay off the
+    // serving ranks, which are busy serving.
+    train_comm_ = comm_.split(sync_->trains() ? 0 : 1, comm_.rank());
+    meta_.seed = seed_;
+    meta_.world_size = comm_.size();
+    meta_.mgtrain_version = MGTRAIN_VERSION;
+    meta_.plugins = registry_.loaded_summary();
+    meta_.config_ini = config_.to_ini();
+    result_.gradient_floats = store_.flat_size();
+  }
 
-  if (!sync->trains()) {
+  TrainResult serve() {
     ServeContext context;
-    context.steps_per_worker = total_steps - meta.step;
-    context.learning_rate = [&](int64_t s) { return schedule->at(s); };
-    {  // <dir>/metrics.jsonl -> <dir>/metrics.rank<R>.jsonl
-      const std::filesystem::path main_file = metrics_path(config, checkpoint_dir);
-      context.metrics_path = (main_file.parent_path() / (main_file.stem().string() + ".rank" +
-                              std::to_string(comm.rank()) + main_file.extension().string())).string();
-      std::error_code ec;
-      std::filesystem::create_directories(main_file.parent_path(), ec);
-    }
-    context.log_every = log_every;
-    sync->serve(*optimizer, context);
-    sync->gather_state(*optimizer);
-    comm.barrier();  // the final checkpoint is written
-    return result;
-  }
-
-  const auto sample_numel = shape_numel(reader->info().sample_shape);
-  const int64_t local_batch = reader->local_batch();
-  const int train_rank = sync->train_rank(comm);
-
-  std::ofstream metrics;
-  if (leader && !options.benchmark) {
-    const std::string path = metrics_path(config, checkpoint_dir);
+    context.steps_per_worker = total_steps_ - meta_.step;
+    context.learning_rate = [&](int64_t step) { return schedule_->at(step); };
+    // <dir>/metrics.jsonl -> <dir>/metrics.rank<R>.jsonl
+    const std::filesystem::path main_file = metrics_path(config_, checkpoint_dir_);
+    context.metrics_path = (main_file.parent_path() / (main_file.stem().string() + ".rank" +
+                            std::to_string(comm_.rank()) + main_file.extension().string())).string();
     std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-    metrics.open(path, std::ios::app);
-    if (!metrics) throw IoError("metrics file '" + path + "' cannot be opened for writing");
+    std::filesystem::create_directories(main_file.parent_path(), ec);
+    context.log_every = log_every_;
+    sync_->serve(*optimizer_, context);
+    sync_->gather_state(*optimizer_);
+    comm_.barrier();  // the final checkpoint is written
+    return result_;
   }
 
-  Shape micro_shape = {micro_batch};
-  for (int64_t d : reader->info().sample_shape) micro_shape.push_back(d);
-  Tensor grad_logits(model->output_shape(micro_shape));
-  const float grad_scale = 1.0f / static_cast<float>(global_batch);
-  const GradientsReady on_ready = [&](const std::vector<ParamHandle>& h) { sync->gradients_ready(h); };
+  TrainResult train_loop() {
+    if (leader_ && !options_.benchmark) {
+      const std::string path = metrics_path(config_, checkpoint_dir_);
+      std::error_code ec;
+      std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+      metrics_.open(path, std::ios::app);
+      if (!metrics_) throw IoError("metrics file '" + path + "' cannot be opened for writing");
+    }
+    grad_logits_.resize(model_->output_shape(micro_shape_));
+    const int64_t checkpoint_every = config_.get_int("checkpoint.every_steps");
+    const int64_t start_step = meta_.step;
+    int64_t step = start_step;
+    reader_->start(meta_.epoch, meta_.batch_in_epoch);
+    if (leader_) log_ << "training " << total_steps_ - step << " steps: " << per_epoch_
+                      << " steps/epoch, global batch " << global_batch_ << " (" << train_comm_->size()
+                      << " training ranks x " << micro_batch_ << " x " << accum_ << " micro-batches)\n"
+                      << std::flush;
 
-  int64_t step = meta.step;
-  const int64_t start_step = step;
-  reader->start(meta.epoch, meta.batch_in_epoch);
-  if (leader) log << "training " << total_steps - step << " steps: " << per_epoch
-                  << " steps/epoch, global batch " << global_batch << " (" << train_comm->size()
-                  << " training ranks x " << micro_batch << " x " << accum << " micro-batches)\n" << std::flush;
+    interval_start_ = run_start_ = Clock::now();
+    // An asynchronous run ends when the servers have applied all its pushes: a fast rank may take
+    // over a slow one's share, up to every step of the run.
+    const int64_t step_limit =
+        sync_->lockstep() ? total_steps_ : start_step + (total_steps_ - start_step) * train_comm_->size();
+    const int slow_ms = test_slowdown_ms(comm_.rank());
+    while (step < step_limit && !sync_->finished()) {
+      if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+      comm_.set_step(step + 1);
+      data::Batch batch = reader_->next();
+      interval_.wait += batch.wait_seconds;
+      phases_.data_wait += batch.wait_seconds;
+      run_step(batch, step);
+      ++step;
+      if (step - start_step == options_.timing_warmup_steps) {
+        run_start_ = Clock::now();
+        phases_ = StepPhases{};
+      }
+      interval_.samples += global_batch_;
+      meta_.step = step;
+      meta_.epoch = batch.epoch + (batch.batch_in_epoch + 1 == per_epoch_ ? 1 : 0);
+      meta_.batch_in_epoch = (batch.batch_in_epoch + 1) % per_epoch_;
+      if (step % log_every_ == 0 || step == total_steps_) log_interval(step, batch.epoch);
+      if (!options_.benchmark && checkpoint_every > 0 && step % checkpoint_every == 0 && step < total_steps_) {
+        if (leader_) result_.checkpoint = write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(),
+                                                           config_.get_int("checkpoint.keep"));
+        // Nobody runs ahead of a checkpoint that may fail: its error ends every rank.
+        train_comm_->barrier();
+      }
+    }
+    return finish(start_step, step);
+  }
 
-  StepPhases phases;
-  double interval_loss = 0, interval_wait = 0;
-  int64_t interval_samples = 0;
-  auto interval_start = Clock::now();
-  auto run_start = Clock::now();
-  // An asynchronous run ends when the servers have applied all its pushes: a fast rank may take
-  // over a slow one's share, up to every step of the run.
-  const int64_t step_limit = sync->lockstep() ? total_steps : start_step + (total_steps - start_step) * train_comm->size();
-  const int slow_ms = test_slowdown_ms(comm.rank());
-  while (step < step_limit && !sync->finished()) {
-    if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
-    comm.set_step(step + 1);
-    data::Batch batch = reader->next();
-    interval_wait += batch.wait_seconds;
-    phases.data_wait += batch.wait_seconds;
+  // Forward, loss and backward for each micro-batch, the sync strategy, then the update.
+  void run_step(data::Batch& batch, int64_t step) {
+    const auto sample_numel = shape_numel(reader_->info().sample_shape);
+    const int64_t first_row = sync_->train_rank(comm_) * reader_->local_batch();
+    const float grad_scale = 1.0f / static_cast<float>(global_batch_);
     bool apply = false;
-    for (int64_t m = 0; m < accum; ++m) {
-      const Tensor x = Tensor::view(batch.x.data() + m * micro_batch * sample_numel, micro_shape);
+    for (int64_t m = 0; m < accum_; ++m) {
+      const Tensor x = Tensor::view(batch.x.data() + m * micro_batch_ * sample_numel, micro_shape_);
       StepContext ctx;
-      ctx.seed = seed;
+      ctx.seed = seed_;
       ctx.step = step;
       ctx.micro_step = m;
-      ctx.first_sample = train_rank * local_batch + m * micro_batch;
+      ctx.first_sample = first_row + m * micro_batch_;
       ctx.training = true;
-      sync->begin_micro_batch(m);
+      sync_->begin_micro_batch(m);
       auto t = Clock::now();
-      const Tensor& logits = model->forward(x, ctx);
-      interval_loss += softmax_cross_entropy(logits, batch.y + m * micro_batch, grad_logits, grad_scale);
-      model->backward(grad_logits, ctx, on_ready);
-      phases.compute += seconds_since(t);
+      const Tensor& logits = model_->forward(x, ctx);
+      interval_.loss += softmax_cross_entropy(logits, batch.y + m * micro_batch_, grad_logits_, grad_scale);
+      model_->backward(grad_logits_, ctx, on_ready_);
+      phases_.compute += seconds_since(t);
       t = Clock::now();
-      apply = sync->end_backward(m);
-      phases.sync += seconds_since(t);
+      apply = sync_->end_backward(m);
+      phases_.sync += seconds_since(t);
     }
     if (apply) {
       const auto t = Clock::now();
-      optimizer->set_learning_rate(schedule->at(step));
-      optimizer->step(store.params_data(), store.grads_data(), store.flat_size());
-      store.zero_grads();
-      phases.optimizer += seconds_since(t);
+      optimizer_->set_learning_rate(schedule_->at(step));
+      optimizer_->step(store_.params_data(), store_.grads_data(), store_.flat_size());
+      store_.zero_grads();
+      phases_.optimizer += seconds_since(t);
     }
-    ++step;
-    if (step - start_step == options.timing_warmup_steps) {
-      run_start = Clock::now();
-      phases = StepPhases{};
-    }
-    interval_samples += global_batch;
-    meta.step = step;
-    meta.epoch = batch.epoch + (batch.batch_in_epoch + 1 == per_epoch ? 1 : 0);
-    meta.batch_in_epoch = (batch.batch_in_epoch + 1) % per_epoch;
+  }
 
-    if (step % log_every == 0 || step == total_steps) {
-      // Lock-step strategies average over the training ranks; asynchronous ones report rank 0's
-      // own figures, since the ranks are not at the same step.
-      double sums[2] = {interval_loss, interval_wait};
-      const int reporting = sync->lockstep() ? train_comm->size() : 1;
-      if (sync->lockstep()) train_comm->allreduce_sum(sums, 2);
-      const double elapsed = seconds_since(interval_start);
-      const double loss = sums[0] * train_comm->size() / reporting / static_cast<double>(interval_samples);
-      const double wait_share = sums[1] / reporting / std::max(elapsed, 1e-9);
-      const double rate = static_cast<double>(interval_samples) / std::max(elapsed, 1e-9);
-      result.final_loss = loss;
-      if (leader) {
-        char line[256];
-        std::snprintf(line, sizeof(line),
-                      "epoch %lld/%lld step %lld/%lld loss %.4f samples/s %.0f data-wait %.1f%%\n",
-                      static_cast<long long>(batch.epoch + 1), static_cast<long long>(epochs),
-                      static_cast<long long>(step), static_cast<long long>(total_steps), loss, rate,
-                      100.0 * wait_share);
-        log << line << std::flush;
-        metrics << std::setprecision(9) << "{\"step\":" << step << ",\"epoch\":" << batch.epoch + 1
-                << ",\"loss\":" << loss << ",\"samples_per_s\":" << rate
-                << ",\"data_wait_share\":" << wait_share << ",\"lr\":" << optimizer->learning_rate()
-                << ",\"time_s\":" << seconds_since(run_start) << "}\n" << std::flush;
-      }
-      interval_loss = interval_wait = 0;
-      interval_samples = 0;
-      interval_start = Clock::now();
+  // The progress line and metrics record. Lock-step strategies average over the training ranks;
+  // asynchronous ones report rank 0's own figures, since the ranks are not at the same step.
+  void log_interval(int64_t step, int64_t epoch) {
+    double sums[2] = {interval_.loss, interval_.wait};
+    const int reporting = sync_->lockstep() ? train_comm_->size() : 1;
+    if (sync_->lockstep()) train_comm_->allreduce_sum(sums, 2);
+    const double elapsed = std::max(seconds_since(interval_start_), 1e-9);
+    const double loss = sums[0] * train_comm_->size() / reporting / static_cast<double>(interval_.samples);
+    const double wait_share = sums[1] / reporting / elapsed;
+    const double rate = static_cast<double>(interval_.samples) / elapsed;
+    result_.final_loss = loss;
+    if (leader_) {
+      char line[256];
+      std::snprintf(line, sizeof(line), "epoch %lld/%lld step %lld/%lld loss %.4f samples/s %.0f data-wait %.1f%%\n",
+                    static_cast<long long>(epoch + 1), static_cast<long long>(epochs_),
+                    static_cast<long long>(step), static_cast<long long>(total_steps_), loss, rate,
+                    100.0 * wait_share);
+      log_ << line << std::flush;
+      metrics_ << std::setprecision(9) << "{\"step\":" << step << ",\"epoch\":" << epoch + 1
+               << ",\"loss\":" << loss << ",\"samples_per_s\":" << rate << ",\"data_wait_share\":" << wait_share
+               << ",\"lr\":" << optimizer_->learning_rate() << ",\"time_s\":" << seconds_since(run_start_)
+               << "}\n" << std::flush;
     }
-    if (!options.benchmark && checkpoint_every > 0 && step % checkpoint_every == 0 && step < total_steps) {
-      if (leader) result.checkpoint = write_checkpoint(checkpoint_dir, meta, store, optimizer.get(), keep);
-      // Nobody runs ahead of a checkpoint that may fail: its error ends every rank.
-      train_comm->barrier();
-    }
+    interval_ = Interval{};
+    interval_start_ = Clock::now();
   }
-  const double run_seconds = seconds_since(run_start);
-  if (!sync->lockstep()) meta.step = total_steps;  // the run's length, whoever took the steps
-  sync->gather_state(*optimizer);
-  if (!options.benchmark && step > start_step) {
-    if (leader) result.checkpoint = write_checkpoint(checkpoint_dir, meta, store, optimizer.get(), keep);
+
+  // The final checkpoint (after the sync strategy brought the authoritative state to rank 0)
+  // and the run's figures over the training ranks.
+  TrainResult finish(int64_t start_step, int64_t step) {
+    const double run_seconds = seconds_since(run_start_);
+    if (!sync_->lockstep()) meta_.step = total_steps_;  // the run's length, whoever took the steps
+    sync_->gather_state(*optimizer_);
+    if (leader_ && !options_.benchmark && step > start_step)
+      result_.checkpoint = write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(),
+                                            config_.get_int("checkpoint.keep"));
+    comm_.barrier();
+    result_.train_seconds = run_seconds;
+    result_.steps = step;
+    result_.steps_run = step - start_step;
+    const int64_t timed_steps = std::max<int64_t>(result_.steps_run - options_.timing_warmup_steps, 0);
+    // Samples over all training ranks: asynchronous strategies take different numbers of steps.
+    double totals[5] = {phases_.data_wait, phases_.compute, phases_.sync, phases_.optimizer,
+                        static_cast<double>(timed_steps * reader_->local_batch())};
+    train_comm_->allreduce_sum(totals, 5);
+    result_.samples = static_cast<int64_t>(totals[4]);
+    result_.samples_per_s = static_cast<double>(result_.samples) / std::max(result_.train_seconds, 1e-9);
+    // Mean seconds per step of each phase, averaged over ranks.
+    const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(timed_steps, 1) * train_comm_->size());
+    result_.phases = {totals[0] * per_step, totals[1] * per_step, totals[2] * per_step, totals[3] * per_step};
+    // Peak resident memory of the largest rank (ru_maxrss is in KiB on Linux).
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    int64_t peak_kib = usage.ru_maxrss;
+    train_comm_->allreduce_max(&peak_kib, 1);
+    result_.peak_rss_mb = static_cast<double>(peak_kib) / 1024.0;
+    return result_;
   }
-  comm.barrier();
-  result.train_seconds = run_seconds;
-  result.steps = step;
-  result.steps_run = step - start_step;
-  const int64_t timed_steps = std::max<int64_t>(result.steps_run - options.timing_warmup_steps, 0);
-  // Samples over all training ranks: with an asynchronous strategy they take different numbers
-  // of steps.
-  double totals[5] = {phases.data_wait, phases.compute, phases.sync, phases.optimizer,
-                      static_cast<double>(timed_steps * local_batch)};
-  train_comm->allreduce_sum(totals, 5);
-  result.samples = static_cast<int64_t>(totals[4]);
-  result.samples_per_s = static_cast<double>(result.samples) / std::max(result.train_seconds, 1e-9);
-  // Mean seconds per step of each phase, averaged over ranks.
-  const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(timed_steps, 1) * train_comm->size());
-  result.phases = {totals[0] * per_step, totals[1] * per_step, totals[2] * per_step, totals[3] * per_step};
-  // Peak resident memory of the largest rank (ru_maxrss is in KiB on Linux).
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  int64_t peak_kib = usage.ru_maxrss;
-  train_comm->allreduce_max(&peak_kib, 1);
-  result.peak_rss_mb = static_cast<double>(peak_kib) / 1024.0;
-  return result;
+
+  struct Interval {
+    double loss = 0, wait = 0;
+    int64_t samples = 0;
+  };
+
+  Communicator& comm_;
+  TrainOptions options_;
+  Config& config_;
+  std::ostream null_log_{nullptr};
+  std::ostream& log_;
+  PluginRegistry registry_;
+  const bool leader_;
+  PluginChoice choice_;
+  uint64_t seed_ = 0;
+  int64_t global_batch_ = 0, accum_ = 1, micro_batch_ = 0, per_epoch_ = 0;
+  int64_t epochs_ = 0, total_steps_ = 0, log_every_ = 1;
+  std::string checkpoint_dir_;
+
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<SyncStrategy> sync_;
+  ParameterStore store_;
+  std::unique_ptr<data::ShardedReader> reader_;
+  std::optional<LearningRateSchedule> schedule_;
+  std::unique_ptr<Communicator> train_comm_;
+  CheckpointMeta meta_;
+
+  Shape micro_shape_;
+  Tensor grad_logits_;
+  const GradientsReady on_ready_ = [this](const std::vector<ParamHandle>& h) { sync_->gradients_ready(h); };
+  std::ofstream metrics_;
+  StepPhases phases_;
+  Interval interval_;
+  Clock::time_point interval_start_, run_start_;
+  TrainResult result_;
+};
+
+}  // namespace
+
+TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log) {
+  return Trainer(comm, std::move(options), log).run();
 }
 
 }  // namespace mgt

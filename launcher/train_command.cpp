@@ -10,6 +10,7 @@
 #include "commands.hpp"
 #include "mpi_communicator.hpp"
 #include "trainer.hpp"
+#include "verify.hpp"
 
 namespace po = boost::program_options;
 
@@ -148,6 +149,24 @@ int run_bench(int argc, char** argv, const std::vector<std::string>& args) {
     }
     std::fflush(stdout);
   });
+}
+
+int run_verify(int argc, char** argv, const std::vector<std::string>& args) {
+  po::options_description desc(
+      "usage: mpirun -np N mgtrain verify --config FILE [--steps S] [--world-size M] [--section.key=value ...]\n"
+      "Checks on your own config that S steps straight and S/2 + stop + resume + S/2 give the same\n"
+      "parameters, and with --world-size that M ranks give them too (needs sync.deterministic).\n"
+      "Prints the parameter hashes and PASS or FAIL; exits 1 on FAIL.\noptions");
+  add_run_options(desc);
+  desc.add_options()
+      ("steps", po::value<int64_t>()->default_value(20), "steps of each run")
+      ("world-size", po::value<int>()->default_value(0), "also run on the first M ranks alone");
+  bool pass = true;
+  const int rc = run_under_mpi(argc, argv, args, desc, [&](Communicator& comm, TrainOptions& options,
+                                                           const po::variables_map& vm) {
+    pass = mgt::run_verify(comm, options, vm["steps"].as<int64_t>(), vm["world-size"].as<int>(), std::cout);
+  });
+  return rc != 0 ? rc : (pass ? 0 : 1);
 }
 
 }  // namespace mgt::cli

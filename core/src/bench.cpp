@@ -1,7 +1,6 @@
 #include "bench.hpp"
 
 #include <mpi.h>
-#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,20 +15,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A barrier that sleeps between polls, so ranks waiting for rank 0's single-rank reference run
-// leave its core alone.
-void sleeping_barrier() {
-  MPI_Request request;
-  MPI_Ibarrier(MPI_COMM_WORLD, &request);
-  int done = 0;
-  const timespec pause{0, 1000000};
-  while (true) {
-    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (done) return;
-    nanosleep(&pause, nullptr);
-  }
-}
-
 double bus_bandwidth_gbs(size_t bytes, int ranks, double seconds) {
   if (seconds <= 0 || ranks < 2) return 0;
   return 2.0 * (ranks - 1) / ranks * static_cast<double>(bytes) / seconds / 1e9;
@@ -40,7 +25,8 @@ double bus_bandwidth_gbs(size_t bytes, int ranks, double seconds) {
 BenchResult run_bench(Communicator& world, const TrainOptions& base, int64_t steps, int64_t warmup,
                       int64_t allreduce_iterations) {
   TrainOptions options = base;
-  options.benchmark = true;
+  options.quiet = true;
+  options.write_checkpoints = false;
   options.timing_warmup_steps = warmup;
   options.config.set("train.max_steps", std::to_string(warmup + steps), "mgtrain bench");
   options.config.set("train.epochs", "1000000", "mgtrain bench");  // max_steps decides

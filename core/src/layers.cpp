@@ -239,10 +239,11 @@ class DropoutLayer final : public Layer {
     const int64_t n = in.numel();
     const int64_t features = row_size(in.shape());
     if (mask_.size() < static_cast<size_t>(n)) mask_.resize(n);
-    // Element (row, j) of this rank's slice is global element (first_sample + row) * features + j
-    // of the (step, micro_step) stream, so the mask does not depend on how ranks split the batch.
+    // Element (row, j) of this rank's slice is element (first_sample + row) * features + j of the
+    // step's stream: first_sample is the row's place in the global batch, so the mask does not
+    // depend on how ranks or micro-batches split the batch.
     const uint64_t key = rng::make_key(ctx.seed, purpose_);
-    const auto stream = static_cast<uint64_t>(ctx.step * 1024 + ctx.micro_step);
+    const auto stream = static_cast<uint64_t>(ctx.step);
     rng::fill_uniform(mask_.data(), static_cast<size_t>(n), 0.0f, 1.0f, key, stream,
                       static_cast<uint64_t>(ctx.first_sample * features));
     kernels::dropout_scales(mask_.data(), n, p_);

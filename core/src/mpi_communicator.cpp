@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 #include <sched.h>
+#include <time.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -298,6 +299,18 @@ std::unique_ptr<CommRequest> MpiCommunicator::irecv(void* data, size_t bytes, in
 
 std::unique_ptr<Communicator> make_mpi_communicator() {
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+}
+
+void sleeping_barrier() {
+  MPI_Request request;
+  MGT_MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &request));
+  int done = 0;
+  const timespec pause{0, 1000000};
+  while (true) {
+    MGT_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    nanosleep(&pause, nullptr);
+  }
 }
 
 std::unique_ptr<Communicator> make_mpi_self_communicator() {

@@ -20,4 +20,8 @@ std::unique_ptr<Communicator> make_mpi_communicator();
 // This process alone, for single-rank reference measurements inside a larger job.
 std::unique_ptr<Communicator> make_mpi_self_communicator();
 
+// A barrier over all ranks of the job that sleeps between polls, for ranks that wait while others
+// take a measurement: they leave the cores alone.
+void sleeping_barrier();
+
 }  // namespace mgt

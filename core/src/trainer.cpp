@@ -123,7 +123,7 @@ class Trainer {
  public:
   Trainer(Communicator& comm, TrainOptions options, std::ostream& log)
       : comm_(comm), options_(std::move(options)), config_(options_.config),
-        log_(options_.benchmark ? null_log_ : log), registry_(options_.plugin_paths),
+        log_(options_.quiet ? null_log_ : log), registry_(options_.plugin_paths),
         leader_(comm.rank() == 0) {}
 
   TrainResult run() {
@@ -272,7 +272,7 @@ class Trainer {
   }
 
   TrainResult train_loop() {
-    if (leader_ && !options_.benchmark) {
+    if (leader_ && !options_.quiet) {
       const std::string path = metrics_path(config_, checkpoint_dir_);
       std::error_code ec;
       std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
@@ -312,7 +312,7 @@ class Trainer {
       meta_.epoch = batch.epoch + (batch.batch_in_epoch + 1 == per_epoch_ ? 1 : 0);
       meta_.batch_in_epoch = (batch.batch_in_epoch + 1) % per_epoch_;
       if (step % log_every_ == 0 || step == total_steps_) log_interval(step, batch.epoch);
-      if (!options_.benchmark && checkpoint_every > 0 && step % checkpoint_every == 0 && step < total_steps_) {
+      if (options_.write_checkpoints && checkpoint_every > 0 && step % checkpoint_every == 0 && step < total_steps_) {
         if (leader_) result_.checkpoint = write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(),
                                                            config_.get_int("checkpoint.keep"));
         // Nobody runs ahead of a checkpoint that may fail: its error ends every rank.
@@ -388,7 +388,7 @@ class Trainer {
     const double run_seconds = seconds_since(run_start_);
     if (!sync_->lockstep()) meta_.step = total_steps_;  // the run's length, whoever took the steps
     sync_->gather_state(*optimizer_);
-    if (leader_ && !options_.benchmark && step > start_step)
+    if (leader_ && options_.write_checkpoints && step > start_step)
       result_.checkpoint = write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(),
                                             config_.get_int("checkpoint.keep"));
     comm_.barrier();

@@ -28,9 +28,10 @@ struct TrainOptions {
   Config config;                          // as parsed: file plus command-line overrides
   std::string resume;                     // "", "latest" or a checkpoint path
   std::vector<std::string> plugin_paths;  // --plugin-path
-  // For benchmarks: no checkpoints or metrics file, no progress output, and the first
-  // `timing_warmup_steps` steps left out of train_seconds and samples_per_s.
-  bool benchmark = false;
+  // For `mgtrain bench` and `mgtrain verify`: no progress output or metrics file (quiet), no
+  // checkpoints, and the first `timing_warmup_steps` steps left out of the timings.
+  bool quiet = false;
+  bool write_checkpoints = true;
   int64_t timing_warmup_steps = 0;
 };
 

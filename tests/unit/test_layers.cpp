@@ -336,20 +336,23 @@ TEST(DropoutLayer, MaskIndependentOfBatchSplit) {
       ASSERT_EQ(y.data()[i], whole.data()[part * half + i]) << "part " << part << " element " << i;
   }
 
-  // And it does change with the step, the micro-step and the layer name.
+  // It changes with the step, the rows and the layer name, not with the micro-batch index.
+  ctx.first_sample = 0;  // as for `whole`
   auto differs = [&](StepContext c, const std::string& name) {
     auto l = mgt::make_dropout(name, 0.5f);
     Tensor y(x.shape());
-    c.first_sample = 0;
     l->forward(x, y, c);
     return !std::equal(y.data(), y.data() + y.numel(), whole.data());
   };
   StepContext next_step = ctx;
   next_step.step += 1;
-  StepContext next_micro = ctx;
+  StepContext next_micro = ctx;  // the micro-batch index is not part of a row's identity
   next_micro.micro_step += 1;
+  StepContext later_rows = ctx;
+  later_rows.first_sample += 8;
   EXPECT_TRUE(differs(next_step, "drop"));
-  EXPECT_TRUE(differs(next_micro, "drop"));
+  EXPECT_FALSE(differs(next_micro, "drop"));
+  EXPECT_TRUE(differs(later_rows, "drop"));
   EXPECT_TRUE(differs(ctx, "drop2"));
   EXPECT_FALSE(differs(ctx, "drop"));
 }

@@ -57,3 +57,17 @@ TEST(Rng, UniformIsRoughlyUniform) {
   mean /= static_cast<double>(v.size());
   EXPECT_NEAR(mean, 0.5, 0.01);
 }
+
+#include "sha256.hpp"
+
+TEST(Rng, Sha256MatchesPublishedVectors) {
+  mgt::Sha256 empty;
+  EXPECT_EQ(empty.hex_digest(), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  mgt::Sha256 abc;
+  abc.update("abc", 3);
+  EXPECT_EQ(abc.hex_digest(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  mgt::Sha256 two_blocks;  // 56 bytes: the padding spills into a second block
+  const std::string text = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  for (char c : text) two_blocks.update(&c, 1);
+  EXPECT_EQ(two_blocks.hex_digest(), "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}

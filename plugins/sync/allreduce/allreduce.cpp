@@ -1,7 +1,9 @@
 // Sync plugin `allreduce`: the gradients are summed over all ranks in buckets (sync.bucket_mb),
-// each bucket's all-reduce starting as soon as backward has produced all its gradients, so
-// communication overlaps the rest of backward. Each rank's loss is already scaled by
-// 1/global_batch, so the sum is the gradient of the global mean loss.
+// in reverse layer order, after backward or overlapped with it (sync.overlap). Each rank's loss
+// is already scaled by 1/global_batch, so the sum is the gradient of the global mean loss.
+// With sync.deterministic, the global batch is cut into sync.micro_shards micro-shards summed in
+// one fixed tree instead, which gives the same bits at any power-of-two number of ranks.
+#include "mgtrain/deterministic_reduce.hpp"
 #include "mgtrain/gradient_buckets.hpp"
 #include "mgtrain/plugin.hpp"
 
@@ -11,33 +13,57 @@ const mgt::ConfigKey kKeys[] = {
     {"sync.bucket_mb", mgt::KeyType::positive_real, "4", "size of one all-reduce bucket in MB"},
     {"sync.overlap", mgt::KeyType::boolean, "false",
      "start each bucket's all-reduce during backward (non-blocking) instead of after it (blocking)"},
+    {"sync.deterministic", mgt::KeyType::boolean, "false",
+     "sum sync.micro_shards micro-shard gradients in one fixed tree: identical bits at any "
+     "power-of-two number of ranks"},
+    {"sync.micro_shards", mgt::KeyType::positive_integer, "8",
+     "deterministic mode: micro-shards per global batch (a power of two, a multiple of the ranks)"},
 };
 
 class AllReduce final : public mgt::SyncStrategy {
  public:
   explicit AllReduce(const mgt::ConfigSection& config)
       : bucket_bytes_(static_cast<size_t>(config.get_real("bucket_mb") * 1e6)),
-        overlap_(config.get_bool("overlap")) {}
+        overlap_(config.get_bool("overlap")),
+        deterministic_(config.get_bool("deterministic")),
+        micro_shards_(config.get_int("micro_shards")) {}
 
   void setup(mgt::Communicator& comm, mgt::ParameterStore& store) override {
-    buckets_.setup(comm, store, bucket_bytes_, overlap_);
+    if (!deterministic_) {
+      buckets_.setup(comm, store, bucket_bytes_, overlap_);
+      return;
+    }
+    if (micro_shards_ % comm.size() != 0)
+      throw mgt::ConfigError("config key 'sync.micro_shards' = " + std::to_string(micro_shards_) +
+                             ": expected a multiple of the " + std::to_string(comm.size()) + " ranks");
+    shards_per_rank_ = micro_shards_ / comm.size();
+    reducer_.setup(comm, store, shards_per_rank_);
   }
+  int64_t accumulation_steps() const override { return deterministic_ ? shards_per_rank_ : 1; }
   void gradients_ready(const std::vector<mgt::ParamHandle>& handles) override {
-    buckets_.mark_ready(handles);
+    if (!deterministic_) buckets_.mark_ready(handles);
   }
-  bool end_backward(int64_t) override {
-    buckets_.finish();
+  bool end_backward(int64_t micro_step) override {
+    if (!deterministic_) {
+      buckets_.finish();
+      return true;
+    }
+    reducer_.add_shard();
+    if (micro_step != shards_per_rank_ - 1) return false;
+    reducer_.finish();
     return true;
   }
 
  private:
   size_t bucket_bytes_;
-  bool overlap_;
+  bool overlap_, deterministic_;
+  int64_t micro_shards_, shards_per_rank_ = 1;
   mgt::GradientBuckets buckets_;
+  mgt::DeterministicReducer reducer_;
 };
 
 }  // namespace
 
-MGT_SYNC_PLUGIN("allreduce", "1.1.0",
-                "synchronous all-reduce of the gradients in buckets, overlapped with backward", kKeys,
-                AllReduce)
+MGT_SYNC_PLUGIN("allreduce", "1.2.0",
+                "synchronous all-reduce of the gradients in buckets, or deterministic over micro-shards",
+                kKeys, AllReduce)

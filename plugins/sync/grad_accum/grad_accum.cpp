@@ -1,7 +1,10 @@
 // Sync plugin `grad_accum`: each rank accumulates sync.accum_steps micro-batches into its gradient
 // buffer (layers add their gradients) and the ranks synchronise once, through the bucketed
 // all-reduce, on the last one; the other micro-steps make no communication at all.
-// Global batch = world x micro-batch x accum_steps.
+// Global batch = world x micro-batch x accum_steps. With sync.deterministic, the world x
+// accum_steps micro-batches are summed in one fixed tree instead: (np=1, k=8) and (np=8, k=1)
+// give the same bits.
+#include "mgtrain/deterministic_reduce.hpp"
 #include "mgtrain/gradient_buckets.hpp"
 #include "mgtrain/plugin.hpp"
 
@@ -12,6 +15,9 @@ const mgt::ConfigKey kKeys[] = {
     {"sync.bucket_mb", mgt::KeyType::positive_real, "4", "size of one all-reduce bucket in MB"},
     {"sync.overlap", mgt::KeyType::boolean, "false",
      "start each bucket's all-reduce during backward (non-blocking) instead of after it (blocking)"},
+    {"sync.deterministic", mgt::KeyType::boolean, "false",
+     "sum the micro-batch gradients in one fixed tree: identical bits for any split of the same "
+     "world x accum_steps (both powers of two)"},
 };
 
 class GradAccum final : public mgt::SyncStrategy {
@@ -19,33 +25,42 @@ class GradAccum final : public mgt::SyncStrategy {
   explicit GradAccum(const mgt::ConfigSection& config)
       : steps_(config.get_int("accum_steps")),
         bucket_bytes_(static_cast<size_t>(config.get_real("bucket_mb") * 1e6)),
-        overlap_(config.get_bool("overlap")) {}
+        overlap_(config.get_bool("overlap")),
+        deterministic_(config.get_bool("deterministic")) {}
 
   void setup(mgt::Communicator& comm, mgt::ParameterStore& store) override {
-    buckets_.setup(comm, store, bucket_bytes_, overlap_);
+    if (deterministic_)
+      reducer_.setup(comm, store, steps_);
+    else
+      buckets_.setup(comm, store, bucket_bytes_, overlap_);
   }
   int64_t accumulation_steps() const override { return steps_; }
   void begin_micro_batch(int64_t micro_step) override { last_ = micro_step == steps_ - 1; }
   void gradients_ready(const std::vector<mgt::ParamHandle>& handles) override {
     // Only the last micro-batch completes a gradient; earlier ones stay local.
-    if (last_) buckets_.mark_ready(handles);
+    if (last_ && !deterministic_) buckets_.mark_ready(handles);
   }
   bool end_backward(int64_t micro_step) override {
+    if (deterministic_) reducer_.add_shard();
     if (micro_step != steps_ - 1) return false;
-    buckets_.finish();
+    if (deterministic_)
+      reducer_.finish();
+    else
+      buckets_.finish();
     return true;
   }
 
  private:
   int64_t steps_;
   size_t bucket_bytes_;
-  bool overlap_;
+  bool overlap_, deterministic_;
   bool last_ = false;
   mgt::GradientBuckets buckets_;
+  mgt::DeterministicReducer reducer_;
 };
 
 }  // namespace
 
-MGT_SYNC_PLUGIN("grad_accum", "1.0.0",
-                "gradient accumulation over sync.accum_steps micro-batches, then one bucketed all-reduce",
+MGT_SYNC_PLUGIN("grad_accum", "1.1.0",
+                "gradient accumulation over sync.accum_steps micro-batches, then one all-reduce",
                 kKeys, GradAccum)

@@ -39,9 +39,10 @@ void DeterministicReducer::setup(Communicator& comm, ParameterStore& store, int6
 
 void DeterministicReducer::add_shard() {
   const size_t n = store_->flat_size();
-  // The new shard is a subtree of one leaf; it merges upward while a sibling subtree waits.
-  std::memcpy(spare_.data(), store_->grads_data(), n * sizeof(float));
-  store_->zero_grads();
+  // The new shard is a subtree of one leaf; it merges upward while a sibling subtree waits. The
+  // store gets the (zeroed) spare buffer for the next shard.
+  std::memset(spare_.data(), 0, n * sizeof(float));
+  store_->swap_grads(spare_);
   size_t level = 0;
   while (occupied_[level]) {
     add_into(levels_[level].data(), spare_.data(), n);

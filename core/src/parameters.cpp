@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "mgtrain/error.hpp"
 #include "mgtrain/rng.hpp"
@@ -77,6 +78,13 @@ size_t ParameterStore::param_count() const {
 
 void ParameterStore::zero_grads() {
   std::memset(grads_flat_.data(), 0, flat_size_ * sizeof(float));
+}
+
+void ParameterStore::swap_grads(Tensor& other) {
+  MGT_CHECK(other.numel() == static_cast<int64_t>(flat_size_), Error,
+            "swap_grads: buffer of " + std::to_string(other.numel()) + " floats, the store has " +
+                std::to_string(flat_size_));
+  std::swap(grads_flat_, other);
 }
 
 uint64_t ParameterStore::layout_hash() const {

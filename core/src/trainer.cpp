@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -296,12 +297,16 @@ class Trainer {
         sync_->lockstep() ? total_steps_ : start_step + (total_steps_ - start_step) * train_comm_->size();
     const int slow_ms = test_slowdown_ms(comm_.rank());
     while (step < step_limit && !sync_->finished()) {
+      const auto step_start = Clock::now();
       if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
       comm_.set_step(step + 1);
       data::Batch batch = reader_->next();
       interval_.wait += batch.wait_seconds;
       phases_.data_wait += batch.wait_seconds;
+      const double sync_before = phases_.sync;
       run_step(batch, step);
+      interval_.busy += seconds_since(step_start) - (phases_.sync - sync_before);
+      ++interval_.steps;
       ++step;
       if (step - start_step == options_.timing_warmup_steps) {
         run_start_ = Clock::now();
@@ -340,6 +345,7 @@ class Trainer {
       auto t = Clock::now();
       const Tensor& logits = model_->forward(x, ctx);
       interval_.loss += softmax_cross_entropy(logits, batch.y + m * micro_batch_, grad_logits_, grad_scale);
+      interval_.correct += count_correct(logits, batch.y + m * micro_batch_);
       model_->backward(grad_logits_, ctx, on_ready_);
       phases_.compute += seconds_since(t);
       t = Clock::now();
@@ -358,15 +364,28 @@ class Trainer {
   // The progress line and metrics record. Lock-step strategies average over the training ranks;
   // asynchronous ones report rank 0's own figures, since the ranks are not at the same step.
   void log_interval(int64_t step, int64_t epoch) {
-    double sums[2] = {interval_.loss, interval_.wait};
-    const int reporting = sync_->lockstep() ? train_comm_->size() : 1;
-    if (sync_->lockstep()) train_comm_->allreduce_sum(sums, 2);
+    double sums[3] = {interval_.loss, interval_.wait, interval_.correct};
+    const int ranks = train_comm_->size();
+    const int reporting = sync_->lockstep() ? ranks : 1;
+    // Each training rank's own step time, to point at a slow one.
+    std::vector<double>& step_ms = rank_step_ms_;
+    step_ms.assign(static_cast<size_t>(reporting), 0.0);
+    const double mine = 1e3 * interval_.busy / static_cast<double>(std::max<int64_t>(interval_.steps, 1));
+    if (sync_->lockstep()) {
+      train_comm_->allreduce_sum(sums, 3);
+      train_comm_->allgather(&mine, step_ms.data(), sizeof(double));
+    } else {
+      step_ms[0] = mine;
+    }
     const double elapsed = std::max(seconds_since(interval_start_), 1e-9);
-    const double loss = sums[0] * train_comm_->size() / reporting / static_cast<double>(interval_.samples);
+    const double seen = static_cast<double>(interval_.samples) * reporting / ranks;
+    const double loss = sums[0] / seen;
+    const double accuracy = sums[2] / seen;
     const double wait_share = sums[1] / reporting / elapsed;
     const double rate = static_cast<double>(interval_.samples) / elapsed;
     result_.final_loss = loss;
     if (leader_) {
+      warn_if_one_rank_is_slow(step_ms);
       char line[256];
       std::snprintf(line, sizeof(line), "epoch %lld/%lld step %lld/%lld loss %.4f samples/s %.0f data-wait %.1f%%\n",
                     static_cast<long long>(epoch + 1), static_cast<long long>(epochs_),
@@ -374,12 +393,32 @@ class Trainer {
                     100.0 * wait_share);
       log_ << line << std::flush;
       metrics_ << std::setprecision(9) << "{\"step\":" << step << ",\"epoch\":" << epoch + 1
-               << ",\"loss\":" << loss << ",\"samples_per_s\":" << rate << ",\"data_wait_share\":" << wait_share
-               << ",\"lr\":" << optimizer_->learning_rate() << ",\"time_s\":" << seconds_since(run_start_)
-               << "}\n" << std::flush;
+               << ",\"loss\":" << loss << ",\"accuracy\":" << accuracy << ",\"samples_per_s\":" << rate
+               << ",\"data_wait_share\":" << wait_share << ",\"lr\":" << optimizer_->learning_rate()
+               << ",\"time_s\":" << seconds_since(run_start_) << ",\"rank_step_ms\":[";
+      for (size_t r = 0; r < step_ms.size(); ++r) metrics_ << (r ? "," : "") << step_ms[r];
+      metrics_ << "]}\n" << std::flush;
     }
     interval_ = Interval{};
     interval_start_ = Clock::now();
+  }
+
+  // Rank 0 says so when one rank's step time stands far above the others' (a slow node, a busy
+  // core or GPU): the whole job runs at the slowest rank's pace.
+  void warn_if_one_rank_is_slow(const std::vector<double>& step_ms) {
+    if (step_ms.size() < 2) return;
+    std::vector<double> sorted = step_ms;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted[(sorted.size() - 1) / 2];  // the lower one for an even count
+    const auto slowest = std::max_element(step_ms.begin(), step_ms.end());
+    if (*slowest > 1.5 * median && *slowest - median > 1.0) {
+      char line[256];
+      std::snprintf(line, sizeof(line),
+                    "warning: rank %d's step time %.1f ms is %.1fx the median %.1f ms; the job runs at "
+                    "its pace\n",
+                    static_cast<int>(slowest - step_ms.begin()), *slowest, *slowest / median, median);
+      log_ << line << std::flush;
+    }
   }
 
   // The final checkpoint (after the sync strategy brought the authoritative state to rank 0)
@@ -415,7 +454,9 @@ class Trainer {
   }
 
   struct Interval {
-    double loss = 0, wait = 0;
+    double loss = 0, wait = 0, correct = 0;
+    double busy = 0;  // this rank's seconds outside the sync strategy: compute, data wait, update
+    int64_t steps = 0;
     int64_t samples = 0;
   };
 
@@ -449,6 +490,7 @@ class Trainer {
   Interval interval_;
   Clock::time_point interval_start_, run_start_;
   TrainResult result_;
+  std::vector<double> rank_step_ms_;
 };
 
 }  // namespace

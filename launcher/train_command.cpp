@@ -9,6 +9,7 @@
 #include "bench.hpp"
 #include "commands.hpp"
 #include "mpi_communicator.hpp"
+#include "stop_signal.hpp"
 #include "trainer.hpp"
 #include "verify.hpp"
 
@@ -82,10 +83,13 @@ int run_train(int argc, char** argv, const std::vector<std::string>& args) {
   add_run_options(desc);
   desc.add_options()("resume", po::value<std::string>(),
                      "'latest' (newest in checkpoint.dir) or a checkpoint path");
-  return run_under_mpi(argc, argv, args, desc, [](Communicator& comm, TrainOptions& options,
-                                                  const po::variables_map& vm) {
+  bool stopped_by_signal = false;
+  const int rc = run_under_mpi(argc, argv, args, desc, [&](Communicator& comm, TrainOptions& options,
+                                                           const po::variables_map& vm) {
     if (vm.count("resume")) options.resume = vm["resume"].as<std::string>();
+    install_stop_handlers();
     const TrainResult r = train(comm, std::move(options), std::cout);
+    if (r.stopped) stopped_by_signal = true;
     if (comm.rank() != 0) return;
     if (vm["json"].as<bool>()) {
       std::printf("{\"steps\":%lld,\"steps_run\":%lld,\"samples\":%lld,\"train_seconds\":%.6f,"
@@ -102,6 +106,9 @@ int run_train(int argc, char** argv, const std::vector<std::string>& args) {
     }
     std::fflush(stdout);
   });
+  // Stopped by scancel or a time limit: the final checkpoint is written, but the run is not
+  // done, which the exit status tells the scheduler (128 + SIGTERM, as if killed by it).
+  return rc == 0 && stopped_by_signal ? 143 : rc;
 }
 
 int run_bench(int argc, char** argv, const std::vector<std::string>& args) {

@@ -27,8 +27,13 @@ const std::vector<ConfigKey>& core_config_keys() {
       {"train.warmup_steps", KeyType::non_negative_integer, "0",
        "steps of linear learning-rate warm-up from 0 to optimizer.lr"},
       {"train.threads", KeyType::positive_integer, "1", "compute threads per rank"},
+      {"train.progress", KeyType::string, "auto",
+       "rank 0's progress: bar (a live bar per epoch), lines (plain lines for batch logs) or auto "
+       "(a bar when stdout is a terminal)"},
       {"train.log_every", KeyType::positive_integer, "50", "steps between progress lines and metrics records"},
-      {"checkpoint.dir", KeyType::path, "checkpoints", "directory for step-<N>.h5 and latest"},
+      {"checkpoint.dir", KeyType::path, "runs/%j",
+       "directory for step-<N>.h5, latest and metrics.jsonl; %j becomes SLURM_JOB_ID ('local' outside "
+       "Slurm): give a fixed directory to resume across jobs"},
       {"checkpoint.every_steps", KeyType::non_negative_integer, "0",
        "steps between checkpoints (0: only at the end)"},
       {"checkpoint.keep", KeyType::non_negative_integer, "3", "checkpoints kept (0: all)"},

@@ -25,6 +25,8 @@
 #include "mgtrain/rng.hpp"
 #include "mgtrain/version.hpp"
 #include "plugin_loader.hpp"
+#include "progress.hpp"
+#include "stop_signal.hpp"
 
 namespace mgt {
 
@@ -50,6 +52,20 @@ int test_slowdown_ms(int rank) {
   int slow_rank = -1, ms = 0;
   if (spec && std::sscanf(spec, "%d:%d", &slow_rank, &ms) == 2 && slow_rank == rank) return ms;
   return 0;
+}
+
+// %j in a path becomes the Slurm job id, as in sbatch's --output, or "local" outside Slurm. All
+// ranks of a job see the same SLURM_JOB_ID, so they agree on the result.
+void expand_job_id(Config& config, std::initializer_list<const char*> keys) {
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const std::string id = job && *job ? job : "local";
+  for (const char* key : keys) {
+    std::string value = config.get_string(key);
+    const auto at = value.find("%j");
+    if (at == std::string::npos) continue;
+    value.replace(at, 2, id);
+    config.set(key, value, config.values().at(key).source);
+  }
 }
 
 std::string metrics_path(const Config& config, const std::string& checkpoint_dir) {
@@ -145,7 +161,9 @@ class Trainer {
     agree(comm_, [&] {
       choice_ = plugin_choice(config_);
       config_.validate(known_config_keys(registry_, choice_));
+      ProgressDisplay(null_log_, config_.get_string("train.progress"), 1, 1, 0, 1);  // checks the mode
     });
+    expand_job_id(config_, {"checkpoint.dir", "metrics.file"});
     comm_.set_timeout_seconds(config_.get_real("comm.timeout_s"));
     kernels::set_cpu_threads(static_cast<int>(config_.get_int("train.threads")));
     seed_ = static_cast<uint64_t>(config_.get_int("train.seed"));
@@ -291,6 +309,9 @@ class Trainer {
                       << std::flush;
 
     interval_start_ = run_start_ = Clock::now();
+    if (leader_)
+      progress_.emplace(log_, config_.get_string("train.progress"), epochs_, per_epoch_, start_step, total_steps_);
+    bool stopped = false;
     // An asynchronous run ends when the servers have applied all its pushes: a fast rank may take
     // over a slow one's share, up to every step of the run.
     const int64_t step_limit =
@@ -317,6 +338,11 @@ class Trainer {
       meta_.epoch = batch.epoch + (batch.batch_in_epoch + 1 == per_epoch_ ? 1 : 0);
       meta_.batch_in_epoch = (batch.batch_in_epoch + 1) % per_epoch_;
       if (step % log_every_ == 0 || step == total_steps_) log_interval(step, batch.epoch);
+      if (progress_) progress_->step(step, batch.epoch);
+      if (stop_agreed(step)) {
+        stopped = true;
+        break;
+      }
       if (options_.write_checkpoints && checkpoint_every > 0 && step % checkpoint_every == 0 && step < total_steps_) {
         if (leader_) result_.checkpoint = write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(),
                                                            config_.get_int("checkpoint.keep"));
@@ -324,8 +350,24 @@ class Trainer {
         train_comm_->barrier();
       }
     }
+    if (progress_) progress_->finish();
+    if (stopped && leader_)
+      log_ << "stopped by signal " << stop_signal() << " at step " << step
+           << ": writing a final checkpoint; resubmit with --resume latest to continue\n" << std::flush;
+    result_.stopped = stopped;
     return finish(start_step, step);
   }
+
+  // Whether the run should stop now because some rank was asked to (scancel, a time limit).
+  // Lock-step ranks agree every few steps, so they all stop after the same step.
+  bool stop_agreed(int64_t step) {
+    if (!sync_->lockstep()) return stop_requested();
+    if (step % kStopCheckEvery != 0) return false;
+    int64_t flag = stop_requested() ? 1 : 0;
+    train_comm_->allreduce_max(&flag, 1);
+    return flag != 0;
+  }
+  static constexpr int64_t kStopCheckEvery = 10;
 
   // Forward, loss and backward for each micro-batch, the sync strategy, then the update.
   void run_step(data::Batch& batch, int64_t step) {
@@ -386,12 +428,7 @@ class Trainer {
     result_.final_loss = loss;
     if (leader_) {
       warn_if_one_rank_is_slow(step_ms);
-      char line[256];
-      std::snprintf(line, sizeof(line), "epoch %lld/%lld step %lld/%lld loss %.4f samples/s %.0f data-wait %.1f%%\n",
-                    static_cast<long long>(epoch + 1), static_cast<long long>(epochs_),
-                    static_cast<long long>(step), static_cast<long long>(total_steps_), loss, rate,
-                    100.0 * wait_share);
-      log_ << line << std::flush;
+      if (progress_) progress_->interval(step, epoch, loss, rate, wait_share);
       metrics_ << std::setprecision(9) << "{\"step\":" << step << ",\"epoch\":" << epoch + 1
                << ",\"loss\":" << loss << ",\"accuracy\":" << accuracy << ",\"samples_per_s\":" << rate
                << ",\"data_wait_share\":" << wait_share << ",\"lr\":" << optimizer_->learning_rate()
@@ -491,6 +528,7 @@ class Trainer {
   Clock::time_point interval_start_, run_start_;
   TrainResult result_;
   std::vector<double> rank_step_ms_;
+  std::optional<ProgressDisplay> progress_;
 };
 
 }  // namespace

@@ -52,6 +52,7 @@ struct TrainResult {
   double final_loss = 0;    // mean loss over the last logging interval
   std::string checkpoint;   // path of the last checkpoint written
   double peak_rss_mb = 0;   // peak resident memory of the largest rank
+  bool stopped = false;     // ended early by a stop signal (after a final checkpoint)
   StepPhases phases;        // mean per step, averaged over ranks
   size_t gradient_floats = 0;  // size of the flat gradient buffer the sync strategy reduces
 };

@@ -10,6 +10,8 @@ packages=(
   libboost-dev libboost-program-options-dev libboost-filesystem-dev
   libdnnl-dev libgtest-dev
   dataset-fashion-mnist
+  # the Slurm test: a real one-node cluster (libpmix-dev: Slurm's PMIx plugin loads libpmix.so)
+  slurmctld slurmd slurm-client munge libpmix-dev
 )
 
 missing=()

@@ -1,0 +1,80 @@
+# A real one-node Slurm (munge, slurmctld, slurmd from Debian's packages) in a private directory,
+# for the tests: nothing in /etc is touched and clients find it through SLURM_CONF.
+#   source cluster.sh; cluster_start DIR; ... sbatch ...; cluster_stop
+# (See the project's SLURM.md notes: config_overrides lets 2 cores advertise 8 CPUs; MinJobAge=5
+# keeps `sbatch --wait` polling every 2 s; no cgroups.)
+
+cluster_start() {
+  CLUSTER_DIR=$1
+  rm -rf "$CLUSTER_DIR"
+  mkdir -p "$CLUSTER_DIR"/{state,spool,log,munge}
+  chmod 0755 "$CLUSTER_DIR" "$CLUSTER_DIR/munge"
+  mungekey --create --keyfile="$CLUSTER_DIR/munge/munge.key" >/dev/null 2>&1 ||
+    { dd if=/dev/urandom of="$CLUSTER_DIR/munge/munge.key" bs=1024 count=1 2>/dev/null; }
+  chmod 0600 "$CLUSTER_DIR/munge/munge.key"
+  munged --force --socket="$CLUSTER_DIR/munge/munge.socket" --key-file="$CLUSTER_DIR/munge/munge.key" \
+    --pid-file="$CLUSTER_DIR/munge/munged.pid" --log-file="$CLUSTER_DIR/log/munged.log" \
+    --seed-file="$CLUSTER_DIR/munge/munged.seed" || return 1
+  cat >"$CLUSTER_DIR/slurm.conf" <<CONF
+ClusterName=mgtrain-test
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort=16817
+SlurmdPort=16818
+SlurmUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$CLUSTER_DIR/munge/munge.socket
+StateSaveLocation=$CLUSTER_DIR/state
+SlurmdSpoolDir=$CLUSTER_DIR/spool
+SlurmctldPidFile=$CLUSTER_DIR/slurmctld.pid
+SlurmdPidFile=$CLUSTER_DIR/slurmd.pid
+SlurmctldLogFile=$CLUSTER_DIR/log/slurmctld.log
+SlurmdLogFile=$CLUSTER_DIR/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+MpiDefault=pmix
+ReturnToService=2
+MailProg=/bin/true
+SlurmdParameters=config_overrides
+MinJobAge=5
+KillWait=20
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+CONF
+  export SLURM_CONF=$CLUSTER_DIR/slurm.conf
+  slurmctld -c || return 1
+  slurmd -N localhost || return 1
+  for _ in $(seq 60); do
+    [ "$(sinfo -h -N -o %t 2>/dev/null)" = "idle" ] && return 0
+    sleep 0.5
+  done
+  echo "the test cluster did not become idle:" >&2
+  sinfo -N >&2 || true
+  tail -n 20 "$CLUSTER_DIR"/log/*.log >&2
+  return 1
+}
+
+# Stops every daemon this cluster started: by pid file, then any slurmstepd that carries this
+# cluster's SLURM_CONF in its environment.
+cluster_stop() {
+  [ -n "${CLUSTER_DIR:-}" ] || return 0
+  local pids=()
+  for f in "$CLUSTER_DIR/slurmd.pid" "$CLUSTER_DIR/slurmctld.pid" "$CLUSTER_DIR/munge/munged.pid"; do
+    [ -f "$f" ] && pids+=("$(cat "$f")")
+  done
+  for p in $(pgrep -x slurmstepd || true); do
+    { tr '\0' '\n' <"/proc/$p/environ"; } 2>/dev/null | grep -qx "SLURM_CONF=$CLUSTER_DIR/slurm.conf" && pids+=("$p")
+  done
+  [ ${#pids[@]} -gt 0 ] || return 0
+  kill -TERM "${pids[@]}" 2>/dev/null || true
+  for _ in $(seq 50); do
+    local alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive -eq 0 ] && return 0
+    sleep 0.1
+  done
+  kill -KILL "${pids[@]}" 2>/dev/null || true
+}

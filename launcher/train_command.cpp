@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <new>
 #include <iostream>
 
 #include "bench.hpp"
@@ -65,6 +66,13 @@ int run_under_mpi(int argc, char** argv, const std::vector<std::string>& args,
     // Every rank got here together; the one that found the problem says it.
     if (e.report()) std::fprintf(stderr, "mgtrain: error: [rank %d] %s\n", comm->rank(), e.what());
     return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "mgtrain: error: [rank %d] out of host memory: lower the micro-batch "
+                 "(sync.name = grad_accum with more sync.accum_steps keeps the global batch) or "
+                 "data.prefetch\n", comm->rank());
+    std::fflush(stderr);
+    if (comm->size() > 1) comm->abort(1);
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mgtrain: error: [rank %d] %s\n", comm->rank(), e.what());
     std::fflush(stderr);

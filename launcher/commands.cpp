@@ -205,7 +205,7 @@ int run_config_keys(const std::vector<std::string>& args) {
   }
   auto row = [](const ConfigKey& k, const std::string& owner) {
     std::printf("| `%s` | %s | %s | %s | %s |\n", k.key, key_type_name(k.type),
-                k.default_value ? (std::string("`") + k.default_value + "`").c_str() : "required",
+                !k.default_value ? "required" : *k.default_value ? (std::string("`") + k.default_value + "`").c_str() : "(empty)",
                 owner.c_str(), k.help);
   };
   std::printf("| key | type | default | from | meaning |\n|---|---|---|---|---|\n");

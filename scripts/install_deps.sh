@@ -10,6 +10,8 @@ packages=(
   libboost-dev libboost-program-options-dev libboost-filesystem-dev
   libdnnl-dev libgtest-dev
   dataset-fashion-mnist
+  # the TensorBoard read-back test: a venv for the tensorboard package from PyPI
+  python3 python3-venv
   # the Slurm test: a real one-node cluster (libpmix-dev: Slurm's PMIx plugin loads libpmix.so)
   slurmctld slurmd slurm-client munge libpmix-dev
 )

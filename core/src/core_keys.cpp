@@ -5,7 +5,7 @@ namespace mgt {
 const std::vector<ConfigKey>& core_config_keys() {
   static const std::vector<ConfigKey> keys = {
       {"data.train", KeyType::path, nullptr, "HDF5 training file (see `mgtrain data convert`)"},
-      {"data.test", KeyType::path, "", "HDF5 test file, evaluated after training when set"},
+      {"data.test", KeyType::path, "", "HDF5 test file: rank 0 reports the final model's accuracy on it"},
       {"data.x_name", KeyType::string, "x", "dataset holding the samples, [N, ...]"},
       {"data.y_name", KeyType::string, "y", "dataset holding the integer labels, [N]"},
       {"data.prefetch", KeyType::positive_integer, "3", "batches the reader thread keeps ready"},
@@ -38,6 +38,8 @@ const std::vector<ConfigKey>& core_config_keys() {
        "steps between checkpoints (0: only at the end)"},
       {"checkpoint.keep", KeyType::non_negative_integer, "3", "checkpoints kept (0: all)"},
       {"metrics.file", KeyType::path, "", "JSON-lines metrics file (default: <checkpoint.dir>/metrics.jsonl)"},
+      {"metrics.tensorboard_dir", KeyType::path, "",
+       "write TensorBoard event files here (rank 0, every train.log_every steps); %j as in checkpoint.dir"},
       {"comm.timeout_s", KeyType::positive_real, "300",
        "seconds any wait on other ranks may take before the job is ended"},
   };

@@ -1,9 +1,10 @@
 #pragma once
-// Evaluation of a checkpoint on a data file: the model is rebuilt from the config stored in the
-// checkpoint, so no config file is needed.
+// Evaluation: accuracy and mean loss of a model over every sample of a data file, in order.
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "mgtrain/model.hpp"
 
 namespace mgt {
 
@@ -13,6 +14,11 @@ struct EvalResult {
   int64_t samples = 0;
 };
 
+// The model's parameters must be loaded; the data file's samples must fit its input.
+EvalResult evaluate_model(Model& model, const std::string& data_path, const std::string& x_name,
+                          const std::string& y_name, int64_t batch);
+
+// Rebuilds the model from the config stored in the checkpoint, so no config file is needed.
 EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string& data_path,
                                const std::vector<std::string>& plugin_paths, int64_t batch);
 

@@ -19,6 +19,7 @@
 #include "checkpoint.hpp"
 #include "core_keys.hpp"
 #include "datasets/sharded_reader.hpp"
+#include "evaluate.hpp"
 #include "lr_schedule.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "mgtrain/layers.hpp"
@@ -27,6 +28,7 @@
 #include "plugin_loader.hpp"
 #include "progress.hpp"
 #include "stop_signal.hpp"
+#include "tensorboard.hpp"
 
 namespace mgt {
 
@@ -163,7 +165,7 @@ class Trainer {
       config_.validate(known_config_keys(registry_, choice_));
       ProgressDisplay(null_log_, config_.get_string("train.progress"), 1, 1, 0, 1);  // checks the mode
     });
-    expand_job_id(config_, {"checkpoint.dir", "metrics.file"});
+    expand_job_id(config_, {"checkpoint.dir", "metrics.file", "metrics.tensorboard_dir"});
     comm_.set_timeout_seconds(config_.get_real("comm.timeout_s"));
     kernels::set_cpu_threads(static_cast<int>(config_.get_int("train.threads")));
     seed_ = static_cast<uint64_t>(config_.get_int("train.seed"));
@@ -297,6 +299,8 @@ class Trainer {
       std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
       metrics_.open(path, std::ios::app);
       if (!metrics_) throw IoError("metrics file '" + path + "' cannot be opened for writing");
+      const std::string tensorboard_dir = config_.get_string("metrics.tensorboard_dir");
+      if (!tensorboard_dir.empty()) tensorboard_.emplace(tensorboard_dir);
     }
     grad_logits_.resize(model_->output_shape(micro_shape_));
     const int64_t checkpoint_every = config_.get_int("checkpoint.every_steps");
@@ -435,6 +439,15 @@ class Trainer {
                << ",\"time_s\":" << seconds_since(run_start_) << ",\"rank_step_ms\":[";
       for (size_t r = 0; r < step_ms.size(); ++r) metrics_ << (r ? "," : "") << step_ms[r];
       metrics_ << "]}\n" << std::flush;
+      if (tensorboard_) {
+        tensorboard_->add_scalar("train/loss", step, loss);
+        tensorboard_->add_scalar("train/accuracy", step, accuracy);
+        tensorboard_->add_scalar("train/learning_rate", step, optimizer_->learning_rate());
+        tensorboard_->add_scalar("train/samples_per_s", step, rate);
+        for (size_t r = 0; r < step_ms.size(); ++r)
+          tensorboard_->add_scalar("step_time_ms/rank" + std::to_string(r), step, step_ms[r]);
+        tensorboard_->flush();
+      }
     }
     interval_ = Interval{};
     interval_start_ = Clock::now();
@@ -467,6 +480,17 @@ class Trainer {
     if (leader_ && options_.write_checkpoints && step > start_step)
       result_.checkpoint = write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(),
                                             config_.get_int("checkpoint.keep"));
+    // The final model on the test set, by rank 0 (the parameters are the same everywhere now).
+    const std::string test_path = config_.get_string("data.test");
+    if (leader_ && !test_path.empty() && !options_.quiet && step > start_step) {
+      const EvalResult test = evaluate_model(*model_, test_path, config_.get_string("data.x_name"),
+                                             config_.get_string("data.y_name"), 1000);
+      result_.test_accuracy = test.accuracy;
+      char line[160];
+      std::snprintf(line, sizeof(line), "test accuracy %.4f, loss %.4f on %lld samples of %s\n", test.accuracy,
+                    test.loss, static_cast<long long>(test.samples), test_path.c_str());
+      log_ << line << std::flush;
+    }
     comm_.barrier();
     result_.train_seconds = run_seconds;
     result_.steps = step;
@@ -529,6 +553,7 @@ class Trainer {
   TrainResult result_;
   std::vector<double> rank_step_ms_;
   std::optional<ProgressDisplay> progress_;
+  std::optional<TensorBoardWriter> tensorboard_;
 };
 
 }  // namespace

@@ -53,6 +53,7 @@ struct TrainResult {
   std::string checkpoint;   // path of the last checkpoint written
   double peak_rss_mb = 0;   // peak resident memory of the largest rank
   bool stopped = false;     // ended early by a stop signal (after a final checkpoint)
+  double test_accuracy = -1;  // of the final model on data.test, when set (rank 0)
   StepPhases phases;        // mean per step, averaged over ranks
   size_t gradient_floats = 0;  // size of the flat gradient buffer the sync strategy reduces
 };

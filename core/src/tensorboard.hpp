@@ -1,0 +1,51 @@
+#pragma once
+// Writes TensorBoard event files (tfevents): TFRecord framing with masked CRC-32C, Event protos
+// encoded by hand (no protobuf dependency).
+//
+// TFRecord: uint64 length (LE), uint32 masked_crc32c(length bytes), data, uint32 masked_crc32c(data).
+// Event (tensorflow/core/util/event.proto): wall_time = 1 (double), step = 2 (int64),
+// file_version = 3 (string), summary = 5 (Summary). Summary: value = 1 (repeated Value).
+// Summary.Value: tag = 1 (string), simple_value = 2 (float).
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace mgt {
+
+// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), table-driven.
+uint32_t crc32c(const void* data, size_t bytes);
+// TFRecord's mask: ((crc >> 15) | (crc << 17)) + 0xa282ead8.
+uint32_t mask_crc32c(uint32_t crc);
+inline uint32_t masked_crc32c(const void* data, size_t bytes) {
+  return mask_crc32c(crc32c(data, bytes));
+}
+// One TFRecord around `data`: header, data, footer.
+std::string tfrecord_frame(const std::string& data);
+
+// The encoded Event protos this writer emits (exposed for tests).
+std::string encode_file_version_event(double wall_time, const std::string& file_version);
+std::string encode_scalar_event(double wall_time, int64_t step, const std::string& tag, float value);
+
+class TensorBoardWriter {
+ public:
+  // Creates dir (and parents); the file is events.out.tfevents.<unix seconds>.<hostname>.<pid>;
+  // its first record is Event{wall_time, file_version:"brain.Event:2"}. Throws IoError naming the
+  // path on failure.
+  explicit TensorBoardWriter(const std::string& dir);
+  ~TensorBoardWriter();
+  TensorBoardWriter(const TensorBoardWriter&) = delete;
+  TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
+
+  // Event{wall_time, step, summary{value{tag, simple_value(float)}}}.
+  void add_scalar(const std::string& tag, int64_t step, double value);
+  void flush();
+  const std::string& path() const { return path_; }
+
+ private:
+  void write_record(const std::string& data);
+  std::string path_;
+  std::FILE* file_ = nullptr;
+};
+
+}  // namespace mgt

@@ -13,5 +13,6 @@ int run_data(const std::vector<std::string>& args);
 int run_compare(const std::vector<std::string>& args);
 int run_plugins(const std::vector<std::string>& args);
 int run_config_keys(const std::vector<std::string>& args);
+int run_report(const std::vector<std::string>& args);
 
 }  // namespace mgt::cli

@@ -26,6 +26,7 @@ void print_usage(std::ostream& out) {
          "  data convert ...                                 IDX or CSV to the HDF5 sample format\n"
          "  data inspect FILE                                what an HDF5 data file holds\n"
          "  compare A.h5 B.h5 [--rtol R]                     parameters of two checkpoints, bitwise or close\n"
+         "  report RUN_DIR [--out FILE.svg]                  a picture of a run's metrics (SVG)\n"
          "  plugins                                          plugins found, and why any was refused\n"
          "  config-keys                                      every config key with default and meaning\n\n"
          "  --help, --version\n"
@@ -54,9 +55,10 @@ int main(int argc, char** argv) {
     if (command == "data") return mgt::cli::run_data(args);
     if (command == "plugins") return mgt::cli::run_plugins(args);
     if (command == "compare") return mgt::cli::run_compare(args);
+    if (command == "report") return mgt::cli::run_report(args);
     if (command == "config-keys") return mgt::cli::run_config_keys(args);
     std::fprintf(stderr, "mgtrain: error: [rank 0] unknown command '%s' (expected train, eval, data, "
-                 "compare, plugins or config-keys; see mgtrain --help)\n", command.c_str());
+                 "compare, report, plugins or config-keys; see mgtrain --help)\n", command.c_str());
     return 2;
   } catch (const po::error& e) {
     std::fprintf(stderr, "mgtrain: error: [rank 0] %s: %s (see mgtrain %s --help)\n", command.c_str(),

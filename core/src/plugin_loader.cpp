@@ -68,7 +68,9 @@ PluginRegistry::PluginRegistry(std::vector<std::string> cli_paths) {
       if (!item.empty()) dirs_.push_back(item);
   }
   // The installed layout: <prefix>/lib/libmgtrain.so and <prefix>/lib/mgtrain/plugins.
-  const fs::path library_dir = boost::dll::this_line_location().parent_path().string();
+  std::error_code canonical_error;
+  const fs::path library_dir =
+      fs::weakly_canonical(boost::dll::this_line_location().parent_path().string(), canonical_error);
   dirs_.push_back((library_dir / "mgtrain" / "plugins").string());
 #ifdef MGTRAIN_PLUGIN_BUILD_DIR
   dirs_.push_back(MGTRAIN_PLUGIN_BUILD_DIR);

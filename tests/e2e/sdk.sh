@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The installable SDK, end to end: `cmake --install` the build into a prefix, build the
+# out-of-tree plugin in examples/plugin against it (find_package(mgtrain) +
+# mgtrain_add_plugin), check that the installed launcher lists it next to the installed built-in
+# plugins (from the prefix, not the build tree), then train with it at np=2: the run must end
+# with a checkpoint and the loss must go down.
+source "$(dirname "$0")/lib.sh"
+unset MGTRAIN_PLUGIN_PATH
+
+SRC=$(cd "$EXAMPLES/.." && pwd)
+BUILD=$(cd "$(dirname "$MGTRAIN")/.." && pwd)   # <build>/bin/mgtrain
+PREFIX=$WORK/prefix
+PLUGIN_BUILD=$WORK/plugin-build
+PLUGIN_DIR=$PLUGIN_BUILD/plugins
+[[ -f $BUILD/CMakeCache.txt ]] || fail "no CMake build directory above $MGTRAIN"
+
+# 1. Install.
+cmake --install "$BUILD" --prefix "$PREFIX" >install.log 2>&1 || { cat install.log; fail "cmake --install $BUILD"; }
+for f in bin/mgtrain lib/libmgtrain.so include/mgtrain/plugin.hpp include/mgtrain/version.hpp \
+         lib/cmake/mgtrain/mgtrainConfig.cmake lib/cmake/mgtrain/mgtrainConfigVersion.cmake \
+         lib/cmake/mgtrain/mgtrainTargets.cmake lib/cmake/mgtrain/MgtrainPlugin.cmake \
+         lib/mgtrain/plugins/libmgtrain-model-mlp.so lib/mgtrain/plugins/libmgtrain-optimizer-sgd.so \
+         lib/mgtrain/plugins/libmgtrain-sync-allreduce.so; do
+  [[ -e $PREFIX/$f ]] || fail "not installed: $PREFIX/$f"
+done
+! ls "$PREFIX"/lib/mgtrain/plugins | grep -E 'badabi|wrongkind|nosymbol' || fail "test plugins were installed"
+# The installed launcher runs on the installed library (RPATH $ORIGIN/../lib), not the build tree's.
+lib=$(readlink -f "$(ldd "$PREFIX/bin/mgtrain" | awk '/libmgtrain\.so/ {print $3}')")
+[[ $lib == "$PREFIX/lib/"* ]] || { ldd "$PREFIX/bin/mgtrain"; fail "installed launcher loads libmgtrain from '$lib'"; }
+
+# 2. The example plugin, out of tree, against the installed package only.
+cmake -S "$SRC/examples/plugin" -B "$PLUGIN_BUILD" -DCMAKE_PREFIX_PATH="$PREFIX" \
+  -DCMAKE_BUILD_TYPE=Release >configure.log 2>&1 || { cat configure.log; fail "configure examples/plugin"; }
+grep -q "mgtrain_DIR:PATH=$PREFIX/lib/cmake/mgtrain" "$PLUGIN_BUILD/CMakeCache.txt" ||
+  { grep mgtrain_DIR "$PLUGIN_BUILD/CMakeCache.txt"; fail "examples/plugin did not use the installed package"; }
+cmake --build "$PLUGIN_BUILD" -j2 >build.log 2>&1 || { cat build.log; fail "build examples/plugin"; }
+so=$PLUGIN_DIR/libmgtrain-optimizer-signsgd.so
+[[ -f $so ]] || fail "no $so"
+# Only the descriptor is exported from the plugin.
+nm -D --defined-only "$so" | grep -q ' mgtrain_plugin_descriptor$' || fail "$so does not export the descriptor"
+
+# 3. The installed launcher lists the new plugin and the installed built-in ones.
+"$PREFIX/bin/mgtrain" plugins --plugin-path "$PLUGIN_DIR" >plugins.txt 2>&1 || { cat plugins.txt; fail "mgtrain plugins"; }
+# Search order: --plugin-path, then the install's lib/mgtrain/plugins, before the build-tree
+# fallback. The loader prints the install's directory as found from libmgtrain's own path
+# (<prefix>/bin/../lib/...), so paths are compared after resolving them.
+canon() { realpath -m "$1"; }
+mapfile -t dirs < <(sed -n '/^search path:/,/^KIND/p' plugins.txt | sed -n 's/^  //p')
+[[ ${#dirs[@]} -ge 2 && $(canon "${dirs[0]}") == "$(canon "$PLUGIN_DIR")" ]] ||
+  { cat plugins.txt; fail "--plugin-path is not searched first"; }
+[[ $(canon "${dirs[1]}") == "$(canon "$PREFIX/lib/mgtrain/plugins")" ]] ||
+  { cat plugins.txt; fail "the install's lib/mgtrain/plugins is not searched second"; }
+line=$(grep -E '^optimizer +signsgd ' plugins.txt) || { cat plugins.txt; fail "the new plugin is not listed"; }
+[[ $(awk '{print $3}' <<<"$line") == 1.0.0 &&
+   $(canon "$(awk '{print $4}' <<<"$line")") == "$(canon "$so")" ]] ||
+  { cat plugins.txt; fail "the new plugin is not listed from $PLUGIN_DIR: $line"; }
+for kn in "model mlp" "model cnn" "optimizer sgd" "optimizer adam" "sync allreduce" "sync grad_accum" "sync param_server"; do
+  read -r kind name <<<"$kn"
+  line=$(grep -E "^$kind +$name " plugins.txt) || { cat plugins.txt; fail "built-in $kind '$name' not listed"; }
+  [[ $(canon "$(awk '{print $4}' <<<"$line")") == "$(canon "$PREFIX/lib/mgtrain/plugins/libmgtrain-$kind-$name.so")" ]] ||
+    { cat plugins.txt; fail "built-in $kind '$name' not taken from the prefix: $line"; }
+done
+# Every usable plugin comes from the plugin dir or the prefix; build-tree copies are only shadowed.
+while read -r path; do
+  path=$(canon "$path")
+  [[ $path == "$(canon "$PLUGIN_DIR")/"* || $path == "$(canon "$PREFIX")/"* ]] ||
+    { cat plugins.txt; fail "plugin used from outside the install: $path"; }
+done < <(awk '/^(model|optimizer|sync) / {print $4}' plugins.txt)
+! grep '^refused:' plugins.txt | grep -v 'shadowed by an earlier directory' ||
+  { cat plugins.txt; fail "a plugin was refused"; }
+
+# 4. A short training run with the installed launcher and the new optimizer, np=2.
+write_config run.ini
+steps=50
+timeout --kill-after=10 300 mpirun -np 2 --oversubscribe "$PREFIX/bin/mgtrain" train --config run.ini \
+  --plugin-path "$PLUGIN_DIR" --optimizer.name=signsgd --optimizer.lr=0.001 --optimizer.momentum=0.9 \
+  --train.max_steps=$steps --train.log_every=10 --json >train.log 2>&1 || { cat train.log; fail "training with signsgd"; }
+grep -q "^name = signsgd" train.log || { cat train.log; fail "the resolved config does not name signsgd"; }
+final=$(grep '^{.*"final_loss"' train.log | tail -1)
+[[ -n $final ]] || { cat train.log; fail "no --json line"; }
+checkpoint=$(json_field checkpoint <<<"$final")
+[[ $checkpoint == */step-$steps.h5 && -f $checkpoint ]] || { cat train.log; fail "no final checkpoint step-$steps.h5 (got '$checkpoint')"; }
+h5ls "$checkpoint" >/dev/null 2>&1 || fail "$checkpoint is not an HDF5 file"
+first_loss=$(sed -n 's/^epoch .* step 10\/[0-9]* loss \([0-9.]*\) .*/\1/p' train.log | head -1)
+last_loss=$(sed -n "s/^epoch .* step $steps\/[0-9]* loss \([0-9.]*\) .*/\1/p" train.log | head -1)
+final_loss=$(json_field final_loss <<<"$final")
+[[ -n $first_loss && -n $last_loss && -n $final_loss ]] || { cat train.log; fail "no loss at steps 10 and $steps"; }
+echo "signsgd np=2: loss $first_loss (steps 1-10) -> $last_loss (steps 41-$steps), final_loss $final_loss, $checkpoint"
+awk -v a="$first_loss" -v b="$final_loss" 'BEGIN { exit !(b < 0.9 * a) }' ||
+  { cat train.log; fail "loss did not go down: $first_loss at step 10, $final_loss at step $steps"; }
+# From ln(10) = 2.30 at initialisation, 50 steps must have learnt something.
+awk -v b="$final_loss" 'BEGIN { exit !(b < 1.5) }' || { cat train.log; fail "final loss $final_loss is not below 1.5"; }
+
+# 5. Installed into mgtrain's own prefix, the plugin is found with no --plugin-path.
+cmake --install "$PLUGIN_BUILD" --prefix "$PREFIX" >install-plugin.log 2>&1 || { cat install-plugin.log; fail "install examples/plugin"; }
+"$PREFIX/bin/mgtrain" plugins >plugins-installed.txt 2>&1 || { cat plugins-installed.txt; fail "mgtrain plugins"; }
+line=$(grep -E '^optimizer +signsgd ' plugins-installed.txt) || { cat plugins-installed.txt; fail "installed signsgd not found"; }
+[[ $(canon "$(awk '{print $4}' <<<"$line")") == "$(canon "$PREFIX/lib/mgtrain/plugins/libmgtrain-optimizer-signsgd.so")" ]] ||
+  { cat plugins-installed.txt; fail "signsgd not taken from the prefix: $line"; }
+echo "PASS"

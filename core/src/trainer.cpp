@@ -203,6 +203,10 @@ class Trainer {
       } else {
         open_reader(train_path, static_cast<int>(train_world));
       }
+      // The test file is read at the end; a wrong path must not wait until then.
+      const std::string test_path = config_.get_string("data.test");
+      if (leader_ && !test_path.empty())
+        data::open_dataset_info(test_path, config_.get_string("data.x_name"), config_.get_string("data.y_name"));
       schedule_.emplace(config_.get_string("train.lr_schedule"), optimizer_->learning_rate(),
                         config_.get_int("train.warmup_steps"), config_.get_int("train.epochs") * per_epoch_);
     });

@@ -14,6 +14,7 @@ small_csv() {  # 50 samples of 784 features: fewer than one global batch of 128
 
 case $1 in
   missing_data)   args+=(--data.train=/nonexistent/train.h5); expect="/nonexistent/train.h5" ;;
+  missing_test)   args+=(--data.test=/nonexistent/test.h5); expect="/nonexistent/test.h5" ;;
   not_hdf5)       echo "not an HDF5 file" >bogus.h5; args+=(--data.train="$WORK/bogus.h5"); expect="bogus.h5" ;;
   no_x)           args+=(--data.x_name=images); expect="images" ;;
   no_y)           args+=(--data.y_name=targets); expect="targets" ;;

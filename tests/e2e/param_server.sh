@@ -7,7 +7,7 @@ ps=(--sync.name=param_server --checkpoint.every_steps=0)
 
 case $1 in
   accuracy)  # the MLP example reaches 0.87 in the epochs all-reduce uses (10)
-    run_np 3 900 train --config "$EXAMPLES/fashion_mnist_mlp.ini" --data.train="$DATA_DIR/train.h5" \
+    run_np 3 900 train --config "$EXAMPLES/fashion_mnist_mlp.ini" --data.train="$DATA_DIR/train.h5" --data.test="$DATA_DIR/test.h5" \
       --checkpoint.dir="$WORK/ckpt" "${ps[@]}" --json >train.log 2>&1 || { cat train.log; fail "training failed"; }
     checkpoint=$(grep '^{' train.log | tail -n 1 | json_field checkpoint)
     accuracy=$("$MGTRAIN" eval --checkpoint "$checkpoint" --data "$DATA_DIR/test.h5" --json | json_field accuracy)

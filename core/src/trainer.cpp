@@ -484,11 +484,12 @@ class Trainer {
     if (leader_ && options_.write_checkpoints && step > start_step)
       result_.checkpoint = write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(),
                                             config_.get_int("checkpoint.keep"));
-    // The final model on the test set, by rank 0 (the parameters are the same everywhere now).
+    // The final model on the test set, by rank 0 (the parameters are the same everywhere now), in
+    // batches of the training micro-batch so the model's activations are reused, not grown.
     const std::string test_path = config_.get_string("data.test");
     if (leader_ && !test_path.empty() && !options_.quiet && step > start_step) {
       const EvalResult test = evaluate_model(*model_, test_path, config_.get_string("data.x_name"),
-                                             config_.get_string("data.y_name"), 1000);
+                                             config_.get_string("data.y_name"), micro_batch_);
       result_.test_accuracy = test.accuracy;
       char line[160];
       std::snprintf(line, sizeof(line), "test accuracy %.4f, loss %.4f on %lld samples of %s\n", test.accuracy,

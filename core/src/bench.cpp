@@ -30,6 +30,7 @@ BenchResult run_bench(Communicator& world, const TrainOptions& base, int64_t ste
   options.timing_warmup_steps = warmup;
   options.config.set("train.max_steps", std::to_string(warmup + steps), "mgtrain bench");
   options.config.set("train.epochs", "1000000", "mgtrain bench");  // max_steps decides
+  options.config.set("data.test", "", "mgtrain bench");  // no evaluation in a benchmark
   std::ostream silent(nullptr);
   BenchResult result;
 
@@ -52,13 +53,9 @@ BenchResult run_bench(Communicator& world, const TrainOptions& base, int64_t ste
   // 3. All-reduce of the gradient buffer through the sync strategy, against raw MPI_Allreduce.
   Config config = options.config;
   PluginRegistry registry(options.plugin_paths);
-  const PluginChoice choice = plugin_choice(config);
-  config.validate(known_config_keys(registry, choice));
-  auto model = registry.create_model(choice.model, config);
   ParameterStore store;
-  model->declare(store);
-  store.finalize();
-  auto sync = registry.create_sync(choice.sync, config);
+  build_model(registry, config, store);
+  auto sync = registry.create_sync(config.get_string("sync.name"), config);
   sync->setup(world, store);
   const int64_t last_micro = sync->accumulation_steps() - 1;
   std::vector<std::vector<ParamHandle>> backward_order;

@@ -48,13 +48,8 @@ EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string&
   const CheckpointMeta stored = read_checkpoint_meta(checkpoint);
   Config config = Config::from_string(stored.config_ini, checkpoint + " (stored config)");
   PluginRegistry registry(plugin_paths);
-  const PluginChoice choice = plugin_choice(config);
-  config.validate(known_config_keys(registry, choice));
-
-  auto model = registry.create_model(choice.model, config);
   ParameterStore store;
-  model->declare(store);
-  store.finalize();
+  auto model = build_model(registry, config, store);
   load_checkpoint(checkpoint, store, nullptr);
   return evaluate_model(*model, data_path, config.get_string("data.x_name"), config.get_string("data.y_name"),
                         batch);

@@ -134,6 +134,15 @@ std::vector<ConfigKey> known_config_keys(PluginRegistry& registry, const PluginC
   return keys;
 }
 
+std::unique_ptr<Model> build_model(PluginRegistry& registry, Config& config, ParameterStore& store) {
+  const PluginChoice choice = plugin_choice(config);
+  config.validate(known_config_keys(registry, choice));
+  auto model = registry.create_model(choice.model, config);
+  model->declare(store);
+  store.finalize();
+  return model;
+}
+
 namespace {
 
 // One rank's run: start-up agreed by all ranks, then either serving (a parameter server's

@@ -3,6 +3,7 @@
 // read -> forward -> loss -> backward -> sync -> optimizer -> metrics -> checkpoint.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "mgtrain/communicator.hpp"
 #include "mgtrain/config.hpp"
 #include "mgtrain/error.hpp"
+#include "mgtrain/model.hpp"
 
 namespace mgt {
 
@@ -73,5 +75,9 @@ PluginChoice plugin_choice(const Config& config);
 class PluginRegistry;
 // The keys the core and the chosen plugins know: what a config is validated against.
 std::vector<ConfigKey> known_config_keys(PluginRegistry& registry, const PluginChoice& choice);
+
+// Validates `config` against the keys of the core and of the plugins it chooses, then builds the
+// model and lays out its parameters in `store` (finalized, not initialized).
+std::unique_ptr<Model> build_model(PluginRegistry& registry, Config& config, ParameterStore& store);
 
 }  // namespace mgt

@@ -30,6 +30,7 @@ std::string run(Communicator& comm, TrainOptions options, const std::string& dir
   options.resume = resume;
   options.config.set("checkpoint.dir", dir, "mgtrain verify");
   options.config.set("checkpoint.every_steps", "0", "mgtrain verify");
+  options.config.set("data.test", "", "mgtrain verify");
   options.config.set("train.max_steps", std::to_string(max_steps), "mgtrain verify");
   std::ostream silent(nullptr);
   return train(comm, std::move(options), silent).checkpoint;

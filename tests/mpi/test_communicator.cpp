@@ -7,22 +7,10 @@
 #include <vector>
 
 #include "mgtrain/error.hpp"
+#include "mpi_check.hpp"
 #include "mpi_communicator.hpp"
 
-namespace {
-
-int failures = 0, passes = 0;
-
-void check(bool ok, const std::string& what, int rank) {
-  if (ok) {
-    ++passes;
-  } else {
-    ++failures;
-    std::fprintf(stderr, "[rank %d] FAILED: %s\n", rank, what.c_str());
-  }
-}
-
-}  // namespace
+using mpi_check::check;
 
 int main(int argc, char** argv) {
   mgt::MpiRuntime mpi(&argc, &argv);
@@ -113,8 +101,5 @@ int main(int argc, char** argv) {
   }
   comm->barrier();
 
-  int64_t failed = failures;
-  comm->allreduce_max(&failed, 1);
-  if (rank == 0) std::printf("%d passed, %lld failed\n", passes, static_cast<long long>(failed));
-  return failed == 0 ? 0 : 1;
+  return mpi_check::verdict(*comm);
 }

@@ -7,21 +7,11 @@
 #include <vector>
 
 #include "core_keys.hpp"
+#include "mpi_check.hpp"
 #include "mpi_communicator.hpp"
 #include "plugin_loader.hpp"
 
 namespace {
-
-int failures = 0, passes = 0;
-
-void check(bool ok, const std::string& what, int rank) {
-  if (ok) {
-    ++passes;
-  } else {
-    ++failures;
-    std::fprintf(stderr, "[rank %d] FAILED: %s\n", rank, what.c_str());
-  }
-}
 
 // A store shaped like a small MLP, with gradients that differ per rank and element.
 void fill_store(mgt::ParameterStore& store, int rank) {
@@ -47,6 +37,8 @@ std::unique_ptr<mgt::SyncStrategy> make_sync(mgt::PluginRegistry& registry, cons
 }
 
 }  // namespace
+
+using mpi_check::check;
 
 int main(int argc, char** argv) {
   mgt::MpiRuntime mpi(&argc, &argv);
@@ -103,8 +95,5 @@ int main(int argc, char** argv) {
           "grad_accum's all-reduce equals the reference", rank);
   }
 
-  int64_t failed = failures;
-  comm->allreduce_max(&failed, 1);
-  if (rank == 0) std::printf("%d passed, %lld failed\n", passes, static_cast<long long>(failed));
-  return failed == 0 ? 0 : 1;
+  return mpi_check::verdict(*comm);
 }

@@ -469,6 +469,18 @@ std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta,
   return final_path;
 }
 
+int remove_leftover_temporaries(const std::string& dir) {
+  std::error_code ec;
+  int removed = 0;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool temporary = name.rfind('.', 0) == 0 && name.find(".tmp-") != std::string::npos &&
+                           (name.rfind(".step-", 0) == 0 || name.rfind(".latest.tmp-", 0) == 0);
+    if (temporary && entry.is_regular_file(ec) && fs::remove(entry.path(), ec)) ++removed;
+  }
+  return removed;
+}
+
 CheckpointMeta read_checkpoint_meta(const std::string& path) {
   std::lock_guard lock(data::hdf5_mutex());
   h5::silence_errors();

@@ -25,6 +25,10 @@ struct CheckpointMeta {
 std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta,
                              const ParameterStore& store, Optimizer* optimizer, int64_t keep);
 
+// Removes what a write killed midway left behind in `dir` (".step-<N>.h5.tmp-<pid>",
+// ".latest.tmp-<pid>"); checkpoints and `latest` are never touched. Returns the number removed.
+int remove_leftover_temporaries(const std::string& dir);
+
 // Reads only the metadata (attributes) of a checkpoint.
 CheckpointMeta read_checkpoint_meta(const std::string& path);
 

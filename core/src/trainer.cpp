@@ -273,6 +273,12 @@ class Trainer {
   }
 
   void prepare_run() {
+    if (leader_ && options_.write_checkpoints) {
+      const int removed = remove_leftover_temporaries(checkpoint_dir_);
+      if (removed > 0)
+        log_ << "removed " << removed << " temporary file(s) of an interrupted checkpoint write in "
+             << checkpoint_dir_ << "\n";
+    }
     epochs_ = config_.get_int("train.epochs");
     const int64_t max_steps = config_.get_int("train.max_steps");
     total_steps_ = max_steps > 0 ? std::min(max_steps, epochs_ * per_epoch_) : epochs_ * per_epoch_;

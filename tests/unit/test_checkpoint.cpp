@@ -419,3 +419,20 @@ TEST_F(CheckpointTest, WriteErrorFromTheDiskIsIoErrorAndCleansUp) {
 }
 
 }  // namespace
+
+TEST(CheckpointLeftovers, TemporariesOfAKilledWriteAreRemovedCheckpointsKept) {
+  const auto dir = std::filesystem::temp_directory_path() / ("mgt-leftovers-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto touch = [&](const std::string& name) { std::ofstream(dir / name) << "x"; };
+  for (const char* name : {".step-40.h5.tmp-123", ".latest.tmp-123", "step-20.h5", "latest", "metrics.jsonl",
+                           ".hidden-user-file"})
+    touch(name);
+  EXPECT_EQ(mgt::remove_leftover_temporaries(dir.string()), 2);
+  EXPECT_FALSE(std::filesystem::exists(dir / ".step-40.h5.tmp-123"));
+  EXPECT_FALSE(std::filesystem::exists(dir / ".latest.tmp-123"));
+  for (const char* kept : {"step-20.h5", "latest", "metrics.jsonl", ".hidden-user-file"})
+    EXPECT_TRUE(std::filesystem::exists(dir / kept)) << kept;
+  EXPECT_EQ(mgt::remove_leftover_temporaries((dir / "missing").string()), 0);
+  std::filesystem::remove_all(dir);
+}

@@ -60,6 +60,11 @@ void Tensor::reshape(const Shape& shape) {
   shape_ = shape;
 }
 
+void Tensor::rebind(float* data) {
+  MGT_CHECK(!storage_, Error, "rebind: tensor " + shape_string(shape_) + " owns its memory, it is not a view");
+  data_ = data;
+}
+
 void Tensor::fill(float value) { std::fill(data_, data_ + numel_, value); }
 
 }  // namespace mgt

@@ -322,6 +322,7 @@ class Trainer {
       if (!tensorboard_dir.empty()) tensorboard_.emplace(tensorboard_dir);
     }
     grad_logits_.resize(model_->output_shape(micro_shape_));
+    micro_input_ = Tensor::view(nullptr, micro_shape_);
     const int64_t checkpoint_every = config_.get_int("checkpoint.every_steps");
     const int64_t start_step = meta_.step;
     int64_t step = start_step;
@@ -399,7 +400,8 @@ class Trainer {
     const float grad_scale = 1.0f / static_cast<float>(global_batch_);
     bool apply = false;
     for (int64_t m = 0; m < accum_; ++m) {
-      const Tensor x = Tensor::view(batch.x.data() + m * micro_batch_ * sample_numel, micro_shape_);
+      micro_input_.rebind(batch.x.data() + m * micro_batch_ * sample_numel);
+      const Tensor& x = micro_input_;
       StepContext ctx;
       ctx.seed = seed_;
       ctx.step = step;
@@ -565,6 +567,7 @@ class Trainer {
 
   Shape micro_shape_;
   Tensor grad_logits_;
+  Tensor micro_input_;  // a view of the current micro-batch's rows, rebound every micro-step
   const GradientsReady on_ready_ = [this](const std::vector<ParamHandle>& h) { sync_->gradients_ready(h); };
   std::ofstream metrics_;
   StepPhases phases_;

@@ -30,6 +30,9 @@ class Tensor {
   void resize(const Shape& shape);
   // Reinterprets the same elements with another shape of equal numel.
   void reshape(const Shape& shape);
+  // Points a view at other memory of the same shape: a step reuses one view instead of building
+  // a new one (and its shape) every time.
+  void rebind(float* data);
 
   float* data() { return data_; }
   const float* data() const { return data_; }

@@ -103,11 +103,12 @@ int run_train(int argc, char** argv, const std::vector<std::string>& args) {
       std::printf("{\"steps\":%lld,\"steps_run\":%lld,\"samples\":%lld,\"train_seconds\":%.6f,"
                   "\"samples_per_s\":%.3f,\"final_loss\":%.9g,\"checkpoint\":\"%s\",\"world_size\":%d,"
                   "\"peak_rss_mb\":%.1f,\"compute_ms\":%.4f,\"sync_ms\":%.4f,"
-                  "\"data_wait_ms\":%.4f,\"optimizer_ms\":%.4f,\"test_accuracy\":%.6f}\n",
+                  "\"data_wait_ms\":%.4f,\"optimizer_ms\":%.4f,\"test_accuracy\":%.6f,\"skipped_steps\":%lld}\n",
                   static_cast<long long>(r.steps), static_cast<long long>(r.steps_run),
                   static_cast<long long>(r.samples), r.train_seconds, r.samples_per_s, r.final_loss,
                   r.checkpoint.c_str(), comm.size(), r.peak_rss_mb, 1e3 * r.phases.compute,
-                  1e3 * r.phases.sync, 1e3 * r.phases.data_wait, 1e3 * r.phases.optimizer, r.test_accuracy);
+                  1e3 * r.phases.sync, 1e3 * r.phases.data_wait, 1e3 * r.phases.optimizer, r.test_accuracy,
+                  static_cast<long long>(r.skipped_steps));
     } else {
       std::printf("done: %lld steps, %.0f samples/s, final loss %.4f, checkpoint %s\n",
                   static_cast<long long>(r.steps), r.samples_per_s, r.final_loss, r.checkpoint.c_str());

@@ -30,6 +30,8 @@ const std::vector<ConfigKey>& core_config_keys() {
       {"train.progress", KeyType::string, "auto",
        "rank 0's progress: bar (a live bar per epoch), lines (plain lines for batch logs) or auto "
        "(a bar when stdout is a terminal)"},
+      {"train.nonfinite", KeyType::string, "abort",
+       "a NaN or Inf gradient on any rank: abort the job, or skip the step on all ranks and count it"},
       {"train.log_every", KeyType::positive_integer, "50", "steps between progress lines and metrics records"},
       {"checkpoint.dir", KeyType::path, "runs/%j",
        "directory for step-<N>.h5, latest and metrics.jsonl; %j becomes SLURM_JOB_ID ('local' outside "

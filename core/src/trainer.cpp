@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -49,6 +51,28 @@ struct Agreement {
 
 // Test-only: MGTRAIN_TEST_SLOW_RANK="R:MS" makes rank R sleep MS milliseconds every step, to
 // measure how a strategy copes with one slow rank.
+// Test-only: MGTRAIN_TEST_NAN_AT="R:S" makes rank R's loss gradient NaN at step S (1-based), to
+// exercise train.nonfinite.
+int64_t test_nan_step(int rank) {
+  const char* spec = std::getenv("MGTRAIN_TEST_NAN_AT");
+  int nan_rank = -1;
+  long long nan_step = 0;
+  if (spec && std::sscanf(spec, "%d:%lld", &nan_rank, &nan_step) == 2 && nan_rank == rank) return nan_step;
+  return 0;
+}
+
+// True when no element is NaN or Inf (exponent bits all ones). Integer operations, so the loop
+// vectorizes without fast-math: one pass over the gradient, no dependency chain.
+bool all_finite(const float* data, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, data + i, sizeof(bits));
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
 int test_slowdown_ms(int rank) {
   const char* spec = std::getenv("MGTRAIN_TEST_SLOW_RANK");
   int slow_rank = -1, ms = 0;
@@ -173,6 +197,9 @@ class Trainer {
       choice_ = plugin_choice(config_);
       config_.validate(known_config_keys(registry_, choice_));
       ProgressDisplay(null_log_, config_.get_string("train.progress"), 1, 1, 0, 1);  // checks the mode
+      const std::string nonfinite = config_.get_string("train.nonfinite");
+      if (nonfinite != "abort" && nonfinite != "skip")
+        throw ConfigError("config key 'train.nonfinite': expected abort or skip, got '" + nonfinite + "'");
     });
     expand_job_id(config_, {"checkpoint.dir", "metrics.file", "metrics.tensorboard_dir"});
     comm_.set_timeout_seconds(config_.get_real("comm.timeout_s"));
@@ -283,6 +310,8 @@ class Trainer {
     const int64_t max_steps = config_.get_int("train.max_steps");
     total_steps_ = max_steps > 0 ? std::min(max_steps, epochs_ * per_epoch_) : epochs_ * per_epoch_;
     log_every_ = config_.get_int("train.log_every");
+    skip_nonfinite_ = config_.get_string("train.nonfinite") == "skip";
+    nan_step_ = test_nan_step(comm_.rank());
     // Training ranks among themselves: per-step figures and checkpoint barriers stay off the
     // serving ranks, which are busy serving.
     train_comm_ = comm_.split(sync_->trains() ? 0 : 1, comm_.rank());
@@ -413,11 +442,24 @@ class Trainer {
       const Tensor& logits = model_->forward(x, ctx);
       interval_.loss += softmax_cross_entropy(logits, batch.y + m * micro_batch_, grad_logits_, grad_scale);
       interval_.correct += count_correct(logits, batch.y + m * micro_batch_);
+      if (step + 1 == nan_step_) grad_logits_.data()[0] = std::numeric_limits<float>::quiet_NaN();
       model_->backward(grad_logits_, ctx, on_ready_);
       phases_.compute += seconds_since(t);
       t = Clock::now();
       apply = sync_->end_backward(m);
       phases_.sync += seconds_since(t);
+    }
+    // After an all-reduce every rank holds the same sum, and a NaN or Inf from any rank is in it:
+    // each rank's check then decides the same, with no extra communication.
+    if (apply && !all_finite(store_.grads_data(), store_.flat_size())) {
+      if (!skip_nonfinite_)
+        throw StartupError("non-finite gradient at step " + std::to_string(step + 1) +
+                               " (NaN or Inf on some rank); train.nonfinite = skip skips such steps",
+                           leader_);
+      store_.zero_grads();
+      ++result_.skipped_steps;
+      apply = false;
+      if (leader_) log_ << "warning: non-finite gradient at step " << step + 1 << ": step skipped\n" << std::flush;
     }
     if (apply) {
       const auto t = Clock::now();
@@ -575,6 +617,8 @@ class Trainer {
   Clock::time_point interval_start_, run_start_;
   TrainResult result_;
   std::vector<double> rank_step_ms_;
+  bool skip_nonfinite_ = false;
+  int64_t nan_step_ = 0;
   std::optional<ProgressDisplay> progress_;
   std::optional<TensorBoardWriter> tensorboard_;
 };

@@ -56,6 +56,7 @@ struct TrainResult {
   double peak_rss_mb = 0;   // peak resident memory of the largest rank
   bool stopped = false;     // ended early by a stop signal (after a final checkpoint)
   double test_accuracy = -1;  // of the final model on data.test, when set (rank 0)
+  int64_t skipped_steps = 0;  // steps skipped for a non-finite gradient (train.nonfinite = skip)
   StepPhases phases;        // mean per step, averaged over ranks
   size_t gradient_floats = 0;  // size of the flat gradient buffer the sync strategy reduces
 };

@@ -204,7 +204,12 @@ int run_config_keys(const std::vector<std::string>& args) {
     return 0;
   }
   auto row = [](const ConfigKey& k, const std::string& owner) {
-    std::printf("| `%s` | %s | %s | %s | %s |\n", k.key, key_type_name(k.type),
+    std::string type = key_type_name(k.type);
+    if (k.type == KeyType::choice && k.choices) {
+      type += ": ";
+      for (const char* c = k.choices; *c; ++c) type += *c == '|' ? std::string(", ") : std::string(1, *c);
+    }
+    std::printf("| `%s` | %s | %s | %s | %s |\n", k.key, type.c_str(),
                 !k.default_value ? "required" : *k.default_value ? (std::string("`") + k.default_value + "`").c_str() : "(empty)",
                 owner.c_str(), k.help);
   };

@@ -61,8 +61,9 @@ bool parse_int_list(const std::string& text, std::vector<int64_t>* out) {
   return !out->empty();
 }
 
-// Why `value` does not fit `type`, or "" when it does.
-std::string type_violation(KeyType type, const std::string& value) {
+// Why `value` does not fit `key`'s type, or "" when it does.
+std::string type_violation(const ConfigKey& key, const std::string& value) {
+  const KeyType type = key.type;
   int64_t i;
   double r;
   bool b;
@@ -87,6 +88,16 @@ std::string type_violation(KeyType type, const std::string& value) {
       return parse_bool(value, &b) ? "" : "true or false";
     case KeyType::integer_list:
       return parse_int_list(value, &list) ? "" : "a comma-separated list of integers";
+    case KeyType::choice: {
+      const std::string choices = key.choices ? key.choices : "";
+      std::stringstream ss(choices);
+      std::string item, listed;
+      while (std::getline(ss, item, '|')) {
+        if (item == value) return "";
+        listed += (listed.empty() ? "" : " or ") + item;
+      }
+      return listed;
+    }
   }
   return "";
 }
@@ -105,6 +116,7 @@ const char* key_type_name(KeyType type) {
     case KeyType::non_negative_real: return "number >= 0";
     case KeyType::boolean: return "boolean";
     case KeyType::integer_list: return "integer list";
+    case KeyType::choice: return "one of";
   }
   return "?";
 }
@@ -180,7 +192,7 @@ void Config::validate(const std::vector<ConfigKey>& known_keys) {
       set(k.key, k.default_value, "default");
     }
     const ConfigValue& v = values_.at(k.key);
-    const std::string expected = type_violation(k.type, v.value);
+    const std::string expected = type_violation(k, v.value);
     if (!expected.empty())
       throw ConfigError("config key '" + std::string(k.key) + "' (" + v.source + "): expected " +
                         expected + ", got '" + v.value + "'");

@@ -196,10 +196,6 @@ class Trainer {
     agree(comm_, [&] {
       choice_ = plugin_choice(config_);
       config_.validate(known_config_keys(registry_, choice_));
-      ProgressDisplay(null_log_, config_.get_string("train.progress"), 1, 1, 0, 1);  // checks the mode
-      const std::string nonfinite = config_.get_string("train.nonfinite");
-      if (nonfinite != "abort" && nonfinite != "skip")
-        throw ConfigError("config key 'train.nonfinite': expected abort or skip, got '" + nonfinite + "'");
     });
     expand_job_id(config_, {"checkpoint.dir", "metrics.file", "metrics.tensorboard_dir"});
     comm_.set_timeout_seconds(config_.get_real("comm.timeout_s"));

@@ -109,3 +109,18 @@ TEST(Config, LearningRateSchedules) {
   EXPECT_GT(cosine.at(30), cosine.at(31));
   EXPECT_THROW(LearningRateSchedule("linear", 0.1, 0, 10), ConfigError);
 }
+
+TEST(Config, ChoiceKeysAcceptOnlyTheirValues) {
+  const std::vector<ConfigKey> keys = {{"train.nonfinite", KeyType::choice, "abort", "policy", "abort|skip"}};
+  Config ok;
+  ok.set("train.nonfinite", "skip", "command line");
+  EXPECT_NO_THROW(ok.validate(keys));
+  Config bad;
+  bad.set("train.nonfinite", "ignore", "command line");
+  try {
+    bad.validate(keys);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("expected abort or skip, got 'ignore'"), std::string::npos) << e.what();
+  }
+}

@@ -11,7 +11,7 @@
 namespace mgt {
 
 enum class KeyType { string, path, integer, positive_integer, non_negative_integer, real,
-                     positive_real, non_negative_real, boolean, integer_list };
+                     positive_real, non_negative_real, boolean, integer_list, choice };
 
 // One documented config key. `key` is the full `section.key` name.
 struct ConfigKey {
@@ -19,6 +19,7 @@ struct ConfigKey {
   KeyType type;
   const char* default_value;  // nullptr: required
   const char* help;
+  const char* choices = nullptr;  // KeyType::choice: the allowed values, "abort|skip"
 };
 
 const char* key_type_name(KeyType type);

@@ -69,7 +69,6 @@ class ParamServer final : public mgt::SyncStrategy {
 
   bool lockstep() const override { return false; }
   bool trains() const override { return comm_->rank() < workers_; }
-  int train_rank(const mgt::Communicator& comm) const override { return comm.rank(); }
   int train_world(const mgt::Communicator&) const override { return workers_; }
   size_t serve_size() const override { return shard_size(server_index()); }
   bool finished() const override { return finished_; }

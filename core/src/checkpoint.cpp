@@ -29,6 +29,7 @@
 
 #include "datasets/hdf5_format.hpp"
 #include "datasets/hdf5_util.hpp"
+#include "fault_injection.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/tensor.hpp"
 
@@ -371,10 +372,12 @@ FileImage build_image(const std::string& path, const std::string& image_name,
   return image;
 }
 
-// Creates `path` with the given bytes and fsyncs it.
-void write_file(const std::string& path, const char* data, size_t size) {
+// Creates `path` with the given bytes and fsyncs it. `fault_step` > 0 marks a checkpoint's data,
+// where the test-only fault injection may strike.
+void write_file(const std::string& path, const char* data, size_t size, int64_t fault_step = 0) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw IoError("cannot create " + quote(path) + ": " + errno_text(errno));
+  if (fault_step > 0) fault::at(fault::Phase::checkpoint_before_data, fault_step);
   const char* p = data;
   size_t left = size;
   while (left > 0) {
@@ -394,6 +397,7 @@ void write_file(const std::string& path, const char* data, size_t size) {
     throw IoError("cannot fsync " + quote(path) + ": " + errno_text(err));
   }
   if (::close(fd) != 0) throw IoError("cannot close " + quote(path) + ": " + errno_text(errno));
+  if (fault_step > 0) fault::at(fault::Phase::checkpoint_after_data, fault_step);
 }
 
 // "step-<N>.h5" -> N; nullopt for any other name.
@@ -452,8 +456,9 @@ std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta,
   TempFile tmp((fs::path(dir) / ("." + name + ".tmp-" + pid)).string());
   {
     const FileImage image = build_image(final_path, tmp.path(), meta, store, optimizer);
-    write_file(tmp.path(), image.data.get(), image.size);
+    write_file(tmp.path(), image.data.get(), image.size, meta.step);
   }
+  fault::at(fault::Phase::checkpoint_before_rename, meta.step);
   rename_path(tmp.path(), final_path);
   tmp.release();
   fsync_directory(dir);

@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "mgtrain/error.hpp"
 
@@ -33,8 +35,10 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized) return;
+  // MULTIPLE: when a deadline passes, the watchdog thread asks the other ranks who is still there
+  // while the main thread sits in the collective it timed out in.
   int provided = 0;
-  MGT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  MGT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   // Errors come back as codes and become CommError, instead of Open MPI aborting silently.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 }
@@ -46,6 +50,76 @@ MpiRuntime::~MpiRuntime() {
 }
 
 namespace {
+
+bool thread_multiple() {
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  return level == MPI_THREAD_MULTIPLE;
+}
+
+// "3", "1, 3", "0-2, 5": ranks in ascending order with runs collapsed.
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(ranks[i]);
+    if (j > i) out += (j == i + 1 ? ", " : "-") + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+// When a deadline passes, each rank that hit it tells the others so on a communicator of its own
+// and listens for `grace_s`: ranks waiting in the same operation hit their deadline at about the
+// same time and answer; a rank that never answers is the one stuck elsewhere (in I/O, stopped)
+// or gone. Returns those ranks, numbered in MPI_COMM_WORLD. Runs on the watchdog thread while the
+// main thread is blocked in the collective (hence MPI_THREAD_MULTIPLE); the process ends after it,
+// so requests are left as they are.
+std::vector<int> silent_ranks(MPI_Comm roll, double grace_s) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(roll, &rank);
+  MPI_Comm_size(roll, &size);
+  constexpr int kTag = 7001;
+  static const int here = 1;
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    MPI_Request request;
+    if (MPI_Isend(&here, 1, MPI_INT, r, kTag, roll, &request) == MPI_SUCCESS) MPI_Request_free(&request);
+  }
+  std::vector<int> heard(static_cast<size_t>(size), 0), notes(static_cast<size_t>(size));
+  std::vector<MPI_Request> requests(static_cast<size_t>(size), MPI_REQUEST_NULL);
+  heard[static_cast<size_t>(rank)] = 1;
+  for (int r = 0; r < size; ++r)
+    if (r != rank) MPI_Irecv(&notes[static_cast<size_t>(r)], 1, MPI_INT, r, kTag, roll, &requests[static_cast<size_t>(r)]);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
+  int missing = size - 1;
+  while (missing > 0 && std::chrono::steady_clock::now() < deadline) {
+    for (int r = 0; r < size; ++r) {
+      int done = 0;
+      if (heard[static_cast<size_t>(r)] || requests[static_cast<size_t>(r)] == MPI_REQUEST_NULL) continue;
+      if (MPI_Test(&requests[static_cast<size_t>(r)], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
+        heard[static_cast<size_t>(r)] = 1;
+        --missing;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::vector<int> silent;
+  for (int r = 0; r < size; ++r)
+    if (!heard[static_cast<size_t>(r)]) silent.push_back(r);
+  // In the numbering users see (mpirun's and the logs').
+  MPI_Group group, world;
+  MPI_Comm_group(roll, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> in_world(silent.size());
+  if (!silent.empty())
+    MPI_Group_translate_ranks(group, static_cast<int>(silent.size()), silent.data(), world, in_world.data());
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  return in_world;
+}
 
 // Ends the process when a blocking collective overruns its deadline. A blocking MPI call cannot
 // be interrupted, and Open MPI's tuned blocking collectives run about 1.5x faster than its
@@ -61,6 +135,10 @@ class Watchdog {
     wake_.notify_one();
     if (thread_.joinable()) thread_.join();
   }
+  // A communicator of the watched one's ranks for the roll call at a deadline (MPI_COMM_NULL:
+  // the message says only that some peer is stuck or gone).
+  void set_roll_call(MPI_Comm roll) { roll_ = roll; }
+
   void arm(const char* op, size_t count, double timeout_s, int64_t step, int rank) {
     std::lock_guard lock(mutex_);
     if (!thread_.joinable()) thread_ = std::thread([this] { watch(); });
@@ -89,11 +167,20 @@ class Watchdog {
       }
       const auto deadline = deadline_;
       if (wake_.wait_until(lock, deadline) == std::cv_status::timeout && armed_ && deadline_ == deadline) {
+        std::string waiting_for = "the other ranks; a peer rank is stuck or gone";
+        if (roll_ != MPI_COMM_NULL) {
+          // Long enough for the ranks in the same operation to reach their own deadline.
+          const double grace_s = std::clamp(timeout_s_ / 3, 1.0, 10.0);
+          const std::vector<int> silent = silent_ranks(roll_, grace_s);
+          waiting_for = silent.empty()
+                            ? "the other ranks, which all wait too (different operations, or a stuck network)"
+                            : std::string(silent.size() == 1 ? "rank " : "ranks ") + rank_list(silent) +
+                                  ", which never reached it: stuck or gone";
+        }
         std::fprintf(stderr,
                      "mgtrain: error: [rank %d] timed out after %.0f s at step %lld in %s of %zu "
-                     "elements, waiting for the other ranks (comm.timeout_s); a peer rank is stuck "
-                     "or gone\n",
-                     rank_, timeout_s_, static_cast<long long>(step_), op_, count_);
+                     "elements, waiting for %s (comm.timeout_s)\n",
+                     rank_, timeout_s_, static_cast<long long>(step_), op_, count_, waiting_for.c_str());
         std::fflush(stderr);
         std::_Exit(1);
       }
@@ -110,6 +197,7 @@ class Watchdog {
   int64_t step_ = 0;
   int rank_ = 0;
   std::chrono::steady_clock::time_point deadline_;
+  MPI_Comm roll_ = MPI_COMM_NULL;
 };
 
 class MpiRequest;
@@ -132,11 +220,17 @@ class MpiCommunicator final : public Communicator {
       MPI_Comm_free(&leaders);
     }
     MGT_MPI_CHECK(MPI_Bcast(&node_, 1, MPI_INT, 0, local_));
+    if (thread_multiple()) {
+      MGT_MPI_CHECK(MPI_Comm_dup(comm_, &roll_));
+      watchdog_.set_roll_call(roll_);
+    }
   }
   ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) {
+      watchdog_.set_roll_call(MPI_COMM_NULL);
+      if (roll_ != MPI_COMM_NULL) MPI_Comm_free(&roll_);
       MPI_Comm_free(&local_);
       MPI_Comm_free(&comm_);
     }
@@ -235,6 +329,7 @@ class MpiCommunicator final : public Communicator {
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm local_ = MPI_COMM_NULL;
+  MPI_Comm roll_ = MPI_COMM_NULL;  // the watchdog's roll call at a deadline
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, node_ = 0;
   Watchdog watchdog_;
 };

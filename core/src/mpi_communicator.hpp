@@ -6,7 +6,7 @@
 
 namespace mgt {
 
-// Initialises MPI on construction (thread level FUNNELED) and finalizes it on destruction, unless
+// Initialises MPI on construction (thread level MULTIPLE) and finalizes it on destruction, unless
 // the job is being aborted.
 class MpiRuntime {
  public:

@@ -22,6 +22,7 @@
 #include "core_keys.hpp"
 #include "datasets/sharded_reader.hpp"
 #include "evaluate.hpp"
+#include "fault_injection.hpp"
 #include "lr_schedule.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "mgtrain/layers.hpp"
@@ -196,6 +197,7 @@ class Trainer {
     agree(comm_, [&] {
       choice_ = plugin_choice(config_);
       config_.validate(known_config_keys(registry_, choice_));
+      fault::configure(comm_.rank());
     });
     expand_job_id(config_, {"checkpoint.dir", "metrics.file", "metrics.tensorboard_dir"});
     comm_.set_timeout_seconds(config_.get_real("comm.timeout_s"));
@@ -393,8 +395,14 @@ class Trainer {
         break;
       }
       if (options_.write_checkpoints && checkpoint_every > 0 && step % checkpoint_every == 0 && step < total_steps_) {
-        if (leader_) result_.checkpoint = write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(),
-                                                           config_.get_int("checkpoint.keep"));
+        if (leader_) {
+          result_.checkpoint = write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(),
+                                                config_.get_int("checkpoint.keep"));
+        } else {
+          for (auto phase : {fault::Phase::checkpoint_before_data, fault::Phase::checkpoint_after_data,
+                             fault::Phase::checkpoint_before_rename})
+            fault::at(phase, step);
+        }
         // Nobody runs ahead of a checkpoint that may fail: its error ends every rank.
         train_comm_->barrier();
       }
@@ -435,13 +443,16 @@ class Trainer {
       ctx.training = true;
       sync_->begin_micro_batch(m);
       auto t = Clock::now();
+      fault::at(fault::Phase::forward, step + 1);
       const Tensor& logits = model_->forward(x, ctx);
       interval_.loss += softmax_cross_entropy(logits, batch.y + m * micro_batch_, grad_logits_, grad_scale);
       interval_.correct += count_correct(logits, batch.y + m * micro_batch_);
       if (step + 1 == nan_step_) grad_logits_.data()[0] = std::numeric_limits<float>::quiet_NaN();
+      fault::at(fault::Phase::backward, step + 1);
       model_->backward(grad_logits_, ctx, on_ready_);
       phases_.compute += seconds_since(t);
       t = Clock::now();
+      fault::at(fault::Phase::allreduce, step + 1);
       apply = sync_->end_backward(m);
       phases_.sync += seconds_since(t);
     }
@@ -459,6 +470,7 @@ class Trainer {
     }
     if (apply) {
       const auto t = Clock::now();
+      fault::at(fault::Phase::optimizer, step + 1);
       optimizer_->set_learning_rate(schedule_->at(step));
       optimizer_->step(store_.params_data(), store_.grads_data(), store_.flat_size());
       store_.zero_grads();

@@ -12,3 +12,5 @@ echo "exit $rc after ${elapsed}s"
 [ $rc -ne 124 ] && [ $rc -ne 137 ] || { echo "FAIL: the job hung until the outer limit"; exit 1; }
 [ $elapsed -le 20 ] || { echo "FAIL: took ${elapsed}s for a 1 s deadline"; exit 1; }
 grep -q "mgtrain: error: \[rank 0\] timed out after 1 s at step 5 in barrier" err.log || { echo "FAIL: message"; exit 1; }
+# The roll call at the deadline names the rank that never came.
+grep -q "waiting for rank 1, which never reached it" err.log || { echo "FAIL: the message does not name rank 1"; exit 1; }

@@ -1,0 +1,37 @@
+#pragma once
+// Test-only fault injection. MGTRAIN_FAULT="RANK:STEP:PHASE:ACTION" makes rank RANK, at global
+// step STEP (1-based), in PHASE, do ACTION, so that tests can show every kind of failure ends the
+// job cleanly, names the rank, and loses no checkpoint.
+//   PHASE:  forward, backward, allreduce, optimizer, checkpoint-before-data,
+//           checkpoint-after-data, checkpoint-before-rename
+//   ACTION: kill (SIGKILL itself), exit (exit code 1, no message), throw (an exception the
+//           launcher reports), hang (sleep for an hour, as a rank stuck in I/O would)
+// Ranks that do not write the checkpoint meet the checkpoint phases where they wait for it.
+#include <cstdint>
+
+namespace mgt::fault {
+
+enum class Phase {
+  forward,
+  backward,
+  allreduce,
+  optimizer,
+  checkpoint_before_data,
+  checkpoint_after_data,
+  checkpoint_before_rename,
+};
+
+// Reads MGTRAIN_FAULT for this rank; throws ConfigError naming the variable when it is malformed.
+void configure(int rank);
+
+namespace detail {
+extern bool armed;
+void fire(Phase phase, int64_t step);
+}  // namespace detail
+
+// Does the configured action when (phase, step) is the configured one on this rank.
+inline void at(Phase phase, int64_t step) {
+  if (detail::armed) detail::fire(phase, step);
+}
+
+}  // namespace mgt::fault

@@ -177,10 +177,11 @@ class Watchdog {
                             : std::string(silent.size() == 1 ? "rank " : "ranks ") + rank_list(silent) +
                                   ", which never reached it: stuck or gone";
         }
+        const std::string size = count_ > 0 ? " of " + std::to_string(count_) + " elements" : "";
         std::fprintf(stderr,
-                     "mgtrain: error: [rank %d] timed out after %.0f s at step %lld in %s of %zu "
-                     "elements, waiting for %s (comm.timeout_s)\n",
-                     rank_, timeout_s_, static_cast<long long>(step_), op_, count_, waiting_for.c_str());
+                     "mgtrain: error: [rank %d] timed out after %.0f s at step %lld in %s%s, waiting "
+                     "for %s (comm.timeout_s)\n",
+                     rank_, timeout_s_, static_cast<long long>(step_), op_, size.c_str(), waiting_for.c_str());
         std::fflush(stderr);
         std::_Exit(1);
       }

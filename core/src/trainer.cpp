@@ -372,6 +372,7 @@ class Trainer {
       const auto step_start = Clock::now();
       if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
       comm_.set_step(step + 1);
+      train_comm_->set_step(step + 1);
       data::Batch batch = reader_->next();
       interval_.wait += batch.wait_seconds;
       phases_.data_wait += batch.wait_seconds;

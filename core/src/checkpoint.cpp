@@ -436,10 +436,37 @@ void prune(const std::string& dir, const std::string& just_written, int64_t keep
   }
 }
 
+// What `latest` names now, for messages: "latest still names step-20.h5".
+std::string latest_state(const std::string& dir) {
+  std::FILE* f = std::fopen((fs::path(dir) / "latest").c_str(), "r");
+  if (f == nullptr) return "there is no earlier checkpoint in " + quote(dir);
+  char buf[256];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  std::string name(buf, n);
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+  return "the previous checkpoint is intact: " + quote((fs::path(dir) / "latest").string()) +
+         " still names " + name;
+}
+
 }  // namespace
 
-std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta,
-                             const ParameterStore& store, Optimizer* optimizer, int64_t keep) {
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (const auto n = checkpoint_step(it->path().filename().string())) found.emplace_back(*n, it->path().string());
+  std::sort(found.rbegin(), found.rend());
+  std::vector<std::string> paths;
+  for (auto& [step, path] : found) paths.push_back(std::move(path));
+  return paths;
+}
+
+namespace {
+
+// Writes the checkpoint file and then `latest`; see write_checkpoint.
+std::string write_checkpoint_files(const std::string& dir, const CheckpointMeta& meta,
+                                   const ParameterStore& store, Optimizer* optimizer) {
   MGT_CHECK(store.finalized(), Error, "write_checkpoint: the parameter store is not finalized");
   {
     std::error_code ec;
@@ -469,9 +496,23 @@ std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta,
   rename_path(latest_tmp.path(), (fs::path(dir) / "latest").string());
   latest_tmp.release();
   fsync_directory(dir);
-
-  prune(dir, name, keep);
   return final_path;
+}
+
+}  // namespace
+
+std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta,
+                             const ParameterStore& store, Optimizer* optimizer, int64_t keep) {
+  std::string path;
+  try {
+    path = write_checkpoint_files(dir, meta, store, optimizer);
+  } catch (const IoError& e) {
+    // A full disk, a quota, a vanished mount: the temporary file is gone again and nothing that
+    // existed was replaced. Say so, so nobody deletes the good checkpoint in a hurry.
+    throw IoError(std::string(e.what()) + "; " + latest_state(dir));
+  }
+  prune(dir, fs::path(path).filename().string(), keep);
+  return path;
 }
 
 int remove_leftover_temporaries(const std::string& dir) {

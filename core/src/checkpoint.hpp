@@ -22,6 +22,7 @@ struct CheckpointMeta {
 
 // Writes <dir>/step-<N>.h5 atomically (temporary name in dir, fsync, rename, fsync dir), then
 // <dir>/latest the same way, then removes all but the newest `keep` checkpoints. Returns the path.
+// A failed write (ENOSPC) removes its temporary file and says in its IoError what `latest` names.
 std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta,
                              const ParameterStore& store, Optimizer* optimizer, int64_t keep);
 
@@ -46,6 +47,9 @@ struct StoredTensor {
 
 // Every dataset of a group ("/params", "/optimizer/momentum"), checksums verified, by name.
 std::vector<StoredTensor> read_checkpoint_group(const std::string& path, const std::string& group_path);
+
+// The checkpoints (step-<N>.h5) in `dir`, newest first.
+std::vector<std::string> list_checkpoints(const std::string& dir);
 
 // Resolves `--resume` argument: "latest" reads <dir>/latest; anything else is a path.
 // Throws IoError naming the directory when there is no checkpoint to resume.

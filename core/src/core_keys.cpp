@@ -42,6 +42,9 @@ const std::vector<ConfigKey>& core_config_keys() {
       {"checkpoint.every_steps", KeyType::non_negative_integer, "0",
        "steps between checkpoints (0: only at the end)"},
       {"checkpoint.keep", KeyType::non_negative_integer, "3", "checkpoints kept (0: all)"},
+      {"checkpoint.resume_fallback", KeyType::boolean, "false",
+       "with --resume latest, a checkpoint that fails to load (truncated, checksum mismatch) is "
+       "skipped for the newest older one that loads; false: the job stops with the error"},
       {"metrics.file", KeyType::path, "", "JSON-lines metrics file (default: <checkpoint.dir>/metrics.jsonl)"},
       {"metrics.tensorboard_dir", KeyType::path, "",
        "write TensorBoard event files here (rank 0, every train.log_every steps); %j as in checkpoint.dir"},

@@ -281,8 +281,7 @@ class Trainer {
       if (!sync_->lockstep())
         throw ConfigError("--resume is not supported with sync.name = " + choice_.sync +
                           " yet: its optimizer state lives sharded on the serving ranks");
-      if (leader_)
-        meta_ = load_checkpoint(resolve_resume(checkpoint_dir_, options_.resume), store_, optimizer_.get());
+      if (leader_) load_resume_checkpoint();
     });
     int64_t position[4] = {meta_.step, meta_.epoch, meta_.batch_in_epoch, optimizer_->step_count()};
     comm_.broadcast(position, sizeof(position), 0);
@@ -295,6 +294,36 @@ class Trainer {
       comm_.broadcast(buffer.data, store_.flat_size() * sizeof(float), 0);
     if (leader_) log_ << "resumed from step " << meta_.step << " (epoch " << meta_.epoch + 1
                       << ", batch " << meta_.batch_in_epoch << ")\n";
+  }
+
+  // Rank 0: the checkpoint --resume names, or with checkpoint.resume_fallback and "latest", the
+  // newest one in the directory that loads, each refused one named in a warning.
+  void load_resume_checkpoint() {
+    const bool fallback = options_.resume == "latest" && config_.get_bool("checkpoint.resume_fallback");
+    std::string path;
+    try {
+      path = resolve_resume(checkpoint_dir_, options_.resume);
+      meta_ = load_checkpoint(path, store_, optimizer_.get());
+      return;
+    } catch (const Error& e) {
+      if (options_.resume == "latest" && !fallback)
+        throw IoError(std::string(e.what()) +
+                      "; checkpoint.resume_fallback = true resumes from the newest checkpoint that loads");
+      if (!fallback) throw;
+      log_ << "warning: " << e.what() << "\n" << std::flush;
+    }
+    for (const std::string& older : list_checkpoints(checkpoint_dir_)) {
+      if (older == path) continue;
+      try {
+        meta_ = load_checkpoint(older, store_, optimizer_.get());
+        log_ << "warning: checkpoint.resume_fallback: resuming from " << older << " instead\n" << std::flush;
+        return;
+      } catch (const Error& e) {
+        log_ << "warning: " << e.what() << "\n" << std::flush;
+      }
+    }
+    throw IoError("--resume latest: no checkpoint in '" + checkpoint_dir_ +
+                  "' loads (checkpoint.resume_fallback tried each, newest first; see the warnings above)");
   }
 
   void prepare_run() {

@@ -1,0 +1,5 @@
+foreach(case enospc corrupt truncated)
+  mgtrain_e2e_test(checkpoint_faults.${case} 300 ${E2E}/checkpoint_faults.sh ${case})
+endforeach()
+# Mounting the small tmpfs needs root; elsewhere the case skips.
+set_tests_properties(e2e.checkpoint_faults.enospc PROPERTIES SKIP_RETURN_CODE 77)

@@ -117,6 +117,11 @@ class SampleFileWriter {
   // Rows [row0, row0+rows) of x from a dense buffer of uint8 or float.
   void write_x(int64_t row0, int64_t rows, const void* data) {
     if (rows <= 0) return;
+    // Each row's checksum starts with its bytes as stored (little-endian, as on this host).
+    const size_t row_bytes = static_cast<size_t>(numel_) * (u8_ ? 1 : 4);
+    for (int64_t r = 0; r < rows; ++r)
+      row_crc_[static_cast<size_t>(row0 + r)] = static_cast<uint32_t>(
+          crc32(0, static_cast<const Bytef*>(data) + static_cast<size_t>(r) * row_bytes, static_cast<uInt>(row_bytes)));
     std::vector<hsize_t> start(rank_, 0), count(rank_);
     H5Sget_simple_extent_dims(file_space_.get(), count.data(), nullptr);
     start[0] = static_cast<hsize_t>(row0);
@@ -129,8 +134,19 @@ class SampleFileWriter {
       fail("writing rows " + std::to_string(row0) + ".." + std::to_string(row0 + rows - 1) + " of /x");
   }
 
+  // The labels, then the row checksums (see kRowChecksums), which cover them too.
   void write_y(const std::vector<int32_t>& y) {
     if (H5Dwrite(y_.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, y.data()) < 0) fail("writing /y");
+    for (size_t i = 0; i < y.size(); ++i) row_crc_[i] = row_crc32_label(row_crc_[i], y[i]);
+    const hsize_t n = static_cast<hsize_t>(n_), chunk = std::min<hsize_t>(n, 4096);
+    h5::Id space = h5::space(H5Screate_simple(1, &n, nullptr));
+    h5::Id plist = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
+    H5Pset_chunk(plist.get(), 1, &chunk);
+    h5::Id crc = h5::dataset(H5Dcreate2(file_.get(), kRowChecksums, H5T_STD_U32LE, space.get(), H5P_DEFAULT,
+                                        plist.get(), H5P_DEFAULT));
+    if (!crc || H5Dwrite(crc.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, row_crc_.data()) < 0)
+      fail(std::string("writing /") + kRowChecksums);
+    h5::write_attr_strings(crc.get(), "datasets", {"x", "y"});
   }
 
   hid_t root() const { return file_.get(); }
@@ -156,6 +172,7 @@ class SampleFileWriter {
   std::string out_, tmp_;
   int64_t n_, numel_;
   bool u8_;
+  std::vector<uint32_t> row_crc_ = std::vector<uint32_t>(static_cast<size_t>(n_));
   size_t rank_ = 0;
   bool committed_ = false;
   h5::Id file_, x_, y_, file_space_;

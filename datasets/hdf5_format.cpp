@@ -10,6 +10,8 @@
 #include <iomanip>
 #include <sstream>
 
+#include <zlib.h>
+
 #include "datasets/hdf5_util.hpp"
 
 namespace mgt::data {
@@ -58,6 +60,28 @@ std::string shape_of(const Shape& s) { return shape_string(s); }
 }  // namespace
 
 namespace h5 {
+
+// Opens /row_crc32 when it covers this x and y; it must then be [N] of an unsigned 32-bit type.
+void open_row_checksums(Opened& o, const std::string& path, const std::string& x_name,
+                        const std::string& y_name, DatasetInfo& info) {
+  const std::string obj = object_path(kRowChecksums);
+  if (H5Lexists(o.file.get(), obj.c_str(), H5P_DEFAULT) <= 0) return;
+  Id crc = dataset(H5Dopen2(o.file.get(), obj.c_str(), H5P_DEFAULT));
+  if (!crc) throw DataError(where(path, kRowChecksums) + " could not be opened: " + error_text());
+  std::vector<std::string> covers;
+  if (!read_attr_strings(crc.get(), "datasets", covers) || covers.size() != 2 ||
+      object_path(covers[0]) != object_path(x_name) || object_path(covers[1]) != object_path(y_name))
+    return;  // the checksums of other datasets in the same file
+  Id space = h5::space(H5Dget_space(crc.get()));
+  Id t = type(H5Dget_type(crc.get()));
+  const Shape dims = dims_of(space.get());
+  if (dims.size() != 1 || dims[0] != info.num_samples || H5Tget_class(t.get()) != H5T_INTEGER ||
+      H5Tget_size(t.get()) != 4 || H5Tget_sign(t.get()) != H5T_SGN_NONE)
+    throw DataError(where(path, kRowChecksums) + " is " + type_name(t.get()) + " " + shape_of(dims) +
+                    ", expected uint32 [" + std::to_string(info.num_samples) + "] (one checksum per row)");
+  o.row_crc = std::move(crc);
+  info.row_checksums = true;
+}
 
 Opened open_validated(const std::string& path, const std::string& x_name, const std::string& y_name,
                       DatasetInfo& info, hid_t x_dapl) {
@@ -145,6 +169,8 @@ Opened open_validated(const std::string& path, const std::string& x_name, const 
                     std::to_string(info.class_names.size()) + " names, expected " +
                     std::to_string(info.num_classes) + " (num_classes)");
 
+  open_row_checksums(o, path, x_name, y_name, info);
+
   double mean = 0, sd = 0;
   const bool has_mean = find_double("mean", mean);
   const bool has_sd = find_double("std", sd);
@@ -160,6 +186,13 @@ Opened open_validated(const std::string& path, const std::string& x_name, const 
 }
 
 }  // namespace h5
+
+uint32_t row_crc32_label(uint32_t crc_of_row, int32_t label) {
+  unsigned char le[4];
+  const auto u = static_cast<uint32_t>(label);
+  for (int i = 0; i < 4; ++i) le[i] = static_cast<unsigned char>(u >> (8 * i));
+  return static_cast<uint32_t>(crc32(crc_of_row, le, 4));
+}
 
 DatasetInfo open_dataset_info(const std::string& path, const std::string& x_name,
                               const std::string& y_name) {
@@ -274,6 +307,9 @@ std::string inspect(const std::string& path, const std::string& x_name, const st
       << ", " << layout_of(o.x.get()) << "\n";
   out << "y:             '" << h5::object_path(y_name) << "' " << info.y_type << " ["
       << info.num_samples << "], " << layout_of(o.y.get()) << "\n";
+  out << "checksums:     "
+      << (info.row_checksums ? std::string("'/") + kRowChecksums + "', CRC-32 per row, verified on every read\n"
+                             : std::string("none (damage to the rows goes unnoticed; `mgtrain data convert` adds them)\n"));
   if (info.normalized_attrs)
     out << "normalisation: mean " << info.mean << ", std " << info.stddev
         << (info.x_type == "uint8" ? " (of values scaled to [0, 1]; the reader applies x/255 then (x-mean)/std)\n"

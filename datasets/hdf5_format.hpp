@@ -1,7 +1,8 @@
 #pragma once
 // The HDF5 sample format: `/x` [N, ...] (uint8 or float32) and `/y` [N] (integer class labels),
 // chunked by rows, with attributes num_classes, class_names, mean, std and source on the root
-// group or on `/x` (the `/x` attribute wins when both exist). See DESIGN.md, "Data".
+// group or on `/x` (the `/x` attribute wins when both exist), and optionally `/row_crc32` [N]
+// (see kRowChecksums). See DESIGN.md, "Data".
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -17,6 +18,13 @@ namespace mgt::data {
 // called by code that already holds it. The functions of this module lock it themselves.
 std::recursive_mutex& hdf5_mutex();
 
+// `/row_crc32` [N] uint32: row i's CRC-32 (zlib's) over row i of x as stored (little-endian),
+// continued over y[i] as a little-endian int32. Its string-list attribute `datasets` names the x
+// and y it covers; the reader verifies every row it reads when they are the ones it reads, so a
+// damaged file stops the job with the row instead of training on garbage.
+inline constexpr const char* kRowChecksums = "row_crc32";
+uint32_t row_crc32_label(uint32_t crc_of_row, int32_t label);
+
 struct DatasetInfo {
   std::string path, x_name, y_name;  // names as given ("x"), not "/x"
   Shape sample_shape;                // per sample, e.g. {1, 28, 28}
@@ -28,6 +36,7 @@ struct DatasetInfo {
   float mean = 0.0f, stddev = 1.0f;  // over pixels scaled to [0, 1] for uint8 files
   std::vector<std::string> class_names;  // empty when the file has none
   Shape x_chunk;                     // chunk dims of x, empty when x is not chunked
+  bool row_checksums = false;        // /row_crc32 covers this x and y
 };
 
 // Opens and validates a data file: it exists and is readable HDF5; x and y exist and are

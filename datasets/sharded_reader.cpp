@@ -4,11 +4,14 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <exception>
 #include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <zlib.h>
 
 #include "datasets/hdf5_util.hpp"
 #include "mgtrain/rng.hpp"
@@ -62,6 +65,7 @@ struct ShardedReader::Impl {
   std::vector<std::pair<int64_t, int64_t>> order;   // (file row, position in batch), sorted by row
   std::vector<hsize_t> ycoords;
   std::vector<int32_t> yraw;
+  std::vector<uint32_t> crcraw;  // the rows' stored checksums, when the file has them
   std::vector<int64_t> perm;
   int64_t perm_epoch = -1;
 
@@ -124,7 +128,8 @@ struct ShardedReader::Impl {
   }
 
   std::string rows_error(int64_t lo, int64_t hi, int64_t epoch, int64_t batch, const std::string& dataset) {
-    return "data file '" + opt.path + "': reading rows " + std::to_string(lo) + ".." + std::to_string(hi) +
+    const std::string rows = lo == hi ? "row " + std::to_string(lo) : "rows " + std::to_string(lo) + ".." + std::to_string(hi);
+    return "data file '" + opt.path + "': reading " + rows +
            " of dataset '" + h5::object_path(dataset) + "' failed (epoch " + std::to_string(epoch) + ", batch " +
            std::to_string(batch) + "): " + h5::error_text();
   }
@@ -157,6 +162,7 @@ struct ShardedReader::Impl {
       const auto [row, pos] = order[static_cast<size_t>(j)];
       float* dst = s.x.data() + pos * numel;
       const unsigned char* src = raw.data() + static_cast<size_t>(j * numel) * elem;
+      if (info.row_checksums) verify_row(row, src, numel * elem, yraw[static_cast<size_t>(j)], crcraw[static_cast<size_t>(j)], epoch, batch);
       if (u8) {
         for (int64_t i = 0; i < numel; ++i) dst[i] = lut[src[i]];
       } else {
@@ -172,7 +178,20 @@ struct ShardedReader::Impl {
     }
   }
 
-  // Reads the rows of `order` (sorted) into raw and yraw, in that order.
+  void verify_row(int64_t row, const unsigned char* bytes, int64_t size, int32_t label, uint32_t stored,
+                  int64_t epoch, int64_t batch) {
+    const uint32_t computed =
+        row_crc32_label(static_cast<uint32_t>(crc32(0, bytes, static_cast<uInt>(size))), label);
+    if (computed == stored) return;
+    char sums[64];
+    std::snprintf(sums, sizeof sums, "stored 0x%08x, computed 0x%08x", stored, computed);
+    throw DataError("data file '" + opt.path + "': row " + std::to_string(row) + " of '" +
+                    h5::object_path(opt.x_name) + "' and '" + h5::object_path(opt.y_name) +
+                    "' fails its checksum (" + sums + "; epoch " + std::to_string(epoch) + ", batch " +
+                    std::to_string(batch) + "): the file is damaged, convert or copy it again");
+  }
+
+  // Reads the rows of `order` (sorted) into raw and yraw (and crcraw), in that order.
   void read_sorted(int64_t rows, int64_t epoch, int64_t batch) {
     std::lock_guard lock(hdf5_mutex());
     h5::silence_errors();
@@ -215,6 +234,9 @@ struct ShardedReader::Impl {
         H5Sselect_hyperslab(y_mspace.get(), H5S_SELECT_SET, &mstart, nullptr, &mcount, nullptr) < 0 ||
         H5Dread(file.y.get(), H5T_NATIVE_INT32, y_mspace.get(), y_fspace.get(), H5P_DEFAULT, yraw.data()) < 0)
       throw DataError(rows_error(first, last, epoch, batch, opt.y_name));
+    if (info.row_checksums &&
+        H5Dread(file.row_crc.get(), H5T_NATIVE_UINT32, y_mspace.get(), y_fspace.get(), H5P_DEFAULT, crcraw.data()) < 0)
+      throw DataError(rows_error(first, last, epoch, batch, kRowChecksums));
   }
 };
 
@@ -297,6 +319,7 @@ void ShardedReader::init(const ReaderOptions& options) {
   d.order.reserve(static_cast<size_t>(d.local));
   d.ycoords.resize(static_cast<size_t>(d.local));
   d.yraw.resize(static_cast<size_t>(d.local));
+  d.crcraw.resize(d.info.row_checksums ? static_cast<size_t>(d.local) : 0);
 }
 
 ShardedReader::~ShardedReader() {

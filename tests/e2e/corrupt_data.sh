@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Damaged training data at np=4: the job ends non-zero, one line names the file and the rows, and
+# no rank is left running. Usage: corrupt_data.sh CASE
+#   flipped     a byte of /x flipped: the row checksums (/row_crc32) catch it midway
+#   unreadable  /x compressed (h5repack) and its compressed bytes damaged: HDF5 cannot read
+#               those rows midway
+#   truncated   the file cut short: refused before step 1
+source "$(dirname "$0")/lib.sh"
+case=$1
+write_config run.ini "[data]" "train = $WORK/train.h5" "[train]" "log_every = 100" "progress = lines"
+
+damage() {  # damage FILE OFFSET: sixteen bytes inverted
+  local file=$1 offset=$2
+  python3 - "$file" "$offset" <<'PY'
+import sys
+path, at = sys.argv[1], int(sys.argv[2])
+with open(path, "r+b") as f:
+    f.seek(at)
+    data = bytes(b ^ 0xFF for b in f.read(16))
+    f.seek(at)
+    f.write(data)
+PY
+}
+
+case $case in
+flipped)
+  cp "$DATA_DIR/train.h5" train.h5
+  damage train.h5 $(( $(stat -c %s train.h5) / 2 ))
+  expect="data file '$WORK/train.h5': row [0-9]* of '/x' and '/y' fails its checksum"
+  ;;
+unreadable)
+  h5repack -f /x:GZIP=1 "$DATA_DIR/train.h5" train.h5
+  damage train.h5 $(( $(stat -c %s train.h5) / 2 ))
+  expect="data file '$WORK/train.h5': \(reading rows\{0,1\} [0-9.]* of dataset '/x' failed\|row [0-9]* of '/x' and '/y' fails its checksum\)"
+  ;;
+truncated)
+  cp "$DATA_DIR/train.h5" train.h5
+  truncate -s $(( $(stat -c %s train.h5) * 6 / 10 )) train.h5
+  expect="data file '$WORK/train.h5' could not be opened: .*truncated"
+  ;;
+*) fail "unknown case $case" ;;
+esac
+
+rc=0
+run_np 4 300 train --config run.ini >run.log 2>&1 || rc=$?
+grep "mgtrain: error" run.log || true
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || { cat run.log; fail "exit $rc"; }
+grep -q "$expect" run.log || { cat run.log; fail "no line matches /$expect/"; }
+n=$(grep -c "mgtrain: error:" run.log)
+[ "$n" = 1 ] || { cat run.log; fail "$n error lines, expected one"; }
+sleep 1
+if pgrep -af "mgtrain train --config run.ini"; then fail "mgtrain processes are left running"; fi
+echo PASS

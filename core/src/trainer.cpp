@@ -1,6 +1,7 @@
 #include "trainer.hpp"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -72,6 +73,22 @@ bool all_finite(const float* data, size_t n) {
     bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
   }
   return bad == 0;
+}
+
+// Resident memory now (not the peak), in KiB; 0 where /proc is missing.
+int64_t current_rss_kib() {
+  std::ifstream statm("/proc/self/statm");
+  long long pages_total = 0, pages_resident = 0;
+  if (!(statm >> pages_total >> pages_resident)) return 0;
+  return pages_resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+// Open file descriptors of this process: a leak shows as a count that grows with the steps.
+int64_t open_file_descriptors() {
+  std::error_code ec;
+  int64_t n = 0;
+  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) ++n;
+  return n;
 }
 
 int test_slowdown_ms(int rank) {
@@ -518,9 +535,12 @@ class Trainer {
     std::vector<double>& step_ms = rank_step_ms_;
     step_ms.assign(static_cast<size_t>(reporting), 0.0);
     const double mine = 1e3 * interval_.busy / static_cast<double>(std::max<int64_t>(interval_.steps, 1));
+    // The largest rank's memory and descriptors now: a slow leak shows as a trend over the run.
+    int64_t resources[2] = {current_rss_kib(), open_file_descriptors()};
     if (sync_->lockstep()) {
       train_comm_->allreduce_sum(sums, 3);
       train_comm_->allgather(&mine, step_ms.data(), sizeof(double));
+      train_comm_->allreduce_max(resources, 2);
     } else {
       step_ms[0] = mine;
     }
@@ -537,7 +557,8 @@ class Trainer {
       metrics_ << std::setprecision(9) << "{\"step\":" << step << ",\"epoch\":" << epoch + 1
                << ",\"loss\":" << loss << ",\"accuracy\":" << accuracy << ",\"samples_per_s\":" << rate
                << ",\"data_wait_share\":" << wait_share << ",\"lr\":" << optimizer_->learning_rate()
-               << ",\"time_s\":" << seconds_since(run_start_) << ",\"rank_step_ms\":[";
+               << ",\"time_s\":" << seconds_since(run_start_) << ",\"rss_mb\":" << static_cast<double>(resources[0]) / 1024.0
+               << ",\"open_fds\":" << resources[1] << ",\"rank_step_ms\":[";
       for (size_t r = 0; r < step_ms.size(); ++r) metrics_ << (r ? "," : "") << step_ms[r];
       metrics_ << "]}\n" << std::flush;
       if (tensorboard_) {

@@ -167,6 +167,8 @@ bool read_attr_int64(hid_t obj, const char* name, int64_t& value) {
   if (H5Tget_class(t.get()) == H5T_FLOAT) {
     double d = 0;
     if (H5Aread(a.get(), H5T_NATIVE_DOUBLE, &d) < 0) return false;
+    // Converting a double outside int64's range (or NaN) is undefined: such a value is no count.
+    if (!(d >= -0x1p63 && d < 0x1p63)) return false;
     value = static_cast<int64_t>(d);
     return static_cast<double>(value) == d;
   }

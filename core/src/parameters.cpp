@@ -77,7 +77,8 @@ size_t ParameterStore::param_count() const {
 }
 
 void ParameterStore::zero_grads() {
-  std::memset(grads_flat_.data(), 0, flat_size_ * sizeof(float));
+  // No parameters, no buffer: memset on a null pointer is undefined even for 0 bytes.
+  if (flat_size_ != 0) std::memset(grads_flat_.data(), 0, flat_size_ * sizeof(float));
 }
 
 void ParameterStore::swap_grads(Tensor& other) {

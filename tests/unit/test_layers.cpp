@@ -469,6 +469,7 @@ void compare_with_manual(const std::function<std::vector<std::unique_ptr<Layer>>
                    [&](const std::vector<mgt::ParamHandle>& h) { ready_calls.push_back(h); });
 
     std::vector<Tensor> acts;
+    acts.reserve(m.layers.size());  // `in` points into acts: no reallocation while it does
     const Tensor* in = &x;
     for (auto& l : m.layers) {
       acts.emplace_back(l->output_shape(in->shape()));

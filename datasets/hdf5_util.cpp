@@ -29,6 +29,9 @@ herr_t innermost(unsigned n, const H5E_error2_t* err, void* data) {
 Innermost walk_errors() {
   Innermost found;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost, &found);
+  // The text is taken: clear the stack. A thread that exits with entries on it leaks their strings
+  // (HDF5 frees a thread's error stack, not what it holds), e.g. the prefetch thread after a failed read.
+  H5Eclear2(H5E_DEFAULT);
   return found;
 }
 }  // namespace

@@ -1,7 +1,8 @@
 # mgtrain_add_plugin(<kind> <name> SOURCES ... [LIBRARIES ...] [OUTPUT_DIRECTORY dir]
-#                    [INSTALL_DESTINATION dir | NO_INSTALL])
+#                    [INSTALL_DESTINATION dir | NO_INSTALL] [TARGET target])
 # Builds libmgtrain-<kind>-<name>.so against the SDK. Used for the built-in plugins and, through
 # find_package(mgtrain), by plugin authors out of tree.
+# TARGET names the CMake target (default mgtrain-<kind>-<name>), for two builds of one plugin.
 #
 # In the mgtrain tree: links mgtrain_sdk, builds into MGTRAIN_PLUGIN_BUILD_DIR (the loader's
 # build-tree fallback) and, for the built-in plugins under plugins/ (not the test suite's),
@@ -11,7 +12,7 @@
 # <prefix>/${CMAKE_INSTALL_LIBDIR}/mgtrain/plugins, which the loader searches when that prefix is
 # mgtrain's own.
 function(mgtrain_add_plugin kind name)
-  cmake_parse_arguments(ARG "NO_INSTALL" "OUTPUT_DIRECTORY;INSTALL_DESTINATION" "SOURCES;LIBRARIES" ${ARGN})
+  cmake_parse_arguments(ARG "NO_INSTALL" "OUTPUT_DIRECTORY;INSTALL_DESTINATION;TARGET" "SOURCES;LIBRARIES" ${ARGN})
   if(NOT kind MATCHES "^(model|optimizer|sync)$")
     message(FATAL_ERROR "mgtrain_add_plugin: kind must be model, optimizer or sync, not '${kind}'")
   endif()
@@ -39,7 +40,11 @@ function(mgtrain_add_plugin kind name)
   endif()
 
   set(target mgtrain-${kind}-${name})
+  if(ARG_TARGET)
+    set(target ${ARG_TARGET})
+  endif()
   add_library(${target} MODULE ${ARG_SOURCES})
+  set_target_properties(${target} PROPERTIES OUTPUT_NAME mgtrain-${kind}-${name})
   target_link_libraries(${target} PRIVATE ${sdk} ${ARG_LIBRARIES})
   # Only the descriptor is exported (MGT_*_PLUGIN marks it visible).
   set_target_properties(${target} PROPERTIES PREFIX "lib" SUFFIX ".so" CXX_VISIBILITY_PRESET hidden

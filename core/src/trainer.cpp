@@ -44,11 +44,12 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The fingerprints every rank must share before step 1, in the order they are compared.
-struct Agreement {
-  uint64_t config_hash;
-  uint64_t plugins_hash;
-  uint64_t layout_hash;
+// What every rank must share before step 1, in the order compared: a description and its text,
+// as entries joined by `separator` so a difference can be shown entry by entry.
+struct AgreementItem {
+  const char* what;
+  std::string text;
+  char separator;
 };
 
 // Test-only: MGTRAIN_TEST_SLOW_RANK="R:MS" makes rank R sleep MS milliseconds every step, to
@@ -117,21 +118,60 @@ std::string metrics_path(const Config& config, const std::string& checkpoint_dir
   return path.empty() ? (std::filesystem::path(checkpoint_dir) / "metrics.jsonl").string() : path;
 }
 
-void check_agreement(Communicator& comm, const Agreement& mine) {
-  std::vector<Agreement> all(static_cast<size_t>(comm.size()));
-  comm.allgather(&mine, all.data(), sizeof(Agreement));
-  const char* items[] = {"the resolved config and seed", "the plugin names and versions",
-                         "the model's parameter names and shapes"};
-  for (int r = 1; r < comm.size(); ++r) {
-    const uint64_t a[] = {all[0].config_hash, all[0].plugins_hash, all[0].layout_hash};
-    const uint64_t b[] = {all[r].config_hash, all[r].plugins_hash, all[r].layout_hash};
-    for (int i = 0; i < 3; ++i)
-      if (a[i] != b[i])
-        throw StartupError("ranks 0 and " + std::to_string(r) + " differ in " + items[i] +
-                               " (fingerprints " + std::to_string(a[i]) + " and " +
-                               std::to_string(b[i]) + ")",
-                           comm.rank() == 0);
+// The first entry where two texts differ, each side quoted ("(none)" past the end of one).
+std::string first_difference(const std::string& a, const std::string& b, char separator, int rank_b) {
+  std::vector<std::string> ea, eb;
+  for (auto [text, out] : {std::pair{&a, &ea}, std::pair{&b, &eb}}) {
+    std::stringstream in(*text);
+    for (std::string entry; std::getline(in, entry, separator);) out->push_back(entry);
   }
+  size_t i = 0;
+  while (i < ea.size() && i < eb.size() && ea[i] == eb[i]) ++i;
+  auto entry = [](const std::vector<std::string>& e, size_t k) { return k < e.size() ? "'" + e[k] + "'" : std::string("(none)"); };
+  return "rank 0 has " + entry(ea, i) + ", rank " + std::to_string(rank_b) + " has " + entry(eb, i);
+}
+
+// Compares fingerprints of the items across ranks; on a mismatch the first differing rank sends
+// its text to rank 0, which names the first differing entry. Every rank then throws.
+void check_agreement(Communicator& comm, const std::vector<AgreementItem>& items) {
+  const size_t n = items.size();
+  std::vector<uint64_t> mine(n), all(n * static_cast<size_t>(comm.size()));
+  for (size_t i = 0; i < n; ++i) mine[i] = rng::purpose_hash(items[i].text);
+  comm.allgather(mine.data(), all.data(), n * sizeof(uint64_t));
+  for (int r = 1; r < comm.size(); ++r) {
+    for (size_t i = 0; i < n; ++i) {
+      if (all[i] == all[static_cast<size_t>(r) * n + i]) continue;
+      constexpr int kTag = 91;
+      std::string detail;
+      if (comm.rank() == r) {
+        const uint64_t size = items[i].text.size();
+        comm.send(&size, sizeof(size), 0, kTag);
+        comm.send(items[i].text.data(), size, 0, kTag);
+      } else if (comm.rank() == 0) {
+        uint64_t size = 0;
+        comm.recv(&size, sizeof(size), r, kTag);
+        std::string theirs(size, '\0');
+        comm.recv(theirs.data(), size, r, kTag);
+        detail = ": " + first_difference(items[i].text, theirs, items[i].separator, r);
+      }
+      throw StartupError("ranks 0 and " + std::to_string(r) + " differ in " + items[i].what + detail,
+                         comm.rank() == 0);
+    }
+  }
+}
+
+// "section.key = value" per line, in key order.
+std::string flat_config(const Config& config) {
+  std::string out;
+  for (const auto& [key, value] : config.values()) out += key + " = " + value.value + "\n";
+  return out;
+}
+
+// "name [shape]" per line, in parameter order.
+std::string parameter_layout(const ParameterStore& store) {
+  std::string out;
+  for (const auto& p : store.params()) out += p.name + " " + shape_string(p.shape) + "\n";
+  return out;
 }
 
 }  // namespace
@@ -200,9 +240,9 @@ class Trainer {
     configure();
     build();
     // All ranks run the same config, plugins and model.
-    check_agreement(comm_, Agreement{rng::purpose_hash(config_.to_ini()),
-                                     rng::purpose_hash(registry_.loaded_summary()),
-                                     store_.layout_hash()});
+    check_agreement(comm_, {{"the resolved config and seed", flat_config(config_), '\n'},
+                            {"the plugin names and versions", registry_.loaded_summary(), ';'},
+                            {"the model's parameter names and shapes", parameter_layout(store_), '\n'}});
     if (!options_.resume.empty()) resume();
     prepare_run();
     return sync_->trains() ? train_loop() : serve();

@@ -317,12 +317,13 @@ class MpiCommunicator final : public Communicator {
       MGT_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
       if (done) return;
       if ((polls & 63) == 63 && std::chrono::steady_clock::now() > deadline)
-        throw CommError("rank " + std::to_string(rank_) + " timed out after " +
-                        std::to_string(static_cast<int>(timeout_s_)) + " s at step " +
-                        std::to_string(step_) + " in " + op + ", " + std::to_string(count) +
+        // Worded as the watchdog's message; the launcher prefixes the rank.
+        throw CommError("timed out after " + std::to_string(static_cast<int>(timeout_s_)) + " s at step " +
+                        std::to_string(step_) + " in " + op + " of " + std::to_string(count) +
                         " elements, waiting for " +
-                        (peer < 0 ? std::string("the other ranks") : "rank " + std::to_string(peer)) +
-                        " (comm.timeout_s); a peer rank is stuck or gone");
+                        (peer < 0 ? std::string("the other ranks; a peer rank is stuck or gone")
+                                  : "rank " + std::to_string(peer) + ", which never answered: stuck or gone") +
+                        " (comm.timeout_s)");
       sched_yield();
     }
   }

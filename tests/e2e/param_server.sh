@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The asynchronous parameter server (np=3: two workers, one server).
-# Usage: param_server.sh accuracy|slow_worker|lockstep|lost_worker
+# Usage: param_server.sh accuracy|slow_worker|lockstep|lost_worker|killed_worker|killed_server|stopped_server
 source "$(dirname "$0")/lib.sh"
 write_config run.ini
 ps=(--sync.name=param_server --checkpoint.every_steps=0)
@@ -44,6 +44,37 @@ case $1 in
     [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "exit $rc: expected a clean failure"
     [ $elapsed -le 33 ] || fail "took ${elapsed}s with comm.timeout_s = 3"
     grep -q "mgtrain: error: \[rank 2\] parameter server rank 2: worker rank 1 sent nothing" err.log || fail "message"
+    ;;
+  killed_worker | killed_server | stopped_server)
+    # A rank of a running job is killed (SIGKILL) or stopped (SIGSTOP: alive but silent) from
+    # outside. Killed: mpirun names it and ends the job. Stopped: its peers' deadline names it.
+    victim=1 signal=KILL
+    [ "$1" = killed_worker ] || victim=2
+    [ "$1" = stopped_server ] && signal=STOP
+    run_np 3 120 train --config run.ini --train.epochs=20 --train.log_every=10 --checkpoint.dir="$WORK/ckpt" "${ps[@]}" \
+      --comm.timeout_s=3 >out.log 2>&1 &
+    job=$!
+    for _ in $(seq 100); do grep -q "^epoch 1/20 step [1-9]" out.log && break; sleep 0.2; done
+    pid=""
+    for p in $(pgrep -f "mgtrain train --config run.ini"); do
+      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$victim" && pid=$p
+    done
+    [ -n "$pid" ] || { cat out.log; fail "no running rank $victim to signal"; }
+    kill -$signal "$pid"
+    start=$(date +%s)
+    rc=0
+    wait $job || rc=$?
+    elapsed=$(( $(date +%s) - start ))
+    echo "SIG$signal to rank $victim: exit $rc after ${elapsed}s"; grep 'mgtrain: error\|exited on signal' out.log || true
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "exit $rc: expected a clean failure"
+    [ $elapsed -le 33 ] || fail "took ${elapsed}s with comm.timeout_s = 3"
+    if [ $signal = KILL ]; then
+      grep -q "process rank $victim with PID .* exited on signal 9" out.log || fail "the killed rank is not named"
+    else
+      grep -q "mgtrain: error: \[rank [01]\] .*waiting for rank 2" out.log || fail "the stopped server is not named"
+    fi
+    sleep 1
+    if pgrep -af "mgtrain train --config run.ini"; then fail "mgtrain processes are left running"; fi
     ;;
   *) fail "unknown case $1" ;;
 esac

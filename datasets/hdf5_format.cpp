@@ -57,6 +57,49 @@ h5::Id open_dataset(hid_t file, const std::string& path, const std::string& name
 
 std::string shape_of(const Shape& s) { return shape_string(s); }
 
+// Refuses labels libhdf5 would make up: rows never written read back as the fill value, at a
+// cost set by the header alone (a 2 KiB file can declare 2^40 labels and store none). So y must
+// store all n labels: contiguous storage that exists, or every chunk.
+void require_labels_stored(hid_t y, int64_t n, const std::string& what) {
+  h5::Id dcpl = h5::plist(H5Dget_create_plist(y));
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (layout == H5D_CONTIGUOUS && H5Dget_offset(y) == HADDR_UNDEF && H5Pget_external_count(dcpl.get()) <= 0)
+    throw DataError(what + " has no stored data (created but never written)");
+  if (layout != H5D_CHUNKED) return;
+  hsize_t chunk = 0;
+  if (H5Pget_chunk(dcpl.get(), 1, &chunk) != 1 || chunk == 0)
+    throw DataError(what + " has an unreadable chunk layout: " + h5::error_text());
+  for (hsize_t row = 0; row < static_cast<hsize_t>(n); row += chunk) {
+    unsigned mask = 0;
+    haddr_t addr = HADDR_UNDEF;
+    hsize_t size = 0;
+    if (H5Dget_chunk_info_by_coord(y, &row, &mask, &addr, &size) < 0)
+      throw DataError(what + " could not be read: " + h5::error_text());
+    if (addr == HADDR_UNDEF)
+      throw DataError(what + " has no stored chunk for rows from " + std::to_string(row) +
+                      " (created but never written)");
+  }
+}
+
+// Reads y in blocks, so memory does not grow with the row count the file declares, and calls
+// f(first_row, labels, count) for each block.
+template <class F>
+void for_each_label_block(hid_t y, int64_t n, const std::string& what, F&& f) {
+  require_labels_stored(y, n, what);
+  constexpr int64_t kBlock = int64_t{1} << 20;
+  std::vector<int32_t> buf(static_cast<size_t>(std::min(n, kBlock)));
+  h5::Id file_space = h5::space(H5Dget_space(y));
+  for (int64_t row0 = 0; row0 < n; row0 += kBlock) {
+    const hsize_t start = static_cast<hsize_t>(row0);
+    const hsize_t count = static_cast<hsize_t>(std::min(kBlock, n - row0));
+    h5::Id mem_space = h5::space(H5Screate_simple(1, &count, nullptr));
+    if (H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr) < 0 ||
+        H5Dread(y, H5T_NATIVE_INT32, mem_space.get(), file_space.get(), H5P_DEFAULT, buf.data()) < 0)
+      throw DataError(what + " could not be read: " + h5::error_text());
+    f(row0, buf.data(), static_cast<int64_t>(count));
+  }
+}
+
 }  // namespace
 
 namespace h5 {
@@ -155,14 +198,19 @@ Opened open_validated(const std::string& path, const std::string& x_name, const 
     info.num_classes = static_cast<int64_t>(info.class_names.size());
   } else {
     // No attribute: the labels themselves say how many classes there are.
-    std::vector<int32_t> y(static_cast<size_t>(info.num_samples));
-    if (H5Dread(o.y.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, y.data()) < 0)
-      throw DataError(where(path, y_name) + " could not be read: " + error_text());
-    const auto [lo, hi] = std::minmax_element(y.begin(), y.end());
-    if (*lo < 0)
-      throw DataError(where(path, y_name) + " row " + std::to_string(lo - y.begin()) + " has label " +
-                      std::to_string(*lo) + ", expected a class index >= 0");
-    info.num_classes = int64_t{*hi} + 1;
+    int32_t lo = INT32_MAX, hi = INT32_MIN;
+    int64_t lo_row = 0;  // the first row holding the smallest label
+    for_each_label_block(o.y.get(), info.num_samples, where(path, y_name),
+                         [&](int64_t row0, const int32_t* y, int64_t count) {
+                           for (int64_t i = 0; i < count; ++i) {
+                             if (y[i] < lo) lo = y[i], lo_row = row0 + i;
+                             hi = std::max(hi, y[i]);
+                           }
+                         });
+    if (lo < 0)
+      throw DataError(where(path, y_name) + " row " + std::to_string(lo_row) + " has label " +
+                      std::to_string(lo) + ", expected a class index >= 0");
+    info.num_classes = int64_t{hi} + 1;
   }
   if (!info.class_names.empty() && static_cast<int64_t>(info.class_names.size()) != info.num_classes)
     throw DataError(file_prefix(path) + ": attribute 'class_names' has " +
@@ -206,17 +254,16 @@ std::vector<int64_t> class_counts(const DatasetInfo& info) {
   std::lock_guard lock(hdf5_mutex());
   DatasetInfo fresh;
   h5::Opened o = h5::open_validated(info.path, info.x_name, info.y_name, fresh);
-  std::vector<int32_t> y(static_cast<size_t>(fresh.num_samples));
-  if (H5Dread(o.y.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, y.data()) < 0)
-    throw DataError(where(info.path, info.y_name) + " could not be read: " + h5::error_text());
   std::vector<int64_t> counts(static_cast<size_t>(fresh.num_classes), 0);
-  for (size_t i = 0; i < y.size(); ++i) {
-    if (y[i] < 0 || y[i] >= fresh.num_classes)
-      throw DataError(where(info.path, info.y_name) + " row " + std::to_string(i) + " has label " +
-                      std::to_string(y[i]) + ", expected 0 <= label < " +
-                      std::to_string(fresh.num_classes) + " (num_classes)");
-    ++counts[static_cast<size_t>(y[i])];
-  }
+  const std::string what = where(info.path, info.y_name);
+  for_each_label_block(o.y.get(), fresh.num_samples, what, [&](int64_t row0, const int32_t* y, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) {
+      if (y[i] < 0 || y[i] >= fresh.num_classes)
+        throw DataError(what + " row " + std::to_string(row0 + i) + " has label " + std::to_string(y[i]) +
+                        ", expected 0 <= label < " + std::to_string(fresh.num_classes) + " (num_classes)");
+      ++counts[static_cast<size_t>(y[i])];
+    }
+  });
   return counts;
 }
 

@@ -57,6 +57,10 @@ h5::Id open_dataset(hid_t file, const std::string& path, const std::string& name
 
 std::string shape_of(const Shape& s) { return shape_string(s); }
 
+// A class count sizes per-class tables (class_counts, the inspect listing, the model's output
+// layer), so a damaged num_classes attribute or label must not be able to ask for gigabytes.
+constexpr int64_t kMaxClasses = int64_t{1} << 20;
+
 // Refuses labels libhdf5 would make up: rows never written read back as the fill value, at a
 // cost set by the header alone (a 2 KiB file can declare 2^40 labels and store none). So y must
 // store all n labels: contiguous storage that exists, or every chunk.
@@ -190,9 +194,9 @@ Opened open_validated(const std::string& path, const std::string& x_name, const 
   for (hid_t h : objs)
     if ((have_nc = read_attr_int64(h, "num_classes", nc))) break;
   if (have_nc) {
-    if (nc < 1)
+    if (nc < 1 || nc > kMaxClasses)
       throw DataError(file_prefix(path) + ": attribute 'num_classes' is " + std::to_string(nc) +
-                      ", expected at least 1");
+                      ", expected 1 to " + std::to_string(kMaxClasses));
     info.num_classes = nc;
   } else if (!info.class_names.empty()) {
     info.num_classes = static_cast<int64_t>(info.class_names.size());
@@ -210,6 +214,9 @@ Opened open_validated(const std::string& path, const std::string& x_name, const 
     if (lo < 0)
       throw DataError(where(path, y_name) + " row " + std::to_string(lo_row) + " has label " +
                       std::to_string(lo) + ", expected a class index >= 0");
+    if (hi >= kMaxClasses)
+      throw DataError(where(path, y_name) + " has label " + std::to_string(hi) +
+                      ", expected a class index below " + std::to_string(kMaxClasses));
     info.num_classes = int64_t{hi} + 1;
   }
   if (!info.class_names.empty() && static_cast<int64_t>(info.class_names.size()) != info.num_classes)

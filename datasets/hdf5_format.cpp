@@ -61,18 +61,32 @@ std::string shape_of(const Shape& s) { return shape_string(s); }
 // layer), so a damaged num_classes attribute or label must not be able to ask for gigabytes.
 constexpr int64_t kMaxClasses = int64_t{1} << 20;
 
-// Refuses labels libhdf5 would make up: rows never written read back as the fill value, at a
-// cost set by the header alone (a 2 KiB file can declare 2^40 labels and store none). So y must
-// store all n labels: contiguous storage that exists, or every chunk.
+// Refuses labels libhdf5 would make up or misread. Rows never written read back as the fill value,
+// at a cost set by the header alone (a 2 KiB file can declare 2^40 labels and store none), and
+// libhdf5 1.10 overruns its buffers on a stored size that disagrees with the layout (an unfiltered
+// chunk shorter than its chunk). So y must store all n labels: every chunk present, and unfiltered
+// storage of exactly the size the layout implies.
 void require_labels_stored(hid_t y, int64_t n, const std::string& what) {
   h5::Id dcpl = h5::plist(H5Dget_create_plist(y));
+  h5::Id type = h5::type(H5Dget_type(y));
+  const hsize_t label_bytes = H5Tget_size(type.get());  // 1 to 8, checked by the caller
   const H5D_layout_t layout = H5Pget_layout(dcpl.get());
-  if (layout == H5D_CONTIGUOUS && H5Dget_offset(y) == HADDR_UNDEF && H5Pget_external_count(dcpl.get()) <= 0)
-    throw DataError(what + " has no stored data (created but never written)");
+  if (layout == H5D_CONTIGUOUS || layout == H5D_COMPACT) {
+    if (layout == H5D_CONTIGUOUS && H5Pget_external_count(dcpl.get()) > 0) return;  // another file
+    if (layout == H5D_CONTIGUOUS && H5Dget_offset(y) == HADDR_UNDEF)
+      throw DataError(what + " has no stored data (created but never written)");
+    const hsize_t stored = H5Dget_storage_size(y);
+    if (stored != static_cast<hsize_t>(n) * label_bytes)
+      throw DataError(what + " stores " + std::to_string(stored) + " bytes, expected " +
+                      std::to_string(static_cast<hsize_t>(n) * label_bytes) + " for " +
+                      std::to_string(n) + " labels");
+    return;
+  }
   if (layout != H5D_CHUNKED) return;
   hsize_t chunk = 0;
-  if (H5Pget_chunk(dcpl.get(), 1, &chunk) != 1 || chunk == 0)
+  if (H5Pget_chunk(dcpl.get(), 1, &chunk) != 1 || chunk == 0 || chunk > (hsize_t{1} << 32))
     throw DataError(what + " has an unreadable chunk layout: " + h5::error_text());
+  const bool filtered = H5Pget_nfilters(dcpl.get()) != 0;
   for (hsize_t row = 0; row < static_cast<hsize_t>(n); row += chunk) {
     unsigned mask = 0;
     haddr_t addr = HADDR_UNDEF;
@@ -82,6 +96,9 @@ void require_labels_stored(hid_t y, int64_t n, const std::string& what) {
     if (addr == HADDR_UNDEF)
       throw DataError(what + " has no stored chunk for rows from " + std::to_string(row) +
                       " (created but never written)");
+    if (!filtered && size != chunk * label_bytes)
+      throw DataError(what + " stores " + std::to_string(size) + " bytes for the chunk at row " +
+                      std::to_string(row) + ", expected " + std::to_string(chunk * label_bytes));
   }
 }
 
@@ -167,6 +184,12 @@ Opened open_validated(const std::string& path, const std::string& x_name, const 
   if (H5Tget_class(yt.get()) != H5T_INTEGER)
     throw DataError(where(path, y_name) + " has type " + type_name(yt.get()) +
                     ", expected an integer type (class labels)");
+  // libhdf5 1.10 trusts an integer type's declared size when it converts the labels: one of
+  // thousands of bytes over a chunk stored for 4-byte labels overruns its buffers on H5Dread.
+  const size_t y_size = H5Tget_size(yt.get());
+  if (y_size != 1 && y_size != 2 && y_size != 4 && y_size != 8)
+    throw DataError(where(path, y_name) + " has type " + type_name(yt.get()) +
+                    ", expected an integer of 8, 16, 32 or 64 bits (class labels)");
 
   info.num_samples = xd[0];
   info.sample_shape.assign(xd.begin() + 1, xd.end());

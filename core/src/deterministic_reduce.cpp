@@ -40,9 +40,9 @@ void DeterministicReducer::setup(Communicator& comm, ParameterStore& store, int6
 void DeterministicReducer::add_shard() {
   const size_t n = store_->flat_size();
   // The new shard is a subtree of one leaf; it merges upward while a sibling subtree waits. The
-  // store gets the (zeroed) spare buffer for the next shard.
-  std::memset(spare_.data(), 0, n * sizeof(float));
+  // store gets the spare buffer for the next shard, whose backward overwrites it.
   store_->swap_grads(spare_);
+  store_->discard_grads();
   size_t level = 0;
   while (occupied_[level]) {
     add_into(levels_[level].data(), spare_.data(), n);
@@ -70,7 +70,8 @@ void DeterministicReducer::finish() {
     send->wait();
     add_into(sum, incoming_.data(), n);
   }
-  std::memcpy(store_->grads_data(), sum, bytes);
+  // The sum becomes the store's gradient; the store's old buffer becomes a free level.
+  store_->swap_grads(levels_[top]);
 }
 
 }  // namespace mgt

@@ -1,6 +1,7 @@
 // The SDK layers. Each keeps handles into the ParameterStore and fetches its parameter and
 // gradient pointers at use time (the flat buffers do not move after finalize). Parameter
-// gradients are always added, never overwritten, so micro-batches accumulate.
+// gradients are added, so micro-batches accumulate, except where StepContext::overwrite_grads
+// says the buffer holds garbage: then they are written.
 #include "mgtrain/layers.hpp"
 
 #include <cstring>
@@ -73,12 +74,13 @@ class LinearLayer final : public Layer {
   }
 
   void backward(const Tensor& in, const Tensor&, const Tensor& grad_out, Tensor* grad_in,
-                const StepContext&) override {
+                const StepContext& ctx) override {
     require_finalized(*this, store_);
     const int64_t batch = in.dim(0);
-    // dW += dy^T x, db += column sums of dy.
-    kernels::sgemm(true, false, out_, in_, batch, 1.0f, grad_out.data(), out_, in.data(), in_, 1.0f,
-                   store_->grad(weight_), in_);
+    // dW += dy^T x, db += column sums of dy (= when the gradients were discarded).
+    kernels::sgemm(true, false, out_, in_, batch, 1.0f, grad_out.data(), out_, in.data(), in_,
+                   ctx.overwrite_grads ? 0.0f : 1.0f, store_->grad(weight_), in_);
+    if (ctx.overwrite_grads) std::fill_n(store_->grad(bias_), out_, 0.0f);
     kernels::add_column_sums(grad_out.data(), store_->grad(bias_), batch, out_);
     if (grad_in)
       kernels::sgemm(false, false, batch, in_, out_, 1.0f, grad_out.data(), out_,
@@ -141,11 +143,11 @@ class Conv2dLayer final : public Layer {
   }
 
   void backward(const Tensor& in, const Tensor&, const Tensor& grad_out, Tensor* grad_in,
-                const StepContext&) override {
+                const StepContext& ctx) override {
     require_finalized(*this, store_);
     const kernels::Conv2dShape s = with_input(in.shape());
     conv_.backward_weights(s, in.dim(0), in.data(), grad_out.data(), store_->grad(weight_),
-                           store_->grad(bias_));
+                           store_->grad(bias_), /*accumulate=*/!ctx.overwrite_grads);
     if (grad_in)
       conv_.backward_data(s, in.dim(0), grad_out.data(), store_->param(weight_), grad_in->data());
   }

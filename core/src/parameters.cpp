@@ -79,6 +79,7 @@ size_t ParameterStore::param_count() const {
 void ParameterStore::zero_grads() {
   // No parameters, no buffer: memset on a null pointer is undefined even for 0 bytes.
   if (flat_size_ != 0) std::memset(grads_flat_.data(), 0, flat_size_ * sizeof(float));
+  grads_discarded_ = false;
 }
 
 void ParameterStore::swap_grads(Tensor& other) {

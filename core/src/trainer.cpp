@@ -536,7 +536,9 @@ class Trainer {
       interval_.correct += count_correct(logits, batch.y + m * micro_batch_);
       if (step + 1 == nan_step_) grad_logits_.data()[0] = std::numeric_limits<float>::quiet_NaN();
       fault::at(fault::Phase::backward, step + 1);
+      ctx.overwrite_grads = store_.grads_discarded();
       model_->backward(grad_logits_, ctx, on_ready_);
+      store_.mark_grads_written();
       phases_.compute += seconds_since(t);
       t = Clock::now();
       fault::at(fault::Phase::allreduce, step + 1);
@@ -550,7 +552,7 @@ class Trainer {
         throw StartupError("non-finite gradient at step " + std::to_string(step + 1) +
                                " (NaN or Inf on some rank); train.nonfinite = skip skips such steps",
                            leader_);
-      store_.zero_grads();
+      store_.discard_grads();
       ++result_.skipped_steps;
       apply = false;
       if (leader_) log_ << "warning: non-finite gradient at step " << step + 1 << ": step skipped\n" << std::flush;
@@ -560,7 +562,7 @@ class Trainer {
       fault::at(fault::Phase::optimizer, step + 1);
       optimizer_->set_learning_rate(schedule_->at(step));
       optimizer_->step(store_.params_data(), store_.grads_data(), store_.flat_size());
-      store_.zero_grads();
+      store_.discard_grads();
       phases_.optimizer += seconds_since(t);
     }
   }

@@ -224,7 +224,7 @@ void Conv2d::backward_data(const Conv2dShape& s, int64_t batch, const float* dy,
 }
 
 void Conv2d::backward_weights(const Conv2dShape& s, int64_t batch, const float* x, const float* dy,
-                              float* dw, float* dbias) {
+                              float* dw, float* dbias, bool accumulate) {
   auto& m = *impl_;
   if (m.batch != batch || !(m.shape == s) || !m.fwd.ready) m.reset(s, batch, m.has_bias);
   m.ensure_bwd_weights(dbias != nullptr);
@@ -242,10 +242,18 @@ void Conv2d::backward_weights(const Conv2dShape& s, int64_t batch, const float* 
 
   const auto* tw = static_cast<const float*>(m.w_dw.user.get_data_handle());
   const int64_t nw = s.out_channels * s.in_channels * s.kernel * s.kernel;
-  for (int64_t i = 0; i < nw; ++i) dw[i] += tw[i];
+  if (accumulate) {
+    for (int64_t i = 0; i < nw; ++i) dw[i] += tw[i];
+  } else {
+    std::copy_n(tw, nw, dw);
+  }
   if (dbias) {
     const auto* tb = static_cast<const float*>(m.w_dbias.get_data_handle());
-    for (int64_t i = 0; i < s.out_channels; ++i) dbias[i] += tb[i];
+    if (accumulate) {
+      for (int64_t i = 0; i < s.out_channels; ++i) dbias[i] += tb[i];
+    } else {
+      std::copy_n(tb, s.out_channels, dbias);
+    }
   }
 }
 

@@ -28,9 +28,10 @@ class Conv2d {
   // dx = conv^T(dy, w); overwrites dx.
   void backward_data(const Conv2dShape& s, int64_t batch, const float* dy, const float* w,
                      float* dx);
-  // dw += dW(x, dy), dbias += sum of dy over batch and space (dbias may be null).
+  // dw += dW(x, dy), dbias += sum of dy over batch and space (dbias may be null); with
+  // accumulate = false they are written instead.
   void backward_weights(const Conv2dShape& s, int64_t batch, const float* x, const float* dy,
-                        float* dw, float* dbias);
+                        float* dw, float* dbias, bool accumulate = true);
 
  private:
   struct Impl;

@@ -19,6 +19,10 @@ struct StepContext {
   int64_t micro_step = 0;      // micro-batch within the step (gradient accumulation)
   int64_t first_sample = 0;    // global index of this rank's first row in the batch
   bool training = true;
+  // Backward only: the parameter gradients hold garbage (ParameterStore::discard_grads), so each
+  // layer writes its gradients instead of adding to them, saving a pass over memory to zero them.
+  // Every backward must then write every gradient of the layer.
+  bool overwrite_grads = false;
 };
 
 class Layer {

@@ -53,6 +53,12 @@ class ParameterStore {
   size_t param_count() const;                     // sum of numel, without padding
 
   void zero_grads();
+  // Instead of zeroing: the next backward writes the gradients rather than adding to them
+  // (StepContext::overwrite_grads), one pass over memory fewer. The trainer sets that flag from
+  // grads_discarded() and calls mark_grads_written() after the backward.
+  void discard_grads() { grads_discarded_ = true; }
+  bool grads_discarded() const { return grads_discarded_; }
+  void mark_grads_written() { grads_discarded_ = false; }
   // Exchanges the gradient buffer with `other` (same flat size): a sync strategy takes a finished
   // gradient out without copying it. Layers look their gradients up on every backward.
   void swap_grads(Tensor& other);
@@ -65,6 +71,7 @@ class ParameterStore {
   Tensor grads_flat_;
   size_t flat_size_ = 0;
   bool finalized_ = false;
+  bool grads_discarded_ = false;
 };
 
 }  // namespace mgt

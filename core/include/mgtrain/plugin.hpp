@@ -13,7 +13,9 @@
 #include "mgtrain/optimizer.hpp"
 #include "mgtrain/sync.hpp"
 
-#define MGTRAIN_PLUGIN_ABI_VERSION 1u
+// 2: StepContext::overwrite_grads (backward writes discarded gradients) and
+//    ParameterStore::discard_grads.
+#define MGTRAIN_PLUGIN_ABI_VERSION 2u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
 #define MGT_STRINGIFY_IMPL(x) #x

@@ -94,7 +94,7 @@ class ParamServer final : public mgt::SyncStrategy {
       std::memcpy(store_->params_data() + bounds_[k], payload(reply_[k]), shard_size(k) * sizeof(float));
     }
     ++clock_;
-    store_->zero_grads();
+    store_->discard_grads();  // the next backward writes them
     return false;  // the servers applied the update
   }
 

@@ -57,13 +57,16 @@ BenchResult run_bench(Communicator& world, const TrainOptions& base, int64_t ste
   build_model(registry, config, store);
   auto sync = registry.create_sync(config.get_string("sync.name"), config);
   sync->setup(world, store);
-  const int64_t last_micro = sync->accumulation_steps() - 1;
   std::vector<std::vector<ParamHandle>> backward_order;
   for (size_t h = store.params().size(); h-- > 0;) backward_order.push_back({h});
+  // Everything the strategy does in one optimizer step: every micro-batch (a deterministic
+  // strategy's micro-shards, an accumulating one's local steps), then the reduction.
   auto sync_once = [&] {
-    sync->begin_micro_batch(last_micro);
-    for (const auto& handles : backward_order) sync->gradients_ready(handles);
-    sync->end_backward(last_micro);
+    for (int64_t m = 0; m < sync->accumulation_steps(); ++m) {
+      sync->begin_micro_batch(m);
+      for (const auto& handles : backward_order) sync->gradients_ready(handles);
+      sync->end_backward(m);
+    }
   };
   auto mpi_once = [&] {
     MPI_Allreduce(MPI_IN_PLACE, store.grads_data(), static_cast<int>(store.flat_size()), MPI_FLOAT,

@@ -190,6 +190,12 @@ Opened open_validated(const std::string& path, const std::string& x_name, const 
   if (y_size != 1 && y_size != 2 && y_size != 4 && y_size != 8)
     throw DataError(where(path, y_name) + " has type " + type_name(yt.get()) +
                     ", expected an integer of 8, 16, 32 or 64 bits (class labels)");
+  // The same for a bit layout that does not fit the size (see plain_number); the reader converts
+  // x too.
+  for (const auto& [t, name] : {std::pair{xt.get(), x_name}, std::pair{yt.get(), y_name}})
+    if (!plain_number(t))
+      throw DataError(where(path, name) + " has type " + type_name(t) +
+                      " with a bit layout that does not fit its size (a damaged file)");
 
   info.num_samples = xd[0];
   info.sample_shape.assign(xd.begin() + 1, xd.end());

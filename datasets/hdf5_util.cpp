@@ -71,6 +71,19 @@ std::string type_name(hid_t t) {
   }
 }
 
+bool plain_number(hid_t t) {
+  const auto cls = H5Tget_class(t);
+  if (cls != H5T_INTEGER && cls != H5T_FLOAT) return false;
+  const size_t bits = 8 * H5Tget_size(t), precision = H5Tget_precision(t);
+  const int offset = H5Tget_offset(t);
+  if (bits == 0 || bits > 64 || precision == 0 || offset < 0 || static_cast<size_t>(offset) + precision > bits)
+    return false;
+  if (cls == H5T_INTEGER) return true;
+  size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+  return H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize) >= 0 && spos < bits && esize > 0 &&
+         epos + esize <= bits && mpos + msize <= bits;
+}
+
 Shape dims_of(hid_t space) {
   const int rank = H5Sget_simple_extent_ndims(space);
   if (rank <= 0) return {};
@@ -157,7 +170,8 @@ bool read_attr_double(hid_t obj, const char* name, double& value) {
   Id a = attr(H5Aopen(obj, name, H5P_DEFAULT));
   Id t = type(H5Aget_type(a.get()));
   const auto cls = H5Tget_class(t.get());
-  if ((cls != H5T_FLOAT && cls != H5T_INTEGER) || attr_points(a.get()) != 1) return false;
+  if ((cls != H5T_FLOAT && cls != H5T_INTEGER) || !plain_number(t.get()) || attr_points(a.get()) != 1)
+    return false;
   return H5Aread(a.get(), H5T_NATIVE_DOUBLE, &value) >= 0;
 }
 
@@ -165,7 +179,7 @@ bool read_attr_int64(hid_t obj, const char* name, int64_t& value) {
   if (!has_attr(obj, name)) return false;
   Id a = attr(H5Aopen(obj, name, H5P_DEFAULT));
   Id t = type(H5Aget_type(a.get()));
-  if (attr_points(a.get()) != 1) return false;
+  if (attr_points(a.get()) != 1 || !plain_number(t.get())) return false;
   if (H5Tget_class(t.get()) == H5T_INTEGER) return H5Aread(a.get(), H5T_NATIVE_INT64, &value) >= 0;
   if (H5Tget_class(t.get()) == H5T_FLOAT) {
     double d = 0;
@@ -220,7 +234,7 @@ std::string attr_to_string(hid_t a) {
   std::ostringstream out;
   const bool list = n != 1;
   const hssize_t shown = std::min<hssize_t>(n, 16);
-  if (cls == H5T_INTEGER || cls == H5T_FLOAT) {
+  if ((cls == H5T_INTEGER || cls == H5T_FLOAT) && plain_number(t.get())) {
     std::vector<double> v(static_cast<size_t>(std::max<hssize_t>(n, 0)));
     if (n > 0 && H5Aread(a, H5T_NATIVE_DOUBLE, v.data()) < 0) return "<unreadable " + type_name(t.get()) + ">";
     if (list) out << "[";

@@ -76,6 +76,11 @@ std::string object_path(const std::string& name);
 // "uint8", "int32", "float32", "string", "compound", ... for a datatype id.
 std::string type_name(hid_t type);
 
+// An integer or float type of at most 8 bytes whose bit layout fits in its size: the only numbers
+// converted (read into int64, double, float). libhdf5 1.10 converts by the declared layout without
+// checking it against the size, and overruns a stack buffer on, e.g., an 8-byte integer of 193 bits.
+bool plain_number(hid_t type);
+
 Shape dims_of(hid_t space);
 
 // A variable-length UTF-8 string datatype; invalid when HDF5 could not make it.

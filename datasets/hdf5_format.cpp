@@ -87,6 +87,19 @@ void require_labels_stored(hid_t y, int64_t n, const std::string& what) {
   if (H5Pget_chunk(dcpl.get(), 1, &chunk) != 1 || chunk == 0 || chunk > (hsize_t{1} << 32))
     throw DataError(what + " has an unreadable chunk layout: " + h5::error_text());
   const bool filtered = H5Pget_nfilters(dcpl.get()) != 0;
+  // An index listing more chunks than the extent holds is damaged (shrinking a dataset deletes the
+  // chunks outside it), and libhdf5 1.10 overran a buffer reading through one such index.
+  h5::Id space = h5::space(H5Dget_space(y));
+  const hsize_t expected = (static_cast<hsize_t>(n) + chunk - 1) / chunk;
+  hsize_t listed = 0;
+  if (H5Dget_num_chunks(y, space.get(), &listed) < 0)
+    throw DataError(what + " could not be read: " + h5::error_text());
+  if (listed < expected)
+    throw DataError(what + " stores " + std::to_string(listed) + " of its " + std::to_string(expected) +
+                    " chunks (created but never all written)");
+  if (listed > expected)
+    throw DataError(what + " has a chunk index listing " + std::to_string(listed) + " chunks, expected " +
+                    std::to_string(expected) + " (a damaged file)");
   for (hsize_t row = 0; row < static_cast<hsize_t>(n); row += chunk) {
     unsigned mask = 0;
     haddr_t addr = HADDR_UNDEF;

@@ -209,6 +209,13 @@ Opened open_validated(const std::string& path, const std::string& x_name, const 
     if (!plain_number(t))
       throw DataError(where(path, name) + " has type " + type_name(t) +
                       " with a bit layout that does not fit its size (a damaged file)");
+  // Sizes downstream (shape_numel, the reader's buffers) are int64 products of x's dims, so each
+  // must be at least 1 and the whole of x, in bytes, must fit in int64.
+  int64_t x_bytes = static_cast<int64_t>(H5Tget_size(xt.get()));
+  for (const int64_t d : xd)
+    if (d < 1 || __builtin_mul_overflow(x_bytes, d, &x_bytes))
+      throw DataError(where(path, x_name) + " has shape " + shape_of(xd) +
+                      ", expected sizes of at least 1 whose product, in bytes, fits in 64 bits");
 
   info.num_samples = xd[0];
   info.sample_shape.assign(xd.begin() + 1, xd.end());

@@ -8,6 +8,7 @@ namespace mgt::cli {
 int run_train(int argc, char** argv, const std::vector<std::string>& args);
 int run_bench(int argc, char** argv, const std::vector<std::string>& args);
 int run_verify(int argc, char** argv, const std::vector<std::string>& args);
+int run_doctor(int argc, char** argv, const std::vector<std::string>& args);
 int run_eval(const std::vector<std::string>& args);
 int run_data(const std::vector<std::string>& args);
 int run_compare(const std::vector<std::string>& args);

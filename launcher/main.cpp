@@ -22,6 +22,7 @@ void print_usage(std::ostream& out) {
          "  train --config FILE [--section.key=value ...]   train (launch with mpirun/srun)\n"
          "  bench --config FILE [--steps N]                  throughput, scaling, time split, all-reduce bandwidth\n"
          "  verify --config FILE [--world-size M]            self-check: resume and world size change nothing\n"
+         "  doctor                                           per rank: host, GPU, memory, versions; a verdict\n"
          "  eval --checkpoint FILE --data FILE               accuracy and loss of a checkpoint\n"
          "  data convert ...                                 IDX or CSV to the HDF5 sample format\n"
          "  data inspect FILE                                what an HDF5 data file holds\n"
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
     if (command == "train") return mgt::cli::run_train(argc, argv, args);
     if (command == "bench") return mgt::cli::run_bench(argc, argv, args);
     if (command == "verify") return mgt::cli::run_verify(argc, argv, args);
+    if (command == "doctor") return mgt::cli::run_doctor(argc, argv, args);
     if (command == "eval") return mgt::cli::run_eval(args);
     if (command == "data") return mgt::cli::run_data(args);
     if (command == "plugins") return mgt::cli::run_plugins(args);

@@ -36,11 +36,11 @@ int device_count(std::string* why) noexcept {
     cudaGetLastError();  // leave no error behind for the next check
     if (why) {
       const std::string detail = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(status) +
-                                 " (" + cudaGetErrorName(status) + ")";
+                                 ", " + cudaGetErrorName(status);
       int driver = 0;
       // 0 means the runtime found no driver library at all, which its error text does not say.
       if (cudaDriverGetVersion(&driver) == cudaSuccess && driver == 0)
-        *why = "no CUDA driver (" + detail + ")";
+        *why = "no CUDA driver found; " + detail;
       else
         *why = detail;
     }

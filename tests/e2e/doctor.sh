@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# `mgtrain doctor`: one row per rank and a verdict. Usage: doctor.sh CASE
+#   cpu, singleton: this machine as it is (no GPU): exit 0, a row per rank with the MPI library's
+#     version, and the CPU-fallback verdict; under mpirun -np 2, and as an Open MPI singleton.
+#   shared_gpu, versions, busy, mixed: MGTRAIN_TEST_DOCTOR makes the ranks report GPUs, other
+#     nodes and versions; each problem must be named with its reason, and the exit code is 1.
+source "$(dirname "$0")/lib.sh"
+host=$(hostname)
+mpi_version=$(mpirun --version | sed -n 's/.*(Open MPI) \([0-9.]*\).*/\1/p' | head -1)
+[ -n "$mpi_version" ] || fail "cannot read Open MPI's version from mpirun --version"
+
+# doctor NP: runs it, keeps stdout in out.log and stderr in err.log, sets rc.
+doctor() {
+  set +e
+  if [ "$1" = 1 ]; then
+    OMPI_MCA_ess_singleton_isolated=1 timeout --kill-after=10 60 "$MGTRAIN" doctor >out.log 2>err.log
+  else
+    run_np "$1" 60 doctor >out.log 2>err.log
+  fi
+  rc=$?
+  set -e
+  cat out.log err.log
+  ! grep -q '^mgtrain: error:' err.log || fail "doctor reported an error of its own"
+}
+
+expect() { grep -qF -- "$1" out.log || fail "expected in the report: $1"; }
+
+# A table row: rank, host, local rank/ranks on the node.
+expect_row() { grep -qE "^$1 +$2 +$3 " out.log || fail "no row for rank $1 on $2 (local $3)"; }
+
+case $1 in
+  cpu | singleton)
+    [ ! -e /dev/nvidiactl ] || { echo "SKIP: this machine has a GPU; the case is the CPU fallback"; exit 77; }
+    if [ "$1" = cpu ]; then np=2; else np=1; fi
+    doctor $np
+    [ $rc -eq 0 ] || fail "exit $rc, expected 0: no GPU is the CPU fallback, not a problem"
+    [ "$(grep -cE '^[0-9]+ ' out.log)" -eq $np ] || fail "expected $np rows, one per rank"
+    for ((r = 0; r < np; r++)); do
+      expect_row $r "$host" "$r/$np"
+      grep -E "^$r " out.log | grep -qF "Open MPI v$mpi_version" || fail "rank $r's row lacks Open MPI v$mpi_version"
+    done
+    expect "MPI library: Open MPI v$mpi_version"
+    expect "verdict: OK, CPU fallback: no usable GPU on any node, so each rank trains on the CPU ("
+    ;;
+  shared_gpu)
+    MGTRAIN_TEST_DOCTOR='*:gpus=1' doctor 2
+    [ $rc -eq 1 ] || fail "exit $rc, expected 1"
+    expect_row 0 "$host" 0/2
+    expect_row 1 "$host" 1/2
+    expect "verdict: 1 problem:"
+    expect "$host: 2 ranks but 1 GPU, so ranks share a GPU: GPU 0 (00000000:00:00.0) by ranks 0, 1. Start at most 1 rank per node (mpirun --map-by ppr:1:node)"
+    ;;
+  versions)
+    MGTRAIN_TEST_DOCTOR='*:gpus=2;1:host=node-b,mpi=Other MPI v9.9' doctor 2
+    [ $rc -eq 1 ] || fail "exit $rc, expected 1"
+    expect_row 1 node-b 1/2
+    expect "verdict: 1 problem:"
+    expect "MPI library differs between ranks: Open MPI v$mpi_version on $host (rank 0); Other MPI v9.9 on node-b (rank 1)"
+    ;;
+  busy)
+    MGTRAIN_TEST_DOCTOR='*:gpus=2;0:used_gib=5' doctor 2
+    [ $rc -eq 1 ] || fail "exit $rc, expected 1"
+    expect "verdict: 1 problem:"
+    expect "$host GPU 0 (test GPU, 00000000:00:00.0) is busy: 5.0 GiB of 80.0 GiB in use by other processes before this job started (threshold 1.0 GiB, --busy-gib)"
+    # A higher threshold accepts it.
+    set +e
+    MGTRAIN_TEST_DOCTOR='*:gpus=2;0:used_gib=5' run_np 2 60 doctor --busy-gib 8 >out.log 2>err.log
+    rc=$?
+    set -e
+    [ $rc -eq 0 ] || { cat out.log err.log; fail "exit $rc with --busy-gib 8, expected 0"; }
+    expect "verdict: OK"
+    ;;
+  mixed)
+    MGTRAIN_TEST_DOCTOR='0:gpus=1;1:host=node-b' doctor 2
+    [ $rc -eq 1 ] || fail "exit $rc, expected 1"
+    expect "verdict: 1 problem:"
+    expect "ranks without a usable GPU would train on the CPU beside ranks on GPUs: node-b (rank 1) ("
+    ;;
+  *) fail "unknown case $1" ;;
+esac
+echo PASS

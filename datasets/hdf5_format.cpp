@@ -45,27 +45,11 @@ void check_file(const std::string& path) {
     throw DataError(file_prefix(path) + " is not an HDF5 file (no HDF5 signature)");
 }
 
-// libhdf5 1.10 follows a header message flagged as kept in the file's shared-message table even
-// when the file has none, and reads through an undefined address (SIGSEGV in H5Dopen2). Without a
-// table only a datatype can be shared (a committed datatype), so another shared message is damage.
-// H5O_INFO_HDR reads the object header without decoding its messages.
-void check_shared_messages(hid_t file, const std::string& obj, const std::string& what) {
-  h5::Id fcpl = h5::plist(H5Fget_create_plist(file));
-  unsigned tables = 0;
-  if (H5Pget_shared_mesg_nindexes(fcpl.get(), &tables) < 0 || tables > 0) return;
-  H5O_info_t info;
-  if (H5Oget_info_by_name2(file, obj.c_str(), &info, H5O_INFO_HDR, H5P_DEFAULT) < 0) return;  // opening says why
-  const uint64_t datatype_message = uint64_t{1} << 3;  // header message type 3: the datatype
-  if (info.hdr.mesg.shared & ~datatype_message)
-    throw DataError(what + " has shared header messages but the file has no shared-message table (a damaged file)");
-}
-
 h5::Id open_dataset(hid_t file, const std::string& path, const std::string& name, const char* role,
                     hid_t dapl) {
   const std::string obj = h5::object_path(name);
   if (H5Lexists(file, obj.c_str(), H5P_DEFAULT) <= 0)
     throw DataError(where(path, name) + " does not exist (expected the " + role + ")");
-  check_shared_messages(file, obj, where(path, name));
   h5::Id d = h5::dataset(H5Dopen2(file, obj.c_str(), dapl));
   if (!d) throw DataError(where(path, name) + " is not a dataset (expected the " + role + ")");
   return d;
@@ -183,7 +167,6 @@ Opened open_validated(const std::string& path, const std::string& x_name, const 
   Opened o;
   o.file = file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!o.file) throw DataError(file_prefix(path) + " could not be opened: " + error_text());
-  check_shared_messages(o.file.get(), "/", file_prefix(path) + ": the root group");
   o.x = open_dataset(o.file.get(), path, x_name, "samples [N, ...]", x_dapl);
   o.y = open_dataset(o.file.get(), path, y_name, "labels [N]", H5P_DEFAULT);
 

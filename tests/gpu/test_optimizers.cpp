@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <boost/dll/shared_library.hpp>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -23,13 +24,16 @@ using mgt::cuda::DeviceBuffer;
 using mgt::test::expect_close;
 using mgt::test::random_floats;
 
-// Libraries stay loaded for the life of the test process, as in the core's loader.
+// Libraries stay loaded for the life of the test process, as in the core's loader. The build
+// tree's plugins, or MGTRAIN_TEST_PLUGIN_DIR's where the binaries run elsewhere
+// (scripts/device-check.sh).
 std::unique_ptr<mgt::Optimizer> make_plugin(const std::string& name, const std::string& ini) {
   static std::map<std::string, boost::dll::shared_library> libs;
   auto it = libs.find(name);
   if (it == libs.end()) {
-    const std::string path =
-        std::string(MGTRAIN_BINARY_DIR) + "/plugins/libmgtrain-optimizer-" + name + ".so";
+    const char* dir = std::getenv("MGTRAIN_TEST_PLUGIN_DIR");
+    const std::string path = (dir && *dir ? std::string(dir) : std::string(MGTRAIN_BINARY_DIR) + "/plugins") +
+                             "/libmgtrain-optimizer-" + name + ".so";
     it = libs.emplace(name, boost::dll::shared_library(path)).first;
   }
   const auto& d = it->second.get<const mgt::PluginDescriptor>(MGTRAIN_PLUGIN_SYMBOL);

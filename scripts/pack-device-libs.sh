@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Packs what scripts/device-check.sh needs on a GPU machine that has the CUDA, cuDNN and NCCL pip
+# wheels but none of this project's other dependencies (Open MPI, HDF5, Boost, oneDNN):
+#   bin/      the launcher and the GPU test binaries of a CUDA build
+#   lib/      libmgtrain and every shared library these load that is neither glibc nor CUDA
+#   gcc/      the GCC runtime (libstdc++, libgcc_s, libgomp), used there only if its own is older
+#   plugins/  the built-in plugins (the optimizer tests load sgd and adam)
+#   openmpi/  Open MPI's components, help texts and settings, for a singleton run
+# CUDA libraries (cudart, cuBLAS, cuDNN, NCCL, the driver's) are never packed: the machine's own
+# are the ones to test against. Usage: scripts/pack-device-libs.sh [BUILD_DIR] [OUT.tar.xz]
+set -euo pipefail
+build=${1:-build-gpu}
+out=${2:-$build/device-bundle.tar.xz}
+multiarch=/usr/lib/x86_64-linux-gnu
+[[ -x $build/bin/mgtrain && -e $build/lib/libmgtrain.so ]] || { echo "no CUDA build in $build" >&2; exit 1; }
+ls "$build"/bin/gpu_* >/dev/null 2>&1 || { echo "$build has no GPU tests: configure it with CUDA" >&2; exit 1; }
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+root=$stage/device-bundle
+mkdir -p "$root"/{bin,lib,gcc,plugins,openmpi}
+cp -L "$build"/bin/mgtrain "$build"/bin/gpu_* "$root/bin/"
+soname=$(objdump -p "$build/lib/libmgtrain.so" | awk '/SONAME/ {print $2}')
+cp -L "$build/lib/libmgtrain.so" "$root/lib/$soname"
+cp -L "$build"/plugins/libmgtrain-*.so "$root/plugins/"
+cp -a $multiarch/openmpi/lib "$root/openmpi/lib"
+rm -f "$root"/openmpi/lib/*.a "$root"/openmpi/lib/*.la "$root"/openmpi/lib/openmpi3/*.la
+cp -a /usr/share/openmpi "$root/openmpi/share"
+cp -a /etc/openmpi "$root/openmpi/etc"
+
+# Every library any of these files loads, by the name the loader asks for.
+glibc='^(linux-vdso|ld-linux-x86-64|libc|libm|libmvec|libdl|libpthread|librt|libresolv|libutil|libnsl|libanl|libBrokenLocale|libthread_db|libnss_[a-z]+)\.so'
+cuda='^(libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl|libnvidia-[a-z-]+|libnvrtc[a-z.-]*|libnvJitLink|libcufft|libcurand|libcusolver|libcusparse|libnvToolsExt)\.so'
+gcc='^(libstdc\+\+|libgcc_s|libgomp|libatomic|libquadmath|libgfortran)\.so'
+missing=0
+while IFS= read -r file; do
+  while read -r name arrow path _; do
+    [[ $arrow == "=>" ]] || continue
+    [[ $name =~ $glibc || $name =~ $cuda ]] && continue
+    if [[ $path == "not" ]]; then
+      echo "$file needs $name, which is not found here" >&2
+      missing=1
+      continue
+    fi
+    [[ $name == libmgtrain.so* ]] && continue
+    if [[ $name =~ $gcc ]]; then dest=$root/gcc/$name; else dest=$root/lib/$name; fi
+    [[ -e $dest ]] || cp -L "$path" "$dest"
+  done < <(ldd "$file" 2>/dev/null)
+done < <(find "$root" -type f \( -perm -u+x -o -name '*.so*' \) -exec sh -c 'head -c4 "$1" | grep -q ELF' _ {} \; -print)
+[[ $missing == 0 ]] || exit 1
+
+echo "glibc the binaries need at least: $(objdump -T "$root"/bin/* "$root"/lib/* 2>/dev/null |
+  grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)"
+XZ_OPT=${XZ_OPT:--6 -T0} tar -cJf "$out" -C "$stage" device-bundle
+echo "$out: $(du -h "$out" | cut -f1) ($(du -sh "$root" | cut -f1) unpacked)"

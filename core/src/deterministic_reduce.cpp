@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "kernels/cpu/gemm.hpp"
 #include "mgtrain/error.hpp"
 
 namespace mgt {
@@ -28,6 +29,12 @@ void DeterministicReducer::setup(Communicator& comm, ParameterStore& store, int6
                       std::to_string(shards_per_rank));
   comm_ = &comm;
   store_ = &store;
+  shards_per_rank_ = shards_per_rank;
+  shard_in_step_ = 0;
+  deferred_.clear();
+  merge_ranges_.clear();
+  ranges_settled_ = false;
+  store.set_weight_gradient_sink(this);
   const auto n = static_cast<int64_t>(store.flat_size());
   // Four shards per group: their blocks fit in the L1 cache together, and the gradient buffers
   // are read once each instead of once per level of the tree.
@@ -43,21 +50,85 @@ void DeterministicReducer::setup(Communicator& comm, ParameterStore& store, int6
   incoming_.resize({n});
 }
 
+void DeterministicReducer::add_outer_product(ParamHandle weight, const float* dy, const float* x,
+                                             int64_t rows, int64_t out, int64_t in) {
+  auto it = std::find_if(deferred_.begin(), deferred_.end(), [&](const Deferred& d) { return d.weight == weight; });
+  if (it == deferred_.end()) {
+    MGT_CHECK(!ranges_settled_, Error,
+              "deterministic reduction: parameter '" + store_->info(weight).name +
+                  "' deferred its gradient after the first micro-shard");
+    const auto shards = static_cast<size_t>(shards_per_rank_);
+    deferred_.push_back({weight, rows, out, in, std::vector<float>(shards * static_cast<size_t>(rows * out)),
+                         std::vector<float>(shards * static_cast<size_t>(rows * in))});
+    it = deferred_.end() - 1;
+  }
+  MGT_CHECK(it->rows == rows && it->out == out && it->in == in && shard_in_step_ < shards_per_rank_, Error,
+            "deterministic reduction: parameter '" + store_->info(weight).name +
+                "' changed its gradient's shape between micro-shards");
+  const auto m = static_cast<size_t>(shard_in_step_);
+  std::copy_n(dy, rows * out, it->dy.data() + m * static_cast<size_t>(rows * out));
+  std::copy_n(x, rows * in, it->x.data() + m * static_cast<size_t>(rows * in));
+}
+
+// dst += src over the merged ranges.
+void DeterministicReducer::add_ranges(float* dst, const float* src) const {
+  for (const auto& [begin, end] : merge_ranges_) add_into(dst + begin, src + begin, end - begin);
+}
+
 // The group's balanced tree, ((s0 + s1) + (s2 + s3)), block by block; the sum ends in group_[0].
 void DeterministicReducer::sum_group() {
-  const size_t n = store_->flat_size();
   constexpr size_t kBlock = 2048;  // floats: 8 KB per shard
   const size_t count = group_.size();
-  for (size_t begin = 0; begin < n; begin += kBlock) {
-    const size_t len = std::min(kBlock, n - begin);
-    for (size_t width = 1; width < count; width *= 2)
-      for (size_t i = 0; i + width < count; i += 2 * width)
-        add_into(group_[i].data() + begin, group_[i + width].data() + begin, len);
+  for (const auto& [range_begin, range_end] : merge_ranges_) {
+    for (size_t begin = range_begin; begin < range_end; begin += kBlock) {
+      const size_t len = std::min(kBlock, range_end - begin);
+      for (size_t width = 1; width < count; width *= 2)
+        for (size_t i = 0; i + width < count; i += 2 * width)
+          add_into(group_[i].data() + begin, group_[i + width].data() + begin, len);
+    }
+  }
+}
+
+// This rank's subtree of a deferred weight's gradient into dst ([out, in]), by tiles of rows.
+// The tile shape depends only on the layer's size, so each leaf, one GEMM over one shard's rows,
+// is the same computation whatever the world size; the tree over the shards is the balanced one.
+void DeterministicReducer::compute_deferred(const Deferred& d, float* dst) {
+  constexpr int64_t kTileFloats = 16384;  // 64 KB per shard
+  const int64_t tile_rows = std::clamp<int64_t>(kTileFloats / d.in, 1, d.out);
+  const auto shards = static_cast<size_t>(shards_per_rank_);
+  const auto tile = static_cast<size_t>(tile_rows * d.in);
+  tiles_.resize(shards * tile);
+  for (int64_t r0 = 0; r0 < d.out; r0 += tile_rows) {
+    const int64_t rows = std::min(tile_rows, d.out - r0);
+    const auto len = static_cast<size_t>(rows * d.in);
+    for (size_t s = 0; s < shards; ++s)
+      kernels::sgemm(true, false, rows, d.in, d.rows, 1.0f, d.dy.data() + s * static_cast<size_t>(d.rows * d.out) + r0,
+                     d.out, d.x.data() + s * static_cast<size_t>(d.rows * d.in), d.in, 0.0f, tiles_.data() + s * tile, d.in);
+    for (size_t width = 1; width < shards; width *= 2)
+      for (size_t i = 0; i + width < shards; i += 2 * width)
+        add_into(tiles_.data() + i * tile, tiles_.data() + (i + width) * tile, len);
+    std::copy_n(tiles_.data(), len, dst + r0 * d.in);
   }
 }
 
 void DeterministicReducer::add_shard() {
-  const size_t n = store_->flat_size();
+  if (!ranges_settled_) {
+    // Everything but the deferred weights, in flat order.
+    std::vector<std::pair<size_t, size_t>> skip;
+    for (const auto& d : deferred_) {
+      const ParamInfo& info = store_->info(d.weight);
+      skip.emplace_back(info.offset, info.offset + info.numel);
+    }
+    std::sort(skip.begin(), skip.end());
+    size_t at = 0;
+    for (const auto& [begin, end] : skip) {
+      if (begin > at) merge_ranges_.emplace_back(at, begin);
+      at = std::max(at, end);
+    }
+    if (at < store_->flat_size()) merge_ranges_.emplace_back(at, store_->flat_size());
+    ranges_settled_ = true;
+  }
+  ++shard_in_step_;
   // The shard's gradient joins its group; the store gets a free buffer for the next shard, whose
   // backward overwrites it.
   store_->swap_grads(group_[group_filled_]);
@@ -69,7 +140,7 @@ void DeterministicReducer::add_shard() {
   Tensor& subtree = group_[0];
   size_t level = 0;
   while (occupied_[level]) {
-    add_into(levels_[level].data(), subtree.data(), n);
+    add_ranges(levels_[level].data(), subtree.data());
     std::swap(levels_[level], subtree);
     occupied_[level] = false;
     ++level;
@@ -87,6 +158,8 @@ void DeterministicReducer::finish() {
             "DeterministicReducer::finish: called before every micro-shard of this rank was added");
   float* sum = levels_[top].data();
   occupied_[top] = false;
+  for (const auto& d : deferred_) compute_deferred(d, sum + store_->info(d.weight).offset);
+  shard_in_step_ = 0;
   const size_t bytes = n * sizeof(float);
   for (int distance = 1; distance < comm_->size(); distance <<= 1) {
     const int partner = comm_->rank() ^ distance;

@@ -78,8 +78,11 @@ class LinearLayer final : public Layer {
     require_finalized(*this, store_);
     const int64_t batch = in.dim(0);
     // dW += dy^T x, db += column sums of dy (= when the gradients were discarded).
-    kernels::sgemm(true, false, out_, in_, batch, 1.0f, grad_out.data(), out_, in.data(), in_,
-                   ctx.overwrite_grads ? 0.0f : 1.0f, store_->grad(weight_), in_);
+    if (WeightGradientSink* sink = store_->weight_gradient_sink())
+      sink->add_outer_product(weight_, grad_out.data(), in.data(), batch, out_, in_);
+    else
+      kernels::sgemm(true, false, out_, in_, batch, 1.0f, grad_out.data(), out_, in.data(), in_,
+                     ctx.overwrite_grads ? 0.0f : 1.0f, store_->grad(weight_), in_);
     if (ctx.overwrite_grads) std::fill_n(store_->grad(bias_), out_, 0.0f);
     kernels::add_column_sums(grad_out.data(), store_->grad(bias_), batch, out_);
     if (grad_in)

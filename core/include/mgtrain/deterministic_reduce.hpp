@@ -9,6 +9,11 @@
 // commutative, so both partners compute the same sum; only the tree's shape matters, and it is
 // the balanced tree over the V shards whatever W is. Hence bitwise-identical gradients at any
 // power-of-two world size.
+// Linear weight gradients (dW = dy^T x) are not formed per shard: the reducer keeps each shard's
+// dy and x (WeightGradientSink) and at the end computes the rank's subtree for them tile by
+// tile, every leaf a GEMM over one shard's rows of a fixed tile shape, the tree summed in cache.
+// The leaves and the tree do not depend on W either, and the largest gradients are written once
+// instead of once per shard.
 #include <cstdint>
 #include <vector>
 
@@ -18,10 +23,14 @@
 
 namespace mgt {
 
-class DeterministicReducer {
+class DeterministicReducer final : public WeightGradientSink {
  public:
-  // Throws ConfigError unless the world size and shards_per_rank are powers of two.
+  // Throws ConfigError unless the world size and shards_per_rank are powers of two. Registers
+  // itself as the store's weight-gradient sink.
   void setup(Communicator& comm, ParameterStore& store, int64_t shards_per_rank);
+  // From a layer's backward (through the store): keeps this shard's factors of `weight`'s gradient.
+  void add_outer_product(ParamHandle weight, const float* dy, const float* x, int64_t rows,
+                         int64_t out, int64_t in) override;
   // After the backward of one of this rank's shards (in order): moves the store's gradient into
   // the tree and zeroes it for the next shard.
   void add_shard();
@@ -29,10 +38,27 @@ class DeterministicReducer {
   void finish();
 
  private:
+  // A weight whose gradient is kept as factors: each shard's dy [rows, out] and x [rows, in].
+  struct Deferred {
+    ParamHandle weight;
+    int64_t rows, out, in;
+    std::vector<float> dy, x;  // shards_per_rank_ blocks each
+  };
+
   void sum_group();
+  void add_ranges(float* dst, const float* src) const;
+  void compute_deferred(const Deferred& d, float* dst);
 
   Communicator* comm_ = nullptr;
   ParameterStore* store_ = nullptr;
+  int64_t shards_per_rank_ = 1;
+  int64_t shard_in_step_ = 0;           // shards of this step added so far
+  std::vector<Deferred> deferred_;
+  // The parts of the flat gradient summed as buffers: all but the deferred weights. Settled at
+  // the first shard's add_shard, when every deferring layer has called.
+  std::vector<std::pair<size_t, size_t>> merge_ranges_;  // [begin, end)
+  bool ranges_settled_ = false;
+  std::vector<float> tiles_;            // one tile per shard while a deferred weight is summed
   std::vector<Tensor> group_;      // the shards of the current group, summed when it is full
   size_t group_filled_ = 0;
   std::vector<Tensor> levels_;     // levels_[l]: a pending subtree of 2^l groups

@@ -27,6 +27,16 @@ struct ParamInfo {
 
 using ParamHandle = size_t;
 
+// Takes a weight gradient as its two factors, dW += dy^T x (dy [rows, out], x [rows, in], W
+// [out, in]), instead of the product. The deterministic reduction is one: it forms the sum over
+// its micro-shards tile by tile in cache, instead of one full gradient per micro-shard.
+class WeightGradientSink {
+ public:
+  virtual ~WeightGradientSink() = default;
+  virtual void add_outer_product(ParamHandle weight, const float* dy, const float* x, int64_t rows,
+                                 int64_t out, int64_t in) = 0;
+};
+
 class ParameterStore {
  public:
   // Declares a parameter before finalize(); returns its handle. Names must be unique.
@@ -59,6 +69,10 @@ class ParameterStore {
   void discard_grads() { grads_discarded_ = true; }
   bool grads_discarded() const { return grads_discarded_; }
   void mark_grads_written() { grads_discarded_ = false; }
+  // When set, layers whose weight gradient is dy^T x (Linear) hand its factors to the sink
+  // instead of adding the product to the gradient buffer. The sink must outlive every backward.
+  void set_weight_gradient_sink(WeightGradientSink* sink) { weight_gradient_sink_ = sink; }
+  WeightGradientSink* weight_gradient_sink() const { return weight_gradient_sink_; }
   // Exchanges the gradient buffer with `other` (same flat size): a sync strategy takes a finished
   // gradient out without copying it. Layers look their gradients up on every backward.
   void swap_grads(Tensor& other);
@@ -72,6 +86,7 @@ class ParameterStore {
   size_t flat_size_ = 0;
   bool finalized_ = false;
   bool grads_discarded_ = false;
+  WeightGradientSink* weight_gradient_sink_ = nullptr;
 };
 
 }  // namespace mgt

@@ -204,6 +204,8 @@ bool read_strings(hid_t a, std::vector<std::string>& values) {
     std::vector<char*> ptrs(static_cast<size_t>(n), nullptr);
     Id mt = type(H5Tcopy(H5T_C_S1));
     H5Tset_size(mt.get(), H5T_VARIABLE);
+    // HDF5 converts no strings between character sets: UTF-8 ones (h5py's) are read as UTF-8.
+    H5Tset_cset(mt.get(), H5Tget_cset(t.get()));
     if (H5Aread(a, mt.get(), ptrs.data()) < 0) return false;
     for (char* p : ptrs) values.emplace_back(p ? p : "");
     Id s = space(H5Aget_space(a));

@@ -16,6 +16,7 @@
 
 #include "datasets/convert.hpp"
 #include "datasets/hdf5_format.hpp"
+#include "datasets/hdf5_util.hpp"
 #include "datasets/sharded_reader.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/rng.hpp"
@@ -414,6 +415,23 @@ TEST(DataInfo, NumClassesFromLabelsWithoutAttribute) {
   EXPECT_EQ(info.num_classes, 7);
   EXPECT_FALSE(info.normalized_attrs);
   EXPECT_EQ(info.x_type, "float32");
+}
+
+TEST(DataInfo, ReadsUtf8StringAttributesAsH5pyWritesThem) {
+  TempDir dir;
+  write_h5(dir.file("a.h5"), indexed_spec(12));
+  {
+    std::lock_guard lock(hdf5_mutex());
+    h5::Id file = h5::file(H5Fopen(dir.file("a.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    ASSERT_TRUE(file);
+    h5::write_attr_utf8(file.get(), "source", "caf\xc3\xa9 scans");
+    std::vector<std::string> values;
+    ASSERT_TRUE(h5::read_attr_strings(file.get(), "source", values));
+    ASSERT_EQ(values.size(), 1u);
+    EXPECT_EQ(values[0], "caf\xc3\xa9 scans");
+  }
+  EXPECT_NE(inspect(dir.file("a.h5")).find("source = \"caf\xc3\xa9 scans\""), std::string::npos)
+      << inspect(dir.file("a.h5"));
 }
 
 // ---------------------------------------------------------------- reader

@@ -137,7 +137,10 @@ class Watchdog {
   }
   // A communicator of the watched one's ranks for the roll call at a deadline (MPI_COMM_NULL:
   // the message says only that some peer is stuck or gone).
-  void set_roll_call(MPI_Comm roll) { roll_ = roll; }
+  void set_roll_call(MPI_Comm roll) {
+    std::lock_guard lock(mutex_);
+    roll_ = roll;
+  }
 
   void arm(const char* op, size_t count, double timeout_s, int64_t step, int rank) {
     std::lock_guard lock(mutex_);

@@ -130,14 +130,23 @@ int run_bench(int argc, char** argv, const std::vector<std::string>& args) {
   desc.add_options()
       ("steps", po::value<int64_t>()->default_value(200), "timed steps")
       ("warmup", po::value<int64_t>()->default_value(20), "untimed steps first")
-      ("allreduce-iterations", po::value<int64_t>()->default_value(50), "all-reduce timing iterations");
+      ("allreduce-iterations", po::value<int64_t>()->default_value(50), "all-reduce timing iterations")
+      ("repeat", po::value<int64_t>()->default_value(1),
+       "alternate the one-rank and all-rank runs this many times and report medians (noisy machines)");
   return run_under_mpi(argc, argv, args, desc, [](Communicator& comm, TrainOptions& options,
                                                   const po::variables_map& vm) {
     const auto steps = vm["steps"].as<int64_t>(), warmup = vm["warmup"].as<int64_t>();
     const auto iterations = vm["allreduce-iterations"].as<int64_t>();
     if (steps <= 0 || warmup < 0 || iterations <= 0)
       throw ConfigError("bench: --steps and --allreduce-iterations must be positive, --warmup >= 0");
-    const BenchResult b = mgt::run_bench(comm, options, steps, warmup, iterations);
+    const auto repeats = vm["repeat"].as<int64_t>();
+    if (repeats <= 0) throw ConfigError("bench: --repeat must be positive");
+    const BenchResult b = mgt::run_bench(comm, options, steps, warmup, iterations, repeats);
+    std::string runs;
+    for (double s : b.scaling_runs) {
+      if (!runs.empty()) runs += ",";
+      runs += std::to_string(s);
+    }
     if (comm.rank() != 0) return;
     const auto& p = b.run.phases;
     if (vm["json"].as<bool>()) {
@@ -145,15 +154,17 @@ int run_bench(int argc, char** argv, const std::vector<std::string>& args) {
                   "\"scaling_efficiency\":%.4f,\"compute_ms\":%.4f,\"sync_ms\":%.4f,\"data_wait_ms\":%.4f,"
                   "\"optimizer_ms\":%.4f,\"gradient_bytes\":%zu,\"allreduce_ms\":%.4f,"
                   "\"mpi_allreduce_ms\":%.4f,\"allreduce_busbw_gbs\":%.4f,\"mpi_busbw_gbs\":%.4f,"
-                  "\"peak_rss_mb\":%.1f}\n",
+                  "\"peak_rss_mb\":%.1f,\"repeats\":%lld,\"scaling_efficiency_runs\":[%s]}\n",
                   comm.size(), static_cast<long long>(steps), b.run.samples_per_s, b.samples_per_s_np1,
                   b.scaling_efficiency, 1e3 * p.compute, 1e3 * p.sync, 1e3 * p.data_wait,
                   1e3 * p.optimizer, b.gradient_bytes, b.allreduce_ms, b.mpi_allreduce_ms,
-                  b.allreduce_busbw_gbs, b.mpi_busbw_gbs, b.run.peak_rss_mb);
+                  b.allreduce_busbw_gbs, b.mpi_busbw_gbs, b.run.peak_rss_mb, static_cast<long long>(repeats),
+                  runs.c_str());
     } else {
       std::printf("ranks %d, %lld timed steps\n", comm.size(), static_cast<long long>(steps));
-      std::printf("  samples/s            %.0f (one rank alone: %.0f; scaling efficiency %.1f%%)\n",
-                  b.run.samples_per_s, b.samples_per_s_np1, 100.0 * b.scaling_efficiency);
+      std::printf("  samples/s            %.0f (one rank alone: %.0f; scaling efficiency %.1f%%)%s\n",
+                  b.run.samples_per_s, b.samples_per_s_np1, 100.0 * b.scaling_efficiency,
+                  repeats > 1 ? (", medians of " + std::to_string(repeats) + " alternating runs: " + runs).c_str() : "");
       std::printf("  step time, ms        forward+backward %.3f, communication not hidden %.3f, "
                   "data wait %.3f, optimizer %.3f\n",
                   1e3 * p.compute, 1e3 * p.sync, 1e3 * p.data_wait, 1e3 * p.optimizer);

@@ -15,6 +15,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 double bus_bandwidth_gbs(size_t bytes, int ranks, double seconds) {
   if (seconds <= 0 || ranks < 2) return 0;
   return 2.0 * (ranks - 1) / ranks * static_cast<double>(bytes) / seconds / 1e9;
@@ -23,7 +29,7 @@ double bus_bandwidth_gbs(size_t bytes, int ranks, double seconds) {
 }  // namespace
 
 BenchResult run_bench(Communicator& world, const TrainOptions& base, int64_t steps, int64_t warmup,
-                      int64_t allreduce_iterations) {
+                      int64_t allreduce_iterations, int64_t repeats) {
   TrainOptions options = base;
   options.quiet = true;
   options.write_checkpoints = false;
@@ -34,21 +40,28 @@ BenchResult run_bench(Communicator& world, const TrainOptions& base, int64_t ste
   std::ostream silent(nullptr);
   BenchResult result;
 
-  // 1. The single-rank reference: rank 0 alone, same config and global batch.
-  if (world.size() > 1) {
-    if (world.rank() == 0) {
-      auto self = make_mpi_self_communicator();
-      result.samples_per_s_np1 = train(*self, options, silent).samples_per_s;
+  std::vector<double> np1_runs, all_runs;
+  for (int64_t repeat = 0; repeat < std::max<int64_t>(repeats, 1); ++repeat) {
+    // 1. The single-rank reference: rank 0 alone, same config and global batch.
+    double np1 = 0;
+    if (world.size() > 1) {
+      if (world.rank() == 0) {
+        auto self = make_mpi_self_communicator();
+        np1 = train(*self, options, silent).samples_per_s;
+      }
+      sleeping_barrier();
+      world.broadcast(&np1, sizeof(double), 0);
     }
-    sleeping_barrier();
-    world.broadcast(&result.samples_per_s_np1, sizeof(double), 0);
+    // 2. All ranks.
+    result.run = train(world, options, silent);
+    if (world.size() == 1) np1 = result.run.samples_per_s;
+    np1_runs.push_back(np1);
+    all_runs.push_back(result.run.samples_per_s);
+    result.scaling_runs.push_back(result.run.samples_per_s / (world.size() * std::max(np1, 1e-9)));
   }
-
-  // 2. All ranks.
-  result.run = train(world, options, silent);
-  if (world.size() == 1) result.samples_per_s_np1 = result.run.samples_per_s;
-  result.scaling_efficiency =
-      result.run.samples_per_s / (world.size() * std::max(result.samples_per_s_np1, 1e-9));
+  result.run.samples_per_s = median(all_runs);
+  result.samples_per_s_np1 = median(np1_runs);
+  result.scaling_efficiency = median(result.scaling_runs);
 
   // 3. All-reduce of the gradient buffer through the sync strategy, against raw MPI_Allreduce.
   Config config = options.config;

@@ -14,3 +14,11 @@ for sync in "" "--sync.deterministic=true" "--sync.name=grad_accum --sync.accum_
     awk -v v="$value" 'BEGIN { exit !(v > 0) }' || fail "bench $sync: $field is '$value'"
   done
 done
+# --repeat: alternating runs, medians, and each repeat's scaling efficiency.
+run_np 2 300 bench --config run.ini --steps 10 --warmup 2 --allreduce-iterations 2 --repeat 3 --json >repeat.log 2>&1 ||
+  { cat repeat.log; fail "bench --repeat 3"; }
+line=$(grep '^{' repeat.log | tail -n 1)
+echo "--repeat 3: $line"
+[ "$(echo "$line" | json_field repeats)" = 3 ] || fail "repeats is not 3"
+runs=$(echo "$line" | sed -n 's/.*"scaling_efficiency_runs":\[\([^]]*\)\].*/\1/p')
+[ "$(echo "$runs" | tr ',' '\n' | grep -c .)" = 3 ] || fail "expected 3 scaling figures, got '$runs'"

@@ -1,6 +1,7 @@
 #include "mgtrain/config.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -184,6 +185,22 @@ void Config::validate(const std::vector<ConfigKey>& known_keys) {
       if (name.rfind(section + ".", 0) == 0) known += (known.empty() ? "" : ", ") + name;
     throw ConfigError("unknown config key '" + key + "' (" + value.source + "); known keys in [" +
                       section + "]: " + (known.empty() ? "none" : known));
+  }
+  // Every checkpoint stores the config as INI, which `mgtrain eval` reads back: a value the INI
+  // reader would cut short (a line break, a comment marker after a blank, outer blanks) is refused
+  // here rather than changed silently there. Only command-line overrides can hold one.
+  for (const auto& [key, value] : values_) {
+    const std::string& v = value.value;
+    std::string why;
+    if (v.find_first_of("\n\r") != std::string::npos) why = "a line break";
+    for (const char* marker : {" #", " ;", "\t#", "\t;"})
+      if (why.empty() && v.find(marker) != std::string::npos) why = std::string("'") + marker + "', which INI reads as a comment";
+    if (why.empty() && !v.empty() && (std::isspace(static_cast<unsigned char>(v.front())) ||
+                                      std::isspace(static_cast<unsigned char>(v.back()))))
+      why = "blanks at either end";
+    if (!why.empty())
+      throw ConfigError("config key '" + key + "' (" + value.source + "): the value holds " + why +
+                        ", which the INI config stored in checkpoints cannot keep");
   }
   for (const auto& k : known_keys) {
     if (!has(k.key)) {

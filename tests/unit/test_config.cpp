@@ -46,6 +46,19 @@ TEST(Config, ToIniRoundTrips) {
   EXPECT_EQ(back.to_ini(), c.to_ini());
 }
 
+TEST(Config, RefusesOverridesThatTheStoredIniCannotKeep) {
+  for (const char* bad : {"mlp # x", "mlp\nname = cnn", " mlp", "mlp\t;y"}) {
+    Config c = Config::from_string("[optimizer]\nlr = 0.5\n", "a.ini");
+    c.set("model.name", bad, "command line");
+    const auto msg = error_of(c);
+    EXPECT_NE(msg.find("config key 'model.name' (command line): the value holds"), std::string::npos) << msg;
+  }
+  Config fine = Config::from_string("[optimizer]\nlr = 0.5\n", "a.ini");
+  fine.set("model.name", "my#model;v2", "command line");  // markers without a blank before them
+  fine.validate(kKeys);
+  EXPECT_EQ(Config::from_string(fine.to_ini(), "stored").get_string("model.name"), "my#model;v2");
+}
+
 TEST(Config, UnknownKeyNamesKeySourceAndKnownKeys) {
   const auto msg = error_of(Config::from_string("[model]\nname = mlp\nhiden = 3\n", "run.ini"));
   EXPECT_NE(msg.find("unknown config key 'model.hiden'"), std::string::npos) << msg;

@@ -89,10 +89,4 @@ void ParameterStore::swap_grads(Tensor& other) {
   std::swap(grads_flat_, other);
 }
 
-uint64_t ParameterStore::layout_hash() const {
-  std::string text;
-  for (const auto& p : params_) text += p.name + shape_string(p.shape) + ";";
-  return rng::purpose_hash(text);
-}
-
 }  // namespace mgt

@@ -76,8 +76,6 @@ class ParameterStore {
   // Exchanges the gradient buffer with `other` (same flat size): a sync strategy takes a finished
   // gradient out without copying it. Layers look their gradients up on every backward.
   void swap_grads(Tensor& other);
-  // Layout fingerprint (names, shapes, order) for cross-rank agreement.
-  uint64_t layout_hash() const;
 
  private:
   std::vector<ParamInfo> params_;

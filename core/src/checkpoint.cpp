@@ -436,17 +436,33 @@ void prune(const std::string& dir, const std::string& just_written, int64_t keep
   }
 }
 
-// What `latest` names now, for messages: "latest still names step-20.h5".
-std::string latest_state(const std::string& dir) {
-  std::FILE* f = std::fopen((fs::path(dir) / "latest").c_str(), "r");
-  if (f == nullptr) return "there is no earlier checkpoint in " + quote(dir);
-  char buf[256];
-  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+// The name <dir>/latest holds, trailing line break and blanks removed; nullopt when there is no
+// such file. Throws IoError when it exists but cannot be read.
+std::optional<std::string> read_latest_name(const std::string& dir) {
+  const std::string latest = (fs::path(dir) / "latest").string();
+  std::error_code ec;
+  if (!fs::exists(latest, ec)) return std::nullopt;
+  std::FILE* f = std::fopen(latest.c_str(), "r");
+  if (f == nullptr) throw IoError("cannot read " + quote(latest) + ": " + errno_text(errno));
+  char buf[4096];
+  const size_t n = std::fread(buf, 1, sizeof buf, f);
   std::fclose(f);
   std::string name(buf, n);
-  while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' '))
+    name.pop_back();
+  return name;
+}
+
+// What `latest` names now, for messages: "latest still names step-20.h5".
+std::string latest_state(const std::string& dir) {
+  std::optional<std::string> name;
+  try {
+    name = read_latest_name(dir);
+  } catch (const IoError&) {  // the message being built is about another failure
+  }
+  if (!name) return "there is no earlier checkpoint in " + quote(dir);
   return "the previous checkpoint is intact: " + quote((fs::path(dir) / "latest").string()) +
-         " still names " + name;
+         " still names " + *name;
 }
 
 }  // namespace
@@ -598,17 +614,11 @@ std::string resolve_resume(const std::string& dir, const std::string& spec) {
   std::error_code ec;
   if (spec == "latest") {
     const std::string latest = (fs::path(dir) / "latest").string();
-    if (!fs::exists(latest, ec))
+    const std::optional<std::string> stored = read_latest_name(dir);
+    if (!stored)
       throw IoError("--resume latest: no checkpoint in " + quote(dir) + " (no " + latest +
                     " file)");
-    std::FILE* f = std::fopen(latest.c_str(), "r");
-    if (f == nullptr) throw IoError("cannot read " + quote(latest) + ": " + errno_text(errno));
-    char buf[4096];
-    const size_t n = std::fread(buf, 1, sizeof buf, f);
-    std::fclose(f);
-    std::string name(buf, n);
-    while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' '))
-      name.pop_back();
+    const std::string& name = *stored;
     if (name.empty() || name.find('/') != std::string::npos)
       throw IoError("--resume latest: " + quote(latest) +
                     " does not name a checkpoint file (expected 'step-<N>.h5', found " +

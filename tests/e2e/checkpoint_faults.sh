@@ -10,13 +10,6 @@ source "$(dirname "$0")/lib.sh"
 case=$1
 write_config run.ini "[train]" "log_every = 10" "progress = lines" "[checkpoint]" "every_steps = 10" "keep = 0"
 
-one_error_line() {  # one_error_line LOG: exactly one "mgtrain: error:" line, printed
-  local n
-  n=$(grep -c "mgtrain: error:" "$1" || true)
-  [ "$n" = 1 ] || { cat "$1"; fail "expected one error line, found $n"; }
-  grep "mgtrain: error:" "$1"
-}
-
 case $case in
 enospc)
   [ "$(id -u)" -eq 0 ] || { echo "SKIP: mounting a small tmpfs needs root"; exit 77; }

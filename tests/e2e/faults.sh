@@ -39,13 +39,7 @@ case $action in
 esac
 grep -q "$pattern" fault.log || fail "no line names rank $rank (expected /$pattern/)"
 
-# Nothing left running: every rank of the job is gone once mpirun has returned (a few seconds of
-# grace for the kernel to reap them).
-for _ in 1 2 3 4 5; do
-  pgrep -f "mgtrain train --config run.ini" >/dev/null || break
-  sleep 1
-done
-if pgrep -af "mgtrain train --config run.ini"; then fail "mgtrain processes are left running"; fi
+no_ranks_left
 
 # Rank 0 writes: a fault there leaves step 20 as the last checkpoint. Another rank failing while
 # rank 0 writes step 30 may or may not let that write finish; either is whole (resuming verifies

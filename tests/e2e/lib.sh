@@ -49,6 +49,25 @@ INI
   for line in "$@"; do echo "$line" >>"$path"; done
 }
 
+# Exactly one "mgtrain: error:" line in LOG, which is printed (the log is shown otherwise).
+one_error_line() {  # one_error_line LOG
+  local n
+  n=$(grep -c "mgtrain: error:" "$1" || true)
+  [ "$n" = 1 ] || { cat "$1"; fail "expected one error line, found $n"; }
+  grep "mgtrain: error:" "$1"
+}
+
+# No rank of a training job on run.ini is left once mpirun has returned (a few seconds of grace
+# for the kernel to reap them).
+no_ranks_left() {
+  for _ in 1 2 3 4 5; do
+    pgrep -f "mgtrain train --config run.ini" >/dev/null || return 0
+    sleep 1
+  done
+  pgrep -af "mgtrain train --config run.ini"
+  fail "mgtrain processes are left running"
+}
+
 json_field() {  # json_field FIELD < line
   sed -n "s/.*\"$1\":\"\{0,1\}\([^\",}]*\).*/\1/p"
 }

@@ -73,8 +73,7 @@ case $1 in
     else
       grep -q "mgtrain: error: \[rank [01]\] .*waiting for rank 2" out.log || fail "the stopped server is not named"
     fi
-    sleep 1
-    if pgrep -af "mgtrain train --config run.ini"; then fail "mgtrain processes are left running"; fi
+    no_ranks_left
     ;;
   *) fail "unknown case $1" ;;
 esac

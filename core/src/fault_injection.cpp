@@ -94,4 +94,19 @@ void configure(int rank) {
   detail::armed = fault_rank == rank;
 }
 
+int slowdown_ms(int rank) {
+  const char* spec = std::getenv("MGTRAIN_TEST_SLOW_RANK");
+  int slow_rank = -1, ms = 0;
+  if (spec && std::sscanf(spec, "%d:%d", &slow_rank, &ms) == 2 && slow_rank == rank) return ms;
+  return 0;
+}
+
+int64_t nan_step(int rank) {
+  const char* spec = std::getenv("MGTRAIN_TEST_NAN_AT");
+  int nan_rank = -1;
+  long long step = 0;
+  if (spec && std::sscanf(spec, "%d:%lld", &nan_rank, &step) == 2 && nan_rank == rank) return step;
+  return 0;
+}
+
 }  // namespace mgt::fault

@@ -1,7 +1,8 @@
 #pragma once
-// Test-only fault injection. MGTRAIN_FAULT="RANK:STEP:PHASE:ACTION" makes rank RANK, at global
-// step STEP (1-based), in PHASE, do ACTION, so that tests can show every kind of failure ends the
-// job cleanly, names the rank, and loses no checkpoint.
+// Test-only fault injection: failures, a slow rank and NaN gradients on demand.
+// MGTRAIN_FAULT="RANK:STEP:PHASE:ACTION" makes rank RANK, at global step STEP (1-based), in
+// PHASE, do ACTION, so that tests can show every kind of failure ends the job cleanly, names the
+// rank, and loses no checkpoint.
 //   PHASE:  forward, backward, allreduce, optimizer, checkpoint-before-data,
 //           checkpoint-after-data, checkpoint-before-rename
 //   ACTION: kill (SIGKILL itself), exit (exit code 1, no message), throw (an exception the
@@ -23,6 +24,13 @@ enum class Phase {
 
 // Reads MGTRAIN_FAULT for this rank; throws ConfigError naming the variable when it is malformed.
 void configure(int rank);
+
+// MGTRAIN_TEST_SLOW_RANK="R:MS": rank R sleeps MS milliseconds every step, to measure how a
+// strategy copes with one slow rank. Returns this rank's MS, 0 when it is not the slow one.
+int slowdown_ms(int rank);
+// MGTRAIN_TEST_NAN_AT="R:S": rank R's loss gradient is NaN at step S (1-based), to exercise
+// train.nonfinite. Returns this rank's S, 0 for none.
+int64_t nan_step(int rank);
 
 namespace detail {
 extern bool armed;

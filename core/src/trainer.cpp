@@ -52,18 +52,6 @@ struct AgreementItem {
   char separator;
 };
 
-// Test-only: MGTRAIN_TEST_SLOW_RANK="R:MS" makes rank R sleep MS milliseconds every step, to
-// measure how a strategy copes with one slow rank.
-// Test-only: MGTRAIN_TEST_NAN_AT="R:S" makes rank R's loss gradient NaN at step S (1-based), to
-// exercise train.nonfinite.
-int64_t test_nan_step(int rank) {
-  const char* spec = std::getenv("MGTRAIN_TEST_NAN_AT");
-  int nan_rank = -1;
-  long long nan_step = 0;
-  if (spec && std::sscanf(spec, "%d:%lld", &nan_rank, &nan_step) == 2 && nan_rank == rank) return nan_step;
-  return 0;
-}
-
 // True when no element is NaN or Inf (exponent bits all ones). Integer operations, so the loop
 // vectorizes without fast-math: one pass over the gradient, no dependency chain.
 bool all_finite(const float* data, size_t n) {
@@ -90,13 +78,6 @@ int64_t open_file_descriptors() {
   int64_t n = 0;
   for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) ++n;
   return n;
-}
-
-int test_slowdown_ms(int rank) {
-  const char* spec = std::getenv("MGTRAIN_TEST_SLOW_RANK");
-  int slow_rank = -1, ms = 0;
-  if (spec && std::sscanf(spec, "%d:%d", &slow_rank, &ms) == 2 && slow_rank == rank) return ms;
-  return 0;
 }
 
 // %j in a path becomes the Slurm job id, as in sbatch's --output, or "local" outside Slurm. All
@@ -395,7 +376,7 @@ class Trainer {
     total_steps_ = max_steps > 0 ? std::min(max_steps, epochs_ * per_epoch_) : epochs_ * per_epoch_;
     log_every_ = config_.get_int("train.log_every");
     skip_nonfinite_ = config_.get_string("train.nonfinite") == "skip";
-    nan_step_ = test_nan_step(comm_.rank());
+    nan_step_ = fault::nan_step(comm_.rank());
     // Training ranks among themselves: per-step figures and checkpoint barriers stay off the
     // serving ranks, which are busy serving.
     train_comm_ = comm_.split(sync_->trains() ? 0 : 1, comm_.rank());
@@ -453,7 +434,7 @@ class Trainer {
     // over a slow one's share, up to every step of the run.
     const int64_t step_limit =
         sync_->lockstep() ? total_steps_ : start_step + (total_steps_ - start_step) * train_comm_->size();
-    const int slow_ms = test_slowdown_ms(comm_.rank());
+    const int slow_ms = fault::slowdown_ms(comm_.rank());
     while (step < step_limit && !sync_->finished()) {
       const auto step_start = Clock::now();
       if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));

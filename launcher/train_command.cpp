@@ -2,10 +2,12 @@
 // turn any error into one line and an exit code that ends every rank.
 #include <boost/program_options.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <new>
 #include <iostream>
+#include <thread>
 
 #include "bench.hpp"
 #include "commands.hpp"
@@ -82,6 +84,57 @@ int run_under_mpi(int argc, char** argv, const std::vector<std::string>& args,
   }
 }
 
+// Rank 0's last line: the run's figures, as JSON or as a sentence.
+void print_result(const TrainResult& r, int world_size, bool json) {
+  std::string lost;
+  for (int rank : r.lost_ranks) {
+    if (!lost.empty()) lost += ',';
+    lost += std::to_string(rank);
+  }
+  if (json) {
+    std::printf("{\"steps\":%lld,\"steps_run\":%lld,\"samples\":%lld,\"train_seconds\":%.6f,"
+                "\"samples_per_s\":%.3f,\"final_loss\":%.9g,\"checkpoint\":\"%s\",\"world_size\":%d,"
+                "\"peak_rss_mb\":%.1f,\"compute_ms\":%.4f,\"sync_ms\":%.4f,"
+                "\"data_wait_ms\":%.4f,\"optimizer_ms\":%.4f,\"test_accuracy\":%.6f,\"skipped_steps\":%lld,"
+                "\"lost_ranks\":[%s]}\n",
+                static_cast<long long>(r.steps), static_cast<long long>(r.steps_run),
+                static_cast<long long>(r.samples), r.train_seconds, r.samples_per_s, r.final_loss,
+                r.checkpoint.c_str(), world_size, r.peak_rss_mb, 1e3 * r.phases.compute,
+                1e3 * r.phases.sync, 1e3 * r.phases.data_wait, 1e3 * r.phases.optimizer, r.test_accuracy,
+                static_cast<long long>(r.skipped_steps), lost.c_str());
+  } else {
+    std::printf("done: %lld steps, %.0f samples/s, final loss %.4f, checkpoint %s\n",
+                static_cast<long long>(r.steps), r.samples_per_s, r.final_loss, r.checkpoint.c_str());
+  }
+  std::fflush(stdout);
+}
+
+// The run went on without some ranks (sync.on_lost_worker = continue); rank 0 has written the
+// final checkpoint and its figures. MPI_Finalize would wait for the lost ranks, which may be alive
+// but stuck, so rank 0 ends the job with MPI_Abort and status 0. The other survivors wait for that
+// rather than exit: a process leaving without MPI_Finalize makes mpirun end the job at once,
+// possibly before rank 0 is done.
+[[noreturn]] void end_job_without(Communicator& comm, const std::vector<int>& lost) {
+  std::fflush(nullptr);
+  if (comm.rank() == 0) {
+    std::string ranks;
+    for (int rank : lost) {
+      if (!ranks.empty()) ranks += ", ";
+      ranks += std::to_string(rank);
+    }
+    std::fprintf(stderr, "mgtrain: the run is complete without rank(s) %s; ending the job with MPI_Abort "
+                 "and status 0, since MPI_Finalize would wait for them\n", ranks.c_str());
+    std::fflush(stderr);
+    comm.abort(0);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(comm.timeout_seconds());
+  while (std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::fprintf(stderr, "mgtrain: error: [rank %d] rank 0 did not end the job within %.0f s after the run "
+               "(comm.timeout_s)\n", comm.rank(), comm.timeout_seconds());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
 }  // namespace
 
 int run_train(int argc, char** argv, const std::vector<std::string>& args) {
@@ -98,22 +151,8 @@ int run_train(int argc, char** argv, const std::vector<std::string>& args) {
     install_stop_handlers();
     const TrainResult r = train(comm, std::move(options), std::cout);
     if (r.stopped) stopped_by_signal = true;
-    if (comm.rank() != 0) return;
-    if (vm["json"].as<bool>()) {
-      std::printf("{\"steps\":%lld,\"steps_run\":%lld,\"samples\":%lld,\"train_seconds\":%.6f,"
-                  "\"samples_per_s\":%.3f,\"final_loss\":%.9g,\"checkpoint\":\"%s\",\"world_size\":%d,"
-                  "\"peak_rss_mb\":%.1f,\"compute_ms\":%.4f,\"sync_ms\":%.4f,"
-                  "\"data_wait_ms\":%.4f,\"optimizer_ms\":%.4f,\"test_accuracy\":%.6f,\"skipped_steps\":%lld}\n",
-                  static_cast<long long>(r.steps), static_cast<long long>(r.steps_run),
-                  static_cast<long long>(r.samples), r.train_seconds, r.samples_per_s, r.final_loss,
-                  r.checkpoint.c_str(), comm.size(), r.peak_rss_mb, 1e3 * r.phases.compute,
-                  1e3 * r.phases.sync, 1e3 * r.phases.data_wait, 1e3 * r.phases.optimizer, r.test_accuracy,
-                  static_cast<long long>(r.skipped_steps));
-    } else {
-      std::printf("done: %lld steps, %.0f samples/s, final loss %.4f, checkpoint %s\n",
-                  static_cast<long long>(r.steps), r.samples_per_s, r.final_loss, r.checkpoint.c_str());
-    }
-    std::fflush(stdout);
+    if (comm.rank() == 0) print_result(r, comm.size(), vm["json"].as<bool>());
+    if (!r.lost_ranks.empty()) end_job_without(comm, r.lost_ranks);
   });
   // Stopped by scancel or a time limit: the final checkpoint is written, but the run is not
   // done, which the exit status tells the scheduler (128 + SIGTERM, as if killed by it).

@@ -208,6 +208,16 @@ std::unique_ptr<Model> build_model(PluginRegistry& registry, Config& config, Par
 
 namespace {
 
+// "1, 3"
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::string out;
+  for (int rank : ranks) {
+    if (!out.empty()) out += ", ";
+    out += std::to_string(rank);
+  }
+  return out;
+}
+
 // One rank's run: start-up agreed by all ranks, then either serving (a parameter server's
 // shard) or the training loop, then the final checkpoint and figures.
 class Trainer {
@@ -401,7 +411,8 @@ class Trainer {
     context.log_every = log_every_;
     sync_->serve(*optimizer_, context);
     sync_->gather_state(*optimizer_);
-    comm_.barrier();  // the final checkpoint is written
+    result_.lost_ranks = sync_->lost_ranks();
+    if (result_.lost_ranks.empty()) comm_.barrier();  // the final checkpoint is written
     return result_;
   }
 
@@ -622,6 +633,11 @@ class Trainer {
     const double run_seconds = seconds_since(run_start_);
     if (!sync_->lockstep()) meta_.step = total_steps_;  // the run's length, whoever took the steps
     sync_->gather_state(*optimizer_);
+    result_.lost_ranks = sync_->lost_ranks();
+    const bool all_ranks_here = result_.lost_ranks.empty();
+    if (leader_ && !all_ranks_here)
+      log_ << "warning: the run went on without rank(s) " << join_ranks(result_.lost_ranks)
+           << " (sync.on_lost_worker = continue); figures below are rank 0's own\n" << std::flush;
     if (leader_ && options_.write_checkpoints && step > start_step)
       result_.checkpoint = write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(),
                                             config_.get_int("checkpoint.keep"));
@@ -637,7 +653,7 @@ class Trainer {
                     test.loss, static_cast<long long>(test.samples), test_path.c_str());
       log_ << line << std::flush;
     }
-    comm_.barrier();
+    if (all_ranks_here) comm_.barrier();
     result_.train_seconds = run_seconds;
     result_.steps = step;
     result_.steps_run = step - start_step;
@@ -645,17 +661,18 @@ class Trainer {
     // Samples over all training ranks: asynchronous strategies take different numbers of steps.
     double totals[5] = {phases_.data_wait, phases_.compute, phases_.sync, phases_.optimizer,
                         static_cast<double>(timed_steps * reader_->local_batch())};
-    train_comm_->allreduce_sum(totals, 5);
+    if (all_ranks_here) train_comm_->allreduce_sum(totals, 5);
     result_.samples = static_cast<int64_t>(totals[4]);
     result_.samples_per_s = static_cast<double>(result_.samples) / std::max(result_.train_seconds, 1e-9);
     // Mean seconds per step of each phase, averaged over ranks.
-    const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(timed_steps, 1) * train_comm_->size());
+    const int ranks_summed = all_ranks_here ? train_comm_->size() : 1;
+    const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(timed_steps, 1) * ranks_summed);
     result_.phases = {totals[0] * per_step, totals[1] * per_step, totals[2] * per_step, totals[3] * per_step};
     // Peak resident memory of the largest rank (ru_maxrss is in KiB on Linux).
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
     int64_t peak_kib = usage.ru_maxrss;
-    train_comm_->allreduce_max(&peak_kib, 1);
+    if (all_ranks_here) train_comm_->allreduce_max(&peak_kib, 1);
     result_.peak_rss_mb = static_cast<double>(peak_kib) / 1024.0;
     return result_;
   }

@@ -57,14 +57,23 @@ one_error_line() {  # one_error_line LOG
   grep "mgtrain: error:" "$1"
 }
 
-# No rank of a training job on run.ini is left once mpirun has returned (a few seconds of grace
-# for the kernel to reap them).
+# No process of this test's training job (mpirun or a rank: started in $WORK) is left once mpirun
+# has returned (a few seconds of grace for the kernel to reap them). Tests run in parallel under
+# ctest -j must not see each other's jobs, hence the working directory.
+job_processes() {
+  local here p
+  here=$(cd "$WORK" && pwd -P)
+  for p in $(pgrep -f "mgtrain train --config"); do
+    [ "$(readlink "/proc/$p/cwd" 2>/dev/null)" = "$here" ] && echo "$p"
+  done
+  return 0
+}
 no_ranks_left() {
   for _ in 1 2 3 4 5; do
-    pgrep -f "mgtrain train --config run.ini" >/dev/null || return 0
+    [ -n "$(job_processes)" ] || return 0
     sleep 1
   done
-  pgrep -af "mgtrain train --config run.ini"
+  ps -o pid,stat,args -p "$(job_processes | paste -sd,)"
   fail "mgtrain processes are left running"
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The asynchronous parameter server (np=3: two workers, one server).
 # Usage: param_server.sh accuracy|slow_worker|lockstep|lost_worker|killed_worker|killed_server|stopped_server
+#                        |continue_stopped|continue_rank0
 source "$(dirname "$0")/lib.sh"
 write_config run.ini
 ps=(--sync.name=param_server --checkpoint.every_steps=0)
@@ -56,7 +57,7 @@ case $1 in
     job=$!
     for _ in $(seq 100); do grep -q "^epoch 1/20 step [1-9]" out.log && break; sleep 0.2; done
     pid=""
-    for p in $(pgrep -f "mgtrain train --config run.ini"); do
+    for p in $(pgrep -f -- "--checkpoint.dir=$WORK/ckpt"); do
       tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$victim" && pid=$p
     done
     [ -n "$pid" ] || { cat out.log; fail "no running rank $victim to signal"; }
@@ -73,6 +74,48 @@ case $1 in
     else
       grep -q "mgtrain: error: \[rank [01]\] .*waiting for rank 2" out.log || fail "the stopped server is not named"
     fi
+    no_ranks_left
+    ;;
+  continue_stopped | continue_rank0)
+    # sync.on_lost_worker = continue at np=4 (three workers, one server). A worker is stopped from
+    # outside (SIGSTOP: alive but silent); the others finish the run, rank 0 writes the final
+    # checkpoint and ends the job with status 0. Losing rank 0, which writes it, ends the job.
+    victim=1
+    [ "$1" = continue_rank0 ] && victim=0
+    run_np 4 240 train --config run.ini --train.epochs=2 --train.global_batch=96 --train.log_every=10 \
+      --checkpoint.dir="$WORK/ckpt" "${ps[@]}" --sync.on_lost_worker=continue --comm.timeout_s=3 --json >out.log 2>&1 &
+    job=$!
+    for _ in $(seq 100); do grep -q "^epoch 1/2 step [1-9]" out.log && break; sleep 0.2; done
+    pid=""
+    for p in $(pgrep -f -- "--checkpoint.dir=$WORK/ckpt"); do
+      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$victim" && pid=$p
+    done
+    [ -n "$pid" ] || { cat out.log; fail "no running rank $victim to stop"; }
+    kill -STOP "$pid"
+    rc=0
+    wait $job || rc=$?
+    echo "SIGSTOP to rank $victim: exit $rc"; grep 'mgtrain: \|^warning' out.log || true
+    if [ "$1" = continue_rank0 ]; then
+      [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] || { cat out.log; fail "exit $rc: expected a clean failure"; }
+      grep -q "worker rank 0 sent nothing .*rank 0 writes the final checkpoint" out.log || { cat out.log; fail "message"; }
+      no_ranks_left
+      exit 0
+    fi
+    [ $rc -eq 0 ] || { cat out.log; fail "exit $rc: expected the others to finish the run"; }
+    grep -q "mgtrain: warning: \[rank 3\] parameter server rank 3: worker rank 1 sent nothing for 3 s .*going on with the other 2 worker(s) (sync.on_lost_worker = continue)" out.log \
+      || { cat out.log; fail "the server did not name the lost worker"; }
+    grep -q "^warning: the run went on without rank(s) 1 " out.log || { cat out.log; fail "rank 0 did not say the run went on without rank 1"; }
+    grep -q "^mgtrain: the run is complete without rank(s) 1; ending the job" out.log || { cat out.log; fail "no closing line"; }
+    result=$(grep '^{' out.log | tail -n 1)
+    echo "$result" | grep -q '"lost_ranks":\[1\]' || fail "result: $result"
+    # The servers applied the whole run: 2 epochs x 625 steps x 3 workers' shares (a push already
+    # on its way when the count is reached is applied too).
+    updates=$(tail -n 1 ckpt/metrics.rank3.jsonl | sed -n 's/.*"updates":\([0-9]*\).*/\1/p')
+    [ "${updates:-0}" -ge $((2 * 625 * 3)) ] || fail "the server applied ${updates:-no} updates, expected $((2 * 625 * 3))"
+    checkpoint=$(echo "$result" | json_field checkpoint)
+    accuracy=$("$MGTRAIN" eval --checkpoint "$checkpoint" --data "$DATA_DIR/test.h5" --json | json_field accuracy)
+    echo "final checkpoint $checkpoint: test accuracy $accuracy"
+    awk -v a="$accuracy" 'BEGIN { exit !(a >= 0.8) }' || fail "the final checkpoint does not hold a trained model ($accuracy)"
     no_ranks_left
     ;;
   *) fail "unknown case $1" ;;

@@ -15,7 +15,8 @@
 
 // 2: StepContext::overwrite_grads (backward writes discarded gradients) and
 //    ParameterStore::discard_grads.
-#define MGTRAIN_PLUGIN_ABI_VERSION 2u
+// 3: SyncStrategy::lost_ranks (a run that went on without some ranks).
+#define MGTRAIN_PLUGIN_ABI_VERSION 3u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
 #define MGT_STRINGIFY_IMPL(x) #x

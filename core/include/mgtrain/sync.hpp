@@ -53,6 +53,10 @@ class SyncStrategy {
   // On every rank after training: brings the authoritative parameters and optimizer state to
   // rank 0's store and optimizer, for the final checkpoint. Replicated strategies do nothing.
   virtual void gather_state(Optimizer& optimizer) { (void)optimizer; }
+  // After gather_state: ranks the run went on without (a parameter server configured to continue
+  // when a worker is lost). Non-empty means no collective over all ranks may follow: the trainer
+  // skips them and the process leaves without MPI_Finalize.
+  virtual std::vector<int> lost_ranks() const { return {}; }
 };
 
 }  // namespace mgt

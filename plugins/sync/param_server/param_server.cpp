@@ -5,11 +5,13 @@
 // slowest active worker, so 0 runs in lock step and a large value is fully asynchronous. Every
 // push is applied as it arrives; the run ends when the servers have applied workers x steps
 // pushes, so fast workers take over the share of a slow one. A worker that sends nothing within
-// comm.timeout_s ends the job with a message naming it.
+// comm.timeout_s ends the job with a message naming it, or, with sync.on_lost_worker = continue,
+// is left behind: the others finish the run and rank 0 writes the final checkpoint.
 #include <time.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -22,24 +24,31 @@ const mgt::ConfigKey kKeys[] = {
     {"sync.servers", mgt::KeyType::positive_integer, "1", "ranks that serve parameters (the last ones)"},
     {"sync.staleness", mgt::KeyType::non_negative_integer, "4",
      "steps a worker may run ahead of the slowest (0: lock step)"},
+    {"sync.on_lost_worker", mgt::KeyType::choice, "end",
+     "a worker silent for comm.timeout_s (hung, stopped): end the job, or finish the run with the "
+     "others (a worker that dies still ends the job under mpirun)",
+     "end|continue"},
 };
 
-constexpr int kPushTag = 7101, kReplyTag = 7102, kFinalTag = 7103;
+constexpr int kPushTag = 7101, kReplyTag = 7102, kFinalTag = 7103, kFarewellTag = 7104;
 
 // Each message starts with four 64-bit words.
 struct Header {
   int64_t a = 0, b = 0, c = 0, d = 0;
 };
-// push:  a = worker's step, b = parameter version it computed on, c = 1 when leaving (no payload)
-// reply: a = parameter version, b = 1 when the run's pushes are all in
-// final: a = updates applied, b = optimizer steps
+// push:     a = worker's step, b = parameter version it computed on, c = 1 when leaving (no
+//           payload)
+// reply:    a = parameter version, b = 1 when the run's pushes are all in
+// final:    a = updates applied, b = optimizer steps
+// farewell: a = workers lost; payload one byte per worker, 1 when lost
 
 using Clock = std::chrono::steady_clock;
 
 class ParamServer final : public mgt::SyncStrategy {
  public:
   explicit ParamServer(const mgt::ConfigSection& config)
-      : servers_(static_cast<int>(config.get_int("servers"))), staleness_(config.get_int("staleness")) {
+      : servers_(static_cast<int>(config.get_int("servers"))), staleness_(config.get_int("staleness")),
+        continue_without_lost_(config.get_string("on_lost_worker") == "continue") {
     if (config.root().get_int("checkpoint.every_steps") != 0)
       throw mgt::ConfigError(
           "config key 'checkpoint.every_steps': expected 0 with sync.name = param_server (the "
@@ -72,6 +81,7 @@ class ParamServer final : public mgt::SyncStrategy {
   int train_world(const mgt::Communicator&) const override { return workers_; }
   size_t serve_size() const override { return shard_size(server_index()); }
   bool finished() const override { return finished_; }
+  std::vector<int> lost_ranks() const override { return lost_; }
 
   // Worker: push this step's gradients to every server, then take their fresh parameters.
   bool end_backward(int64_t) override {
@@ -108,7 +118,7 @@ class ParamServer final : public mgt::SyncStrategy {
       workers[w].inbox.resize(message_bytes(k));
       workers[w].outbox.resize(message_bytes(k));
       workers[w].receive = comm_->irecv(workers[w].inbox.data(), workers[w].inbox.size(), w, kPushTag);
-      workers[w].heard = Clock::now();
+      workers[w].turn_since = Clock::now();
     }
     const int64_t target = context.steps_per_worker * workers_;
     std::ofstream metrics(context.metrics_path, std::ios::app);
@@ -121,7 +131,6 @@ class ParamServer final : public mgt::SyncStrategy {
         Worker& worker = workers[w];
         if (!worker.active || !worker.receive->test()) continue;
         progressed = true;
-        worker.heard = Clock::now();
         const Header h = read_header(worker.inbox);
         if (h.c != 0) {  // leaving
           worker.active = false;
@@ -152,26 +161,43 @@ class ParamServer final : public mgt::SyncStrategy {
         std::memcpy(payload(worker.outbox), params, n * sizeof(float));
         worker.send = comm_->isend(worker.outbox.data(), worker.outbox.size(), w, kReplyTag);
         worker.owed_reply = false;
+        worker.turn_since = Clock::now();
         progressed = true;
       }
       if (progressed) continue;
       // Nothing arrived: check that every active worker is still talking, then leave the core
-      // to the workers for a moment.
+      // to the workers for a moment. A worker whose reply is held back (the staleness bound)
+      // waits for the others, not the other way round: it is not silent.
       const auto now = Clock::now();
       for (int w = 0; w < workers_; ++w) {
-        const Worker& worker = workers[w];
-        if (worker.active && std::chrono::duration<double>(now - worker.heard).count() > comm_->timeout_seconds())
-          throw mgt::CommError("parameter server rank " + std::to_string(comm_->rank()) + ": worker rank " +
-                               std::to_string(w) + " sent nothing for " +
-                               std::to_string(static_cast<int>(comm_->timeout_seconds())) +
-                               " s (its last push was step " + std::to_string(worker.clock) +
-                               "; comm.timeout_s); it is stuck or gone");
+        Worker& worker = workers[w];
+        if (!worker.active || worker.owed_reply ||
+            std::chrono::duration<double>(now - worker.turn_since).count() <= comm_->timeout_seconds())
+          continue;
+        const std::string silent = "parameter server rank " + std::to_string(comm_->rank()) + ": worker rank " +
+                                   std::to_string(w) + " sent nothing for " +
+                                   std::to_string(static_cast<int>(comm_->timeout_seconds())) +
+                                   " s (its last push was step " + std::to_string(worker.clock) +
+                                   "; comm.timeout_s); it is stuck or gone";
+        if (!continue_without_lost_) throw mgt::CommError(silent);
+        if (w == 0)
+          throw mgt::CommError(silent + "; rank 0 writes the final checkpoint, so the run cannot go on "
+                               "without it (sync.on_lost_worker = continue)");
+        --active;
+        lose(w, worker, silent, active);
       }
       nanosleep(&pause, nullptr);
     }
     for (auto& worker : workers)
       if (worker.send) worker.send->wait();
     if (interval.count > 0) interval.write(metrics, comm_->rank(), version_);
+    // Every worker that said goodbye learns which ones were lost: then no survivor waits in a
+    // collective for a rank that will never come.
+    std::vector<char> farewell(sizeof(Header) + static_cast<size_t>(workers_), 0);
+    for (int lost : lost_) farewell[sizeof(Header) + static_cast<size_t>(lost)] = 1;
+    write_header(farewell, {static_cast<int64_t>(lost_.size()), 0, 0, 0});
+    for (int w = 0; w < workers_; ++w)
+      if (!workers[w].lost) comm_->send(farewell.data(), farewell.size(), w, kFarewellTag);
   }
 
   // Workers say they are leaving; servers send their shard and optimizer state to rank 0.
@@ -179,6 +205,20 @@ class ParamServer final : public mgt::SyncStrategy {
     if (trains()) {
       const Header bye{clock_, 0, 1, 0};
       for (int k = 0; k < servers_; ++k) comm_->send(&bye, sizeof(bye), server_rank(k), kPushTag);
+      // A server answers once every other worker has said goodbye or been found silent, which
+      // takes up to one deadline.
+      std::vector<char> farewell(sizeof(Header) + static_cast<size_t>(workers_));
+      const double timeout = comm_->timeout_seconds();
+      comm_->set_timeout_seconds(2 * timeout);
+      for (int k = 0; k < servers_; ++k) {
+        comm_->recv(farewell.data(), farewell.size(), server_rank(k), kFarewellTag);
+        for (int w = 0; w < workers_; ++w)
+          if (farewell[sizeof(Header) + static_cast<size_t>(w)] != 0 &&
+              std::find(lost_.begin(), lost_.end(), w) == lost_.end())
+            lost_.push_back(w);
+      }
+      comm_->set_timeout_seconds(timeout);
+      std::sort(lost_.begin(), lost_.end());
       if (comm_->rank() != 0) return;
       auto buffers = optimizer.state_buffers();
       for (int k = 0; k < servers_; ++k) {
@@ -215,9 +255,25 @@ class ParamServer final : public mgt::SyncStrategy {
     std::vector<char> inbox, outbox;
     std::unique_ptr<mgt::CommRequest> receive, send;
     int64_t clock = 0;
-    bool active = true, owed_reply = false;
-    Clock::time_point heard;
+    bool active = true, owed_reply = false, lost = false;
+    Clock::time_point turn_since;  // since when the server waits for its next push (reply sent)
   };
+
+  // sync.on_lost_worker = continue: the others go on without worker `w`.
+  void lose(int w, Worker& worker, const std::string& silent, int remaining) {
+    worker.active = false;
+    worker.lost = true;
+    worker.owed_reply = false;
+    // Its requests may never complete, and waiting on them would only wait out another deadline:
+    // they are left to MPI, which the job leaves without MPI_Finalize (see lost_ranks()).
+    (void)worker.receive.release();
+    (void)worker.send.release();
+    lost_.push_back(w);
+    std::fprintf(stderr, "mgtrain: warning: [rank %d] %s; going on with the other %d worker(s) "
+                 "(sync.on_lost_worker = continue)\n", comm_->rank(), silent.c_str(), remaining);
+    std::fflush(stderr);
+  }
+
   // How old the parameters behind the applied gradients were, in updates.
   struct Staleness {
     int64_t count = 0, min = std::numeric_limits<int64_t>::max(), max = 0;
@@ -249,6 +305,8 @@ class ParamServer final : public mgt::SyncStrategy {
 
   int servers_;
   int64_t staleness_;
+  bool continue_without_lost_;
+  std::vector<int> lost_;  // workers the run went on without (servers: found; workers: told)
   int workers_ = 0;
   mgt::Communicator* comm_ = nullptr;
   mgt::ParameterStore* store_ = nullptr;

@@ -5,7 +5,7 @@
 #include <string>
 #include <utility>
 
-#include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/tree_outer_products.hpp"
 #include "mgtrain/error.hpp"
 
 namespace mgt {
@@ -89,26 +89,11 @@ void DeterministicReducer::sum_group() {
   }
 }
 
-// This rank's subtree of a deferred weight's gradient into dst ([out, in]), by tiles of rows.
-// The tile shape depends only on the layer's size, so each leaf, one GEMM over one shard's rows,
-// is the same computation whatever the world size; the tree over the shards is the balanced one.
+// This rank's subtree of a deferred weight's gradient into dst ([out, in]): each leaf is one
+// shard's rows summed in order, the tree over the shards the balanced one (the kernel's contract),
+// so the result is the same computation whatever the world size.
 void DeterministicReducer::compute_deferred(const Deferred& d, float* dst) {
-  constexpr int64_t kTileFloats = 16384;  // 64 KB per shard
-  const int64_t tile_rows = std::clamp<int64_t>(kTileFloats / d.in, 1, d.out);
-  const auto shards = static_cast<size_t>(shards_per_rank_);
-  const auto tile = static_cast<size_t>(tile_rows * d.in);
-  tiles_.resize(shards * tile);
-  for (int64_t r0 = 0; r0 < d.out; r0 += tile_rows) {
-    const int64_t rows = std::min(tile_rows, d.out - r0);
-    const auto len = static_cast<size_t>(rows * d.in);
-    for (size_t s = 0; s < shards; ++s)
-      kernels::sgemm(true, false, rows, d.in, d.rows, 1.0f, d.dy.data() + s * static_cast<size_t>(d.rows * d.out) + r0,
-                     d.out, d.x.data() + s * static_cast<size_t>(d.rows * d.in), d.in, 0.0f, tiles_.data() + s * tile, d.in);
-    for (size_t width = 1; width < shards; width *= 2)
-      for (size_t i = 0; i + width < shards; i += 2 * width)
-        add_into(tiles_.data() + i * tile, tiles_.data() + (i + width) * tile, len);
-    std::copy_n(tiles_.data(), len, dst + r0 * d.in);
-  }
+  kernels::tree_outer_products(d.dy.data(), d.x.data(), shards_per_rank_, d.rows, d.out, d.in, dst);
 }
 
 void DeterministicReducer::add_shard() {

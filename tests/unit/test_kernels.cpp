@@ -13,6 +13,7 @@
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/pool.hpp"
 #include "kernels/cpu/softmax.hpp"
+#include "kernels/cpu/tree_outer_products.hpp"
 
 namespace {
 
@@ -301,5 +302,50 @@ TEST(KernelSoftmax, LossOfUniformLogitsIsLogClasses) {
   EXPECT_NEAR(grad[0], 0.25f - 1.0f, 1e-6f);
   EXPECT_NEAR(grad[1], 0.25f, 1e-6f);
 }
+
+// The deterministic weight gradient: the vector kernel gives the reference's bits exactly, for
+// shapes with row and column tails; two half trees added give the whole tree (how ranks combine
+// their subtrees); and the value is the plain sum up to rounding.
+struct TreeCase {
+  int64_t shards, rows, out, in;
+};
+void PrintTo(const TreeCase& c, std::ostream* os) {
+  *os << c.shards << " shards x " << c.rows << " rows, " << c.out << 'x' << c.in;
+}
+
+class KernelTreeOuterProducts : public ::testing::TestWithParam<TreeCase> {};
+
+TEST_P(KernelTreeOuterProducts, BitwiseEqualToReferenceAndSplitsLikeRanks) {
+  const TreeCase c = GetParam();
+  const auto dy = random_vector(static_cast<size_t>(c.shards * c.rows * c.out), 11);
+  const auto x = random_vector(static_cast<size_t>(c.shards * c.rows * c.in), 12);
+  const auto n = static_cast<size_t>(c.out * c.in);
+  std::vector<float> fast(n, -7.0f), reference(n, 7.0f);
+  mgt::kernels::tree_outer_products(dy.data(), x.data(), c.shards, c.rows, c.out, c.in, fast.data());
+  mgt::kernels::tree_outer_products_reference(dy.data(), x.data(), c.shards, c.rows, c.out, c.in, reference.data());
+  for (size_t k = 0; k < n; ++k) ASSERT_EQ(fast[k], reference[k]) << "output " << k;
+
+  if (c.shards >= 2) {
+    const int64_t half = c.shards / 2;
+    std::vector<float> left(n), right(n);
+    mgt::kernels::tree_outer_products(dy.data(), x.data(), half, c.rows, c.out, c.in, left.data());
+    mgt::kernels::tree_outer_products(dy.data() + half * c.rows * c.out, x.data() + half * c.rows * c.in, half,
+                                      c.rows, c.out, c.in, right.data());
+    for (size_t k = 0; k < n; ++k) ASSERT_EQ(left[k] + right[k], fast[k]) << "output " << k;
+  }
+
+  for (int64_t o = 0; o < c.out; ++o)
+    for (int64_t i = 0; i < c.in; ++i) {
+      double sum = 0;
+      for (int64_t r = 0; r < c.shards * c.rows; ++r)
+        sum += static_cast<double>(dy[r * c.out + o]) * x[r * c.in + i];
+      ASSERT_NEAR(fast[o * c.in + i], sum, 1e-4 * (1.0 + std::fabs(sum))) << o << ", " << i;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, KernelTreeOuterProducts,
+                         ::testing::Values(TreeCase{1, 16, 4, 32}, TreeCase{4, 16, 256, 784},
+                                           TreeCase{8, 3, 10, 17}, TreeCase{2, 5, 7, 48},
+                                           TreeCase{16, 2, 5, 33}, TreeCase{4, 0, 3, 20}));
 
 }  // namespace

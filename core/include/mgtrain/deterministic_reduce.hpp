@@ -10,10 +10,10 @@
 // the balanced tree over the V shards whatever W is. Hence bitwise-identical gradients at any
 // power-of-two world size.
 // Linear weight gradients (dW = dy^T x) are not formed per shard: the reducer keeps each shard's
-// dy and x (WeightGradientSink) and at the end computes the rank's subtree for them tile by
-// tile, every leaf a GEMM over one shard's rows of a fixed tile shape, the tree summed in cache.
-// The leaves and the tree do not depend on W either, and the largest gradients are written once
-// instead of once per shard.
+// dy and x (WeightGradientSink) and at the end computes the rank's subtree in one pass
+// (kernels::tree_outer_products: each leaf one shard's rows summed in order, the tree held in
+// registers and cache). The leaves and the tree do not depend on W either, and the largest
+// gradients are written once instead of once per shard.
 #include <cstdint>
 #include <vector>
 
@@ -58,7 +58,6 @@ class DeterministicReducer final : public WeightGradientSink {
   // the first shard's add_shard, when every deferring layer has called.
   std::vector<std::pair<size_t, size_t>> merge_ranges_;  // [begin, end)
   bool ranges_settled_ = false;
-  std::vector<float> tiles_;            // one tile per shard while a deferred weight is summed
   std::vector<Tensor> group_;      // the shards of the current group, summed when it is full
   size_t group_filled_ = 0;
   std::vector<Tensor> levels_;     // levels_[l]: a pending subtree of 2^l groups

@@ -1,0 +1,24 @@
+#pragma once
+// The weight gradient of a linear layer in deterministic mode: a sum of per-micro-shard outer
+// products in one fixed binary tree, computed in a single pass over the shards' rows.
+#include <cstdint>
+
+namespace mgt::kernels {
+
+// dst[o, i] = tree sum over shards s = 0 .. shards-1 (a power of two) of
+//   leaf_s[o, i] = sum over r = 0 .. rows-1, in that order, of dy_s[r, o] * x_s[r, i]
+// where dy_s = dy + s * rows * out ([rows, out], row-major) and x_s = x + s * rows * in
+// ([rows, in]). Each leaf starts from +0 and adds one fused multiply-add per row; the tree is
+// the balanced one, ((leaf0 + leaf1) + (leaf2 + leaf3)) and so on. So the bits depend only on
+// the inputs, the row count and the shard count: never on blocking, threads or the instruction
+// set, and half the shards' tree plus the other half's equals the whole tree (how ranks combine
+// their subtrees).
+void tree_outer_products(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out,
+                         int64_t in, float* dst);
+
+// The same sum written plainly (one output at a time, std::fma), for tests and for CPUs without
+// AVX-512, where tree_outer_products uses it.
+void tree_outer_products_reference(const float* dy, const float* x, int64_t shards, int64_t rows,
+                                   int64_t out, int64_t in, float* dst);
+
+}  // namespace mgt::kernels

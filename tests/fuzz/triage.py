@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Replays every input a fuzzer saved (crash-, leak-, oom-, timeout-, slow-unit-) and sorts them
 by where the fault is: in mgtrain's own code (a finding to fix), or inside libhdf5 (the system's
-uninstrumented library, reached through an ordinary API call). One group per (owner, kind, first
+uninstrumented library or the instrumented build of tests/fuzz/build_hdf5.sh, reached through an
+ordinary API call). One group per (owner, kind, first
 frame of that owner); each group lists its inputs and one full report.
 
 usage: triage.py FUZZER ARTIFACT_DIR SOURCE_ROOT REPORT
@@ -12,6 +13,7 @@ import re
 import subprocess
 import sys
 
+HDF5_SOURCE = re.compile(r"/hdf5-[^/\s]+/src/\S+\.[ch]:\d+")
 FRAME = re.compile(r"^\s*#\d+ 0x[0-9a-f]+ (.*)$")
 # A sanitizer's or libFuzzer's error line, UBSan's "FILE:LINE:COL: runtime error: ...", or the
 # message of an invariant the target checks itself.
@@ -54,7 +56,9 @@ def classify(out, root):
         if source.search(text):
             owner, where = "mgtrain", name
             break
-        if "libhdf5" in text:
+        # The system's libhdf5 (a shared library, no line numbers) or the instrumented one that
+        # tests/fuzz/build_hdf5.sh builds (linked in, its frames name its sources).
+        if "libhdf5" in text or HDF5_SOURCE.search(text):
             module = re.search(r"\((\S*libhdf5\S*)\)", text)
             owner, where = "libhdf5", name or (os.path.basename(module.group(1)) if module else "?")
             break

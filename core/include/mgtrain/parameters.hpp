@@ -28,8 +28,9 @@ struct ParamInfo {
 using ParamHandle = size_t;
 
 // Takes a weight gradient as its two factors, dW += dy^T x (dy [rows, out], x [rows, in], W
-// [out, in]), instead of the product. The deterministic reduction is one: it forms the sum over
-// its micro-shards tile by tile in cache, instead of one full gradient per micro-shard.
+// [out, in]), instead of the product. The deterministic reduction is one: it forms the tree sum
+// over its micro-shards in one pass at the end of the step, instead of one full gradient per
+// micro-shard.
 class WeightGradientSink {
  public:
   virtual ~WeightGradientSink() = default;

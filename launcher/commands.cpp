@@ -1,7 +1,12 @@
 // `mgtrain eval`, `data`, `plugins` and `config-keys`: single-process commands, no MPI.
 #include <boost/program_options.hpp>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -85,6 +90,17 @@ int run_eval(const std::vector<std::string>& args) {
     std::printf("accuracy %.4f  loss %.4f  samples %lld  (%s on %s)\n", r.accuracy, r.loss,
                 static_cast<long long>(r.samples), checkpoint.c_str(), data.c_str());
   return 0;
+}
+
+int exec_doctor(char** argv) {
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) self = argv[0];
+  const std::string doctor = (self.parent_path() / "mgtrain-doctor").string();
+  execv(doctor.c_str(), argv);
+  std::fprintf(stderr, "mgtrain: error: [rank 0] doctor: cannot run '%s': %s (it is installed next to "
+               "mgtrain)\n", doctor.c_str(), std::strerror(errno));
+  return 1;
 }
 
 int run_data(const std::vector<std::string>& args) {

@@ -9,6 +9,9 @@ int run_train(int argc, char** argv, const std::vector<std::string>& args);
 int run_bench(int argc, char** argv, const std::vector<std::string>& args);
 int run_verify(int argc, char** argv, const std::vector<std::string>& args);
 int run_doctor(int argc, char** argv, const std::vector<std::string>& args);
+// `mgtrain doctor`: replaces this process with mgtrain-doctor from the same directory (argv kept),
+// the one executable that links the GPU libraries. Returns only on failure.
+int exec_doctor(char** argv);
 int run_eval(const std::vector<std::string>& args);
 int run_data(const std::vector<std::string>& args);
 int run_compare(const std::vector<std::string>& args);

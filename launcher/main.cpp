@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
     if (command == "train") return mgt::cli::run_train(argc, argv, args);
     if (command == "bench") return mgt::cli::run_bench(argc, argv, args);
     if (command == "verify") return mgt::cli::run_verify(argc, argv, args);
-    if (command == "doctor") return mgt::cli::run_doctor(argc, argv, args);
+    if (command == "doctor") return mgt::cli::exec_doctor(argv);
     if (command == "eval") return mgt::cli::run_eval(args);
     if (command == "data") return mgt::cli::run_data(args);
     if (command == "plugins") return mgt::cli::run_plugins(args);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs what scripts/device-check.sh needs on a GPU machine that has the CUDA, cuDNN and NCCL pip
 # wheels but none of this project's other dependencies (Open MPI, HDF5, Boost, oneDNN):
-#   bin/      the launcher and the GPU test binaries of a CUDA build
+#   bin/      the launcher, mgtrain-doctor and the GPU test binaries of a CUDA build
 #   lib/      libmgtrain and every shared library these load that is neither glibc nor CUDA
 #   gcc/      the GCC runtime (libstdc++, libgcc_s, libgomp), used there only if its own is older
 #   plugins/  the built-in plugins (the optimizer tests load sgd and adam)
@@ -19,7 +19,7 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 root=$stage/device-bundle
 mkdir -p "$root"/{bin,lib,gcc,plugins,openmpi}
-cp -L "$build"/bin/mgtrain "$build"/bin/gpu_* "$root/bin/"
+cp -L "$build"/bin/mgtrain "$build"/bin/mgtrain-doctor "$build"/bin/gpu_* "$root/bin/"
 soname=$(objdump -p "$build/lib/libmgtrain.so" | awk '/SONAME/ {print $2}')
 cp -L "$build/lib/libmgtrain.so" "$root/lib/$soname"
 cp -L "$build"/plugins/libmgtrain-*.so "$root/plugins/"

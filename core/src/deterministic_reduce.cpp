@@ -50,24 +50,29 @@ void DeterministicReducer::setup(Communicator& comm, ParameterStore& store, int6
   incoming_.resize({n});
 }
 
-void DeterministicReducer::add_outer_product(ParamHandle weight, const float* dy, const float* x,
-                                             int64_t rows, int64_t out, int64_t in) {
+void DeterministicReducer::add_linear(ParamHandle weight, ParamHandle bias, const float* dy, const float* x,
+                                      int64_t rows, int64_t out, int64_t in, int64_t shards) {
+  const std::string& name = store_->info(weight).name;
+  MGT_CHECK(shards >= 1 && rows % shards == 0 && shard_in_step_ + shards <= shards_per_rank_, Error,
+            "deterministic reduction: parameter '" + name + "' got " + std::to_string(rows) + " rows as " +
+                std::to_string(shards) + " micro-shards at shard " + std::to_string(shard_in_step_) + " of " +
+                std::to_string(shards_per_rank_));
+  const int64_t shard_rows = rows / shards;
   auto it = std::find_if(deferred_.begin(), deferred_.end(), [&](const Deferred& d) { return d.weight == weight; });
   if (it == deferred_.end()) {
     MGT_CHECK(!ranges_settled_, Error,
-              "deterministic reduction: parameter '" + store_->info(weight).name +
-                  "' deferred its gradient after the first micro-shard");
-    const auto shards = static_cast<size_t>(shards_per_rank_);
-    deferred_.push_back({weight, rows, out, in, std::vector<float>(shards * static_cast<size_t>(rows * out)),
-                         std::vector<float>(shards * static_cast<size_t>(rows * in))});
+              "deterministic reduction: parameter '" + name + "' deferred its gradient after the first micro-shard");
+    const auto blocks = static_cast<size_t>(shards_per_rank_);
+    deferred_.push_back({weight, bias, shard_rows, out, in, std::vector<float>(blocks * static_cast<size_t>(shard_rows * out)),
+                         std::vector<float>(blocks * static_cast<size_t>(shard_rows * in))});
     it = deferred_.end() - 1;
   }
-  MGT_CHECK(it->rows == rows && it->out == out && it->in == in && shard_in_step_ < shards_per_rank_, Error,
-            "deterministic reduction: parameter '" + store_->info(weight).name +
-                "' changed its gradient's shape between micro-shards");
-  const auto m = static_cast<size_t>(shard_in_step_);
-  std::copy_n(dy, rows * out, it->dy.data() + m * static_cast<size_t>(rows * out));
-  std::copy_n(x, rows * in, it->x.data() + m * static_cast<size_t>(rows * in));
+  MGT_CHECK(it->bias == bias && it->rows == shard_rows && it->out == out && it->in == in, Error,
+            "deterministic reduction: parameter '" + name + "' changed its gradient's shape between micro-shards");
+  if (shards > 1) batched_step_ = true;
+  const auto first = static_cast<size_t>(shard_in_step_);
+  std::copy_n(dy, rows * out, it->dy.data() + first * static_cast<size_t>(shard_rows * out));
+  std::copy_n(x, rows * in, it->x.data() + first * static_cast<size_t>(shard_rows * in));
 }
 
 // dst += src over the merged ranges.
@@ -89,30 +94,36 @@ void DeterministicReducer::sum_group() {
   }
 }
 
-// This rank's subtree of a deferred weight's gradient into dst ([out, in]): each leaf is one
+// This rank's subtrees of a linear layer's gradients into the flat buffer: each leaf is one
 // shard's rows summed in order, the tree over the shards the balanced one (the kernel's contract),
 // so the result is the same computation whatever the world size.
-void DeterministicReducer::compute_deferred(const Deferred& d, float* dst) {
-  kernels::tree_outer_products(d.dy.data(), d.x.data(), shards_per_rank_, d.rows, d.out, d.in, dst);
+void DeterministicReducer::compute_deferred(const Deferred& d, float* flat) {
+  kernels::tree_outer_products(d.dy.data(), d.x.data(), shards_per_rank_, d.rows, d.out, d.in,
+                               flat + store_->info(d.weight).offset);
+  kernels::tree_column_sums(d.dy.data(), shards_per_rank_, d.rows, d.out, flat + store_->info(d.bias).offset);
 }
 
 void DeterministicReducer::add_shard() {
   if (!ranges_settled_) {
-    // Everything but the deferred weights, in flat order.
-    std::vector<std::pair<size_t, size_t>> skip;
-    for (const auto& d : deferred_) {
-      const ParamInfo& info = store_->info(d.weight);
-      skip.emplace_back(info.offset, info.offset + info.numel);
+    // The parameters whose gradients the store holds, in flat order: all but the deferred ones.
+    // (Padding between parameters is never summed: no gradient lives there.)
+    std::vector<bool> deferred(store_->params().size(), false);
+    for (const auto& d : deferred_) deferred[d.weight] = deferred[d.bias] = true;
+    for (size_t h = 0; h < deferred.size(); ++h) {
+      if (deferred[h]) continue;
+      const ParamInfo& info = store_->params()[h];
+      if (!merge_ranges_.empty() && merge_ranges_.back().second == info.offset)
+        merge_ranges_.back().second = info.offset + info.numel;
+      else
+        merge_ranges_.emplace_back(info.offset, info.offset + info.numel);
     }
-    std::sort(skip.begin(), skip.end());
-    size_t at = 0;
-    for (const auto& [begin, end] : skip) {
-      if (begin > at) merge_ranges_.emplace_back(at, begin);
-      at = std::max(at, end);
-    }
-    if (at < store_->flat_size()) merge_ranges_.emplace_back(at, store_->flat_size());
+    std::sort(merge_ranges_.begin(), merge_ranges_.end());
     ranges_settled_ = true;
   }
+  // A batched pass wrote no gradient outside the sink, so every gradient must have gone to it.
+  MGT_CHECK(!batched_step_ || merge_ranges_.empty(), Error,
+            "deterministic reduction: micro-shards went through the model together, but some parameter "
+            "gradients did not reach the reducer (a layer's row_wise is wrong)");
   ++shard_in_step_;
   // The shard's gradient joins its group; the store gets a free buffer for the next shard, whose
   // backward overwrites it.
@@ -143,8 +154,9 @@ void DeterministicReducer::finish() {
             "DeterministicReducer::finish: called before every micro-shard of this rank was added");
   float* sum = levels_[top].data();
   occupied_[top] = false;
-  for (const auto& d : deferred_) compute_deferred(d, sum + store_->info(d.weight).offset);
+  for (const auto& d : deferred_) compute_deferred(d, sum);
   shard_in_step_ = 0;
+  batched_step_ = false;
   const size_t bytes = n * sizeof(float);
   for (int distance = 1; distance < comm_->size(); distance <<= 1) {
     const int partner = comm_->rank() ^ distance;

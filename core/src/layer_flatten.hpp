@@ -12,6 +12,7 @@ class FlattenLayer final : public Layer {
   void forward(const Tensor& in, Tensor& out, const StepContext& ctx) override;
   void backward(const Tensor& in, const Tensor& out, const Tensor& grad_out, Tensor* grad_in,
                 const StepContext& ctx) override;
+  bool row_wise(int64_t, int64_t) const override { return true; }
 };
 
 }  // namespace mgt

@@ -77,20 +77,25 @@ class LinearLayer final : public Layer {
                 const StepContext& ctx) override {
     require_finalized(*this, store_);
     const int64_t batch = in.dim(0);
-    // dW += dy^T x, db += column sums of dy (= when the gradients were discarded).
-    if (WeightGradientSink* sink = store_->weight_gradient_sink())
-      sink->add_outer_product(weight_, grad_out.data(), in.data(), batch, out_, in_);
-    else
+    if (WeightGradientSink* sink = store_->weight_gradient_sink()) {
+      // Deterministic mode: the reducer forms dW and db from the factors, per micro-shard.
+      sink->add_linear(weight_, bias_, grad_out.data(), in.data(), batch, out_, in_, ctx.shards);
+    } else {
+      // dW += dy^T x, db += column sums of dy (= when the gradients were discarded).
       kernels::sgemm(true, false, out_, in_, batch, 1.0f, grad_out.data(), out_, in.data(), in_,
                      ctx.overwrite_grads ? 0.0f : 1.0f, store_->grad(weight_), in_);
-    if (ctx.overwrite_grads) std::fill_n(store_->grad(bias_), out_, 0.0f);
-    kernels::add_column_sums(grad_out.data(), store_->grad(bias_), batch, out_);
+      if (ctx.overwrite_grads) std::fill_n(store_->grad(bias_), out_, 0.0f);
+      kernels::add_column_sums(grad_out.data(), store_->grad(bias_), batch, out_);
+    }
     if (grad_in)
       kernels::sgemm(false, false, batch, in_, out_, 1.0f, grad_out.data(), out_,
                      store_->param(weight_), in_, 0.0f, grad_in->data(), in_);
   }
 
   std::vector<ParamHandle> param_handles() const override { return {weight_, bias_}; }
+  bool row_wise(int64_t shard_rows, int64_t shards) const override {
+    return kernels::sgemm_rows_independent(shard_rows, shards, out_, in_);
+  }
 
  private:
   int64_t in_, out_;
@@ -221,6 +226,7 @@ class ReluLayer final : public Layer {
                 const StepContext&) override {
     if (grad_in) kernels::relu_backward(out.data(), grad_out.data(), grad_in->data(), out.numel());
   }
+  bool row_wise(int64_t, int64_t) const override { return true; }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -254,6 +260,9 @@ class DropoutLayer final : public Layer {
     kernels::dropout_scales(mask_.data(), n, p_);
     kernels::multiply(in.data(), mask_.data(), out.data(), n);
   }
+
+  // Each element's mask comes from its global sample index: rows are independent.
+  bool row_wise(int64_t, int64_t) const override { return true; }
 
   // Uses the mask of the latest training forward, which must have been over this input.
   void backward(const Tensor&, const Tensor&, const Tensor& grad_out, Tensor* grad_in,

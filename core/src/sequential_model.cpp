@@ -26,6 +26,12 @@ Shape SequentialModel::output_shape(const Shape& input) const {
   return s;
 }
 
+bool SequentialModel::shard_batchable(int64_t shard_rows, int64_t shards) const {
+  for (const auto& layer : layers_)
+    if (!layer->row_wise(shard_rows, shards)) return false;
+  return !layers_.empty();
+}
+
 const Tensor& SequentialModel::forward(const Tensor& input, const StepContext& ctx) {
   MGT_CHECK(!layers_.empty(), Error, "SequentialModel::forward: the model has no layers");
   const size_t n = layers_.size();

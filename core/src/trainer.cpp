@@ -276,6 +276,10 @@ class Trainer {
                           " is not divisible by training ranks x accumulation steps = " +
                           std::to_string(train_world) + " x " + std::to_string(accum_));
       micro_batch_ = global_batch_ / (train_world * accum_);
+      // Deterministic micro-shards through a model of row-wise layers: one pass for all of them.
+      shards_per_pass_ =
+          accum_ > 1 && sync_->micro_batches_are_shards() && model_->shard_batchable(micro_batch_, accum_) ? accum_
+                                                                                                      : 1;
       const std::string train_path = config_.get_string("data.train");
       if (!sync_->trains()) {
         // A serving rank reads no data; it needs only the epoch length, for the schedule.
@@ -307,7 +311,7 @@ class Trainer {
     ro.chunk_cache_bytes = static_cast<size_t>(config_.get_real("data.cache_mb") * 1e6);
     reader_ = std::make_unique<data::ShardedReader>(ro);
     per_epoch_ = reader_->batches_per_epoch();
-    micro_shape_ = {micro_batch_};
+    micro_shape_ = {micro_batch_ * shards_per_pass_};
     for (int64_t d : reader_->info().sample_shape) micro_shape_.push_back(d);
     Shape logits;
     try {
@@ -319,7 +323,7 @@ class Trainer {
     if (logits.size() != 2 || logits[1] < reader_->info().num_classes)
       throw DataError("model '" + choice_.model + "' produces logits of shape " + shape_string(logits) +
                       " for input " + shape_string(micro_shape_) + ", expected [" +
-                      std::to_string(micro_batch_) + ", " + std::to_string(reader_->info().num_classes) +
+                      std::to_string(micro_shape_[0]) + ", " + std::to_string(reader_->info().num_classes) +
                       "] for the classes of '" + path + "'");
   }
 
@@ -434,8 +438,11 @@ class Trainer {
     reader_->start(meta_.epoch, meta_.batch_in_epoch);
     if (leader_) log_ << "training " << total_steps_ - step << " steps: " << per_epoch_
                       << " steps/epoch, global batch " << global_batch_ << " (" << train_comm_->size()
-                      << " training ranks x " << micro_batch_ << " x " << accum_ << " micro-batches)\n"
-                      << std::flush;
+                      << " training ranks x " << micro_batch_ << " x " << accum_ << " micro-batches"
+                      << (shards_per_pass_ > 1 ? ", deterministic micro-shards " + std::to_string(shards_per_pass_) +
+                                                     " to a pass"
+                                               : std::string())
+                      << ")\n" << std::flush;
 
     interval_start_ = run_start_ = Clock::now();
     if (leader_)
@@ -511,7 +518,8 @@ class Trainer {
     const int64_t first_row = sync_->train_rank(comm_) * reader_->local_batch();
     const float grad_scale = 1.0f / static_cast<float>(global_batch_);
     bool apply = false;
-    for (int64_t m = 0; m < accum_; ++m) {
+    // Usually one micro-batch a pass; deterministic micro-shards shards_per_pass_ at a time.
+    for (int64_t m = 0; m < accum_; m += shards_per_pass_) {
       micro_input_.rebind(batch.x.data() + m * micro_batch_ * sample_numel);
       const Tensor& x = micro_input_;
       StepContext ctx;
@@ -520,6 +528,7 @@ class Trainer {
       ctx.micro_step = m;
       ctx.first_sample = first_row + m * micro_batch_;
       ctx.training = true;
+      ctx.shards = shards_per_pass_;
       sync_->begin_micro_batch(m);
       auto t = Clock::now();
       fault::at(fault::Phase::forward, step + 1);
@@ -534,7 +543,7 @@ class Trainer {
       phases_.compute += seconds_since(t);
       t = Clock::now();
       fault::at(fault::Phase::allreduce, step + 1);
-      apply = sync_->end_backward(m);
+      for (int64_t shard = m; shard < m + shards_per_pass_; ++shard) apply = sync_->end_backward(shard);
       phases_.sync += seconds_since(t);
     }
     // After an all-reduce every rank holds the same sum, and a NaN or Inf from any rank is in it:
@@ -694,6 +703,7 @@ class Trainer {
   PluginChoice choice_;
   uint64_t seed_ = 0;
   int64_t global_batch_ = 0, accum_ = 1, micro_batch_ = 0, per_epoch_ = 0;
+  int64_t shards_per_pass_ = 1;  // micro-batches run through the model together (see build)
   int64_t epochs_ = 0, total_steps_ = 0, log_every_ = 1;
   std::string checkpoint_dir_;
 
@@ -706,7 +716,7 @@ class Trainer {
   std::unique_ptr<Communicator> train_comm_;
   CheckpointMeta meta_;
 
-  Shape micro_shape_;
+  Shape micro_shape_;  // input of one forward pass: micro_batch_ x shards_per_pass_ rows
   Tensor grad_logits_;
   Tensor micro_input_;  // a view of the current micro-batch's rows, rebound every micro-step
   const GradientsReady on_ready_ = [this](const std::vector<ParamHandle>& h) { sync_->gradients_ready(h); };

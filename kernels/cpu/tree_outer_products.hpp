@@ -16,6 +16,11 @@ namespace mgt::kernels {
 void tree_outer_products(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out,
                          int64_t in, float* dst);
 
+// dst[c] = tree sum over shards s (a power of two) of the column sums of dy_s [rows, cols] (at
+// dy + s * rows * cols), each leaf summed over its rows in order from +0, the tree the balanced
+// one: a linear layer's bias gradient, with the same guarantees as tree_outer_products.
+void tree_column_sums(const float* dy, int64_t shards, int64_t rows, int64_t cols, float* dst);
+
 // The same sum written plainly (one output at a time, std::fma), for tests and for CPUs without
 // AVX-512, where tree_outer_products uses it.
 void tree_outer_products_reference(const float* dy, const float* x, int64_t shards, int64_t rows,

@@ -1,19 +1,21 @@
 #pragma once
 // Sums gradients in one fixed binary tree whose shape does not depend on the number of ranks.
 // The global batch is cut into V micro-shards (V a power of two); rank r computes shards
-// [r*V/W, (r+1)*V/W) one at a time. Each shard's gradient is taken out of the store after its
-// backward; groups of up to four sibling shards are summed in cache-sized blocks (each shard read
+// [r*V/W, (r+1)*V/W), one at a time or, with a model of row-wise layers, all in one pass. Each
+// shard's gradient is taken out of the store after its backward; groups of up to four sibling shards are summed in cache-sized blocks (each shard read
 // once), and the groups combine with their siblings as soon as both exist (a binary counter), so
 // a rank's shards form one subtree; the W subtrees are then combined by recursive doubling over
 // point-to-point messages, pairing neighbouring subtrees level by level. Float addition is
 // commutative, so both partners compute the same sum; only the tree's shape matters, and it is
 // the balanced tree over the V shards whatever W is. Hence bitwise-identical gradients at any
 // power-of-two world size.
-// Linear weight gradients (dW = dy^T x) are not formed per shard: the reducer keeps each shard's
-// dy and x (WeightGradientSink) and at the end computes the rank's subtree in one pass
-// (kernels::tree_outer_products: each leaf one shard's rows summed in order, the tree held in
-// registers and cache). The leaves and the tree do not depend on W either, and the largest
-// gradients are written once instead of once per shard.
+// Linear layers' gradients (dW = dy^T x, db = column sums of dy) are not formed per shard: the
+// reducer keeps each shard's dy and x (WeightGradientSink) and at the end computes the rank's
+// subtree in one pass (kernels::tree_outer_products and tree_column_sums: each leaf one shard's
+// rows summed in order, the tree held in registers and cache). The leaves and the tree do not
+// depend on W either, and the largest gradients are written once instead of once per shard. When
+// every gradient arrives that way, the trainer may run several shards through the model at once
+// (SyncStrategy::micro_batches_are_shards); the sink is told how many a call holds.
 #include <cstdint>
 #include <vector>
 
@@ -28,9 +30,10 @@ class DeterministicReducer final : public WeightGradientSink {
   // Throws ConfigError unless the world size and shards_per_rank are powers of two. Registers
   // itself as the store's weight-gradient sink.
   void setup(Communicator& comm, ParameterStore& store, int64_t shards_per_rank);
-  // From a layer's backward (through the store): keeps this shard's factors of `weight`'s gradient.
-  void add_outer_product(ParamHandle weight, const float* dy, const float* x, int64_t rows,
-                         int64_t out, int64_t in) override;
+  // From a linear layer's backward (through the store): keeps the factors of its weight's and
+  // bias's gradients for the `shards` shards starting at the current one.
+  void add_linear(ParamHandle weight, ParamHandle bias, const float* dy, const float* x, int64_t rows,
+                  int64_t out, int64_t in, int64_t shards) override;
   // After the backward of one of this rank's shards (in order): moves the store's gradient into
   // the tree and zeroes it for the next shard.
   void add_shard();
@@ -38,21 +41,22 @@ class DeterministicReducer final : public WeightGradientSink {
   void finish();
 
  private:
-  // A weight whose gradient is kept as factors: each shard's dy [rows, out] and x [rows, in].
+  // A linear layer whose gradients are kept as factors: each shard's dy [rows, out] and x [rows, in].
   struct Deferred {
-    ParamHandle weight;
-    int64_t rows, out, in;
+    ParamHandle weight, bias;
+    int64_t rows, out, in;     // rows per shard
     std::vector<float> dy, x;  // shards_per_rank_ blocks each
   };
 
   void sum_group();
   void add_ranges(float* dst, const float* src) const;
-  void compute_deferred(const Deferred& d, float* dst);
+  void compute_deferred(const Deferred& d, float* flat);
 
   Communicator* comm_ = nullptr;
   ParameterStore* store_ = nullptr;
   int64_t shards_per_rank_ = 1;
   int64_t shard_in_step_ = 0;           // shards of this step added so far
+  bool batched_step_ = false;           // this step's shards went through the model together
   std::vector<Deferred> deferred_;
   // The parts of the flat gradient summed as buffers: all but the deferred weights. Settled at
   // the first shard's add_shard, when every deferring layer has called.

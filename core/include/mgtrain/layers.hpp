@@ -23,6 +23,9 @@ struct StepContext {
   // layer writes its gradients instead of adding to them, saving a pass over memory to zero them.
   // Every backward must then write every gradient of the layer.
   bool overwrite_grads = false;
+  // Deterministic mode: the rows are this many micro-shards of equal size, in order (more than one
+  // only when the model is shard_batchable). A layer passes it to the WeightGradientSink.
+  int64_t shards = 1;
 };
 
 class Layer {
@@ -41,6 +44,16 @@ class Layer {
                         Tensor* grad_in, const StepContext& ctx) = 0;
   // Parameters this layer owns, in the order their gradients become final during backward.
   virtual std::vector<ParamHandle> param_handles() const { return {}; }
+  // True when the layer treats each row on its own, bit for bit: a row's output and input
+  // gradient are the same in a batch of `shards` micro-shards of `shard_rows` rows as in a batch
+  // of one shard; and, when the store has a WeightGradientSink, every parameter gradient goes to
+  // it. Deterministic mode then runs the shards through the model in one pass
+  // (Model::shard_batchable).
+  virtual bool row_wise(int64_t shard_rows, int64_t shards) const {
+    (void)shard_rows;
+    (void)shards;
+    return false;
+  }
 
  protected:
   explicit Layer(std::string name) : name_(std::move(name)) {}
@@ -60,7 +73,7 @@ std::unique_ptr<Layer> make_conv2d(const std::string& name, int64_t in_channels,
 std::unique_ptr<Layer> make_max_pool2d(const std::string& name, int64_t kernel, int64_t stride);
 std::unique_ptr<Layer> make_relu(const std::string& name);
 std::unique_ptr<Layer> make_flatten(const std::string& name);
-// Inverted dropout; the mask is a function of (seed, step, micro_step, global sample, element).
+// Inverted dropout; the mask is a function of (seed, step, global sample, element).
 std::unique_ptr<Layer> make_dropout(const std::string& name, float probability);
 
 // Mean softmax cross-entropy over the batch. Writes d(loss_sum * grad_scale)/d(logits) into

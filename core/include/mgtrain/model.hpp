@@ -26,6 +26,13 @@ class Model {
   // Back-propagates from the logits' gradient, adding into the gradient buffer.
   virtual void backward(const Tensor& grad_logits, const StepContext& ctx,
                         const GradientsReady& ready) = 0;
+  // True when `shards` deterministic micro-shards of `shard_rows` rows may go through forward and
+  // backward as one batch (StepContext::shards) with the same bits as one shard at a time.
+  virtual bool shard_batchable(int64_t shard_rows, int64_t shards) const {
+    (void)shard_rows;
+    (void)shards;
+    return false;
+  }
 };
 
 // Layers applied in order; activations are sized on the first batch and reused.
@@ -38,6 +45,7 @@ class SequentialModel : public Model {
   void backward(const Tensor& grad_logits, const StepContext& ctx,
                 const GradientsReady& ready) override;
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+  bool shard_batchable(int64_t shard_rows, int64_t shards) const override;  // every layer is row_wise
 
  private:
   std::vector<std::unique_ptr<Layer>> layers_;

@@ -27,15 +27,16 @@ struct ParamInfo {
 
 using ParamHandle = size_t;
 
-// Takes a weight gradient as its two factors, dW += dy^T x (dy [rows, out], x [rows, in], W
-// [out, in]), instead of the product. The deterministic reduction is one: it forms the tree sum
-// over its micro-shards in one pass at the end of the step, instead of one full gradient per
-// micro-shard.
+// Takes a linear layer's parameter gradients as their factors instead of the sums: dW = dy^T x
+// and db = the column sums of dy (dy [rows, out], x [rows, in], W [out, in]), the rows being
+// `shards` micro-shards of equal size in order. The deterministic reduction is one: it forms the
+// tree sums over its micro-shards in one pass at the end of the step, instead of one full gradient
+// per micro-shard.
 class WeightGradientSink {
  public:
   virtual ~WeightGradientSink() = default;
-  virtual void add_outer_product(ParamHandle weight, const float* dy, const float* x, int64_t rows,
-                                 int64_t out, int64_t in) = 0;
+  virtual void add_linear(ParamHandle weight, ParamHandle bias, const float* dy, const float* x, int64_t rows,
+                          int64_t out, int64_t in, int64_t shards) = 0;
 };
 
 class ParameterStore {

@@ -34,6 +34,10 @@ class SyncStrategy {
   // After backward of micro-batch `micro_step` (0-based within the step). Returns true when the
   // gradient buffer holds the sum over all ranks and micro-batches and the optimizer should step.
   virtual bool end_backward(int64_t micro_step) = 0;
+  // True when the micro-batches are the micro-shards of a deterministic reduction, whose gradients
+  // reach it through the store's WeightGradientSink: with a shard_batchable model the trainer
+  // then runs them through forward and backward together, and calls end_backward for each in turn.
+  virtual bool micro_batches_are_shards() const { return false; }
 
   // Strategies that take some ranks out of training (a parameter server) override these.
   // False on ranks that serve: the trainer calls serve() there instead of the training loop.

@@ -40,6 +40,7 @@ class AllReduce final : public mgt::SyncStrategy {
     reducer_.setup(comm, store, shards_per_rank_);
   }
   int64_t accumulation_steps() const override { return deterministic_ ? shards_per_rank_ : 1; }
+  bool micro_batches_are_shards() const override { return deterministic_; }
   void gradients_ready(const std::vector<mgt::ParamHandle>& handles) override {
     if (!deterministic_) buckets_.mark_ready(handles);
   }

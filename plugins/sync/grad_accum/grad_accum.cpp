@@ -35,6 +35,7 @@ class GradAccum final : public mgt::SyncStrategy {
       buckets_.setup(comm, store, bucket_bytes_, overlap_);
   }
   int64_t accumulation_steps() const override { return steps_; }
+  bool micro_batches_are_shards() const override { return deterministic_; }
   void begin_micro_batch(int64_t micro_step) override { last_ = micro_step == steps_ - 1; }
   void gradients_ready(const std::vector<mgt::ParamHandle>& handles) override {
     // Only the last micro-batch completes a gradient; earlier ones stay local.

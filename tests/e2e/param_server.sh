@@ -6,6 +6,18 @@ source "$(dirname "$0")/lib.sh"
 write_config run.ini
 ps=(--sync.name=param_server --checkpoint.every_steps=0)
 
+# Once the job writing out.log has logged a training step, sends SIGNAL to its rank RANK (found by
+# the job's checkpoint directory and Open MPI's rank variable).
+signal_rank() {  # signal_rank RANK SIGNAL
+  local p pid=""
+  for _ in $(seq 100); do grep -q "^epoch 1/[0-9]* step [1-9]" out.log && break; sleep 0.2; done
+  for p in $(pgrep -f -- "--checkpoint.dir=$WORK/ckpt"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && pid=$p
+  done
+  [ -n "$pid" ] || { cat out.log >&2; fail "no running rank $1 to signal"; }
+  kill -"$2" "$pid"
+}
+
 case $1 in
   accuracy)  # the MLP example reaches 0.87 in the epochs all-reduce uses (10)
     run_np 3 900 train --config "$EXAMPLES/fashion_mnist_mlp.ini" --data.train="$DATA_DIR/train.h5" --data.test="$DATA_DIR/test.h5" \
@@ -55,13 +67,7 @@ case $1 in
     run_np 3 120 train --config run.ini --train.epochs=20 --train.log_every=10 --checkpoint.dir="$WORK/ckpt" "${ps[@]}" \
       --comm.timeout_s=3 >out.log 2>&1 &
     job=$!
-    for _ in $(seq 100); do grep -q "^epoch 1/20 step [1-9]" out.log && break; sleep 0.2; done
-    pid=""
-    for p in $(pgrep -f -- "--checkpoint.dir=$WORK/ckpt"); do
-      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$victim" && pid=$p
-    done
-    [ -n "$pid" ] || { cat out.log; fail "no running rank $victim to signal"; }
-    kill -$signal "$pid"
+    signal_rank "$victim" "$signal"
     start=$(date +%s)
     rc=0
     wait $job || rc=$?
@@ -85,13 +91,7 @@ case $1 in
     run_np 4 240 train --config run.ini --train.epochs=2 --train.global_batch=96 --train.log_every=10 \
       --checkpoint.dir="$WORK/ckpt" "${ps[@]}" --sync.on_lost_worker=continue --comm.timeout_s=3 --json >out.log 2>&1 &
     job=$!
-    for _ in $(seq 100); do grep -q "^epoch 1/2 step [1-9]" out.log && break; sleep 0.2; done
-    pid=""
-    for p in $(pgrep -f -- "--checkpoint.dir=$WORK/ckpt"); do
-      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$victim" && pid=$p
-    done
-    [ -n "$pid" ] || { cat out.log; fail "no running rank $victim to stop"; }
-    kill -STOP "$pid"
+    signal_rank "$victim" STOP
     rc=0
     wait $job || rc=$?
     echo "SIGSTOP to rank $victim: exit $rc"; grep 'mgtrain: \|^warning' out.log || true

@@ -47,25 +47,25 @@ void tree_outer_products_reference(const float* dy, const float* x, int64_t shar
 }
 
 void tree_column_sums(const float* dy, int64_t shards, int64_t rows, int64_t cols, float* dst) {
-  // One buffer per level of the binary counter plus the leaf being summed; per column the order
-  // of the additions is fixed, so vectorizing across columns changes nothing.
-  std::vector<std::vector<float>> level_sum;
-  std::vector<bool> occupied;
-  std::vector<float> sum(static_cast<size_t>(cols));
+  // One buffer per level of the binary counter plus the leaf being summed (kept between calls: this
+  // runs every step); per column the order of the additions is fixed, so vectorizing across
+  // columns changes nothing.
+  thread_local std::vector<std::vector<float>> level_sum;
+  thread_local std::vector<float> sum;
+  for (auto& level : level_sum) level.resize(static_cast<size_t>(cols));
+  sum.resize(static_cast<size_t>(cols));
+  bool occupied[kMaxLevels] = {};
   for (int64_t s = 0; s < shards; ++s) {
     std::fill(sum.begin(), sum.end(), 0.0f);
     const float* dy_s = dy + s * rows * cols;
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) sum[c] += dy_s[r * cols + c];
     size_t level = 0;
-    for (; level < occupied.size() && occupied[level]; ++level) {
+    for (; occupied[level]; ++level) {
       for (int64_t c = 0; c < cols; ++c) sum[c] = level_sum[level][c] + sum[c];
       occupied[level] = false;
     }
-    if (level == occupied.size()) {
-      occupied.push_back(false);
-      level_sum.emplace_back(static_cast<size_t>(cols));
-    }
+    if (level == level_sum.size()) level_sum.emplace_back(static_cast<size_t>(cols));
     level_sum[level].swap(sum);
     occupied[level] = true;
   }

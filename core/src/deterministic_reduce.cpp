@@ -62,17 +62,26 @@ void DeterministicReducer::add_linear(ParamHandle weight, ParamHandle bias, cons
   if (it == deferred_.end()) {
     MGT_CHECK(!ranges_settled_, Error,
               "deterministic reduction: parameter '" + name + "' deferred its gradient after the first micro-shard");
-    const auto blocks = static_cast<size_t>(shards_per_rank_);
-    deferred_.push_back({weight, bias, shard_rows, out, in, std::vector<float>(blocks * static_cast<size_t>(shard_rows * out)),
-                         std::vector<float>(blocks * static_cast<size_t>(shard_rows * in))});
+    deferred_.push_back({weight, bias, shard_rows, out, in, {}, {}});
     it = deferred_.end() - 1;
   }
   MGT_CHECK(it->bias == bias && it->rows == shard_rows && it->out == out && it->in == in, Error,
             "deterministic reduction: parameter '" + name + "' changed its gradient's shape between micro-shards");
   if (shards > 1) batched_step_ = true;
+  if (shards == shards_per_rank_) {
+    // The whole step at once: the layer's buffers stay as they are until finish().
+    it->dy_in = dy;
+    it->x_in = x;
+    return;
+  }
+  const auto blocks = static_cast<size_t>(shards_per_rank_);
+  it->dy.resize(blocks * static_cast<size_t>(shard_rows * out));
+  it->x.resize(blocks * static_cast<size_t>(shard_rows * in));
   const auto first = static_cast<size_t>(shard_in_step_);
   std::copy_n(dy, rows * out, it->dy.data() + first * static_cast<size_t>(shard_rows * out));
   std::copy_n(x, rows * in, it->x.data() + first * static_cast<size_t>(shard_rows * in));
+  it->dy_in = it->dy.data();
+  it->x_in = it->x.data();
 }
 
 // dst += src over the merged ranges.
@@ -98,9 +107,9 @@ void DeterministicReducer::sum_group() {
 // shard's rows summed in order, the tree over the shards the balanced one (the kernel's contract),
 // so the result is the same computation whatever the world size.
 void DeterministicReducer::compute_deferred(const Deferred& d, float* flat) {
-  kernels::tree_outer_products(d.dy.data(), d.x.data(), shards_per_rank_, d.rows, d.out, d.in,
+  kernels::tree_outer_products(d.dy_in, d.x_in, shards_per_rank_, d.rows, d.out, d.in,
                                flat + store_->info(d.weight).offset);
-  kernels::tree_column_sums(d.dy.data(), shards_per_rank_, d.rows, d.out, flat + store_->info(d.bias).offset);
+  kernels::tree_column_sums(d.dy_in, shards_per_rank_, d.rows, d.out, flat + store_->info(d.bias).offset);
 }
 
 void DeterministicReducer::add_shard() {

@@ -59,7 +59,7 @@ class SyncStrategy {
   virtual void gather_state(Optimizer& optimizer) { (void)optimizer; }
   // After gather_state: ranks the run went on without (a parameter server configured to continue
   // when a worker is lost). Non-empty means no collective over all ranks may follow: the trainer
-  // skips them and the process leaves without MPI_Finalize.
+  // skips them, and rank 0 ends the job with MPI_Abort and status 0 instead of MPI_Finalize.
   virtual std::vector<int> lost_ranks() const { return {}; }
 };
 

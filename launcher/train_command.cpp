@@ -117,13 +117,8 @@ void print_result(const TrainResult& r, int world_size, bool json) {
 [[noreturn]] void end_job_without(Communicator& comm, const std::vector<int>& lost) {
   std::fflush(nullptr);
   if (comm.rank() == 0) {
-    std::string ranks;
-    for (int rank : lost) {
-      if (!ranks.empty()) ranks += ", ";
-      ranks += std::to_string(rank);
-    }
     std::fprintf(stderr, "mgtrain: the run is complete without rank(s) %s; ending the job with MPI_Abort "
-                 "and status 0, since MPI_Finalize would wait for them\n", ranks.c_str());
+                 "and status 0, since MPI_Finalize would wait for them\n", rank_list(lost).c_str());
     std::fflush(stderr);
     comm.abort(0);
   }

@@ -49,15 +49,6 @@ MpiRuntime::~MpiRuntime() {
   if (!finalized) MPI_Finalize();
 }
 
-namespace {
-
-bool thread_multiple() {
-  int level = MPI_THREAD_SINGLE;
-  MPI_Query_thread(&level);
-  return level == MPI_THREAD_MULTIPLE;
-}
-
-// "3", "1, 3", "0-2, 5": ranks in ascending order with runs collapsed.
 std::string rank_list(const std::vector<int>& ranks) {
   std::string out;
   for (size_t i = 0; i < ranks.size();) {
@@ -69,6 +60,14 @@ std::string rank_list(const std::vector<int>& ranks) {
     i = j + 1;
   }
   return out;
+}
+
+namespace {
+
+bool thread_multiple() {
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  return level == MPI_THREAD_MULTIPLE;
 }
 
 // When a deadline passes, each rank that hit it tells the others so on a communicator of its own

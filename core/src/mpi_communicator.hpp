@@ -1,6 +1,8 @@
 #pragma once
 // The MPI backend of Communicator (host memory), and the process-wide MPI lifetime.
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "mgtrain/communicator.hpp"
 
@@ -23,5 +25,8 @@ std::unique_ptr<Communicator> make_mpi_self_communicator();
 // A barrier over all ranks of the job that sleeps between polls, for ranks that wait while others
 // take a measurement: they leave the cores alone.
 void sleeping_barrier();
+
+// "3", "1, 3", "0-2, 5": ranks in ascending order, runs collapsed, for messages.
+std::string rank_list(const std::vector<int>& ranks);
 
 }  // namespace mgt

@@ -25,6 +25,7 @@
 #include "evaluate.hpp"
 #include "fault_injection.hpp"
 #include "lr_schedule.hpp"
+#include "mpi_communicator.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "mgtrain/layers.hpp"
 #include "mgtrain/rng.hpp"
@@ -207,16 +208,6 @@ std::unique_ptr<Model> build_model(PluginRegistry& registry, Config& config, Par
 }
 
 namespace {
-
-// "1, 3"
-std::string join_ranks(const std::vector<int>& ranks) {
-  std::string out;
-  for (int rank : ranks) {
-    if (!out.empty()) out += ", ";
-    out += std::to_string(rank);
-  }
-  return out;
-}
 
 // One rank's run: start-up agreed by all ranks, then either serving (a parameter server's
 // shard) or the training loop, then the final checkpoint and figures.
@@ -645,7 +636,7 @@ class Trainer {
     result_.lost_ranks = sync_->lost_ranks();
     const bool all_ranks_here = result_.lost_ranks.empty();
     if (leader_ && !all_ranks_here)
-      log_ << "warning: the run went on without rank(s) " << join_ranks(result_.lost_ranks)
+      log_ << "warning: the run went on without rank(s) " << rank_list(result_.lost_ranks)
            << " (sync.on_lost_worker = continue); figures below are rank 0's own\n" << std::flush;
     if (leader_ && options_.write_checkpoints && step > start_step)
       result_.checkpoint = write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(),

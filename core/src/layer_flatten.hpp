@@ -13,6 +13,11 @@ class FlattenLayer final : public Layer {
   void backward(const Tensor& in, const Tensor& out, const Tensor& grad_out, Tensor* grad_in,
                 const StepContext& ctx) override;
   bool row_wise(int64_t, int64_t) const override { return true; }
+  LayerSpec spec() const override {
+    LayerSpec s;
+    s.kind = LayerSpec::Kind::flatten;
+    return s;
+  }
 };
 
 }  // namespace mgt

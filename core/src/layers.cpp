@@ -93,6 +93,15 @@ class LinearLayer final : public Layer {
   }
 
   std::vector<ParamHandle> param_handles() const override { return {weight_, bias_}; }
+  LayerSpec spec() const override {
+    LayerSpec s;
+    s.kind = LayerSpec::Kind::linear;
+    s.in = in_;
+    s.out = out_;
+    s.weight = weight_;
+    s.bias = bias_;
+    return s;
+  }
   bool row_wise(int64_t shard_rows, int64_t shards) const override {
     return kernels::sgemm_rows_independent(shard_rows, shards, out_, in_);
   }
@@ -161,6 +170,18 @@ class Conv2dLayer final : public Layer {
   }
 
   std::vector<ParamHandle> param_handles() const override { return {weight_, bias_}; }
+  LayerSpec spec() const override {
+    LayerSpec s;
+    s.kind = LayerSpec::Kind::conv2d;
+    s.in = shape_.in_channels;
+    s.out = shape_.out_channels;
+    s.kernel = shape_.kernel;
+    s.stride = shape_.stride;
+    s.padding = shape_.padding;
+    s.weight = weight_;
+    s.bias = bias_;
+    return s;
+  }
 
  private:
   kernels::Conv2dShape with_input(const Shape& input) const {
@@ -192,6 +213,13 @@ class MaxPool2dLayer final : public Layer {
     return {input[0], input[1], (input[2] - kernel_) / stride_ + 1,
             (input[3] - kernel_) / stride_ + 1};
   }
+  LayerSpec spec() const override {
+    LayerSpec s;
+    s.kind = LayerSpec::Kind::max_pool2d;
+    s.kernel = kernel_;
+    s.stride = stride_;
+    return s;
+  }
 
   void forward(const Tensor& in, Tensor& out, const StepContext&) override {
     // The arg-max buffer only grows, so after the first step it is not reallocated.
@@ -219,6 +247,11 @@ class ReluLayer final : public Layer {
  public:
   explicit ReluLayer(const std::string& name) : Layer(name) {}
   Shape output_shape(const Shape& input) const override { return input; }
+  LayerSpec spec() const override {
+    LayerSpec s;
+    s.kind = LayerSpec::Kind::relu;
+    return s;
+  }
   void forward(const Tensor& in, Tensor& out, const StepContext&) override {
     kernels::relu_forward(in.data(), out.data(), in.numel());
   }
@@ -241,6 +274,12 @@ class DropoutLayer final : public Layer {
   }
 
   Shape output_shape(const Shape& input) const override { return input; }
+  LayerSpec spec() const override {
+    LayerSpec s;
+    s.kind = LayerSpec::Kind::dropout;
+    s.probability = p_;
+    return s;
+  }
 
   void forward(const Tensor& in, Tensor& out, const StepContext& ctx) override {
     if (!ctx.training || p_ == 0.0f) {

@@ -82,6 +82,17 @@ void ParameterStore::zero_grads() {
   grads_discarded_ = false;
 }
 
+ParameterStore ParameterStore::with_buffers(float* params, float* grads) const {
+  MGT_CHECK(finalized_, Error, "ParameterStore::with_buffers before finalize");
+  ParameterStore other;
+  other.params_ = params_;
+  other.flat_size_ = flat_size_;
+  other.params_flat_ = Tensor::view(params, {static_cast<int64_t>(flat_size_)});
+  other.grads_flat_ = Tensor::view(grads, {static_cast<int64_t>(flat_size_)});
+  other.finalized_ = true;
+  return other;
+}
+
 void ParameterStore::swap_grads(Tensor& other) {
   MGT_CHECK(other.numel() == static_cast<int64_t>(flat_size_), Error,
             "swap_grads: buffer of " + std::to_string(other.numel()) + " floats, the store has " +

@@ -17,6 +17,8 @@ class DataError : public Error { using Error::Error; };
 class PluginError : public Error { using Error::Error; };
 class CommError : public Error { using Error::Error; };
 class CudaError : public Error { using Error::Error; };
+// A device allocation that did not fit: the GPU path may retry with a smaller micro-batch.
+class OutOfMemoryError : public CudaError { using CudaError::CudaError; };
 class IoError : public Error { using Error::Error; };
 
 }  // namespace mgt

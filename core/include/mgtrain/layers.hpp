@@ -28,6 +28,18 @@ struct StepContext {
   int64_t shards = 1;
 };
 
+// What a layer computes, for an executor other than its own forward and backward (the GPU path
+// compiles a model's layers from these). Layers the SDK does not make are `custom`: they run on
+// the CPU only.
+struct LayerSpec {
+  enum class Kind { custom, linear, conv2d, max_pool2d, relu, flatten, dropout };
+  Kind kind = Kind::custom;
+  int64_t in = 0, out = 0;                      // linear: features; conv2d: channels
+  int64_t kernel = 0, stride = 1, padding = 0;  // conv2d, max_pool2d
+  float probability = 0.0f;                     // dropout
+  ParamHandle weight = 0, bias = 0;             // linear, conv2d
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -44,6 +56,7 @@ class Layer {
                         Tensor* grad_in, const StepContext& ctx) = 0;
   // Parameters this layer owns, in the order their gradients become final during backward.
   virtual std::vector<ParamHandle> param_handles() const { return {}; }
+  virtual LayerSpec spec() const { return {}; }
   // True when the layer treats each row on its own, bit for bit: a row's output and input
   // gradient are the same in a batch of `shards` micro-shards of `shard_rows` rows as in a batch
   // of one shard; and, when the store has a WeightGradientSink, every parameter gradient goes to

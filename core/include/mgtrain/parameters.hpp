@@ -77,6 +77,12 @@ class ParameterStore {
   // instead of adding the product to the gradient buffer. The sink must outlive every backward.
   void set_weight_gradient_sink(WeightGradientSink* sink) { weight_gradient_sink_ = sink; }
   WeightGradientSink* weight_gradient_sink() const { return weight_gradient_sink_; }
+  // The same finalized layout over flat buffers owned elsewhere (a GPU's memory): views that the
+  // store never reads or frees. The GPU path hands such a store to the sync strategy.
+  ParameterStore with_buffers(float* params, float* grads) const;
+  ParameterStore() = default;
+  ParameterStore(ParameterStore&&) noexcept = default;
+  ParameterStore& operator=(ParameterStore&&) noexcept = default;
   // Exchanges the gradient buffer with `other` (same flat size): a sync strategy takes a finished
   // gradient out without copying it. Layers look their gradients up on every backward.
   void swap_grads(Tensor& other);

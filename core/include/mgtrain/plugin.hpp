@@ -16,7 +16,9 @@
 // 2: StepContext::overwrite_grads (backward writes discarded gradients) and
 //    ParameterStore::discard_grads.
 // 3: SyncStrategy::lost_ranks (a run that went on without some ranks).
-#define MGTRAIN_PLUGIN_ABI_VERSION 3u
+// 4: the GPU path: Layer::spec, Optimizer::update_rule, SyncStrategy::reduces_device_memory,
+//    ParameterStore::with_buffers.
+#define MGTRAIN_PLUGIN_ABI_VERSION 4u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
 #define MGT_STRINGIFY_IMPL(x) #x

@@ -38,6 +38,11 @@ class SyncStrategy {
   // reach it through the store's WeightGradientSink: with a shard_batchable model the trainer
   // then runs them through forward and backward together, and calls end_backward for each in turn.
   virtual bool micro_batches_are_shards() const { return false; }
+  // True when setup() may be given a communicator and a store over device memory (the GPU path:
+  // NCCL, parameters and gradients on the GPU). The strategy must then touch the store's buffers
+  // only through the communicator's collectives, and make the same calls every step: the GPU
+  // path records one step's operations (a CUDA graph) and replays them.
+  virtual bool reduces_device_memory() const { return false; }
 
   // Strategies that take some ranks out of training (a parameter server) override these.
   // False on ranks that serve: the trainer calls serve() there instead of the training loop.

@@ -76,6 +76,16 @@ class AdamW final : public mgt::Optimizer {
     }
   }
 
+  mgt::UpdateRule update_rule() const override {
+    mgt::UpdateRule rule;
+    rule.kind = mgt::UpdateRule::Kind::adamw;
+    rule.weight_decay = weight_decay_;
+    rule.beta1 = beta1_;
+    rule.beta2 = beta2_;
+    rule.eps = eps_;
+    return rule;
+  }
+
   double learning_rate() const override { return lr_; }
   void set_learning_rate(double lr) override { lr_ = lr; }
 

@@ -77,6 +77,15 @@ class Sgd final : public mgt::Optimizer {
     ++step_count_;
   }
 
+  mgt::UpdateRule update_rule() const override {
+    mgt::UpdateRule rule;
+    rule.kind = mgt::UpdateRule::Kind::sgd;
+    rule.momentum = momentum_;
+    rule.weight_decay = weight_decay_;
+    rule.nesterov = nesterov_;
+    return rule;
+  }
+
   double learning_rate() const override { return lr_; }
   void set_learning_rate(double lr) override { lr_ = lr; }
 

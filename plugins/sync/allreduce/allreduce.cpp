@@ -41,6 +41,9 @@ class AllReduce final : public mgt::SyncStrategy {
   }
   int64_t accumulation_steps() const override { return deterministic_ ? shards_per_rank_ : 1; }
   bool micro_batches_are_shards() const override { return deterministic_; }
+  // The bucketed all-reduce works on NCCL and device memory alike; the deterministic reduction
+  // forms its sums on the host.
+  bool reduces_device_memory() const override { return !deterministic_; }
   void gradients_ready(const std::vector<mgt::ParamHandle>& handles) override {
     if (!deterministic_) buckets_.mark_ready(handles);
   }

@@ -36,6 +36,9 @@ class GradAccum final : public mgt::SyncStrategy {
   }
   int64_t accumulation_steps() const override { return steps_; }
   bool micro_batches_are_shards() const override { return deterministic_; }
+  // The bucketed all-reduce works on NCCL and device memory alike; the deterministic reduction
+  // forms its sums on the host.
+  bool reduces_device_memory() const override { return !deterministic_; }
   void begin_micro_batch(int64_t micro_step) override { last_ = micro_step == steps_ - 1; }
   void gradients_ready(const std::vector<mgt::ParamHandle>& handles) override {
     // Only the last micro-batch completes a gradient; earlier ones stay local.

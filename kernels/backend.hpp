@@ -1,0 +1,114 @@
+#pragma once
+// The one dispatch interface of the kernels: where a compiled training step's tensors live and
+// how its operations run, on the CPU (kernels/cpu_backend.hpp) or on one GPU (kernels/cuda,
+// loaded from libmgtrain-gpu.so). Every pointer an operation takes is in the backend's memory
+// unless it says "pinned" (host memory from allocate_host). Operations are asynchronous on the
+// GPU, in the order they are called, on one compute stream; the CPU runs them at once. No CUDA
+// type appears here, so the core includes it with the plain C++ compiler.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/cpu/conv2d.hpp"
+#include "kernels/update_scalars.hpp"
+
+namespace mgt::kernels {
+
+// One convolution layer's plan for a fixed batch size (cuDNN descriptors and algorithms, oneDNN
+// primitives), made once so that a step creates nothing.
+class ConvOp {
+ public:
+  virtual ~ConvOp() = default;
+  // y = conv(x, w) + bias
+  virtual void forward(const float* x, const float* w, const float* bias, float* y) = 0;
+  // dx = conv^T(dy, w), overwriting dx
+  virtual void backward_data(const float* dy, const float* w, float* dx) = 0;
+  // dw += dW(x, dy), dbias += the sums of dy over batch and space
+  virtual void backward_weights(const float* x, const float* dy, float* dw, float* dbias) = 0;
+};
+
+// Max pooling (no padding) for a fixed input shape.
+class MaxPoolOp {
+ public:
+  virtual ~MaxPoolOp() = default;
+  virtual void forward(const float* x, float* y) = 0;
+  // dx (overwritten) from the forward's x and y and the output gradient dy.
+  virtual void backward(const float* x, const float* y, const float* dy, float* dx) = 0;
+};
+
+// The operations of one step recorded once (a CUDA graph) and replayed.
+class RecordedStep {
+ public:
+  virtual ~RecordedStep() = default;
+  virtual void replay() = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // "cpu", or "GPU 0 (NVIDIA H200)".
+  virtual std::string describe() const = 0;
+
+  // Memory. allocate throws mgt::OutOfMemoryError when the device has not enough.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* ptr) noexcept = 0;
+  virtual void* allocate_host(size_t bytes) = 0;  // pinned on a GPU: copies from it are asynchronous
+  virtual void release_host(void* ptr) noexcept = 0;
+  // Synchronous copies between the host and the backend; download first waits for the work before it.
+  virtual void upload(void* dst, const void* host, size_t bytes) = 0;
+  virtual void download(void* host, const void* src, size_t bytes) = 0;
+
+  // Ordered with the operations:
+  virtual void copy_from_pinned(void* dst, const void* pinned, size_t bytes) = 0;
+  virtual void copy_to_pinned(void* pinned, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void zero(void* dst, size_t bytes) = 0;
+
+  // Input staging on a separate copy stream, so the next batch's transfer overlaps the running
+  // step: stage copies into slot `slot`'s device buffer; after_staged orders the next operations
+  // after that copy (called outside any recording).
+  virtual void stage(int slot, void* dst, const void* pinned, size_t bytes) = 0;
+  virtual void after_staged(int slot) = 0;
+  // Marks the end of the work called so far for slot `slot`, and waits for that mark; the wait
+  // gives up after timeout_s with mgt::CommError naming `what` (a rank that died mid-collective).
+  virtual void mark_done(int slot) = 0;
+  virtual void wait_done(int slot, double timeout_s, const std::string& what) = 0;
+
+  // Row-major GEMM as kernels/cpu/gemm.hpp: C = alpha * op(A) op(B) + beta * C.
+  virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                    int64_t ldc) = 0;
+  virtual void broadcast_rows(const float* bias, float* y, int64_t rows, int64_t cols) = 0;
+  // acc[c] += sum over rows of x[r, c]
+  virtual void add_column_sums(const float* x, float* acc, int64_t rows, int64_t cols) = 0;
+  virtual void relu_forward(const float* x, float* y, int64_t n) = 0;
+  virtual void relu_backward(const float* y, const float* dy, float* dx, int64_t n) = 0;
+  virtual std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch) = 0;
+  virtual std::unique_ptr<MaxPoolOp> make_max_pool(int64_t batch, int64_t channels, int64_t height,
+                                                   int64_t width, int64_t kernel, int64_t stride) = 0;
+  // Softmax cross-entropy of one micro-batch: writes grad = (softmax - onehot) * grad_scale, adds
+  // the rows' loss sum to *loss_sum and their count of correct arg-maxes to *correct. row_loss is
+  // scratch of `rows` doubles.
+  virtual void softmax_xent(const float* logits, const int32_t* labels, float* grad, double* row_loss,
+                            int64_t rows, int64_t classes, float grad_scale, double* loss_sum,
+                            int64_t* correct) = 0;
+  // *flag = 1 when any element is NaN or Inf (never cleared here).
+  virtual void flag_nonfinite(const float* x, size_t n, int32_t* flag) = 0;
+  // The optimizer updates of plugins/optimizers, scalars in backend memory; nothing is done when
+  // *skip != 0 (a non-finite gradient this step).
+  virtual void sgd_step(float* params, const float* grads, float* momentum, size_t n, SgdKind kind,
+                        const SgdScalars* scalars, const int32_t* skip) = 0;
+  virtual void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
+                          size_t n, const AdamWScalars* scalars, const int32_t* skip) = 0;
+
+  // Recording a step for replay: false where the backend has no such thing (the CPU).
+  virtual bool can_record() const { return false; }
+  virtual void begin_recording() {}
+  virtual std::unique_ptr<RecordedStep> end_recording() { return nullptr; }
+};
+
+// The CPU backend: kernels/cpu, at once, in host memory.
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace mgt::kernels

@@ -1,0 +1,165 @@
+// The CPU backend of the dispatch interface: the kernels of kernels/cpu run at once in host
+// memory. The trainer's CPU path calls those kernels through the SDK layers directly; this backend
+// runs the compiled step (core/src/compiled_step.hpp) on the CPU, which is how that program is
+// tested on machines without a GPU, against the SDK layers.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/pointwise.hpp"
+#include "kernels/cpu/pool.hpp"
+#include "kernels/cpu/softmax.hpp"
+
+namespace mgt::kernels {
+
+namespace {
+
+class CpuConv final : public ConvOp {
+ public:
+  CpuConv(const Conv2dShape& shape, int64_t batch) : shape_(shape), batch_(batch) {}
+  void forward(const float* x, const float* w, const float* bias, float* y) override {
+    conv_.forward(shape_, batch_, x, w, bias, y);
+  }
+  void backward_data(const float* dy, const float* w, float* dx) override {
+    conv_.backward_data(shape_, batch_, dy, w, dx);
+  }
+  void backward_weights(const float* x, const float* dy, float* dw, float* dbias) override {
+    conv_.backward_weights(shape_, batch_, x, dy, dw, dbias, /*accumulate=*/true);
+  }
+
+ private:
+  Conv2dShape shape_;
+  int64_t batch_;
+  Conv2d conv_;
+};
+
+class CpuMaxPool final : public MaxPoolOp {
+ public:
+  CpuMaxPool(int64_t planes, int64_t h, int64_t w, int64_t kernel, int64_t stride)
+      : planes_(planes), h_(h), w_(w), kernel_(kernel), stride_(stride),
+        argmax_(static_cast<size_t>(planes * ((h - kernel) / stride + 1) * ((w - kernel) / stride + 1))) {}
+  void forward(const float* x, float* y) override {
+    max_pool2d_forward(x, y, argmax_.data(), planes_, h_, w_, kernel_, stride_);
+  }
+  void backward(const float*, const float*, const float* dy, float* dx) override {
+    max_pool2d_backward(dy, argmax_.data(), dx, planes_, h_, w_, kernel_, stride_);
+  }
+
+ private:
+  int64_t planes_, h_, w_, kernel_, stride_;
+  std::vector<int32_t> argmax_;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  std::string describe() const override { return "cpu"; }
+
+  void* allocate(size_t bytes) override { return aligned(bytes); }
+  void release(void* ptr) noexcept override { std::free(ptr); }
+  void* allocate_host(size_t bytes) override { return aligned(bytes); }
+  void release_host(void* ptr) noexcept override { std::free(ptr); }
+  void upload(void* dst, const void* host, size_t bytes) override { copy(dst, host, bytes); }
+  void download(void* host, const void* src, size_t bytes) override { copy(host, src, bytes); }
+  void copy_from_pinned(void* dst, const void* pinned, size_t bytes) override { copy(dst, pinned, bytes); }
+  void copy_to_pinned(void* pinned, const void* src, size_t bytes) override { copy(pinned, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes != 0 && dst != src) std::memmove(dst, src, bytes);
+  }
+  void zero(void* dst, size_t bytes) override {
+    if (bytes != 0) std::memset(dst, 0, bytes);
+  }
+  void stage(int, void* dst, const void* pinned, size_t bytes) override { copy(dst, pinned, bytes); }
+  void after_staged(int) override {}
+  void mark_done(int) override {}
+  void wait_done(int, double, const std::string&) override {}
+
+  void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
+    sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  void broadcast_rows(const float* bias, float* y, int64_t rows, int64_t cols) override {
+    kernels::broadcast_rows(bias, y, rows, cols);
+  }
+  void add_column_sums(const float* x, float* acc, int64_t rows, int64_t cols) override {
+    kernels::add_column_sums(x, acc, rows, cols);
+  }
+  void relu_forward(const float* x, float* y, int64_t n) override { kernels::relu_forward(x, y, n); }
+  void relu_backward(const float* y, const float* dy, float* dx, int64_t n) override {
+    kernels::relu_backward(y, dy, dx, n);
+  }
+  std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch) override {
+    return std::make_unique<CpuConv>(shape, batch);
+  }
+  std::unique_ptr<MaxPoolOp> make_max_pool(int64_t batch, int64_t channels, int64_t height, int64_t width,
+                                           int64_t kernel, int64_t stride) override {
+    return std::make_unique<CpuMaxPool>(batch * channels, height, width, kernel, stride);
+  }
+  void softmax_xent(const float* logits, const int32_t* labels, float* grad, double*, int64_t rows,
+                    int64_t classes, float grad_scale, double* loss_sum, int64_t* correct) override {
+    *loss_sum += softmax_cross_entropy(logits, labels, grad, rows, classes, grad_scale);
+    *correct += count_correct(logits, labels, rows, classes);
+  }
+  void flag_nonfinite(const float* x, size_t n, int32_t* flag) override {
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, x + i, sizeof(bits));
+      bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    }
+    if (bad) *flag = 1;
+  }
+
+  // The plugins' loops (plugins/optimizers), with their scalars.
+  void sgd_step(float* __restrict p, const float* __restrict g, float* __restrict buf, size_t n,
+                SgdKind kind, const SgdScalars* s, const int32_t* skip) override {
+    if (skip && *skip) return;
+    const float lr = s->lr, wd = s->wd, mu = s->mu, keep = s->keep;
+    switch (kind) {
+      case SgdKind::plain:
+        for (size_t i = 0; i < n; ++i) p[i] -= lr * g[i];
+        break;
+      case SgdKind::weight_decay:
+        for (size_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+        break;
+      case SgdKind::momentum:
+      case SgdKind::nesterov:
+        for (size_t i = 0; i < n; ++i) {
+          const float gi = g[i] + wd * p[i];
+          const float b = keep * buf[i] + gi;
+          buf[i] = b;
+          p[i] -= lr * (kind == SgdKind::nesterov ? gi + mu * b : b);
+        }
+        break;
+    }
+  }
+  void adamw_step(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
+                  size_t n, const AdamWScalars* s, const int32_t* skip) override {
+    if (skip && *skip) return;
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = g[i];
+      const float mi = s->b1 * m[i] + s->one_minus_b1 * gi;
+      const float vi = s->b2 * v[i] + s->one_minus_b2 * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      p[i] = p[i] * s->decay - s->step_size * mi / (std::sqrt(vi) * s->inv_sqrt_bc2 + s->eps);
+    }
+  }
+
+ private:
+  static void* aligned(size_t bytes) {
+    if (bytes == 0) return nullptr;
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace mgt::kernels

@@ -1,0 +1,108 @@
+#pragma once
+// Convolution and max pooling on the GPU through cuDNN, NCHW float32, with the semantics of
+// kernels/cpu/conv2d.hpp and pool.hpp. A plan is made once per layer and batch size (descriptors,
+// algorithms, workspace); running it allocates nothing and only enqueues work on the handle's
+// stream, so a CUDA graph can capture it. Algorithms are deterministic and compute in plain FP32.
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/conv2d.hpp"
+#include "kernels/cuda/runtime.hpp"
+
+struct cudnnContext;
+struct cudnnTensorStruct;
+struct cudnnFilterStruct;
+struct cudnnConvolutionStruct;
+struct cudnnPoolingStruct;
+
+namespace mgt::cuda {
+
+// A cuDNN handle on the device current at construction, bound to a stream that every plan made
+// with it runs on.
+class CudnnHandle {
+ public:
+  CudnnHandle();
+  ~CudnnHandle();
+  CudnnHandle(const CudnnHandle&) = delete;
+  CudnnHandle& operator=(const CudnnHandle&) = delete;
+
+  void set_stream(Stream stream);
+  Stream stream() const { return stream_; }
+  cudnnContext* get() const { return handle_; }
+
+ private:
+  cudnnContext* handle_ = nullptr;
+  Stream stream_ = nullptr;
+};
+
+// One convolution's descriptors, algorithms and workspace for a fixed batch size (square kernel,
+// symmetric padding, stride). Each direction takes the fastest algorithm cuDNN's heuristics rank
+// that is deterministic, runs without TF32 and needs at most 64 MiB of workspace: the choice
+// depends only on the shape, the GPU model and the cuDNN version, never on timings, so every run
+// uses the same kernels and repeats bit for bit.
+class ConvPlan {
+ public:
+  ConvPlan(CudnnHandle& cudnn, const kernels::Conv2dShape& shape, int64_t batch);
+  ~ConvPlan();
+  ConvPlan(const ConvPlan&) = delete;
+  ConvPlan& operator=(const ConvPlan&) = delete;
+
+  // y[B, OC, OH, OW] = conv(x[B, IC, H, W], w[OC, IC, K, K]) + bias[OC] (bias may be null).
+  void forward(const float* x, const float* w, const float* bias, float* y);
+  // dx = conv^T(dy, w), overwriting dx.
+  void backward_data(const float* dy, const float* w, float* dx);
+  // dw (+)= dW(x, dy), dbias (+)= sum of dy over batch and space (dbias may be null);
+  // accumulate = false overwrites them.
+  void backward_weights(const float* x, const float* dy, float* dw, float* dbias, bool accumulate);
+
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  const kernels::Conv2dShape& shape() const { return shape_; }
+  int64_t batch() const { return batch_; }
+
+ private:
+  void release() noexcept;
+
+  CudnnHandle* cudnn_;
+  kernels::Conv2dShape shape_;
+  int64_t batch_;
+  cudnnTensorStruct* x_desc_ = nullptr;
+  cudnnTensorStruct* y_desc_ = nullptr;
+  cudnnTensorStruct* bias_desc_ = nullptr;
+  cudnnFilterStruct* w_desc_ = nullptr;
+  cudnnConvolutionStruct* conv_desc_ = nullptr;
+  // cuDNN's algorithm enums, kept as int so this header needs no cuDNN header.
+  int fwd_algo_ = 0, bwd_data_algo_ = 0, bwd_filter_algo_ = 0;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+// Max pooling without padding through cuDNN's deterministic max-pooling mode (plain
+// CUDNN_POOLING_MAX adds gradients with atomics in its backward pass). NaN propagates, so a
+// non-finite activation reaches the loss and the step's check instead of vanishing.
+class MaxPoolPlan {
+ public:
+  MaxPoolPlan(CudnnHandle& cudnn, int64_t batch, int64_t channels, int64_t height, int64_t width,
+              int64_t kernel, int64_t stride);
+  ~MaxPoolPlan();
+  MaxPoolPlan(const MaxPoolPlan&) = delete;
+  MaxPoolPlan& operator=(const MaxPoolPlan&) = delete;
+
+  // y[B, C, OH, OW], OH = (H - K) / S + 1 and likewise OW.
+  void forward(const float* x, float* y);
+  // dx from x, y and dy, overwriting dx (overlapping windows add their gradients).
+  void backward(const float* x, const float* y, const float* dy, float* dx);
+
+  int64_t out_height() const { return out_height_; }
+  int64_t out_width() const { return out_width_; }
+
+ private:
+  void release() noexcept;
+
+  CudnnHandle* cudnn_;
+  int64_t out_height_ = 0, out_width_ = 0;
+  cudnnTensorStruct* x_desc_ = nullptr;
+  cudnnTensorStruct* y_desc_ = nullptr;
+  cudnnPoolingStruct* pool_desc_ = nullptr;
+};
+
+}  // namespace mgt::cuda

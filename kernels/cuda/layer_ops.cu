@@ -1,0 +1,145 @@
+#include <climits>
+#include <string>
+
+#include "kernels/cuda/check.hpp"
+#include "kernels/cuda/layer_ops.hpp"
+#include "kernels/cuda/softmax_rows.cuh"
+#include "mgtrain/error.hpp"
+
+namespace mgt::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void broadcast_rows_kernel(const float* __restrict__ bias, float* __restrict__ y,
+                                      int64_t total, int64_t cols) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride)
+    y[i] = bias[i % cols];
+}
+
+// A thread per column walks the rows in order, the CPU loop's order for each column.
+__global__ void column_sums_kernel(const float* __restrict__ x, float* __restrict__ out,
+                                   int64_t rows, int64_t cols, bool accumulate) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols; c += stride) {
+    float acc = accumulate ? out[c] : 0.0f;
+    for (int64_t r = 0; r < rows; ++r) acc = __fadd_rn(acc, x[r * cols + c]);
+    out[c] = acc;
+  }
+}
+
+// One block per channel: each thread sums a fixed strided share of the channel's elements, then a
+// tree in shared memory combines the shares, the same way on every run.
+__global__ void channel_sums_kernel(const float* __restrict__ x, float* __restrict__ out,
+                                    int64_t batch, int64_t channels, int64_t plane,
+                                    bool accumulate) {
+  __shared__ float partial[kThreads];
+  const int64_t c = blockIdx.x;
+  const int64_t count = batch * plane;
+  float acc = 0.0f;
+  for (int64_t j = threadIdx.x; j < count; j += kThreads) {
+    const int64_t b = j / plane, p = j - b * plane;
+    acc = __fadd_rn(acc, x[(b * channels + c) * plane + p]);
+  }
+  partial[threadIdx.x] = acc;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half >>= 1) {
+    if (threadIdx.x < half)
+      partial[threadIdx.x] = __fadd_rn(partial[threadIdx.x], partial[threadIdx.x + half]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[c] = accumulate ? __fadd_rn(out[c], partial[0]) : partial[0];
+}
+
+// One thread: the batch's row losses in row order (as sum_row_losses adds them on the host), then
+// onto the running total.
+__global__ void add_batch_loss_kernel(const double* __restrict__ row_loss, int64_t rows,
+                                      double* __restrict__ loss_sum) {
+  double batch = 0.0;
+  for (int64_t r = 0; r < rows; ++r) batch += row_loss[r];
+  *loss_sum += batch;
+}
+
+__global__ void flag_nonfinite_kernel(const float* __restrict__ x, int64_t n,
+                                      int32_t* __restrict__ flag) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  bool bad = false;
+  // The exponent bits, which are all ones exactly for NaN and the infinities, whatever the
+  // compiler assumes about floating-point special values.
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    bad |= (__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u;
+  // Every writer stores the same value, so the result does not depend on which lands last.
+  if (bad) *flag = 1;
+}
+
+__global__ void multiply_kernel(const float* __restrict__ x, const float* __restrict__ s,
+                                float* __restrict__ y, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    y[i] = __fmul_rn(x[i], s[i]);
+}
+
+}  // namespace
+
+void broadcast_rows(const float* bias, float* y, int64_t rows, int64_t cols, Stream stream) {
+  if (rows <= 0 || cols <= 0) return;
+  const int64_t total = rows * cols;
+  broadcast_rows_kernel<<<detail::grid_blocks(total, kThreads), kThreads, 0, stream>>>(bias, y,
+                                                                                       total, cols);
+  MGT_CUDA_CHECK_LAUNCH("broadcast_rows");
+}
+
+void column_sums(const float* x, float* out, int64_t rows, int64_t cols, bool accumulate,
+                 Stream stream) {
+  if (cols <= 0) return;
+  if (rows < 0) rows = 0;
+  column_sums_kernel<<<detail::grid_blocks(cols, kThreads), kThreads, 0, stream>>>(x, out, rows,
+                                                                                   cols, accumulate);
+  MGT_CUDA_CHECK_LAUNCH("column_sums");
+}
+
+void channel_sums(const float* x, float* out, int64_t batch, int64_t channels, int64_t plane,
+                  bool accumulate, Stream stream) {
+  MGT_CHECK(channels <= INT_MAX, Error,
+            "channel sums on the GPU take at most " + std::to_string(INT_MAX) + " channels, got " +
+                std::to_string(channels));
+  if (channels <= 0) return;
+  if (batch < 0) batch = 0;
+  if (plane < 0) plane = 0;
+  channel_sums_kernel<<<static_cast<unsigned>(channels), kThreads, 0, stream>>>(
+      x, out, batch, channels, plane, accumulate);
+  MGT_CUDA_CHECK_LAUNCH("channel_sums");
+}
+
+void softmax_xent_accumulate(const float* logits, const int32_t* labels, float* grad,
+                             double* row_loss, int64_t rows, int64_t classes, float grad_scale,
+                             double* loss_sum, int64_t* correct, Stream stream) {
+  static_assert(sizeof(int64_t) == sizeof(unsigned long long),
+                "the correct count is added to as a 64-bit unsigned integer");
+  MGT_CHECK(loss_sum != nullptr && correct != nullptr, Error,
+            "softmax cross-entropy: the loss sum and correct count need device memory");
+  // Two's complement: adding 1 as unsigned is adding 1 to the signed count.
+  detail::launch_softmax_xent(logits, labels, grad, row_loss, rows, classes, grad_scale,
+                              reinterpret_cast<unsigned long long*>(correct), stream);
+  if (rows <= 0) return;
+  add_batch_loss_kernel<<<1, 1, 0, stream>>>(row_loss, rows, loss_sum);
+  MGT_CUDA_CHECK_LAUNCH("softmax_xent_accumulate");
+}
+
+void flag_nonfinite(const float* x, size_t n, int32_t* flag, Stream stream) {
+  if (n == 0) return;
+  const auto count = static_cast<int64_t>(n);
+  flag_nonfinite_kernel<<<detail::grid_blocks(count, kThreads), kThreads, 0, stream>>>(x, count,
+                                                                                       flag);
+  MGT_CUDA_CHECK_LAUNCH("flag_nonfinite");
+}
+
+void multiply(const float* x, const float* s, float* y, int64_t n, Stream stream) {
+  if (n <= 0) return;
+  multiply_kernel<<<detail::grid_blocks(n, kThreads), kThreads, 0, stream>>>(x, s, y, n);
+  MGT_CUDA_CHECK_LAUNCH("multiply");
+}
+
+}  // namespace mgt::cuda

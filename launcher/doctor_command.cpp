@@ -4,7 +4,6 @@
 // on a node than GPUs, versions that differ between ranks, a GPU already in use, CUDA that cannot
 // use the GPUs a node has. No GPU at all is the CPU fallback, not a problem.
 #include <boost/program_options.hpp>
-#include <dlfcn.h>
 #include <mpi.h>
 #include <unistd.h>
 
@@ -24,6 +23,7 @@
 #include "mgtrain/error.hpp"
 #include "mgtrain/version.hpp"
 #include "mpi_communicator.hpp"
+#include "nvml.hpp"
 
 #ifdef MGTRAIN_HAVE_CUDA
 #include "kernels/cpu/gemm.hpp"
@@ -67,85 +67,6 @@ struct RankReport {
   char mpi_library[256] = {};
   char no_gpu_reason[256] = {};
   char error[256] = {};       // a call that failed while looking
-};
-
-// NVML, loaded at run time: a machine without the NVIDIA driver has no libnvidia-ml, and that
-// must not stop the launcher from starting. Only the few calls the doctor needs.
-class Nvml {
- public:
-  struct Memory {
-    int64_t total = 0, used = 0;
-  };
-
-  Nvml() {
-    lib_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib_) return;
-    init_ = reinterpret_cast<Status (*)()>(dlsym(lib_, "nvmlInit_v2"));
-    shutdown_ = reinterpret_cast<Status (*)()>(dlsym(lib_, "nvmlShutdown"));
-    count_ = reinterpret_cast<Status (*)(unsigned*)>(dlsym(lib_, "nvmlDeviceGetCount_v2"));
-    by_pci_ = reinterpret_cast<Status (*)(const char*, Device*)>(
-        dlsym(lib_, "nvmlDeviceGetHandleByPciBusId_v2"));
-    memory_v1_ = reinterpret_cast<Status (*)(Device, MemoryV1*)>(dlsym(lib_, "nvmlDeviceGetMemoryInfo"));
-    memory_v2_ = reinterpret_cast<Status (*)(Device, MemoryV2*)>(dlsym(lib_, "nvmlDeviceGetMemoryInfo_v2"));
-    driver_ = reinterpret_cast<Status (*)(char*, unsigned)>(dlsym(lib_, "nvmlSystemGetDriverVersion"));
-    ok_ = init_ && shutdown_ && count_ && by_pci_ && (memory_v1_ || memory_v2_) && init_() == 0;
-  }
-  ~Nvml() {
-    if (ok_) shutdown_();
-    if (lib_) dlclose(lib_);
-  }
-  Nvml(const Nvml&) = delete;
-  Nvml& operator=(const Nvml&) = delete;
-
-  bool ok() const { return ok_; }
-  int device_count() const {
-    unsigned n = 0;
-    return ok_ && count_(&n) == 0 ? static_cast<int>(n) : -1;
-  }
-  std::string driver_version() const {
-    char text[96] = {};
-    return ok_ && driver_ && driver_(text, sizeof text) == 0 ? text : "";
-  }
-  // Memory of the GPU at this PCI address; false when NVML cannot say.
-  bool memory(const std::string& pci_bus_id, Memory& out) const {
-    Device device = nullptr;
-    if (!ok_ || by_pci_(pci_bus_id.c_str(), &device) != 0) return false;
-    // Version 2 counts the driver's own reservation apart from memory that processes use.
-    if (memory_v2_) {
-      MemoryV2 m{};
-      m.version = static_cast<unsigned>(sizeof(MemoryV2) | (2u << 24));
-      if (memory_v2_(device, &m) == 0) {
-        out = {static_cast<int64_t>(m.total), static_cast<int64_t>(m.used)};
-        return true;
-      }
-    }
-    MemoryV1 m{};
-    if (!memory_v1_ || memory_v1_(device, &m) != 0) return false;
-    out = {static_cast<int64_t>(m.total), static_cast<int64_t>(m.used)};
-    return true;
-  }
-
- private:
-  // nvml.h's types, as its ABI defines them.
-  using Status = int;
-  using Device = struct NvmlDevice*;
-  struct MemoryV1 {
-    unsigned long long total, free, used;
-  };
-  struct MemoryV2 {
-    unsigned version;
-    unsigned long long total, reserved, free, used;
-  };
-
-  void* lib_ = nullptr;
-  bool ok_ = false;
-  Status (*init_)() = nullptr;
-  Status (*shutdown_)() = nullptr;
-  Status (*count_)(unsigned*) = nullptr;
-  Status (*by_pci_)(const char*, Device*) = nullptr;
-  Status (*memory_v1_)(Device, MemoryV1*) = nullptr;
-  Status (*memory_v2_)(Device, MemoryV2*) = nullptr;
-  Status (*driver_)(char*, unsigned) = nullptr;
 };
 
 std::string mpi_library_version() {

@@ -1,0 +1,30 @@
+#pragma once
+// Which GPU a rank trains on, and whether that GPU is already busy: pure functions of what the
+// rank knows about its node, so the rules are testable on a machine without a GPU.
+#include <string>
+
+namespace mgt {
+
+// device -1: no GPU (the caller decides about the CPU fallback). warning: non-empty when the
+// choice is allowed but worth a line in the log (ranks sharing a GPU).
+struct GpuChoice {
+  int device = -1;
+  std::string warning;
+};
+
+// Rank `rank` (node-local rank local_rank of local_size on node `node`, host `host`) uses GPU
+// local_rank % visible_gpus. More ranks on a node than GPUs puts two ranks on one GPU, which
+// halves each one's speed and memory: every rank of such a node refuses with a ConfigError (all
+// of them, so none waits for the others in a collective) unless allow_shared
+// (gpu.allow_shared = true), in which case the ranks that share carry a warning. Both name the
+// rank, the node's ranks and the GPUs. visible_gpus == 0 gives {-1, ""}.
+GpuChoice choose_gpu(int rank, int local_rank, int local_size, int node, const std::string& host,
+                     int visible_gpus, bool allow_shared);
+
+// "GPU 0 (NVIDIA H200, 00000000:1A:00.0) already has 20480 MB of 143771 MB in use by other
+// processes" when used_mb, read before this job created its contexts, exceeds threshold_mb (a
+// shared server); "" at or under it. MB are MiB, as nvidia-smi counts them.
+std::string busy_gpu_line(int device, const std::string& name, const std::string& pci_bus_id,
+                          double used_mb, double total_mb, double threshold_mb);
+
+}  // namespace mgt

@@ -109,6 +109,39 @@ class LineParser {
     return true;
   }
 
+  // {"a":1,"b":null} as element `index` of the arrays "<key>.a" and "<key>.b" (NaN-padded).
+  void object_element(const std::string& key, size_t index, JsonLine& out) {
+    ++i_;
+    ws();
+    if (peek() == '}') {
+      ++i_;
+      return;
+    }
+    for (;;) {
+      ws();
+      if (peek() != '"') fail("a field name in an object of the array \"" + key + "\"");
+      const std::string field = key + "." + string();
+      ws();
+      expect(':', "':' after field name \"" + field + "\"");
+      ws();
+      double v = NAN;
+      if (!literal("null")) {
+        if (!starts_number()) fail("a number or null for \"" + field + "\"");
+        v = number(field);
+      }
+      std::vector<double>& values = out.arrays[field];
+      values.resize(index, NAN);
+      values.push_back(v);
+      ws();
+      if (peek() == ',') {
+        ++i_;
+        continue;
+      }
+      expect('}', "',' or '}' in an object of the array \"" + key + "\"");
+      return;
+    }
+  }
+
   void value(const std::string& key, JsonLine& out) {
     if (peek() == '[') {
       ++i_;
@@ -117,10 +150,19 @@ class LineParser {
       if (peek() == ']') {
         ++i_;
       } else {
-        for (;;) {
+        for (size_t index = 0;; ++index) {
           ws();
-          if (!starts_number()) fail("a number in the array \"" + key + "\"");
-          values.push_back(number(key));
+          if (peek() == '{') {
+            // Per-rank objects ("gpu":[{"util":93,...}, null]): field f becomes array "gpu.f".
+            object_element(key, index, out);
+            values.push_back(NAN);
+          } else if (literal("null")) {
+            values.push_back(NAN);
+          } else if (starts_number()) {
+            values.push_back(number(key));
+          } else {
+            fail("a number, null or an object in the array \"" + key + "\"");
+          }
           ws();
           if (peek() == ',') {
             ++i_;

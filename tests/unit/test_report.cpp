@@ -190,6 +190,22 @@ TEST(ReportParse, FlatObjectsWithNumbersAndArrays) {
   EXPECT_TRUE(parse_json_line("{}", "m.jsonl", 1).numbers.empty());
 }
 
+// A GPU run's metrics carry one object per rank (NVML's figures), or null where a rank had none.
+TEST(ReportParse, ArraysOfPerRankObjectsBecomeOneArrayPerField) {
+  const JsonLine l = parse_json_line(
+      "{\"step\":50,\"gpu\":[{\"util\":93,\"temp_c\":51},null,{\"util\":40.5,\"temp_c\":null}]}", "m.jsonl", 1);
+  const auto& util = l.arrays.at("gpu.util");
+  ASSERT_EQ(util.size(), 3u);
+  EXPECT_DOUBLE_EQ(util[0], 93);
+  EXPECT_TRUE(std::isnan(util[1]));
+  EXPECT_DOUBLE_EQ(util[2], 40.5);
+  const auto& temp = l.arrays.at("gpu.temp_c");
+  ASSERT_EQ(temp.size(), 3u);
+  EXPECT_DOUBLE_EQ(temp[0], 51);
+  EXPECT_TRUE(std::isnan(temp[2]));
+  EXPECT_EQ(l.arrays.at("gpu").size(), 3u);
+}
+
 TEST(ReportParse, MalformedLinesNameFileLineAndExpectation) {
   const auto err = [](const std::string& text) {
     return error_of<DataError>([&] { parse_json_line(text, "run/metrics.jsonl", 7); });
@@ -198,7 +214,9 @@ TEST(ReportParse, MalformedLinesNameFileLineAndExpectation) {
                                                "\"loss\" at column 23, found the end of the line");
   EXPECT_NE(err("[1,2]").find("run/metrics.jsonl:7: expected '{'"), std::string::npos);
   EXPECT_NE(err("{\"a\":{\"b\":1}}").find("expected a number or an array of numbers for \"a\""), std::string::npos);
-  EXPECT_NE(err("{\"a\":[1,\"x\"]}").find("expected a number in the array \"a\""), std::string::npos);
+  EXPECT_NE(err("{\"a\":[1,\"x\"]}").find("expected a number, null or an object in the array \"a\""),
+            std::string::npos);
+  EXPECT_NE(err("{\"gpu\":[{\"util\":\"x\"}]}").find("expected a number or null for \"gpu.util\""), std::string::npos);
   EXPECT_NE(err("{\"a\":1} x").find("expected the end of the line"), std::string::npos);
   EXPECT_NE(err("{a:1}").find("expected a quoted field name"), std::string::npos);
   EXPECT_NE(err("{\"a\":1.2.3}").find("run/metrics.jsonl:7:"), std::string::npos);

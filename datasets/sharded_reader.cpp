@@ -2,6 +2,7 @@
 #include "datasets/sharded_reader.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -68,6 +69,10 @@ struct ShardedReader::Impl {
   std::vector<uint32_t> crcraw;  // the rows' stored checksums, when the file has them
   std::vector<int64_t> perm;
   int64_t perm_epoch = -1;
+  // With in_memory: the whole file's x (raw, as stored), y and row checksums.
+  std::vector<unsigned char> all_x;
+  std::vector<int32_t> all_y;
+  std::vector<uint32_t> all_crc;
 
   // Ring protocol: batch k of the stream lives in slots[k % slots.size()]. The thread may fill k
   // once k - released < slots.size(); next() hands out `handed` and releases the previous one.
@@ -191,8 +196,34 @@ struct ShardedReader::Impl {
                     std::to_string(batch) + "): the file is damaged, convert or copy it again");
   }
 
+  // The whole file into all_x, all_y and all_crc, each dataset in one read.
+  void load_all() {
+    std::lock_guard lock(hdf5_mutex());
+    h5::silence_errors();
+    all_x.resize(static_cast<size_t>(n * numel) * (u8 ? 1 : 4));
+    all_y.resize(static_cast<size_t>(n));
+    all_crc.resize(info.row_checksums ? static_cast<size_t>(n) : 0);
+    if (H5Dread(file.x.get(), u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, all_x.data()) < 0)
+      throw DataError(rows_error(0, n - 1, 0, 0, opt.x_name) + " (data.in_memory)");
+    if (H5Dread(file.y.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, all_y.data()) < 0)
+      throw DataError(rows_error(0, n - 1, 0, 0, opt.y_name) + " (data.in_memory)");
+    if (info.row_checksums &&
+        H5Dread(file.row_crc.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, all_crc.data()) < 0)
+      throw DataError(rows_error(0, n - 1, 0, 0, kRowChecksums) + " (data.in_memory)");
+  }
+
   // Reads the rows of `order` (sorted) into raw and yraw (and crcraw), in that order.
   void read_sorted(int64_t rows, int64_t epoch, int64_t batch) {
+    if (opt.in_memory) {
+      const size_t row_bytes = static_cast<size_t>(numel) * (u8 ? 1 : 4);
+      for (int64_t j = 0; j < rows; ++j) {
+        const auto row = static_cast<size_t>(order[static_cast<size_t>(j)].first);
+        std::memcpy(raw.data() + static_cast<size_t>(j) * row_bytes, all_x.data() + row * row_bytes, row_bytes);
+        yraw[static_cast<size_t>(j)] = all_y[row];
+        if (info.row_checksums) crcraw[static_cast<size_t>(j)] = all_crc[row];
+      }
+      return;
+    }
     std::lock_guard lock(hdf5_mutex());
     h5::silence_errors();
     const hid_t xt = u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
@@ -316,6 +347,7 @@ void ShardedReader::init(const ReaderOptions& options) {
     s.y.assign(static_cast<size_t>(d.local), 0);
   }
   d.raw.resize(static_cast<size_t>(d.local * d.numel) * (d.u8 ? 1 : 4));
+  if (o.in_memory) d.load_all();
   d.order.reserve(static_cast<size_t>(d.local));
   d.ycoords.resize(static_cast<size_t>(d.local));
   d.yraw.resize(static_cast<size_t>(d.local));

@@ -37,6 +37,9 @@ struct ReaderOptions {
   int prefetch_depth = 3;              // batches kept ready ahead of the one the caller holds
   size_t chunk_cache_bytes = 64u << 20;  // HDF5 chunk cache of x (H5Pset_chunk_cache)
   ReadMode read_mode = ReadMode::Runs;
+  // Reads the whole file into memory once (data.in_memory) and takes each batch's rows from there:
+  // for datasets that fit, when reading rows from the file cannot keep up with a GPU.
+  bool in_memory = false;
 };
 
 struct Batch {

@@ -12,6 +12,10 @@ const std::vector<ConfigKey>& core_config_keys() {
       {"data.cache_mb", KeyType::non_negative_real, "0",
        "HDF5 chunk cache per rank in MB; 0 reads each batch's rows straight from the file (the OS "
        "page cache still caches it) and keeps the rank's memory small"},
+      {"data.in_memory", KeyType::boolean, "false",
+       "read the whole training file into each rank's memory once and take the batches from there, "
+       "instead of reading each batch's rows from the file: for datasets that fit, when the reader "
+       "cannot keep up with a GPU"},
       {"model.name", KeyType::string, nullptr, "model plugin (libmgtrain-model-<name>.so)"},
       {"optimizer.name", KeyType::string, nullptr, "optimizer plugin"},
       {"sync.name", KeyType::string, "allreduce", "sync-strategy plugin"},
@@ -28,6 +32,25 @@ const std::vector<ConfigKey>& core_config_keys() {
       {"train.warmup_steps", KeyType::non_negative_integer, "0",
        "steps of linear learning-rate warm-up from 0 to optimizer.lr"},
       {"train.threads", KeyType::positive_integer, "1", "compute threads per rank"},
+      {"train.device", KeyType::choice, "auto",
+       "where each rank trains: gpu (one GPU per rank, local rank % visible GPUs), cpu, auto (gpu "
+       "when every rank sees one, else cpu), or compiled-cpu (the GPU path's compiled step run on "
+       "the CPU, to check that path on a machine without a GPU)",
+       "auto|cpu|gpu|compiled-cpu"},
+      {"gpu.allow_shared", KeyType::boolean, "false",
+       "allow more ranks on a node than GPUs, several ranks sharing one GPU (slower, and NCCL "
+       "refuses two ranks of one communicator on one GPU)"},
+      {"gpu.cuda_graphs", KeyType::boolean, "true",
+       "record each step once as a CUDA graph and replay it: one launch per step instead of one "
+       "per kernel"},
+      {"gpu.on_oom", KeyType::choice, "error",
+       "when the micro-batch does not fit in GPU memory: error (say so and stop), or halve (run "
+       "each micro-batch as passes of half the rows, halving again until it fits; the global "
+       "batch and the result stay the same)",
+       "error|halve"},
+      {"metrics.gpu_sample_s", KeyType::positive_real, "5",
+       "seconds between samples of each rank's GPU utilisation, memory and temperature (NVML), "
+       "reported in each metrics record"},
       {"train.progress", KeyType::choice, "auto",
        "rank 0's progress: bar (a live bar per epoch), lines (plain lines for batch logs) or auto "
        "(a bar when stdout is a terminal)",

@@ -21,6 +21,7 @@
 
 #include "checkpoint.hpp"
 #include "core_keys.hpp"
+#include "device_session.hpp"
 #include "datasets/sharded_reader.hpp"
 #include "evaluate.hpp"
 #include "fault_injection.hpp"
@@ -246,6 +247,22 @@ class Trainer {
     checkpoint_dir_ = config_.get_string("checkpoint.dir");
     if (leader_) log_ << "mgtrain " << MGTRAIN_VERSION << ": " << comm_.size() << " rank(s)\n"
                       << "# resolved config\n" << config_.to_ini() << std::flush;
+    choose_device();
+  }
+
+  // Where this rank trains (train.device): every rank the same kind, each GPU bound and opened,
+  // then NCCL between them, which every rank must enter together.
+  void choose_device() {
+    agree(comm_, [&] { device_ = std::make_unique<DeviceSession>(comm_, config_); });
+    if (!device_->warning().empty())
+      std::fprintf(stderr, "mgtrain: warning: [rank %d] %s\n", comm_.rank(), device_->warning().c_str());
+    if (!device_->compiled()) return;
+    agree(comm_, [&] { device_->connect(comm_); });
+    if (leader_)
+      log_ << "device: " << device_kind_name(device_->kind()) << " ("
+           << (device_->kind() == DeviceKind::gpu ? "rank 0 on " + device_->describe()
+                                                  : std::string("the GPU path's compiled step on the CPU"))
+           << ", " << device_->communicator().backend() << " between ranks)\n" << std::flush;
   }
 
   // 2. Model, optimizer, sync, parameters, data. Everything that reads input is checked here,
@@ -258,7 +275,13 @@ class Trainer {
       model_->declare(store_);
       store_.finalize();
       store_.initialize(seed_);
-      sync_->setup(comm_, store_);  // local: roles and buffers, no communication yet
+      if (device_->compiled()) {
+        // The sync strategy works on the device's copy of the parameters, through its communicator.
+        check_compilable(*model_, *optimizer_, *sync_, choice_.model, choice_.optimizer, choice_.sync);
+        sync_->setup(device_->communicator(), device_->parameters(store_).store);
+      } else {
+        sync_->setup(comm_, store_);  // local: roles and buffers, no communication yet
+      }
       optimizer_->setup(sync_->trains() ? store_.flat_size() : sync_->serve_size());
       accum_ = sync_->accumulation_steps();
       const int64_t train_world = sync_->train_world(comm_);
@@ -286,7 +309,21 @@ class Trainer {
         data::open_dataset_info(test_path, config_.get_string("data.x_name"), config_.get_string("data.y_name"));
       schedule_.emplace(config_.get_string("train.lr_schedule"), optimizer_->learning_rate(),
                         config_.get_int("train.warmup_steps"), config_.get_int("train.epochs") * per_epoch_);
+      if (device_->compiled()) compile_step();
     });
+  }
+
+  void compile_step() {
+    CompiledStepOptions o;
+    o.sample_shape = reader_->info().sample_shape;
+    o.classes = model_->output_shape(micro_shape_).at(1);
+    o.pass_rows = micro_batch_;
+    o.accumulation = accum_;
+    o.grad_scale = 1.0f / static_cast<float>(global_batch_);
+    o.record = config_.get_bool("gpu.cuda_graphs");
+    o.timeout_s = config_.get_real("comm.timeout_s");
+    o.rank = comm_.rank();
+    compiled_ = &device_->compile(dynamic_cast<const SequentialModel&>(*model_), *optimizer_, *sync_, o, log_);
   }
 
   void open_reader(const std::string& path, int train_world) {
@@ -300,6 +337,7 @@ class Trainer {
     ro.seed = seed_;
     ro.prefetch_depth = static_cast<int>(config_.get_int("data.prefetch"));
     ro.chunk_cache_bytes = static_cast<size_t>(config_.get_real("data.cache_mb") * 1e6);
+    ro.in_memory = config_.get_bool("data.in_memory");
     reader_ = std::make_unique<data::ShardedReader>(ro);
     per_epoch_ = reader_->batches_per_epoch();
     micro_shape_ = {micro_batch_ * shards_per_pass_};
@@ -391,6 +429,8 @@ class Trainer {
     meta_.plugins = registry_.loaded_summary();
     meta_.config_ini = config_.to_ini();
     result_.gradient_floats = store_.flat_size();
+    result_.device = device_kind_name(device_->kind());
+    if (compiled_) compiled_->upload_state(store_);
   }
 
   TrainResult serve() {
@@ -453,7 +493,10 @@ class Trainer {
       interval_.wait += batch.wait_seconds;
       phases_.data_wait += batch.wait_seconds;
       const double sync_before = phases_.sync;
-      run_step(batch, step);
+      if (compiled_)
+        run_compiled_step(batch, step);
+      else
+        run_step(batch, step);
       interval_.busy += seconds_since(step_start) - (phases_.sync - sync_before);
       ++interval_.steps;
       ++step;
@@ -465,13 +508,17 @@ class Trainer {
       meta_.step = step;
       meta_.epoch = batch.epoch + (batch.batch_in_epoch + 1 == per_epoch_ ? 1 : 0);
       meta_.batch_in_epoch = (batch.batch_in_epoch + 1) % per_epoch_;
-      if (step % log_every_ == 0 || step == total_steps_) log_interval(step, batch.epoch);
+      if (step % log_every_ == 0 || step == total_steps_) {
+        if (compiled_) absorb(compiled_->finish());
+        log_interval(step, batch.epoch);
+      }
       if (progress_) progress_->step(step, batch.epoch);
       if (stop_agreed(step)) {
         stopped = true;
         break;
       }
       if (options_.write_checkpoints && checkpoint_every > 0 && step % checkpoint_every == 0 && step < total_steps_) {
+        if (compiled_) absorb(compiled_->download_state(store_));
         if (leader_) {
           result_.checkpoint = write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(),
                                                 config_.get_int("checkpoint.keep"));
@@ -484,6 +531,8 @@ class Trainer {
         train_comm_->barrier();
       }
     }
+    // The device's parameters and optimizer state, for the final checkpoint and the test set.
+    if (compiled_) absorb(compiled_->download_state(store_));
     if (progress_) progress_->finish();
     if (stopped && leader_)
       log_ << "stopped by signal " << stop_signal() << " at step " << step
@@ -559,6 +608,36 @@ class Trainer {
     }
   }
 
+  // The compiled step (GPU path): stage this step's rows, take the previous step's figures while
+  // the copy runs, then launch.
+  void run_compiled_step(data::Batch& batch, int64_t step) {
+    MGT_CHECK(batch.rows == compiled_->step_rows(), Error,
+              "the GPU path takes full batches: batch of " + std::to_string(batch.rows) + " rows, expected " +
+                  std::to_string(compiled_->step_rows()));
+    // Test-only fault: a NaN in this rank's first sample, which reaches every rank's gradient.
+    if (step + 1 == nan_step_) batch.x.data()[0] = std::numeric_limits<float>::quiet_NaN();
+    const auto t = Clock::now();
+    absorb(compiled_->begin(batch.x.data(), batch.y));
+    fault::at(fault::Phase::forward, step + 1);
+    compiled_->launch(step, schedule_->at(step));
+    phases_.compute += seconds_since(t);
+  }
+
+  // A finished compiled step's figures into the interval; its non-finite gradient as the CPU path
+  // treats one (the device already skipped the update).
+  void absorb(const StepFigures& f) {
+    if (!f.valid) return;
+    interval_.loss += f.loss_sum;
+    interval_.correct += static_cast<double>(f.correct);
+    if (!f.nonfinite) return;
+    if (!skip_nonfinite_)
+      throw StartupError("non-finite gradient at step " + std::to_string(f.step + 1) +
+                             " (NaN or Inf on some rank); train.nonfinite = skip skips such steps",
+                         leader_);
+    ++result_.skipped_steps;
+    if (leader_) log_ << "warning: non-finite gradient at step " << f.step + 1 << ": step skipped\n" << std::flush;
+  }
+
   // The progress line and metrics record. Lock-step strategies average over the training ranks;
   // asynchronous ones report rank 0's own figures, since the ranks are not at the same step.
   void log_interval(int64_t step, int64_t epoch) {
@@ -571,12 +650,18 @@ class Trainer {
     const double mine = 1e3 * interval_.busy / static_cast<double>(std::max<int64_t>(interval_.steps, 1));
     // The largest rank's memory and descriptors now: a slow leak shows as a trend over the run.
     int64_t resources[2] = {current_rss_kib(), open_file_descriptors()};
+    // Each rank's GPU as NVML saw it last (GPU path only).
+    const bool gpu = device_->kind() == DeviceKind::gpu;
+    const GpuSample my_gpu = gpu ? device_->gpu_sample() : GpuSample{};
+    gpu_samples_.assign(static_cast<size_t>(reporting), GpuSample{});
     if (sync_->lockstep()) {
       train_comm_->allreduce_sum(sums, 3);
       train_comm_->allgather(&mine, step_ms.data(), sizeof(double));
       train_comm_->allreduce_max(resources, 2);
+      if (gpu) train_comm_->allgather(&my_gpu, gpu_samples_.data(), sizeof(GpuSample));
     } else {
       step_ms[0] = mine;
+      gpu_samples_[0] = my_gpu;
     }
     const double elapsed = std::max(seconds_since(interval_start_), 1e-9);
     const double seen = static_cast<double>(interval_.samples) * reporting / ranks;
@@ -594,7 +679,13 @@ class Trainer {
                << ",\"time_s\":" << seconds_since(run_start_) << ",\"rss_mb\":" << static_cast<double>(resources[0]) / 1024.0
                << ",\"open_fds\":" << resources[1] << ",\"rank_step_ms\":[";
       for (size_t r = 0; r < step_ms.size(); ++r) metrics_ << (r ? "," : "") << step_ms[r];
-      metrics_ << "]}\n" << std::flush;
+      metrics_ << "]";
+      if (gpu) {
+        metrics_ << ",\"gpu\":[";
+        for (size_t r = 0; r < gpu_samples_.size(); ++r) metrics_ << (r ? "," : "") << gpu_sample_json(gpu_samples_[r]);
+        metrics_ << "]";
+      }
+      metrics_ << "}\n" << std::flush;
       if (tensorboard_) {
         tensorboard_->add_scalar("train/loss", step, loss);
         tensorboard_->add_scalar("train/accuracy", step, accuracy);
@@ -698,6 +789,8 @@ class Trainer {
   int64_t epochs_ = 0, total_steps_ = 0, log_every_ = 1;
   std::string checkpoint_dir_;
 
+  std::unique_ptr<DeviceSession> device_;
+  CompiledStep* compiled_ = nullptr;  // the GPU path's step; null on the CPU path
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<SyncStrategy> sync_;
@@ -717,6 +810,7 @@ class Trainer {
   Clock::time_point interval_start_, run_start_;
   TrainResult result_;
   std::vector<double> rank_step_ms_;
+  std::vector<GpuSample> gpu_samples_;
   bool skip_nonfinite_ = false;
   int64_t nan_step_ = 0;
   std::optional<ProgressDisplay> progress_;

@@ -1,5 +1,6 @@
 #include "kernels/cuda/runtime.hpp"
 
+#include <cstdio>
 #include <string>
 
 #include "kernels/cuda/check.hpp"
@@ -85,6 +86,15 @@ void* device_malloc(size_t bytes) {
   const cudaError_t status = cudaMalloc(&ptr, bytes);
   if (status != cudaSuccess) {
     cudaGetLastError();  // an out-of-memory error is not sticky: clear it for the next check
+    if (status == cudaErrorMemoryAllocation) {
+      size_t free_bytes = 0, total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      char text[200];
+      std::snprintf(text, sizeof text, "cudaMalloc of %.1f MB failed with %.1f MB free of %.1f MB",
+                    static_cast<double>(bytes) / 1048576.0, static_cast<double>(free_bytes) / 1048576.0,
+                    static_cast<double>(total_bytes) / 1048576.0);
+      throw OutOfMemoryError(text);
+    }
     detail::raise_error("CUDA", ("cudaMalloc of " + std::to_string(bytes) + " bytes").c_str(),
                         __FILE__, __LINE__, cudaGetErrorName(status), cudaGetErrorString(status));
   }

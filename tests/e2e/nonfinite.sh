@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A NaN gradient on one rank (test-only MGTRAIN_TEST_NAN_AT): train.nonfinite = abort ends every
 # rank with one line naming the step; skip skips that step on all ranks, counts it and trains on.
-# Usage: nonfinite.sh abort|skip
+# Usage: nonfinite.sh abort|skip [DEVICE]  (train.device; the compiled step poisons an input sample)
 source "$(dirname "$0")/lib.sh"
-write_config run.ini
+write_config run.ini "[train]" "device = ${2:-cpu}"
 export MGTRAIN_TEST_NAN_AT=1:7
 case $1 in
   abort)

@@ -1,0 +1,458 @@
+#include "compiled_step.hpp"
+
+#include <cstring>
+#include <string>
+
+#include "mgtrain/error.hpp"
+
+namespace mgt {
+
+using kernels::Backend;
+using Kind = LayerSpec::Kind;
+
+BackendMemory::~BackendMemory() {
+  for (void* p : device_) backend_.release(p);
+  for (void* p : host_) backend_.release_host(p);
+}
+
+void* BackendMemory::device_bytes(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = backend_.allocate(bytes);
+  device_.push_back(p);
+  backend_.zero(p, bytes);
+  return p;
+}
+
+void* BackendMemory::host_bytes(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = backend_.allocate_host(bytes);
+  host_.push_back(p);
+  std::memset(p, 0, bytes);
+  return p;
+}
+
+DeviceParameters::DeviceParameters(Backend& backend, const ParameterStore& host)
+    : memory(backend),
+      params(memory.device<float>(host.flat_size())),
+      grads(memory.device<float>(host.flat_size())),
+      store(host.with_buffers(params, grads)) {}
+
+namespace {
+
+const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::custom: return "custom";
+    case Kind::linear: return "linear";
+    case Kind::conv2d: return "conv2d";
+    case Kind::max_pool2d: return "max_pool2d";
+    case Kind::relu: return "relu";
+    case Kind::flatten: return "flatten";
+    case Kind::dropout: return "dropout";
+  }
+  return "?";
+}
+
+// Layers that pass their input through unchanged in training: their output aliases the input.
+bool is_identity(const LayerSpec& s) {
+  return s.kind == Kind::flatten || (s.kind == Kind::dropout && s.probability == 0.0f);
+}
+
+bool has_params(const LayerSpec& s) { return s.kind == Kind::linear || s.kind == Kind::conv2d; }
+
+// What the host knows of a step's outcome, copied back at the end of each step.
+struct StepTotals {
+  double loss_sum;
+  int64_t correct;
+  int32_t nonfinite;
+  int32_t padding;
+};
+
+union UpdateScalars {
+  kernels::SgdScalars sgd;
+  kernels::AdamWScalars adamw;
+};
+
+}  // namespace
+
+void check_compilable(const Model& model, const Optimizer& optimizer, const SyncStrategy& sync,
+                      const std::string& model_name, const std::string& optimizer_name,
+                      const std::string& sync_name) {
+  const auto* sequential = dynamic_cast<const SequentialModel*>(&model);
+  MGT_CHECK(sequential != nullptr, ConfigError,
+            "model '" + model_name + "' is not a SequentialModel of SDK layers, which is what the GPU "
+            "path runs; set train.device = cpu");
+  for (const auto& layer : sequential->layers()) {
+    const LayerSpec s = layer->spec();
+    MGT_CHECK(s.kind != Kind::custom, ConfigError,
+              "model '" + model_name + "': layer '" + layer->name() +
+                  "' is not an SDK layer, and the GPU path runs only those; set train.device = cpu");
+    MGT_CHECK(s.kind != Kind::dropout || s.probability == 0.0f, ConfigError,
+              "model '" + model_name + "': layer '" + layer->name() + "' (dropout with probability " +
+                  std::to_string(s.probability).substr(0, 5) +
+                  ") has no GPU kernel yet; set the probability to 0 or train.device = cpu");
+  }
+  MGT_CHECK(optimizer.update_rule().kind != UpdateRule::Kind::none, ConfigError,
+            "optimizer '" + optimizer_name + "' has no update rule the GPU path can apply "
+            "(Optimizer::update_rule); use sgd or adam, or set train.device = cpu");
+  MGT_CHECK(sync.reduces_device_memory(), ConfigError,
+            "sync strategy '" + sync_name + "' as configured works on host memory only (a parameter "
+            "server, or sync.deterministic = true); set train.device = cpu, or use allreduce or "
+            "grad_accum without sync.deterministic");
+}
+
+// The compiled program: per layer its buffers and kernel plans, per slot its staging buffers.
+struct CompiledStep::Program {
+  explicit Program(Backend& backend) : memory(backend) {}
+
+  struct Layer {
+    LayerSpec spec;
+    std::string name;
+    std::vector<ParamHandle> handles;
+    Shape out_shape;
+    int64_t out_numel = 0;
+    float* out = nullptr;   // activation; aliases the input for identity layers
+    float* grad = nullptr;  // gradient of the activation; aliased likewise
+    std::unique_ptr<kernels::ConvOp> conv;
+    std::unique_ptr<kernels::MaxPoolOp> pool;
+  };
+
+  BackendMemory memory;
+  std::vector<Layer> layers;
+  size_t first_with_params = 0;  // layers before it need no input gradient
+  int64_t sample_numel = 0;
+  // Per slot: the staged batch in pinned host memory and in backend memory, the update's scalars
+  // (pinned) and the step's totals (pinned), so that a recorded step reads and writes fixed
+  // addresses.
+  float* pinned_x[2] = {};
+  int32_t* pinned_y[2] = {};
+  UpdateScalars* pinned_scalars[2] = {};
+  StepTotals* pinned_totals[2] = {};
+  float* x[2] = {};
+  int32_t* y[2] = {};
+  // Shared by the slots: the steps run one after another on the compute stream.
+  UpdateScalars* scalars = nullptr;
+  StepTotals* totals = nullptr;
+  double* row_loss = nullptr;
+  std::vector<float*> state;  // the optimizer's state buffers, in state_buffers() order
+  UpdateRule rule;
+  kernels::SgdKind sgd_kind = kernels::SgdKind::plain;
+  std::unique_ptr<kernels::RecordedStep> recorded[2];
+};
+
+CompiledStep::CompiledStep(Backend& backend, const SequentialModel& model, DeviceParameters& params,
+                           Optimizer& optimizer, SyncStrategy& sync, const CompiledStepOptions& options)
+    : backend_(backend), optimizer_(optimizer), sync_(sync), params_(params), options_(options),
+      program_(std::make_unique<Program>(backend)) {
+  Program& p = *program_;
+  MGT_CHECK(options.pass_rows > 0 && options.passes_per_micro_batch > 0 && options.accumulation > 0,
+            Error, "compiled step: rows, passes and accumulation must be positive");
+  p.sample_numel = shape_numel(options.sample_shape);
+  Shape in_shape = {options.pass_rows};
+  in_shape.insert(in_shape.end(), options.sample_shape.begin(), options.sample_shape.end());
+  Shape shape = in_shape;
+  float* in = nullptr;  // nullptr: the input slot, bound per pass
+  float* in_grad = nullptr;
+  bool params_seen = false;
+  for (const auto& layer : model.layers()) {
+    Program::Layer l;
+    l.spec = layer->spec();
+    l.name = layer->name();
+    l.handles = layer->param_handles();
+    l.out_shape = layer->output_shape(shape);
+    l.out_numel = shape_numel(l.out_shape);
+    if (!params_seen && has_params(l.spec)) {
+      p.first_with_params = p.layers.size();
+      params_seen = true;
+    }
+    if (is_identity(l.spec) && in != nullptr) {
+      l.out = in;
+      l.grad = in_grad;
+    } else {
+      l.out = p.memory.device<float>(static_cast<size_t>(l.out_numel));
+      l.grad = p.memory.device<float>(static_cast<size_t>(l.out_numel));
+    }
+    if (l.spec.kind == Kind::conv2d) {
+      kernels::Conv2dShape cs;
+      cs.in_channels = l.spec.in;
+      cs.out_channels = l.spec.out;
+      cs.kernel = l.spec.kernel;
+      cs.stride = l.spec.stride;
+      cs.padding = l.spec.padding;
+      cs.height = shape.at(2);
+      cs.width = shape.at(3);
+      l.conv = backend.make_conv(cs, options.pass_rows);
+    } else if (l.spec.kind == Kind::max_pool2d) {
+      l.pool = backend.make_max_pool(shape.at(0), shape.at(1), shape.at(2), shape.at(3), l.spec.kernel,
+                                     l.spec.stride);
+    }
+    in = l.out;
+    in_grad = l.grad;
+    shape = l.out_shape;
+    p.layers.push_back(std::move(l));
+  }
+  MGT_CHECK(!p.layers.empty(), ConfigError, "the model has no layers");
+  MGT_CHECK(shape.size() == 2 && shape[1] == options.classes, Error,
+            "compiled step: the model's output " + shape_string(shape) + " is not [rows, " +
+                std::to_string(options.classes) + "]");
+  if (is_identity(p.layers.front().spec)) {
+    // An identity first layer has no input buffer to alias until a pass binds it; give it its own.
+    p.layers.front().out = p.memory.device<float>(static_cast<size_t>(p.layers.front().out_numel));
+    p.layers.front().grad = p.memory.device<float>(static_cast<size_t>(p.layers.front().out_numel));
+  }
+
+  const auto rows = static_cast<size_t>(step_rows());
+  for (int slot = 0; slot < 2; ++slot) {
+    p.pinned_x[slot] = p.memory.host<float>(rows * static_cast<size_t>(p.sample_numel));
+    p.pinned_y[slot] = p.memory.host<int32_t>(rows);
+    p.pinned_scalars[slot] = p.memory.host<UpdateScalars>(1);
+    p.pinned_totals[slot] = p.memory.host<StepTotals>(1);
+    p.x[slot] = p.memory.device<float>(rows * static_cast<size_t>(p.sample_numel));
+    p.y[slot] = p.memory.device<int32_t>(rows);
+  }
+  p.scalars = p.memory.device<UpdateScalars>(1);
+  p.totals = p.memory.device<StepTotals>(1);
+  p.row_loss = p.memory.device<double>(static_cast<size_t>(options.pass_rows));
+
+  p.rule = optimizer.update_rule();
+  const size_t flat = params.store.flat_size();
+  switch (p.rule.kind) {
+    case UpdateRule::Kind::sgd: {
+      kernels::SgdHyper h;
+      h.momentum = p.rule.momentum;
+      h.weight_decay = p.rule.weight_decay;
+      h.nesterov = p.rule.nesterov;
+      p.sgd_kind = kernels::sgd_kind(h);
+      if (p.rule.momentum > 0.0) p.state.push_back(p.memory.device<float>(flat));
+      break;
+    }
+    case UpdateRule::Kind::adamw:
+      p.state.push_back(p.memory.device<float>(flat));
+      p.state.push_back(p.memory.device<float>(flat));
+      break;
+    case UpdateRule::Kind::none:
+      throw ConfigError("the optimizer has no update rule the GPU path can apply");
+  }
+  MGT_CHECK(optimizer.state_buffers().size() == p.state.size(), Error,
+            "optimizer: " + std::to_string(optimizer.state_buffers().size()) + " state buffers, its update rule needs " +
+                std::to_string(p.state.size()));
+}
+
+CompiledStep::~CompiledStep() {
+  // Nothing may still run on buffers about to be freed; an error here was already reported.
+  try {
+    if (in_flight_) backend_.wait_done(static_cast<int>((submitted_ - 1) % 2), options_.timeout_s, "the last step");
+  } catch (...) {
+  }
+}
+
+int64_t CompiledStep::step_rows() const {
+  return options_.accumulation * options_.passes_per_micro_batch * options_.pass_rows;
+}
+
+void CompiledStep::upload_state(const ParameterStore& host) {
+  finish();
+  const size_t bytes = host.flat_size() * sizeof(float);
+  backend_.upload(params_.params, host.params_data(), bytes);
+  auto buffers = optimizer_.state_buffers();
+  for (size_t i = 0; i < buffers.size(); ++i) backend_.upload(program_->state[i], buffers[i].data, bytes);
+  applied_ = optimizer_.step_count();
+}
+
+StepFigures CompiledStep::download_state(ParameterStore& host) {
+  const StepFigures last = finish();
+  const size_t bytes = host.flat_size() * sizeof(float);
+  backend_.download(host.params_data(), params_.params, bytes);
+  auto buffers = optimizer_.state_buffers();
+  for (size_t i = 0; i < buffers.size(); ++i) backend_.download(buffers[i].data, program_->state[i], bytes);
+  optimizer_.set_step_count(applied_);
+  return last;
+}
+
+StepFigures CompiledStep::begin(const float* x, const int32_t* y) {
+  Program& p = *program_;
+  const int slot = static_cast<int>(submitted_ % 2);
+  const int64_t rows = step_rows();
+  // Checked here as the CPU's loss checks them: the kernel cannot raise an error.
+  for (int64_t r = 0; r < rows; ++r)
+    MGT_CHECK(y[r] >= 0 && y[r] < options_.classes, DataError,
+              "label out of range in row " + std::to_string(r) + " of the batch: label " +
+                  std::to_string(y[r]) + ", expected 0 <= label < " + std::to_string(options_.classes) +
+                  " (the number of classes)");
+  // The slot was last read by the step before the one in flight, which has finished.
+  const size_t x_bytes = static_cast<size_t>(rows * p.sample_numel) * sizeof(float);
+  const size_t y_bytes = static_cast<size_t>(rows) * sizeof(int32_t);
+  std::memcpy(p.pinned_x[slot], x, x_bytes);
+  std::memcpy(p.pinned_y[slot], y, y_bytes);
+  backend_.stage(slot, p.x[slot], p.pinned_x[slot], x_bytes);
+  backend_.stage(slot, p.y[slot], p.pinned_y[slot], y_bytes);
+  staged_ = true;
+  return finish();
+}
+
+StepFigures CompiledStep::collect(int slot) {
+  backend_.wait_done(slot, options_.timeout_s,
+                     "step " + std::to_string(in_flight_step_ + 1) + " on " + backend_.describe());
+  in_flight_ = false;
+  const StepTotals& t = *program_->pinned_totals[slot];
+  StepFigures f;
+  f.valid = true;
+  f.step = in_flight_step_;
+  f.loss_sum = t.loss_sum;
+  f.correct = t.correct;
+  f.nonfinite = t.nonfinite != 0;
+  if (f.nonfinite) --applied_;  // the device skipped the update counted when it was launched
+  return f;
+}
+
+StepFigures CompiledStep::finish() {
+  if (!in_flight_) return {};
+  return collect(static_cast<int>((submitted_ - 1) % 2));
+}
+
+void CompiledStep::launch(int64_t step, double lr) {
+  Program& p = *program_;
+  MGT_CHECK(staged_ && !in_flight_, Error, "compiled step: launch without begin");
+  const int slot = static_cast<int>(submitted_ % 2);
+  UpdateScalars& s = *p.pinned_scalars[slot];
+  if (p.rule.kind == UpdateRule::Kind::sgd) {
+    kernels::SgdHyper h;
+    h.lr = lr;
+    h.momentum = p.rule.momentum;
+    h.weight_decay = p.rule.weight_decay;
+    h.nesterov = p.rule.nesterov;
+    h.steps_done = applied_;
+    s.sgd = kernels::sgd_scalars(h);
+  } else {
+    kernels::AdamWHyper h;
+    h.lr = lr;
+    h.beta1 = p.rule.beta1;
+    h.beta2 = p.rule.beta2;
+    h.eps = p.rule.eps;
+    h.weight_decay = p.rule.weight_decay;
+    h.step = applied_ + 1;
+    s.adamw = kernels::adamw_scalars(h);
+  }
+  optimizer_.set_learning_rate(lr);
+  ++applied_;
+  backend_.after_staged(slot);
+  if (!p.recorded[slot] && options_.record && backend_.can_record() && submitted_ >= options_.eager_steps) {
+    backend_.begin_recording();
+    enqueue_program(slot);
+    p.recorded[slot] = backend_.end_recording();
+  }
+  if (p.recorded[slot])
+    p.recorded[slot]->replay();
+  else
+    enqueue_program(slot);
+  backend_.mark_done(slot);
+  ++submitted_;
+  in_flight_ = true;
+  staged_ = false;
+  in_flight_step_ = step;
+}
+
+// One step: per micro-batch of the sync strategy, its passes through forward, loss and backward;
+// the strategy's reduction; the non-finite check; the update; the totals back to the host.
+void CompiledStep::enqueue_program(int slot) {
+  Program& p = *program_;
+  Backend& b = backend_;
+  ParameterStore& store = params_.store;
+  const size_t flat = store.flat_size();
+  const int64_t rows = options_.pass_rows;
+  b.zero(params_.grads, flat * sizeof(float));
+  b.zero(p.totals, sizeof(StepTotals));
+  b.copy_from_pinned(p.scalars, p.pinned_scalars[slot], sizeof(UpdateScalars));
+  bool apply = false;
+  int64_t pass_index = 0;
+  for (int64_t m = 0; m < options_.accumulation; ++m) {
+    sync_.begin_micro_batch(m);
+    for (int64_t pass = 0; pass < options_.passes_per_micro_batch; ++pass, ++pass_index) {
+      const bool last_pass = pass + 1 == options_.passes_per_micro_batch;
+      const float* input = p.x[slot] + pass_index * rows * p.sample_numel;
+      const int32_t* labels = p.y[slot] + pass_index * rows;
+      // Forward.
+      const float* x = input;
+      for (size_t i = 0; i < p.layers.size(); ++i) {
+        Program::Layer& l = p.layers[i];
+        switch (l.spec.kind) {
+          case Kind::linear:
+            b.broadcast_rows(store.param(l.spec.bias), l.out, rows, l.spec.out);
+            b.gemm(false, true, rows, l.spec.out, l.spec.in, 1.0f, x, l.spec.in, store.param(l.spec.weight),
+                   l.spec.in, 1.0f, l.out, l.spec.out);
+            break;
+          case Kind::conv2d:
+            l.conv->forward(x, store.param(l.spec.weight), store.param(l.spec.bias), l.out);
+            break;
+          case Kind::max_pool2d:
+            l.pool->forward(x, l.out);
+            break;
+          case Kind::relu:
+            b.relu_forward(x, l.out, l.out_numel);
+            break;
+          case Kind::flatten:
+          case Kind::dropout:
+            if (l.out != x) b.copy(l.out, x, static_cast<size_t>(l.out_numel) * sizeof(float));
+            break;
+          case Kind::custom:
+            throw Error("compiled step: layer '" + l.name + "' is " + kind_name(l.spec.kind));
+        }
+        x = l.out;
+      }
+      // Loss, into the totals.
+      Program::Layer& top = p.layers.back();
+      b.softmax_xent(top.out, labels, top.grad, p.row_loss, rows, options_.classes, options_.grad_scale,
+                     &p.totals->loss_sum, &p.totals->correct);
+      // Backward, adding parameter gradients; input gradients only where a layer below has
+      // parameters.
+      for (size_t i = p.layers.size(); i-- > 0;) {
+        Program::Layer& l = p.layers[i];
+        const float* in = i == 0 ? input : p.layers[i - 1].out;
+        float* grad_in = i > p.first_with_params ? p.layers[i - 1].grad : nullptr;
+        switch (l.spec.kind) {
+          case Kind::linear:
+            b.gemm(true, false, l.spec.out, l.spec.in, rows, 1.0f, l.grad, l.spec.out, in, l.spec.in, 1.0f,
+                   store.grad(l.spec.weight), l.spec.in);
+            b.add_column_sums(l.grad, store.grad(l.spec.bias), rows, l.spec.out);
+            if (grad_in)
+              b.gemm(false, false, rows, l.spec.in, l.spec.out, 1.0f, l.grad, l.spec.out,
+                     store.param(l.spec.weight), l.spec.in, 0.0f, grad_in, l.spec.in);
+            break;
+          case Kind::conv2d:
+            l.conv->backward_weights(in, l.grad, store.grad(l.spec.weight), store.grad(l.spec.bias));
+            if (grad_in) l.conv->backward_data(l.grad, store.param(l.spec.weight), grad_in);
+            break;
+          case Kind::max_pool2d:
+            if (grad_in) l.pool->backward(in, l.out, l.grad, grad_in);
+            break;
+          case Kind::relu:
+            if (grad_in) b.relu_backward(l.out, l.grad, grad_in, l.out_numel);
+            break;
+          case Kind::flatten:
+          case Kind::dropout:
+            if (grad_in && grad_in != l.grad)
+              b.copy(grad_in, l.grad, static_cast<size_t>(l.out_numel) * sizeof(float));
+            break;
+          case Kind::custom:
+            break;
+        }
+        // The micro-batch's gradients of this layer are final after its last pass.
+        if (last_pass && !l.handles.empty()) sync_.gradients_ready(l.handles);
+      }
+    }
+    apply = sync_.end_backward(m);
+  }
+  MGT_CHECK(apply, Error,
+            "sync strategy: end_backward did not complete the step after its " +
+                std::to_string(options_.accumulation) + " micro-batch(es)");
+  // After the reduction every rank holds the same sum, so every rank skips the same steps.
+  b.flag_nonfinite(params_.grads, flat, &p.totals->nonfinite);
+  if (p.rule.kind == UpdateRule::Kind::sgd)
+    b.sgd_step(params_.params, params_.grads, p.state.empty() ? nullptr : p.state[0], flat, p.sgd_kind,
+               &p.scalars->sgd, &p.totals->nonfinite);
+  else
+    b.adamw_step(params_.params, params_.grads, p.state[0], p.state[1], flat, &p.scalars->adamw,
+                 &p.totals->nonfinite);
+  b.copy_to_pinned(p.pinned_totals[slot], p.totals, sizeof(StepTotals));
+}
+
+}  // namespace mgt

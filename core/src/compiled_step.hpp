@@ -1,0 +1,130 @@
+#pragma once
+// A training step compiled to operations on a kernels::Backend: the GPU path. The SDK layers of a
+// SequentialModel (Layer::spec), the optimizer's update (Optimizer::update_rule) and the sync
+// strategy (on a communicator over the backend's memory) become one program over buffers in
+// backend memory. It runs once per step, or, where the backend can record (a CUDA graph), is
+// recorded once per input slot and replayed, so a step costs one launch on the host.
+//
+// Steps are pipelined by one: begin() stages the next batch on the copy stream while the previous
+// step still runs, then waits for that step and returns its figures; launch() starts the new one.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "mgtrain/communicator.hpp"
+#include "mgtrain/model.hpp"
+#include "mgtrain/optimizer.hpp"
+#include "mgtrain/parameters.hpp"
+#include "mgtrain/sync.hpp"
+
+namespace mgt {
+
+// Memory from a backend, freed with it; nothing is allocated after construction of its owner.
+class BackendMemory {
+ public:
+  explicit BackendMemory(kernels::Backend& backend) : backend_(backend) {}
+  ~BackendMemory();
+  BackendMemory(const BackendMemory&) = delete;
+  BackendMemory& operator=(const BackendMemory&) = delete;
+  // Zero-filled.
+  template <typename T>
+  T* device(size_t count) {
+    return static_cast<T*>(device_bytes(count * sizeof(T)));
+  }
+  template <typename T>
+  T* host(size_t count) {
+    return static_cast<T*>(host_bytes(count * sizeof(T)));
+  }
+
+ private:
+  void* device_bytes(size_t bytes);
+  void* host_bytes(size_t bytes);
+  kernels::Backend& backend_;
+  std::vector<void*> device_, host_;
+};
+
+// The parameters and gradients in backend memory, laid out as the host store; `store` views them,
+// for the sync strategy.
+struct DeviceParameters {
+  DeviceParameters(kernels::Backend& backend, const ParameterStore& host);
+  BackendMemory memory;
+  float* params;
+  float* grads;
+  ParameterStore store;
+};
+
+// Throws ConfigError naming the layer, optimizer or sync strategy the compiled step cannot run,
+// with what to do instead; nothing is allocated.
+void check_compilable(const Model& model, const Optimizer& optimizer, const SyncStrategy& sync,
+                      const std::string& model_name, const std::string& optimizer_name,
+                      const std::string& sync_name);
+
+struct CompiledStepOptions {
+  Shape sample_shape;              // one sample, e.g. {1, 28, 28}
+  int64_t classes = 0;             // logits per row
+  int64_t pass_rows = 0;           // rows in one forward and backward pass
+  int64_t passes_per_micro_batch = 1;  // > 1 after out-of-memory halving of the micro-batch
+  int64_t accumulation = 1;        // the sync strategy's micro-batches per step
+  float grad_scale = 0.0f;         // 1 / global batch
+  bool record = true;              // record each slot's step once and replay it (gpu.cuda_graphs)
+  int64_t eager_steps = 2;         // steps run before recording: libraries set up lazily
+  double timeout_s = 300.0;        // the longest wait for a step (comm.timeout_s)
+  int rank = 0;                    // for messages
+};
+
+// What one step produced, read back once it finished.
+struct StepFigures {
+  bool valid = false;  // false: no step was in flight
+  int64_t step = 0;    // the global step index passed to launch
+  double loss_sum = 0.0;
+  int64_t correct = 0;
+  bool nonfinite = false;  // the update was skipped on the device
+};
+
+class CompiledStep {
+ public:
+  // `params` must be the DeviceParameters the sync strategy was set up with. Allocates every
+  // buffer (OutOfMemoryError when they do not fit) and uploads nothing: call upload_state.
+  CompiledStep(kernels::Backend& backend, const SequentialModel& model, DeviceParameters& params,
+               Optimizer& optimizer, SyncStrategy& sync, const CompiledStepOptions& options);
+  ~CompiledStep();
+  CompiledStep(const CompiledStep&) = delete;
+  CompiledStep& operator=(const CompiledStep&) = delete;
+
+  // Host store parameters and the optimizer's state buffers and step count, to the backend.
+  void upload_state(const ParameterStore& host);
+  // The backend's, to the host store and the optimizer (for a checkpoint or evaluation): waits
+  // for the step in flight first, whose figures are then returned.
+  StepFigures download_state(ParameterStore& host);
+
+  // Rows per step: accumulation x passes x pass_rows.
+  int64_t step_rows() const;
+  // Stages a step's rows (x: step_rows() samples, y: their labels, checked to be in range), waits
+  // for the step in flight and returns its figures.
+  StepFigures begin(const float* x, const int32_t* y);
+  // Starts the staged step with learning rate `lr`.
+  void launch(int64_t step, double lr);
+  // Waits for the step in flight; its figures (valid = false when there is none).
+  StepFigures finish();
+
+ private:
+  struct Program;
+  void enqueue_program(int slot);
+  StepFigures collect(int slot);
+
+  kernels::Backend& backend_;
+  Optimizer& optimizer_;
+  SyncStrategy& sync_;
+  DeviceParameters& params_;
+  CompiledStepOptions options_;
+  std::unique_ptr<Program> program_;
+  int64_t submitted_ = 0;   // steps launched
+  bool in_flight_ = false;
+  bool staged_ = false;
+  int64_t in_flight_step_ = 0;
+  int64_t applied_ = 0;     // optimizer updates counted so far (optimistically for the step in flight)
+};
+
+}  // namespace mgt

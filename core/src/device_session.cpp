@@ -1,0 +1,174 @@
+#include "device_session.hpp"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <ostream>
+
+#include "gpu_binding.hpp"
+#include "mgtrain/error.hpp"
+
+namespace mgt {
+
+namespace {
+
+std::string host_name() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') return "unknown";
+  return host;
+}
+
+// GPUs CUDA would give this process, asked of the driver (libcuda) rather than of the GPU library:
+// loading that library maps cuBLAS, cuDNN and NCCL, which a CPU-only run should not pay for.
+int driver_visible_gpus(std::string* why) {
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (!driver) {
+    *why = "no NVIDIA driver (libcuda.so.1 not found)";
+    return 0;
+  }
+  using InitFn = int(unsigned);
+  using CountFn = int(int*);
+  auto* init = reinterpret_cast<InitFn*>(dlsym(driver, "cuInit"));
+  auto* count = reinterpret_cast<CountFn*>(dlsym(driver, "cuDeviceGetCount"));
+  int n = 0;
+  int status = -1;
+  if (init && count && (status = init(0)) == 0) status = count(&n);
+  // The driver stays loaded: the GPU library will need it, and unloading it is not supported.
+  if (status != 0) {
+    *why = "the NVIDIA driver found no usable device (cuInit/cuDeviceGetCount status " + std::to_string(status) + ")";
+    return 0;
+  }
+  if (n == 0) *why = "the NVIDIA driver reports no device (check CUDA_VISIBLE_DEVICES)";
+  return n;
+}
+
+}  // namespace
+
+const char* device_kind_name(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::cpu: return "cpu";
+    case DeviceKind::gpu: return "gpu";
+    case DeviceKind::compiled_cpu: return "compiled-cpu";
+  }
+  return "?";
+}
+
+DeviceSession::DeviceSession(Communicator& comm, const Config& config) : config_(config), rank_(comm.rank()) {
+  const std::string asked = config.get_string("train.device");
+  if (asked == "cpu") return;
+  if (asked == "compiled-cpu") {
+    kind_ = DeviceKind::compiled_cpu;
+    cpu_backend_ = kernels::make_cpu_backend();
+    return;
+  }
+  std::string why;
+  int visible = driver_visible_gpus(&why);
+  if (visible > 0) {
+    std::string library_why;
+    visible = visible_gpus(&library_why);
+    if (visible == 0) why = library_why;
+  }
+  // The same decision on every rank: a GPU for each, or the CPU for all.
+  int64_t without = visible == 0 ? 1 : 0;
+  comm.allreduce_max(&without, 1);
+  if (without != 0) {
+    // With train.device = gpu the ranks without one fail, and the start-up agreement ends all.
+    MGT_CHECK(asked != "gpu" || visible > 0, ConfigError,
+              "train.device = gpu, but rank " + std::to_string(rank_) + " (host " + host_name() +
+                  ") has no usable GPU: " + why + "; set train.device = cpu to train on the CPU");
+    return;  // auto: the CPU on every rank
+  }
+  kind_ = DeviceKind::gpu;
+  const GpuChoice choice = choose_gpu(rank_, comm.local_rank(), comm.local_size(), comm.node(), host_name(),
+                                      visible, config.get_bool("gpu.allow_shared"));
+  warning_ = choice.warning;
+  gpu_ = open_gpu_runtime(choice.device);
+  const GpuDeviceInfo& info = gpu_->device();
+  if (info.used_by_others_mb >= 0) {
+    const std::string busy = busy_gpu_line(info.index, info.name, info.pci_bus_id, info.used_by_others_mb,
+                                           info.total_mb, /*threshold_mb=*/1024.0);
+    if (!busy.empty()) warning_ += (warning_.empty() ? "" : "; ") + busy;
+  }
+  monitor_ = std::make_unique<GpuMonitor>(info.pci_bus_id, config.get_real("metrics.gpu_sample_s"));
+}
+
+DeviceSession::~DeviceSession() {
+  // The step and the parameters hold backend memory; the communicator may be in use by them.
+  step_.reset();
+  params_.reset();
+  device_comm_owned_.reset();
+}
+
+std::string DeviceSession::describe() const {
+  if (kind_ == DeviceKind::gpu) {
+    const GpuDeviceInfo& info = gpu_->device();
+    char text[256];
+    std::snprintf(text, sizeof text, "GPU %d (%s, %s, %.0f MB)", info.index, info.name.c_str(),
+                  info.pci_bus_id.c_str(), info.total_mb);
+    return text;
+  }
+  return device_kind_name(kind_);
+}
+
+kernels::Backend& DeviceSession::backend() {
+  MGT_CHECK(compiled(), Error, "the CPU path has no backend");
+  return gpu_ ? gpu_->backend() : *cpu_backend_;
+}
+
+void DeviceSession::connect(Communicator& comm) {
+  if (kind_ == DeviceKind::gpu) {
+    device_comm_owned_ = gpu_->make_communicator(comm);
+    device_comm_owned_->set_timeout_seconds(comm.timeout_seconds());
+    device_comm_ = device_comm_owned_.get();
+  } else {
+    device_comm_ = &comm;
+  }
+}
+
+DeviceParameters& DeviceSession::parameters(const ParameterStore& host) {
+  if (!params_) params_ = std::make_unique<DeviceParameters>(backend(), host);
+  return *params_;
+}
+
+CompiledStep& DeviceSession::compile(const SequentialModel& model, Optimizer& optimizer, SyncStrategy& sync,
+                                     CompiledStepOptions options, std::ostream& log) {
+  MGT_CHECK(params_ != nullptr, Error, "DeviceSession::compile before parameters()");
+  const bool halve = config_.get_string("gpu.on_oom") == "halve";
+  const int64_t micro_batch = options.pass_rows * options.passes_per_micro_batch;
+  for (;;) {
+    try {
+      step_ = std::make_unique<CompiledStep>(backend(), model, *params_, optimizer, sync, options);
+      return *step_;
+    } catch (const OutOfMemoryError& e) {
+      step_.reset();
+      if (halve && options.pass_rows % 2 == 0) {
+        options.pass_rows /= 2;
+        options.passes_per_micro_batch *= 2;
+        char line[320];
+        std::snprintf(line, sizeof line,
+                      "mgtrain: warning: [rank %d] the micro-batch of %lld rows does not fit in %s; running it "
+                      "as %lld passes of %lld rows (gpu.on_oom = halve)\n",
+                      rank_, static_cast<long long>(micro_batch), describe().c_str(),
+                      static_cast<long long>(options.passes_per_micro_batch),
+                      static_cast<long long>(options.pass_rows));
+        std::fputs(line, stderr);
+        log << std::flush;
+        continue;
+      }
+      const bool at_start = options.passes_per_micro_batch == 1;
+      throw OutOfMemoryError(
+          "out of GPU memory on rank " + std::to_string(rank_) + ": the micro-batch of " +
+          std::to_string(micro_batch) + " rows" +
+          (at_start ? std::string() : " (as passes of " + std::to_string(options.pass_rows) + " rows)") +
+          " does not fit in " + describe() + ", which had " + std::to_string(static_cast<long long>(gpu_ ? gpu_->device().free_mb : 0)) +
+          " MB free at start (" + e.what() + "). Keep the global batch with a smaller micro-batch: " +
+          (halve ? std::string("halving cannot go on (odd rows); ") : std::string("gpu.on_oom = halve, or ")) +
+          "sync.name = grad_accum with sync.accum_steps = 2 or more, or more ranks; or lower train.global_batch");
+    }
+  }
+}
+
+GpuSample DeviceSession::gpu_sample() const { return monitor_ ? monitor_->latest() : GpuSample{}; }
+
+}  // namespace mgt

@@ -1,0 +1,66 @@
+#pragma once
+// Where one rank trains, for the length of a run: the CPU path (the SDK layers, as always), or a
+// compiled step (compiled_step.hpp) on this rank's GPU, bound from its node-local rank, with NCCL
+// between the ranks and NVML sampling the GPU; or that compiled step on the CPU backend, which
+// checks the GPU path's program on machines without a GPU.
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "compiled_step.hpp"
+#include "gpu_runtime.hpp"
+#include "mgtrain/config.hpp"
+#include "nvml.hpp"
+
+namespace mgt {
+
+enum class DeviceKind { cpu, gpu, compiled_cpu };
+const char* device_kind_name(DeviceKind kind);
+
+class DeviceSession {
+ public:
+  // Collective over `comm`: resolves train.device the same way on every rank (auto: gpu only when
+  // every rank sees a GPU), binds this rank's GPU and opens it. Throws ConfigError naming the rank
+  // when a rank cannot have what was asked for.
+  DeviceSession(Communicator& comm, const Config& config);
+  ~DeviceSession();
+
+  DeviceKind kind() const { return kind_; }
+  bool compiled() const { return kind_ != DeviceKind::cpu; }
+  // "GPU 0 (NVIDIA H200, 00000000:1A:00.0)", "cpu"; and a warning to print, or "".
+  std::string describe() const;
+  const std::string& warning() const { return warning_; }
+
+  // Collective: the communicator of the compiled step, NCCL on a GPU, `comm` itself on the CPU.
+  void connect(Communicator& comm);
+  Communicator& communicator() { return *device_comm_; }
+  // The store's parameters and gradients in backend memory (made on the first call).
+  DeviceParameters& parameters(const ParameterStore& host);
+  // Compiles the step. With gpu.on_oom = halve, a micro-batch that does not fit runs as passes of
+  // half the rows, halving until it fits (each retry is said on `log`); otherwise the error names
+  // the micro-batch, the GPU's memory and what to change.
+  CompiledStep& compile(const SequentialModel& model, Optimizer& optimizer, SyncStrategy& sync,
+                        CompiledStepOptions options, std::ostream& log);
+  CompiledStep* step() { return step_.get(); }
+
+  // The latest NVML sample of this rank's GPU (valid = false without one).
+  GpuSample gpu_sample() const;
+
+ private:
+  kernels::Backend& backend();
+
+  DeviceKind kind_ = DeviceKind::cpu;
+  const Config& config_;
+  int rank_ = 0;
+  std::string warning_;
+  std::unique_ptr<GpuRuntime> gpu_;
+  std::unique_ptr<kernels::Backend> cpu_backend_;
+  std::unique_ptr<Communicator> device_comm_owned_;
+  Communicator* device_comm_ = nullptr;
+  std::unique_ptr<DeviceParameters> params_;
+  std::unique_ptr<CompiledStep> step_;
+  std::unique_ptr<GpuMonitor> monitor_;
+};
+
+}  // namespace mgt

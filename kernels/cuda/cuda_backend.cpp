@@ -1,0 +1,223 @@
+#include "kernels/cuda/cuda_backend.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "kernels/cuda/check.hpp"
+#include "kernels/cuda/cudnn_ops.hpp"
+#include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/layer_ops.hpp"
+#include "kernels/cuda/optimizers.hpp"
+#include "kernels/cuda/pointwise.hpp"
+#include "mgtrain/error.hpp"
+
+namespace mgt::cuda {
+
+namespace {
+
+// cuBLAS gets a fixed workspace, so that no call allocates while a step is being recorded.
+constexpr size_t kBlasWorkspaceBytes = 32u << 20;
+
+class CudaConv final : public kernels::ConvOp {
+ public:
+  CudaConv(CudnnHandle& cudnn, const kernels::Conv2dShape& shape, int64_t batch) : plan_(cudnn, shape, batch) {}
+  void forward(const float* x, const float* w, const float* bias, float* y) override { plan_.forward(x, w, bias, y); }
+  void backward_data(const float* dy, const float* w, float* dx) override { plan_.backward_data(dy, w, dx); }
+  void backward_weights(const float* x, const float* dy, float* dw, float* dbias) override {
+    plan_.backward_weights(x, dy, dw, dbias, /*accumulate=*/true);
+  }
+
+ private:
+  ConvPlan plan_;
+};
+
+class CudaMaxPool final : public kernels::MaxPoolOp {
+ public:
+  CudaMaxPool(CudnnHandle& cudnn, int64_t batch, int64_t channels, int64_t height, int64_t width, int64_t kernel,
+              int64_t stride)
+      : plan_(cudnn, batch, channels, height, width, kernel, stride) {}
+  void forward(const float* x, float* y) override { plan_.forward(x, y); }
+  void backward(const float* x, const float* y, const float* dy, float* dx) override { plan_.backward(x, y, dy, dx); }
+
+ private:
+  MaxPoolPlan plan_;
+};
+
+class Graph final : public kernels::RecordedStep {
+ public:
+  Graph(cudaGraphExec_t exec, cudaStream_t stream) : exec_(exec), stream_(stream) {}
+  ~Graph() override { cudaGraphExecDestroy(exec_); }
+  void replay() override { MGT_CUDA_CHECK(cudaGraphLaunch(exec_, stream_)); }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+};
+
+class CudaBackend final : public kernels::Backend {
+ public:
+  explicit CudaBackend(int device) {
+    set_device(device);
+    name_ = "GPU " + std::to_string(device) + " (" + device_properties(device).name + ")";
+    MGT_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
+    MGT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
+    for (int slot = 0; slot < 2; ++slot) {
+      MGT_CUDA_CHECK(cudaEventCreateWithFlags(&staged_[slot], cudaEventDisableTiming));
+      MGT_CUDA_CHECK(cudaEventCreateWithFlags(&done_[slot], cudaEventDisableTiming));
+    }
+    blas_ = std::make_unique<BlasHandle>();
+    blas_->set_stream(compute_);
+    blas_workspace_ = device_malloc(kBlasWorkspaceBytes);
+    MGT_CUBLAS_CHECK(cublasSetWorkspace(blas_->get(), blas_workspace_, kBlasWorkspaceBytes));
+    cudnn_ = std::make_unique<CudnnHandle>();
+    cudnn_->set_stream(compute_);
+  }
+
+  ~CudaBackend() override {
+    cudaStreamSynchronize(compute_);
+    cudaStreamSynchronize(copy_);
+    cudnn_.reset();
+    blas_.reset();
+    device_free(blas_workspace_);
+    for (int slot = 0; slot < 2; ++slot) {
+      cudaEventDestroy(staged_[slot]);
+      cudaEventDestroy(done_[slot]);
+    }
+    cudaStreamDestroy(copy_);
+    cudaStreamDestroy(compute_);
+  }
+
+  std::string describe() const override { return name_; }
+  cudaStream_t compute() const { return compute_; }
+
+  void* allocate(size_t bytes) override { return device_malloc(bytes); }
+  void release(void* ptr) noexcept override { device_free(ptr); }
+  void* allocate_host(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    void* ptr = nullptr;
+    MGT_CUDA_CHECK(cudaMallocHost(&ptr, bytes));
+    return ptr;
+  }
+  void release_host(void* ptr) noexcept override {
+    if (ptr) cudaFreeHost(ptr);
+  }
+  void upload(void* dst, const void* host, size_t bytes) override {
+    if (bytes == 0) return;
+    MGT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, compute_));
+    MGT_CUDA_CHECK(cudaStreamSynchronize(compute_));
+  }
+  void download(void* host, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    MGT_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, compute_));
+    MGT_CUDA_CHECK(cudaStreamSynchronize(compute_));
+  }
+  void copy_from_pinned(void* dst, const void* pinned, size_t bytes) override {
+    if (bytes) MGT_CUDA_CHECK(cudaMemcpyAsync(dst, pinned, bytes, cudaMemcpyHostToDevice, compute_));
+  }
+  void copy_to_pinned(void* pinned, const void* src, size_t bytes) override {
+    if (bytes) MGT_CUDA_CHECK(cudaMemcpyAsync(pinned, src, bytes, cudaMemcpyDeviceToHost, compute_));
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes && dst != src) MGT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_));
+  }
+  void zero(void* dst, size_t bytes) override {
+    if (bytes) MGT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, compute_));
+  }
+
+  void stage(int slot, void* dst, const void* pinned, size_t bytes) override {
+    if (bytes) MGT_CUDA_CHECK(cudaMemcpyAsync(dst, pinned, bytes, cudaMemcpyHostToDevice, copy_));
+    MGT_CUDA_CHECK(cudaEventRecord(staged_[slot], copy_));
+  }
+  void after_staged(int slot) override { MGT_CUDA_CHECK(cudaStreamWaitEvent(compute_, staged_[slot], 0)); }
+  void mark_done(int slot) override { MGT_CUDA_CHECK(cudaEventRecord(done_[slot], compute_)); }
+  // Polls rather than blocks: a peer that died leaves NCCL waiting forever, and the deadline turns
+  // that into an error naming the step.
+  void wait_done(int slot, double timeout_s, const std::string& what) override {
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      const cudaError_t status = cudaEventQuery(done_[slot]);
+      if (status == cudaSuccess) return;
+      if (status != cudaErrorNotReady) MGT_CUDA_CHECK(status);
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > timeout_s) {
+        char text[160];
+        std::snprintf(text, sizeof text, " did not finish within %.0f s (comm.timeout_s): a rank is stuck or gone",
+                      timeout_s);
+        throw CommError(what + text);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(waited < 0.01 ? 5 : 50));
+    }
+  }
+
+  void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+            const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
+    sgemm(*blas_, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  void broadcast_rows(const float* bias, float* y, int64_t rows, int64_t cols) override {
+    cuda::broadcast_rows(bias, y, rows, cols, compute_);
+  }
+  void add_column_sums(const float* x, float* acc, int64_t rows, int64_t cols) override {
+    column_sums(x, acc, rows, cols, /*accumulate=*/true, compute_);
+  }
+  void relu_forward(const float* x, float* y, int64_t n) override { cuda::relu_forward(x, y, n, compute_); }
+  void relu_backward(const float* y, const float* dy, float* dx, int64_t n) override {
+    cuda::relu_backward(y, dy, dx, n, compute_);
+  }
+  std::unique_ptr<kernels::ConvOp> make_conv(const kernels::Conv2dShape& shape, int64_t batch) override {
+    return std::make_unique<CudaConv>(*cudnn_, shape, batch);
+  }
+  std::unique_ptr<kernels::MaxPoolOp> make_max_pool(int64_t batch, int64_t channels, int64_t height, int64_t width,
+                                                    int64_t kernel, int64_t stride) override {
+    return std::make_unique<CudaMaxPool>(*cudnn_, batch, channels, height, width, kernel, stride);
+  }
+  void softmax_xent(const float* logits, const int32_t* labels, float* grad, double* row_loss, int64_t rows,
+                    int64_t classes, float grad_scale, double* loss_sum, int64_t* correct) override {
+    softmax_xent_accumulate(logits, labels, grad, row_loss, rows, classes, grad_scale, loss_sum, correct, compute_);
+  }
+  void flag_nonfinite(const float* x, size_t n, int32_t* flag) override { cuda::flag_nonfinite(x, n, flag, compute_); }
+  void sgd_step(float* params, const float* grads, float* momentum, size_t n, kernels::SgdKind kind,
+                const kernels::SgdScalars* scalars, const int32_t* skip) override {
+    sgd_step_device(params, grads, momentum, n, kind, scalars, skip, compute_);
+  }
+  void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, size_t n,
+                  const kernels::AdamWScalars* scalars, const int32_t* skip) override {
+    adamw_step_device(params, grads, exp_avg, exp_avg_sq, n, scalars, skip, compute_);
+  }
+
+  bool can_record() const override { return true; }
+  void begin_recording() override {
+    MGT_CUDA_CHECK(cudaStreamBeginCapture(compute_, cudaStreamCaptureModeThreadLocal));
+  }
+  std::unique_ptr<kernels::RecordedStep> end_recording() override {
+    cudaGraph_t graph = nullptr;
+    MGT_CUDA_CHECK(cudaStreamEndCapture(compute_, &graph));
+    if (!graph) return nullptr;  // the capture was invalidated; the error surfaced before this
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    MGT_CUDA_CHECK(status);
+    return std::make_unique<Graph>(exec, compute_);
+  }
+
+ private:
+  std::string name_;
+  cudaStream_t compute_ = nullptr, copy_ = nullptr;
+  cudaEvent_t staged_[2] = {}, done_[2] = {};
+  std::unique_ptr<BlasHandle> blas_;
+  void* blas_workspace_ = nullptr;
+  std::unique_ptr<CudnnHandle> cudnn_;
+};
+
+}  // namespace
+
+std::unique_ptr<kernels::Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+Stream compute_stream(kernels::Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  MGT_CHECK(cuda != nullptr, Error, "compute_stream: not a CUDA backend");
+  return cuda->compute();
+}
+
+}  // namespace mgt::cuda

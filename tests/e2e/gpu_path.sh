@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The GPU path's compiled step, checked on the CPU backend (train.device = compiled-cpu) against
+# the CPU path, under mpirun: the same losses and parameters; resume; what it refuses; and
+# train.device = gpu on a machine without one.
+# Usage: gpu_path.sh parity_mlp|parity_cnn_accum_adam|resume|refused|no_gpu
+source "$(dirname "$0")/lib.sh"
+
+# Each logged loss of two runs' metrics files, side by side; fails beyond a relative 1e-5.
+same_losses() {  # same_losses A.jsonl B.jsonl
+  paste -d' ' <(sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$1") <(sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$2") |
+    awk '{ n++; d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 < 0 ? -$1 : $1)) bad++; print "  loss", $1, $2 }
+         END { if (n == 0 || bad > 0) { print "  " bad " of " n " losses differ"; exit 1 } }'
+}
+
+case $1 in
+  parity_mlp|parity_cnn_accum_adam)
+    if [ "$1" = parity_mlp ]; then
+      write_config run.ini "[train]" "lr_schedule = cosine"
+      extra=(--model.name=mlp)
+    else
+      write_config run.ini
+      sed -i '/^momentum/d' run.ini  # adam has no such key
+      extra=(--model.name=cnn --model.channels=8,16 --model.hidden=32 --optimizer.name=adam --optimizer.lr=0.002
+             --sync.name=grad_accum --sync.accum_steps=2)
+    fi
+    for device in cpu compiled-cpu; do
+      run_np 2 600 train --config run.ini "${extra[@]}" --train.max_steps=60 --train.log_every=10 \
+        --train.device=$device --checkpoint.dir="$WORK/$device" --json >$device.log 2>&1 ||
+        { cat $device.log; fail "train.device = $device"; }
+      grep -q "\"device\":\"$device\"" $device.log || { cat $device.log; fail "the result does not say device $device"; }
+    done
+    grep -q "^device: compiled-cpu" compiled-cpu.log || fail "no device line"
+    same_losses cpu/metrics.jsonl compiled-cpu/metrics.jsonl || fail "the compiled step's losses differ from the CPU path's"
+    "$MGTRAIN" compare cpu/step-60.h5 compiled-cpu/step-60.h5 --rtol 1e-5 ||
+      fail "the compiled step's parameters differ from the CPU path's"
+    ;;
+  resume)
+    write_config run.ini
+    common=(--config run.ini --train.device=compiled-cpu --train.log_every=10)
+    run_np 2 600 train "${common[@]}" --train.max_steps=40 --checkpoint.dir="$WORK/a" >a.log 2>&1 || { cat a.log; fail "run a"; }
+    run_np 2 600 train "${common[@]}" --train.max_steps=20 --checkpoint.dir="$WORK/c" >c1.log 2>&1 || { cat c1.log; fail "run c, first half"; }
+    run_np 2 600 train "${common[@]}" --train.max_steps=40 --checkpoint.dir="$WORK/c" --resume latest >c2.log 2>&1 ||
+      { cat c2.log; fail "run c, resumed"; }
+    grep -q "resumed from step 20" c2.log || { cat c2.log; fail "the second half did not resume from step 20"; }
+    for group in /params /optimizer/momentum; do
+      [ "$(group_hash a/step-40.h5 $group)" = "$(group_hash c/step-40.h5 $group)" ] ||
+        fail "$group after stop and resume differs from the straight run"
+    done
+    ;;
+  refused)
+    write_config run.ini
+    set +e
+    run_np 3 120 train --config run.ini --train.device=compiled-cpu --sync.name=param_server --train.max_steps=5 >ps.log 2>&1
+    rc_ps=$?
+    run_np 2 120 train --config run.ini --train.device=compiled-cpu --model.dropout=0.2 --train.max_steps=5 >drop.log 2>&1
+    rc_drop=$?
+    set -e
+    [ $rc_ps -ne 0 ] && [ $rc_ps -lt 124 ] || { cat ps.log; fail "param_server: exit $rc_ps, expected a clean failure"; }
+    one_error_line ps.log | grep -q "sync strategy 'param_server'" || fail "the error does not name the sync strategy"
+    [ $rc_drop -ne 0 ] && [ $rc_drop -lt 124 ] || { cat drop.log; fail "dropout: exit $rc_drop, expected a clean failure"; }
+    one_error_line drop.log | grep -q "layer 'dropout1'" || fail "the error does not name the layer"
+    no_ranks_left
+    ;;
+  no_gpu)
+    write_config run.ini
+    set +e
+    run_np 2 120 train --config run.ini --train.device=gpu --train.max_steps=5 >gpu.log 2>&1
+    rc=$?
+    set -e
+    [ $rc -ne 0 ] && [ $rc -lt 124 ] || { cat gpu.log; fail "exit $rc, expected a clean failure"; }
+    one_error_line gpu.log | grep -q "train.device = gpu, but rank 0 .* has no usable GPU" || fail "the error does not say why"
+    no_ranks_left
+    # auto falls back to the CPU on such a machine.
+    run_np 2 300 train --config run.ini --train.max_steps=5 --json >auto.log 2>&1 || { cat auto.log; fail "train.device = auto"; }
+    grep -q '"device":"cpu"' auto.log || { cat auto.log; fail "auto did not train on the CPU"; }
+    ;;
+  *) fail "unknown case $1" ;;
+esac

@@ -4,7 +4,9 @@
 # Boost, oneDNN). It unpacks the bundle scripts/pack-device-libs.sh makes from a CUDA build
 # (binaries, their non-CUDA libraries, Open MPI's components), finds the CUDA libraries in the
 # wheels, then runs every GPU test binary and `mgtrain doctor` as one rank (an Open MPI singleton:
-# no mpirun there). On a GPU machine no test may skip. Logs and gtest XML go to $OUT (default
+# no mpirun there; NCCL's test runs there at one rank), the CPU-against-GPU parity of 50 MLP steps,
+# the GPU benchmark against PyTorch eager (installed there), and the out-of-memory handling. On a
+# GPU machine no test may skip. Logs and gtest XML go to $OUT (default
 # ./device-check-out). Written on a machine without a GPU, so never run there: keep it simple.
 # Usage: scripts/device-check.sh [BUNDLE.tar.xz]   (default build-gpu/device-bundle.tar.xz)
 set -uo pipefail
@@ -71,6 +73,76 @@ cat "$out/doctor.log"
 [[ $rc -eq 0 ]] || fail "mgtrain doctor exited $rc"
 grep -qE '^0 +[^ ]+ +0/1 +0: ' "$out/doctor.log" || fail "doctor's row for rank 0 shows no GPU"
 ! grep -q 'CPU fallback' "$out/doctor.log" || fail "doctor fell back to the CPU on a machine with a GPU"
+
+# Training runs, as one rank: a config over the bundle's 10,000 images.
+train_config() {  # train_config MODEL FILE
+  cat >"$2" <<INI
+[data]
+train = $root/data/train.h5
+[model]
+name = $1
+[optimizer]
+name = sgd
+lr = 0.05
+momentum = 0.9
+[train]
+epochs = 100
+global_batch = 128
+seed = 42
+log_every = 10
+[checkpoint]
+dir = $work/unused
+INI
+}
+mgt() { timeout --kill-after=10 "$1" "$root/bin/mgtrain" "${@:2}"; }
+losses() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$1"; }
+train_config mlp "$work/mlp.ini"
+train_config cnn "$work/cnn.ini"
+
+echo "== parity: 50 steps of the MLP from the same seed, CPU path against GPU path (losses within 1e-3 relative)"
+for run in cpu gpu gpu-again gpu-eager; do
+  device=${run%%-*}
+  extra=()
+  [[ $run == gpu-eager ]] && extra=(--gpu.cuda_graphs=false)
+  mgt 300 train --config "$work/mlp.ini" --train.device="$device" --train.max_steps=50 --checkpoint.dir="$work/$run" \
+    --json "${extra[@]}" >"$out/parity-$run.log" 2>&1 || fail "train.device = $device ($run) exited $? (log $out/parity-$run.log)"
+  grep -E '^device:|^\{' "$out/parity-$run.log" | sed "s/^/  $run: /"
+done
+paste -d' ' <(losses "$work/cpu/metrics.jsonl") <(losses "$work/gpu/metrics.jsonl") |
+  awk '{ d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > worst) worst = r; n++;
+         printf "  step %3d  cpu %.7f  gpu %.7f  relative %.2e\n", 10 * n, $1, $2, r; if (r > 1e-3) bad++ }
+       END { printf "  %d losses, largest relative difference %.2e\n", n, worst; exit !(n == 5 && bad == 0) }' ||
+  fail "GPU losses differ from the CPU's by more than 1e-3 relative (or are missing)"
+mgt 60 compare "$work/cpu/step-50.h5" "$work/gpu/step-50.h5" --rtol 1e-3 | tail -3
+mgt 60 compare "$work/gpu/step-50.h5" "$work/gpu-again/step-50.h5" --rtol 0 | tail -1 | grep -q MATCH ||
+  fail "two GPU runs from the same seed differ (the GPU path must repeat bit for bit)"
+mgt 60 compare "$work/gpu/step-50.h5" "$work/gpu-eager/step-50.h5" --rtol 0 | tail -1 | grep -q MATCH ||
+  fail "the CUDA-graph steps differ from the same steps run without graphs"
+
+echo "== benchmark: samples/s on the GPU, mgtrain against PyTorch eager, batch 128 (targets: MLP 2x, CNN 1.5x)"
+for model in mlp cnn; do
+  mgt 300 bench --config "$work/$model.ini" --train.device=gpu --data.in_memory=true --steps 1000 --warmup 50 \
+    --json >"$out/bench-$model.log" 2>&1 || fail "mgtrain bench $model exited $? (log $out/bench-$model.log)"
+  ours=$(grep '^{' "$out/bench-$model.log" | tail -1 | sed -n 's/.*"samples_per_s":\([0-9.]*\).*/\1/p')
+  timeout 300 "$python" "$root/bench/pytorch_gpu.py" --model "$model" --steps 1000 --warmup 50 \
+    --images "$root/data/t10k-images-idx3-ubyte.gz" --labels "$root/data/t10k-labels-idx1-ubyte.gz" \
+    >"$out/pytorch-$model.log" 2>&1 || fail "PyTorch $model exited $? (log $out/pytorch-$model.log)"
+  theirs=$(grep '^{' "$out/pytorch-$model.log" | tail -1 | sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p')
+  grep '^{' "$out/bench-$model.log" "$out/pytorch-$model.log" | sed 's/^/  /'
+  awk -v m="$model" -v a="${ours:-0}" -v b="${theirs:-0}" \
+    'BEGIN { printf "  %s: mgtrain %.0f, PyTorch %.0f samples/s: %.2fx\n", m, a, b, b > 0 ? a / b : 0 }'
+done
+
+echo "== out of memory: a micro-batch far too large for the GPU, refused clearly, then halved until it fits"
+big=(--model.channels=1024,1024 --train.global_batch=8192 --train.max_steps=1 --checkpoint.dir="$work/big")
+mgt 120 train --config "$work/cnn.ini" --train.device=gpu "${big[@]}" >"$out/oom-error.log" 2>&1
+rc=$?
+grep 'mgtrain: error' "$out/oom-error.log" | head -3
+[[ $rc -ne 0 ]] && grep -q 'out of GPU memory on rank 0: the micro-batch of 8192 rows' "$out/oom-error.log" ||
+  fail "no clear out-of-memory error (exit $rc, log $out/oom-error.log)"
+mgt 300 train --config "$work/cnn.ini" --train.device=gpu "${big[@]}" --gpu.on_oom=halve --json >"$out/oom-halve.log" 2>&1 ||
+  fail "gpu.on_oom = halve exited $? (log $out/oom-halve.log)"
+grep -E 'warning.*gpu.on_oom|^\{' "$out/oom-halve.log" | sed 's/^/  /'
 
 rm -rf "$work"
 echo "== summary"

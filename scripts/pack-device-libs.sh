@@ -6,6 +6,8 @@
 #   gcc/      the GCC runtime (libstdc++, libgcc_s, libgomp), used there only if its own is older
 #   plugins/  the built-in plugins (the optimizer tests load sgd and adam)
 #   openmpi/  Open MPI's components, help texts and settings, for a singleton run
+#   data/     Fashion-MNIST's 10,000 test images as IDX (for PyTorch) and as mgtrain's HDF5
+#   bench/    the PyTorch reference of the GPU benchmark
 # CUDA libraries (cudart, cuBLAS, cuDNN, NCCL, the driver's) are never packed: the machine's own
 # are the ones to test against. Usage: scripts/pack-device-libs.sh [BUILD_DIR] [OUT.tar.xz]
 set -euo pipefail
@@ -18,10 +20,17 @@ ls "$build"/bin/gpu_* >/dev/null 2>&1 || { echo "$build has no GPU tests: config
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 root=$stage/device-bundle
-mkdir -p "$root"/{bin,lib,gcc,plugins,openmpi}
+mkdir -p "$root"/{bin,lib,gcc,plugins,openmpi,data,bench}
 cp -L "$build"/bin/mgtrain "$build"/bin/mgtrain-doctor "$build"/bin/gpu_* "$root/bin/"
 soname=$(objdump -p "$build/lib/libmgtrain.so" | awk '/SONAME/ {print $2}')
 cp -L "$build/lib/libmgtrain.so" "$root/lib/$soname"
+# The GPU path, which libmgtrain loads from its own directory.
+cp -L "$build/lib/libmgtrain-gpu.so" "$root/lib/"
+idx=/usr/share/datasets/fashion-mnist
+cp "$idx"/t10k-images-idx3-ubyte.gz "$idx"/t10k-labels-idx1-ubyte.gz "$root/data/"
+"$build/bin/mgtrain" data convert --images "$idx/t10k-images-idx3-ubyte.gz" --labels "$idx/t10k-labels-idx1-ubyte.gz" \
+  --out "$root/data/train.h5" >/dev/null
+cp "$(dirname "$0")/../benchmarks/pytorch_gpu.py" "$root/bench/"
 cp -L "$build"/plugins/libmgtrain-*.so "$root/plugins/"
 cp -a $multiarch/openmpi/lib "$root/openmpi/lib"
 rm -f "$root"/openmpi/lib/*.a "$root"/openmpi/lib/*.la "$root"/openmpi/lib/openmpi3/*.la

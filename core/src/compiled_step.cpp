@@ -337,7 +337,15 @@ void CompiledStep::launch(int64_t step, double lr) {
   backend_.after_staged(slot);
   if (!p.recorded[slot] && options_.record && backend_.can_record() && submitted_ >= options_.eager_steps) {
     backend_.begin_recording();
-    enqueue_program(slot);
+    try {
+      enqueue_program(slot);
+    } catch (...) {
+      try {
+        backend_.end_recording();  // leave the stream usable; the first error is the one to report
+      } catch (...) {
+      }
+      throw;
+    }
     p.recorded[slot] = backend_.end_recording();
   }
   if (p.recorded[slot])

@@ -84,6 +84,8 @@ class Backend {
   virtual void add_column_sums(const float* x, float* acc, int64_t rows, int64_t cols) = 0;
   virtual void relu_forward(const float* x, float* y, int64_t n) = 0;
   virtual void relu_backward(const float* y, const float* dy, float* dx, int64_t n) = 0;
+  // y = x * s element-wise (dropout with its scales)
+  virtual void multiply(const float* x, const float* s, float* y, int64_t n) = 0;
   virtual std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch) = 0;
   virtual std::unique_ptr<MaxPoolOp> make_max_pool(int64_t batch, int64_t channels, int64_t height,
                                                    int64_t width, int64_t kernel, int64_t stride) = 0;

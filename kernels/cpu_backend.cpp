@@ -91,6 +91,7 @@ class CpuBackend final : public Backend {
   void relu_backward(const float* y, const float* dy, float* dx, int64_t n) override {
     kernels::relu_backward(y, dy, dx, n);
   }
+  void multiply(const float* x, const float* s, float* y, int64_t n) override { kernels::multiply(x, s, y, n); }
   std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch) override {
     return std::make_unique<CpuConv>(shape, batch);
   }

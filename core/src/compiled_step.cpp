@@ -3,7 +3,9 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/cpu/pointwise.hpp"
 #include "mgtrain/error.hpp"
+#include "mgtrain/rng.hpp"
 
 namespace mgt {
 
@@ -86,10 +88,6 @@ void check_compilable(const Model& model, const Optimizer& optimizer, const Sync
     MGT_CHECK(s.kind != Kind::custom, ConfigError,
               "model '" + model_name + "': layer '" + layer->name() +
                   "' is not an SDK layer, and the GPU path runs only those; set train.device = cpu");
-    MGT_CHECK(s.kind != Kind::dropout || s.probability == 0.0f, ConfigError,
-              "model '" + model_name + "': layer '" + layer->name() + "' (dropout with probability " +
-                  std::to_string(s.probability).substr(0, 5) +
-                  ") has no GPU kernel yet; set the probability to 0 or train.device = cpu");
   }
   MGT_CHECK(optimizer.update_rule().kind != UpdateRule::Kind::none, ConfigError,
             "optimizer '" + optimizer_name + "' has no update rule the GPU path can apply "
@@ -114,6 +112,11 @@ struct CompiledStep::Program {
     float* grad = nullptr;  // gradient of the activation; aliased likewise
     std::unique_ptr<kernels::ConvOp> conv;
     std::unique_ptr<kernels::MaxPoolOp> pool;
+    // Dropout: the step's scales for every pass, drawn on the host into the slot's pinned block
+    // (a function of seed, step and global sample, as the SDK layer draws them), and one pass's
+    // worth on the device.
+    float* pinned_mask[2] = {};
+    float* mask = nullptr;
   };
 
   BackendMemory memory;
@@ -181,6 +184,10 @@ CompiledStep::CompiledStep(Backend& backend, const SequentialModel& model, Devic
       cs.height = shape.at(2);
       cs.width = shape.at(3);
       l.conv = backend.make_conv(cs, options.pass_rows);
+    } else if (l.spec.kind == Kind::dropout && !is_identity(l.spec)) {
+      const auto step_numel = static_cast<size_t>(l.out_numel * options.accumulation * options.passes_per_micro_batch);
+      for (int slot = 0; slot < 2; ++slot) l.pinned_mask[slot] = p.memory.host<float>(step_numel);
+      l.mask = p.memory.device<float>(static_cast<size_t>(l.out_numel));
     } else if (l.spec.kind == Kind::max_pool2d) {
       l.pool = backend.make_max_pool(shape.at(0), shape.at(1), shape.at(2), shape.at(3), l.spec.kernel,
                                      l.spec.stride);
@@ -334,6 +341,7 @@ void CompiledStep::launch(int64_t step, double lr) {
   }
   optimizer_.set_learning_rate(lr);
   ++applied_;
+  draw_dropout_masks(slot, step);
   backend_.after_staged(slot);
   if (!p.recorded[slot] && options_.record && backend_.can_record() && submitted_ >= options_.eager_steps) {
     backend_.begin_recording();
@@ -357,6 +365,26 @@ void CompiledStep::launch(int64_t step, double lr) {
   in_flight_ = true;
   staged_ = false;
   in_flight_step_ = step;
+}
+
+// Each dropout layer's scales for every pass of the step, as DropoutLayer draws them: element
+// (row, j) is element (global sample) * features + j of the step's stream, so the masks do not
+// depend on how ranks, micro-batches or passes split the batch. The slot's block was last read by
+// the step before the one in flight, which has finished.
+void CompiledStep::draw_dropout_masks(int slot, int64_t step) {
+  const int64_t passes = options_.accumulation * options_.passes_per_micro_batch;
+  for (Program::Layer& l : program_->layers) {
+    if (!l.mask) continue;
+    const uint64_t key = rng::make_key(options_.seed, l.spec.rng_purpose);
+    const int64_t features = l.out_numel / options_.pass_rows;
+    for (int64_t pass = 0; pass < passes; ++pass) {
+      float* mask = l.pinned_mask[slot] + pass * l.out_numel;
+      const int64_t first_sample = options_.first_sample + pass * options_.pass_rows;
+      rng::fill_uniform(mask, static_cast<size_t>(l.out_numel), 0.0f, 1.0f, key, static_cast<uint64_t>(step),
+                        static_cast<uint64_t>(first_sample * features));
+      kernels::dropout_scales(mask, l.out_numel, l.spec.probability);
+    }
+  }
 }
 
 // One step: per micro-batch of the sync strategy, its passes through forward, loss and backward;
@@ -397,8 +425,15 @@ void CompiledStep::enqueue_program(int slot) {
           case Kind::relu:
             b.relu_forward(x, l.out, l.out_numel);
             break;
-          case Kind::flatten:
           case Kind::dropout:
+            if (l.mask) {
+              b.copy_from_pinned(l.mask, l.pinned_mask[slot] + pass_index * l.out_numel,
+                                 static_cast<size_t>(l.out_numel) * sizeof(float));
+              b.multiply(x, l.mask, l.out, l.out_numel);
+              break;
+            }
+            [[fallthrough]];
+          case Kind::flatten:
             if (l.out != x) b.copy(l.out, x, static_cast<size_t>(l.out_numel) * sizeof(float));
             break;
           case Kind::custom:
@@ -435,8 +470,13 @@ void CompiledStep::enqueue_program(int slot) {
           case Kind::relu:
             if (grad_in) b.relu_backward(l.out, l.grad, grad_in, l.out_numel);
             break;
-          case Kind::flatten:
           case Kind::dropout:
+            if (l.mask) {
+              if (grad_in) b.multiply(l.grad, l.mask, grad_in, l.out_numel);
+              break;
+            }
+            [[fallthrough]];
+          case Kind::flatten:
             if (grad_in && grad_in != l.grad)
               b.copy(grad_in, l.grad, static_cast<size_t>(l.out_numel) * sizeof(float));
             break;

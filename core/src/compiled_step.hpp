@@ -70,6 +70,8 @@ struct CompiledStepOptions {
   float grad_scale = 0.0f;         // 1 / global batch
   bool record = true;              // record each slot's step once and replay it (gpu.cuda_graphs)
   int64_t eager_steps = 2;         // steps run before recording: libraries set up lazily
+  uint64_t seed = 0;               // train.seed: dropout masks
+  int64_t first_sample = 0;        // this rank's first row in the global batch: dropout masks
   double timeout_s = 300.0;        // the longest wait for a step (comm.timeout_s)
   int rank = 0;                    // for messages
 };
@@ -112,6 +114,7 @@ class CompiledStep {
  private:
   struct Program;
   void enqueue_program(int slot);
+  void draw_dropout_masks(int slot, int64_t step);
   StepFigures collect(int slot);
 
   kernels::Backend& backend_;

@@ -278,6 +278,7 @@ class DropoutLayer final : public Layer {
     LayerSpec s;
     s.kind = LayerSpec::Kind::dropout;
     s.probability = p_;
+    s.rng_purpose = purpose_;
     return s;
   }
 

@@ -322,6 +322,8 @@ class Trainer {
     o.grad_scale = 1.0f / static_cast<float>(global_batch_);
     o.record = config_.get_bool("gpu.cuda_graphs");
     o.timeout_s = config_.get_real("comm.timeout_s");
+    o.seed = seed_;
+    o.first_sample = sync_->train_rank(comm_) * reader_->local_batch();
     o.rank = comm_.rank();
     compiled_ = &device_->compile(dynamic_cast<const SequentialModel&>(*model_), *optimizer_, *sync_, o, log_);
   }

@@ -165,6 +165,7 @@ class CudaBackend final : public kernels::Backend {
   void relu_backward(const float* y, const float* dy, float* dx, int64_t n) override {
     cuda::relu_backward(y, dy, dx, n, compute_);
   }
+  void multiply(const float* x, const float* s, float* y, int64_t n) override { cuda::multiply(x, s, y, n, compute_); }
   std::unique_ptr<kernels::ConvOp> make_conv(const kernels::Conv2dShape& shape, int64_t batch) override {
     return std::make_unique<CudaConv>(*cudnn_, shape, batch);
   }

@@ -37,6 +37,7 @@ struct LayerSpec {
   int64_t in = 0, out = 0;                      // linear: features; conv2d: channels
   int64_t kernel = 0, stride = 1, padding = 0;  // conv2d, max_pool2d
   float probability = 0.0f;                     // dropout
+  uint64_t rng_purpose = 0;                     // dropout: the purpose its masks are drawn under
   ParamHandle weight = 0, bias = 0;             // linear, conv2d
 };
 

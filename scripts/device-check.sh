@@ -138,7 +138,7 @@ big=(--model.channels=1024,1024 --train.global_batch=8192 --train.max_steps=1 --
 mgt 120 train --config "$work/cnn.ini" --train.device=gpu "${big[@]}" >"$out/oom-error.log" 2>&1
 rc=$?
 grep 'mgtrain: error' "$out/oom-error.log" | head -3
-[[ $rc -ne 0 ]] && grep -q 'out of GPU memory on rank 0: the micro-batch of 8192 rows' "$out/oom-error.log" ||
+[[ $rc -ne 0 ]] && grep -q 'out of device memory on rank 0: the micro-batch of 8192 rows' "$out/oom-error.log" ||
   fail "no clear out-of-memory error (exit $rc, log $out/oom-error.log)"
 mgt 300 train --config "$work/cnn.ini" --train.device=gpu "${big[@]}" --gpu.on_oom=halve --json >"$out/oom-halve.log" 2>&1 ||
   fail "gpu.on_oom = halve exited $? (log $out/oom-halve.log)"

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <ostream>
 
 #include "gpu_binding.hpp"
 #include "mgtrain/error.hpp"
@@ -108,7 +107,7 @@ std::string DeviceSession::describe() const {
                   info.pci_bus_id.c_str(), info.total_mb);
     return text;
   }
-  return device_kind_name(kind_);
+  return kind_ == DeviceKind::compiled_cpu ? "the CPU backend (compiled-cpu)" : "cpu";
 }
 
 kernels::Backend& DeviceSession::backend() {
@@ -132,7 +131,7 @@ DeviceParameters& DeviceSession::parameters(const ParameterStore& host) {
 }
 
 CompiledStep& DeviceSession::compile(const SequentialModel& model, Optimizer& optimizer, SyncStrategy& sync,
-                                     CompiledStepOptions options, std::ostream& log) {
+                                     CompiledStepOptions options) {
   MGT_CHECK(params_ != nullptr, Error, "DeviceSession::compile before parameters()");
   const bool halve = config_.get_string("gpu.on_oom") == "halve";
   const int64_t micro_batch = options.pass_rows * options.passes_per_micro_batch;
@@ -153,16 +152,21 @@ CompiledStep& DeviceSession::compile(const SequentialModel& model, Optimizer& op
                       static_cast<long long>(options.passes_per_micro_batch),
                       static_cast<long long>(options.pass_rows));
         std::fputs(line, stderr);
-        log << std::flush;
         continue;
       }
       const bool at_start = options.passes_per_micro_batch == 1;
+      std::string where = describe();
+      if (gpu_) {
+        char memory[96];
+        std::snprintf(memory, sizeof memory, ", %.0f MB total, %.0f MB free at start", gpu_->device().total_mb,
+                      gpu_->device().free_mb);
+        where += memory;
+      }
       throw OutOfMemoryError(
-          "out of GPU memory on rank " + std::to_string(rank_) + ": the micro-batch of " +
+          "out of device memory on rank " + std::to_string(rank_) + ": the micro-batch of " +
           std::to_string(micro_batch) + " rows" +
           (at_start ? std::string() : " (as passes of " + std::to_string(options.pass_rows) + " rows)") +
-          " does not fit in " + describe() + ", which had " + std::to_string(static_cast<long long>(gpu_ ? gpu_->device().free_mb : 0)) +
-          " MB free at start (" + e.what() + "). Keep the global batch with a smaller micro-batch: " +
+          " does not fit in " + where + " (" + e.what() + "). Keep the global batch with a smaller micro-batch: " +
           (halve ? std::string("halving cannot go on (odd rows); ") : std::string("gpu.on_oom = halve, or ")) +
           "sync.name = grad_accum with sync.accum_steps = 2 or more, or more ranks; or lower train.global_batch");
     }

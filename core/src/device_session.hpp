@@ -3,7 +3,6 @@
 // compiled step (compiled_step.hpp) on this rank's GPU, bound from its node-local rank, with NCCL
 // between the ranks and NVML sampling the GPU; or that compiled step on the CPU backend, which
 // checks the GPU path's program on machines without a GPU.
-#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,10 +37,10 @@ class DeviceSession {
   // The store's parameters and gradients in backend memory (made on the first call).
   DeviceParameters& parameters(const ParameterStore& host);
   // Compiles the step. With gpu.on_oom = halve, a micro-batch that does not fit runs as passes of
-  // half the rows, halving until it fits (each retry is said on `log`); otherwise the error names
-  // the micro-batch, the GPU's memory and what to change.
+  // half the rows, halving until it fits (each retry a warning on stderr); otherwise the error
+  // names the micro-batch, the GPU's memory and what to change.
   CompiledStep& compile(const SequentialModel& model, Optimizer& optimizer, SyncStrategy& sync,
-                        CompiledStepOptions options, std::ostream& log);
+                        CompiledStepOptions options);
   CompiledStep* step() { return step_.get(); }
 
   // The latest NVML sample of this rank's GPU (valid = false without one).

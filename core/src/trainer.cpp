@@ -325,7 +325,7 @@ class Trainer {
     o.seed = seed_;
     o.first_sample = sync_->train_rank(comm_) * reader_->local_batch();
     o.rank = comm_.rank();
-    compiled_ = &device_->compile(dynamic_cast<const SequentialModel&>(*model_), *optimizer_, *sync_, o, log_);
+    compiled_ = &device_->compile(dynamic_cast<const SequentialModel&>(*model_), *optimizer_, *sync_, o);
   }
 
   void open_reader(const std::string& path, int train_world) {

@@ -3,7 +3,7 @@
 # the CPU path, under mpirun: the same losses and parameters (dropout masks, gradient
 # accumulation, sgd and adam included); resume; what it refuses; and
 # train.device = gpu on a machine without one.
-# Usage: gpu_path.sh parity_mlp|parity_cnn_accum_adam|resume|refused|no_gpu
+# Usage: gpu_path.sh parity_mlp|parity_cnn_accum_adam|resume|out_of_memory|refused|no_gpu
 source "$(dirname "$0")/lib.sh"
 
 # Each logged loss of two runs' metrics files, side by side; fails beyond a relative 1e-5.
@@ -47,6 +47,27 @@ case $1 in
       [ "$(group_hash a/step-40.h5 $group)" = "$(group_hash c/step-40.h5 $group)" ] ||
         fail "$group after stop and resume differs from the straight run"
     done
+    ;;
+  out_of_memory)
+    # A "device" of 12 MB (test-only MGTRAIN_TEST_DEVICE_MEMORY_MB on the CPU backend): a local
+    # micro-batch of 512 rows does not fit, one of 256 does.
+    write_config run.ini
+    common=(--config run.ini --train.device=compiled-cpu --train.global_batch=1024 --train.max_steps=6 --train.log_every=2)
+    set +e
+    MGTRAIN_TEST_DEVICE_MEMORY_MB=12 run_np 2 120 train "${common[@]}" --checkpoint.dir="$WORK/refused" >refused.log 2>&1
+    rc=$?
+    set -e
+    [ $rc -ne 0 ] && [ $rc -lt 124 ] || { cat refused.log; fail "exit $rc, expected a clean failure"; }
+    one_error_line refused.log | grep -q "out of device memory on rank 0: the micro-batch of 512 rows does not fit.*gpu.on_oom = halve" ||
+      fail "the error does not name the micro-batch and the way out"
+    no_ranks_left
+    MGTRAIN_TEST_DEVICE_MEMORY_MB=12 run_np 2 300 train "${common[@]}" --gpu.on_oom=halve --checkpoint.dir="$WORK/halved" >halved.log 2>&1 ||
+      { cat halved.log; fail "gpu.on_oom = halve"; }
+    grep -q "warning: \[rank 0\] the micro-batch of 512 rows does not fit .* running it as 2 passes of 256 rows" halved.log ||
+      { cat halved.log; fail "no warning about the halving"; }
+    # The same global batch, so the same training as without a cap (up to the order of the sums).
+    run_np 2 300 train "${common[@]}" --checkpoint.dir="$WORK/whole" >whole.log 2>&1 || { cat whole.log; fail "uncapped run"; }
+    same_losses whole/metrics.jsonl halved/metrics.jsonl || fail "halving the micro-batch changed the losses"
     ;;
   refused)
     write_config run.ini

@@ -79,6 +79,12 @@ class Backend {
   virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                     const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                     int64_t ldc) = 0;
+  // The same with A and B in bfloat16 (raw bits), FP32 accumulation: bf16 mixed precision.
+  virtual void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                         const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+                         int64_t ldc) = 0;
+  // y = x rounded to bfloat16, to nearest, ties to even
+  virtual void to_bf16(const float* x, uint16_t* y, size_t n) = 0;
   virtual void broadcast_rows(const float* bias, float* y, int64_t rows, int64_t cols) = 0;
   // acc[c] += sum over rows of x[r, c]
   virtual void add_column_sums(const float* x, float* acc, int64_t rows, int64_t cols) = 0;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/cpu/bf16.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/pointwise.hpp"
 #include "kernels/cpu/pool.hpp"
@@ -111,6 +112,11 @@ class CpuBackend final : public Backend {
             int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
     sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
+  void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                 int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
+    kernels::gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  void to_bf16(const float* x, uint16_t* y, size_t n) override { kernels::to_bf16(x, y, n); }
   void broadcast_rows(const float* bias, float* y, int64_t rows, int64_t cols) override {
     kernels::broadcast_rows(bias, y, rows, cols);
   }

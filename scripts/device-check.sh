@@ -100,10 +100,11 @@ train_config mlp "$work/mlp.ini"
 train_config cnn "$work/cnn.ini"
 
 echo "== parity: 50 steps of the MLP from the same seed, CPU path against GPU path (losses within 1e-3 relative)"
-for run in cpu gpu gpu-again gpu-eager; do
+for run in cpu gpu gpu-again gpu-eager gpu-bf16; do
   device=${run%%-*}
   extra=()
   [[ $run == gpu-eager ]] && extra=(--gpu.cuda_graphs=false)
+  [[ $run == gpu-bf16 ]] && extra=(--gpu.precision=bf16)
   mgt 300 train --config "$work/mlp.ini" --train.device="$device" --train.max_steps=50 --checkpoint.dir="$work/$run" \
     --json "${extra[@]}" >"$out/parity-$run.log" 2>&1 || fail "train.device = $device ($run) exited $? (log $out/parity-$run.log)"
   grep -E '^device:|^\{' "$out/parity-$run.log" | sed "s/^/  $run: /"
@@ -113,6 +114,10 @@ paste -d' ' <(losses "$work/cpu/metrics.jsonl") <(losses "$work/gpu/metrics.json
          printf "  step %3d  cpu %.7f  gpu %.7f  relative %.2e\n", 10 * n, $1, $2, r; if (r > 1e-3) bad++ }
        END { printf "  %d losses, largest relative difference %.2e\n", n, worst; exit !(n == 5 && bad == 0) }' ||
   fail "GPU losses differ from the CPU's by more than 1e-3 relative (or are missing)"
+echo "  bf16 mixed precision against the CPU's FP32 (within 3%):"
+paste -d' ' <(losses "$work/cpu/metrics.jsonl") <(losses "$work/gpu-bf16/metrics.jsonl") |
+  awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; n++; printf "  step %3d  cpu %.7f  bf16 %.7f  relative %.2e\n", 10 * n, $1, $2, d;
+         if (d > 0.03) bad++ } END { exit !(n == 5 && bad == 0) }' || fail "bf16 losses are not within 3% of FP32's"
 mgt 60 compare "$work/cpu/step-50.h5" "$work/gpu/step-50.h5" --rtol 1e-3 | tail -3
 mgt 60 compare "$work/gpu/step-50.h5" "$work/gpu-again/step-50.h5" --rtol 0 | tail -1 | grep -q MATCH ||
   fail "two GPU runs from the same seed differ (the GPU path must repeat bit for bit)"
@@ -123,6 +128,9 @@ echo "== benchmark: samples/s on the GPU, mgtrain against PyTorch eager, batch 1
 for model in mlp cnn; do
   mgt 300 bench --config "$work/$model.ini" --train.device=gpu --data.in_memory=true --steps 1000 --warmup 50 \
     --json >"$out/bench-$model.log" 2>&1 || fail "mgtrain bench $model exited $? (log $out/bench-$model.log)"
+  mgt 300 bench --config "$work/$model.ini" --train.device=gpu --data.in_memory=true --steps 1000 --warmup 50 \
+    --gpu.precision=bf16 --json >"$out/bench-$model-bf16.log" 2>&1 || fail "mgtrain bench $model bf16 exited $?"
+  echo "  $model bf16: $(grep '^{' "$out/bench-$model-bf16.log" | tail -1 | sed -n 's/.*"samples_per_s":\([0-9.]*\).*/\1/p') samples/s"
   ours=$(grep '^{' "$out/bench-$model.log" | tail -1 | sed -n 's/.*"samples_per_s":\([0-9.]*\).*/\1/p')
   timeout 300 "$python" "$root/bench/pytorch_gpu.py" --model "$model" --steps 1000 --warmup 50 \
     --images "$root/data/t10k-images-idx3-ubyte.gz" --labels "$root/data/t10k-labels-idx1-ubyte.gz" \

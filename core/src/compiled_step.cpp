@@ -117,6 +117,9 @@ struct CompiledStep::Program {
     // worth on the device.
     float* pinned_mask[2] = {};
     float* mask = nullptr;
+    // bf16 mixed precision, linear layers: the input and the output gradient as bf16 operands.
+    uint16_t* x_bf16 = nullptr;
+    uint16_t* dy_bf16 = nullptr;
   };
 
   BackendMemory memory;
@@ -136,6 +139,7 @@ struct CompiledStep::Program {
   UpdateScalars* scalars = nullptr;
   StepTotals* totals = nullptr;
   double* row_loss = nullptr;
+  uint16_t* params_bf16 = nullptr;  // bf16 mixed precision: this step's weights, rounded from the FP32 masters
   std::vector<float*> state;  // the optimizer's state buffers, in state_buffers() order
   UpdateRule rule;
   kernels::SgdKind sgd_kind = kernels::SgdKind::plain;
@@ -184,6 +188,9 @@ CompiledStep::CompiledStep(Backend& backend, const SequentialModel& model, Devic
       cs.height = shape.at(2);
       cs.width = shape.at(3);
       l.conv = backend.make_conv(cs, options.pass_rows);
+    } else if (l.spec.kind == Kind::linear && options.bf16) {
+      l.x_bf16 = p.memory.device<uint16_t>(static_cast<size_t>(options.pass_rows * l.spec.in));
+      l.dy_bf16 = p.memory.device<uint16_t>(static_cast<size_t>(options.pass_rows * l.spec.out));
     } else if (l.spec.kind == Kind::dropout && !is_identity(l.spec)) {
       const auto step_numel = static_cast<size_t>(l.out_numel * options.accumulation * options.passes_per_micro_batch);
       for (int slot = 0; slot < 2; ++slot) l.pinned_mask[slot] = p.memory.host<float>(step_numel);
@@ -219,6 +226,7 @@ CompiledStep::CompiledStep(Backend& backend, const SequentialModel& model, Devic
   p.scalars = p.memory.device<UpdateScalars>(1);
   p.totals = p.memory.device<StepTotals>(1);
   p.row_loss = p.memory.device<double>(static_cast<size_t>(options.pass_rows));
+  if (options.bf16) p.params_bf16 = p.memory.device<uint16_t>(params.store.flat_size());
 
   p.rule = optimizer.update_rule();
   const size_t flat = params.store.flat_size();
@@ -398,6 +406,9 @@ void CompiledStep::enqueue_program(int slot) {
   b.zero(params_.grads, flat * sizeof(float));
   b.zero(p.totals, sizeof(StepTotals));
   b.copy_from_pinned(p.scalars, p.pinned_scalars[slot], sizeof(UpdateScalars));
+  if (p.params_bf16) b.to_bf16(params_.params, p.params_bf16, flat);
+  // A linear layer's weight as this step's bf16 operand.
+  const auto weight_bf16 = [&](const Program::Layer& l) { return p.params_bf16 + store.info(l.spec.weight).offset; };
   bool apply = false;
   int64_t pass_index = 0;
   for (int64_t m = 0; m < options_.accumulation; ++m) {
@@ -413,8 +424,14 @@ void CompiledStep::enqueue_program(int slot) {
         switch (l.spec.kind) {
           case Kind::linear:
             b.broadcast_rows(store.param(l.spec.bias), l.out, rows, l.spec.out);
-            b.gemm(false, true, rows, l.spec.out, l.spec.in, 1.0f, x, l.spec.in, store.param(l.spec.weight),
-                   l.spec.in, 1.0f, l.out, l.spec.out);
+            if (l.x_bf16) {
+              b.to_bf16(x, l.x_bf16, static_cast<size_t>(rows * l.spec.in));
+              b.gemm_bf16(false, true, rows, l.spec.out, l.spec.in, 1.0f, l.x_bf16, l.spec.in, weight_bf16(l),
+                          l.spec.in, 1.0f, l.out, l.spec.out);
+            } else {
+              b.gemm(false, true, rows, l.spec.out, l.spec.in, 1.0f, x, l.spec.in, store.param(l.spec.weight),
+                     l.spec.in, 1.0f, l.out, l.spec.out);
+            }
             break;
           case Kind::conv2d:
             l.conv->forward(x, store.param(l.spec.weight), store.param(l.spec.bias), l.out);
@@ -453,12 +470,22 @@ void CompiledStep::enqueue_program(int slot) {
         float* grad_in = i > p.first_with_params ? p.layers[i - 1].grad : nullptr;
         switch (l.spec.kind) {
           case Kind::linear:
-            b.gemm(true, false, l.spec.out, l.spec.in, rows, 1.0f, l.grad, l.spec.out, in, l.spec.in, 1.0f,
-                   store.grad(l.spec.weight), l.spec.in);
+            if (l.dy_bf16) {
+              // dW and dx from bf16 operands into FP32; the bias gradient from the FP32 dy.
+              b.to_bf16(l.grad, l.dy_bf16, static_cast<size_t>(rows * l.spec.out));
+              b.gemm_bf16(true, false, l.spec.out, l.spec.in, rows, 1.0f, l.dy_bf16, l.spec.out, l.x_bf16,
+                          l.spec.in, 1.0f, store.grad(l.spec.weight), l.spec.in);
+              if (grad_in)
+                b.gemm_bf16(false, false, rows, l.spec.in, l.spec.out, 1.0f, l.dy_bf16, l.spec.out, weight_bf16(l),
+                            l.spec.in, 0.0f, grad_in, l.spec.in);
+            } else {
+              b.gemm(true, false, l.spec.out, l.spec.in, rows, 1.0f, l.grad, l.spec.out, in, l.spec.in, 1.0f,
+                     store.grad(l.spec.weight), l.spec.in);
+              if (grad_in)
+                b.gemm(false, false, rows, l.spec.in, l.spec.out, 1.0f, l.grad, l.spec.out,
+                       store.param(l.spec.weight), l.spec.in, 0.0f, grad_in, l.spec.in);
+            }
             b.add_column_sums(l.grad, store.grad(l.spec.bias), rows, l.spec.out);
-            if (grad_in)
-              b.gemm(false, false, rows, l.spec.in, l.spec.out, 1.0f, l.grad, l.spec.out,
-                     store.param(l.spec.weight), l.spec.in, 0.0f, grad_in, l.spec.in);
             break;
           case Kind::conv2d:
             l.conv->backward_weights(in, l.grad, store.grad(l.spec.weight), store.grad(l.spec.bias));

@@ -69,6 +69,7 @@ struct CompiledStepOptions {
   int64_t accumulation = 1;        // the sync strategy's micro-batches per step
   float grad_scale = 0.0f;         // 1 / global batch
   bool record = true;              // record each slot's step once and replay it (gpu.cuda_graphs)
+  bool bf16 = false;               // linear layers' GEMMs on bfloat16 operands (gpu.precision)
   int64_t eager_steps = 2;         // steps run before recording: libraries set up lazily
   uint64_t seed = 0;               // train.seed: dropout masks
   int64_t first_sample = 0;        // this rank's first row in the global batch: dropout masks

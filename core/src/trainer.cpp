@@ -321,6 +321,7 @@ class Trainer {
     o.accumulation = accum_;
     o.grad_scale = 1.0f / static_cast<float>(global_batch_);
     o.record = config_.get_bool("gpu.cuda_graphs");
+    o.bf16 = config_.get_string("gpu.precision") == "bf16";
     o.timeout_s = config_.get_real("comm.timeout_s");
     o.seed = seed_;
     o.first_sample = sync_->train_rank(comm_) * reader_->local_batch();

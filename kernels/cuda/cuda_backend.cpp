@@ -155,6 +155,11 @@ class CudaBackend final : public kernels::Backend {
             const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
     sgemm(*blas_, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
+  void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                 int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
+    cuda::gemm_bf16(*blas_, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  void to_bf16(const float* x, uint16_t* y, size_t n) override { cuda::to_bf16(x, y, n, compute_); }
   void broadcast_rows(const float* bias, float* y, int64_t rows, int64_t cols) override {
     cuda::broadcast_rows(bias, y, rows, cols, compute_);
   }

@@ -1,3 +1,5 @@
+#include <cuda_bf16.h>
+
 #include <climits>
 #include <string>
 
@@ -51,6 +53,12 @@ __global__ void channel_sums_kernel(const float* __restrict__ x, float* __restri
     __syncthreads();
   }
   if (threadIdx.x == 0) out[c] = accumulate ? __fadd_rn(out[c], partial[0]) : partial[0];
+}
+
+__global__ void to_bf16_kernel(const float* __restrict__ x, uint16_t* __restrict__ y, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    y[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
 }
 
 // One thread: the batch's row losses in row order (as sum_row_losses adds them on the host), then
@@ -134,6 +142,13 @@ void flag_nonfinite(const float* x, size_t n, int32_t* flag, Stream stream) {
   flag_nonfinite_kernel<<<detail::grid_blocks(count, kThreads), kThreads, 0, stream>>>(x, count,
                                                                                        flag);
   MGT_CUDA_CHECK_LAUNCH("flag_nonfinite");
+}
+
+void to_bf16(const float* x, uint16_t* y, size_t n, Stream stream) {
+  if (n == 0) return;
+  const auto count = static_cast<int64_t>(n);
+  to_bf16_kernel<<<detail::grid_blocks(count, kThreads), kThreads, 0, stream>>>(x, y, count);
+  MGT_CUDA_CHECK_LAUNCH("to_bf16");
 }
 
 void multiply(const float* x, const float* s, float* y, int64_t n, Stream stream) {

@@ -37,6 +37,10 @@ void softmax_xent_accumulate(const float* logits, const int32_t* labels, float* 
 // whole step's checks.
 void flag_nonfinite(const float* x, size_t n, int32_t* flag, Stream stream = nullptr);
 
+// y = x rounded to bfloat16 (to nearest, ties to even), as raw 16-bit patterns: the operands of
+// bf16 mixed precision; kernels::to_bf16 gives the same bits on the CPU.
+void to_bf16(const float* x, uint16_t* y, size_t n, Stream stream = nullptr);
+
 // y = x * s element-wise (dropout applied with its scales).
 void multiply(const float* x, const float* s, float* y, int64_t n, Stream stream = nullptr);
 

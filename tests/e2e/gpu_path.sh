@@ -3,7 +3,7 @@
 # the CPU path, under mpirun: the same losses and parameters (dropout masks, gradient
 # accumulation, sgd and adam included); resume; what it refuses; and
 # train.device = gpu on a machine without one.
-# Usage: gpu_path.sh parity_mlp|parity_cnn_accum_adam|resume|out_of_memory|refused|no_gpu
+# Usage: gpu_path.sh parity_mlp|parity_cnn_accum_adam|resume|out_of_memory|bf16|refused|no_gpu
 source "$(dirname "$0")/lib.sh"
 
 # Each logged loss of two runs' metrics files, side by side; fails beyond a relative 1e-5.
@@ -68,6 +68,21 @@ case $1 in
     # The same global batch, so the same training as without a cap (up to the order of the sums).
     run_np 2 300 train "${common[@]}" --checkpoint.dir="$WORK/whole" >whole.log 2>&1 || { cat whole.log; fail "uncapped run"; }
     same_losses whole/metrics.jsonl halved/metrics.jsonl || fail "halving the micro-batch changed the losses"
+    ;;
+  bf16)
+    # Mixed precision on the CPU backend (bf16 operands emulated exactly, FP32 sums): it must track
+    # FP32 training closely, and must not be FP32 in disguise.
+    write_config run.ini
+    for precision in fp32 bf16; do
+      run_np 2 600 train --config run.ini --train.device=compiled-cpu --gpu.precision=$precision --train.max_steps=200 \
+        --train.log_every=40 --checkpoint.dir="$WORK/$precision" >$precision.log 2>&1 || { cat $precision.log; fail "gpu.precision = $precision"; }
+    done
+    paste -d' ' <(sed -n 's/.*"loss":\([^,]*\),.*/\1/p' fp32/metrics.jsonl) <(sed -n 's/.*"loss":\([^,]*\),.*/\1/p' bf16/metrics.jsonl) |
+      awk '{ n++; d = ($1 - $2) / $1; if (d < 0) d = -d; print "  loss", $1, $2, d; if (d > 0.03) bad++ }
+           END { exit !(n == 5 && bad == 0) }' || fail "bf16 losses are not within 3% of FP32's"
+    if "$MGTRAIN" compare fp32/step-200.h5 bf16/step-200.h5 --rtol 0 >compare.log; then
+      fail "bf16 training gave FP32's parameters bit for bit: the option changed nothing"
+    fi
     ;;
   refused)
     write_config run.ini

@@ -1,5 +1,6 @@
 // GPU kernels against the CPU kernels (kernels/cpu) on random inputs: ReLU forward and backward,
-// softmax cross-entropy (loss and gradient) and cuBLAS sgemm in every transpose combination.
+// softmax cross-entropy (loss and gradient), cuBLAS sgemm in every transpose combination, and
+// bf16 rounding and GEMM.
 // Skipped without a device.
 #include <gtest/gtest.h>
 
@@ -9,11 +10,13 @@
 #include <vector>
 
 #include "gpu_test.hpp"
+#include "kernels/cpu/bf16.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/pointwise.hpp"
 #include "kernels/cpu/softmax.hpp"
 #include "kernels/cuda/device_buffer.hpp"
 #include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/layer_ops.hpp"
 #include "kernels/cuda/pointwise.hpp"
 #include "kernels/cuda/softmax.hpp"
 #include "mgtrain/error.hpp"
@@ -110,6 +113,56 @@ TEST_F(GpuKernels, SgemmMatchesCpuInEveryLayout) {
                          d_c.data(), ldc);
         expect_close(d_c.to_host(), expected, 1e-4,
                      "sgemm " + std::string(ta ? "T" : "N") + (tb ? "T" : "N") + " m=" +
+                         std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k));
+      }
+    }
+  }
+}
+
+// bf16 mixed precision: the GPU's rounding is the CPU's bit for bit, and the tensor-core GEMM of
+// bf16 operands is the CPU's exact widening plus an FP32 GEMM, up to the order of the sums.
+TEST_F(GpuKernels, Bf16RoundingMatchesCpu) {
+  auto x = random_floats(100003, 12, -3.0f, 3.0f);
+  x[0] = 0.0f;
+  x[1] = -0.0f;
+  x[2] = 1e-40f;  // subnormal
+  x[3] = 3.4e38f;  // rounds to infinity
+  x[4] = 1.00390625f;  // 1 + 2^-8: a tie, to even
+  x[5] = 1.01171875f;  // 1 + 3 * 2^-8: a tie, to even (up)
+  std::vector<uint16_t> expected(x.size());
+  mgt::kernels::to_bf16(x.data(), expected.data(), x.size());
+  DeviceBuffer<float> d_x(x);
+  DeviceBuffer<uint16_t> d_y(x.size());
+  mgt::cuda::to_bf16(d_x.data(), d_y.data(), x.size());
+  const auto actual = d_y.to_host();
+  size_t differ = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (actual[i] != expected[i] && ++differ <= 5)
+      ADD_FAILURE() << "element " << i << " (" << x[i] << "): GPU 0x" << std::hex << actual[i] << ", CPU 0x"
+                    << expected[i] << std::dec;
+  EXPECT_EQ(differ, 0u);
+  EXPECT_EQ(expected[4], 0x3f80);
+  EXPECT_EQ(expected[5], 0x3f82);
+}
+
+TEST_F(GpuKernels, Bf16GemmMatchesCpuInEveryLayout) {
+  mgt::cuda::BlasHandle blas;
+  struct Case { int64_t m, n, k; };
+  for (const Case c : {Case{64, 10, 784}, Case{128, 256, 33}, Case{37, 300, 129}}) {
+    for (const bool ta : {false, true}) {
+      for (const bool tb : {false, true}) {
+        const int64_t lda = (ta ? c.m : c.k) + 3, ldb = (tb ? c.k : c.n) + 5, ldc = c.n + 2;
+        std::vector<uint16_t> a((ta ? c.k : c.m) * lda), b((tb ? c.n : c.k) * ldb);
+        const auto wide_a = random_floats(a.size(), 16), wide_b = random_floats(b.size(), 17);
+        mgt::kernels::to_bf16(wide_a.data(), a.data(), a.size());
+        mgt::kernels::to_bf16(wide_b.data(), b.data(), b.size());
+        auto expected = random_floats(c.m * ldc, 18);
+        DeviceBuffer<uint16_t> d_a(a), d_b(b);
+        DeviceBuffer<float> d_c(expected);
+        mgt::kernels::gemm_bf16(ta, tb, c.m, c.n, c.k, 1.0f, a.data(), lda, b.data(), ldb, 1.0f, expected.data(), ldc);
+        mgt::cuda::gemm_bf16(blas, ta, tb, c.m, c.n, c.k, 1.0f, d_a.data(), lda, d_b.data(), ldb, 1.0f, d_c.data(), ldc);
+        expect_close(d_c.to_host(), expected, 1e-5,
+                     "gemm_bf16 " + std::string(ta ? "T" : "N") + (tb ? "T" : "N") + " m=" +
                          std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k));
       }
     }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/bf16.hpp"
 #include "kernels/cpu/conv2d.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/pool.hpp"
@@ -387,6 +388,44 @@ TEST(KernelGemm, RowsIndependentCheckAgreesWithDirectComparison) {
               claimed ? "yes" : "no");
   // Asked again, the answer comes from the cache and does not change.
   EXPECT_EQ(mgt::kernels::sgemm_rows_independent(shard_rows, shards, out, in), claimed);
+}
+
+// bf16 as the GPU rounds it: to nearest, ties to even; exact values survive; NaN stays NaN.
+TEST(Bf16, RoundsToNearestTiesToEven) {
+  using mgt::kernels::from_bf16;
+  using mgt::kernels::to_bf16;
+  EXPECT_EQ(to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(to_bf16(1.00390625f), 0x3f80);  // 1 + 2^-8: halfway, down to even
+  EXPECT_EQ(to_bf16(1.01171875f), 0x3f82);  // 1 + 3 * 2^-8: halfway, up to even
+  EXPECT_EQ(to_bf16(1.0048828125f), 0x3f81);  // just above halfway: up
+  EXPECT_EQ(to_bf16(-2.0f), 0xc000);
+  EXPECT_EQ(to_bf16(3.4e38f), 0x7f80);  // past the largest bf16 (3.39e38) and halfway on: infinity
+  EXPECT_TRUE(std::isnan(from_bf16(to_bf16(std::nanf("")))));
+  for (const float v : {0.0f, -0.0f, 0.5f, -1.5f, 256.0f, 0.09375f}) EXPECT_EQ(from_bf16(to_bf16(v)), v) << v;
+}
+
+// The bf16 GEMM is the FP32 GEMM of the widened operands.
+TEST(Bf16, GemmIsTheFp32GemmOfTheRoundedOperands) {
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const int64_t m = 7, n = 5, k = 9;
+  std::vector<float> a(m * k), b(k * n);
+  for (auto& v : a) v = dist(gen);
+  for (auto& v : b) v = dist(gen);
+  std::vector<uint16_t> a16(a.size()), b16(b.size());
+  mgt::kernels::to_bf16(a.data(), a16.data(), a.size());
+  mgt::kernels::to_bf16(b.data(), b16.data(), b.size());
+  std::vector<float> rounded_a(a.size()), rounded_b(b.size());
+  for (size_t i = 0; i < a.size(); ++i) rounded_a[i] = mgt::kernels::from_bf16(a16[i]);
+  for (size_t i = 0; i < b.size(); ++i) rounded_b[i] = mgt::kernels::from_bf16(b16[i]);
+  std::vector<float> expected(m * n, 0.5f), actual(m * n, 0.5f);
+  mgt::kernels::sgemm(false, false, m, n, k, 1.0f, rounded_a.data(), k, rounded_b.data(), n, 1.0f, expected.data(), n);
+  mgt::kernels::gemm_bf16(false, false, m, n, k, 1.0f, a16.data(), k, b16.data(), n, 1.0f, actual.data(), n);
+  EXPECT_EQ(actual, expected);
+  // And rounding did something: the unrounded product differs.
+  std::vector<float> unrounded(m * n, 0.5f);
+  mgt::kernels::sgemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 1.0f, unrounded.data(), n);
+  EXPECT_NE(unrounded, expected);
 }
 
 }  // namespace

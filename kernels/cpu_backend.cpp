@@ -5,9 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <cstdio>
 #include <new>
-#include <unordered_map>
 #include <vector>
 
 #include "kernels/backend.hpp"
@@ -16,7 +14,6 @@
 #include "kernels/cpu/pointwise.hpp"
 #include "kernels/cpu/pool.hpp"
 #include "kernels/cpu/softmax.hpp"
-#include "mgtrain/error.hpp"
 
 namespace mgt::kernels {
 
@@ -60,37 +57,10 @@ class CpuMaxPool final : public MaxPoolOp {
 
 class CpuBackend final : public Backend {
  public:
-  // Test-only: MGTRAIN_TEST_DEVICE_MEMORY_MB caps this backend's "device" memory, so that the
-  // out-of-memory handling of the compiled step can be rehearsed without a GPU.
-  CpuBackend() {
-    if (const char* cap = std::getenv("MGTRAIN_TEST_DEVICE_MEMORY_MB"))
-      cap_bytes_ = static_cast<size_t>(std::strtod(cap, nullptr) * 1048576.0);
-  }
-
   std::string describe() const override { return "cpu"; }
 
-  void* allocate(size_t bytes) override {
-    if (cap_bytes_ != 0 && used_bytes_ + bytes > cap_bytes_) {
-      char text[160];
-      std::snprintf(text, sizeof text, "allocation of %.1f MB with %.1f MB free of %.1f MB (MGTRAIN_TEST_DEVICE_MEMORY_MB)",
-                    static_cast<double>(bytes) / 1048576.0, static_cast<double>(cap_bytes_ - used_bytes_) / 1048576.0,
-                    static_cast<double>(cap_bytes_) / 1048576.0);
-      throw OutOfMemoryError(text);
-    }
-    void* ptr = aligned(bytes);
-    if (ptr) {
-      used_bytes_ += bytes;
-      sizes_[ptr] = bytes;
-    }
-    return ptr;
-  }
-  void release(void* ptr) noexcept override {
-    if (const auto it = sizes_.find(ptr); it != sizes_.end()) {
-      used_bytes_ -= it->second;
-      sizes_.erase(it);
-    }
-    std::free(ptr);
-  }
+  void* allocate(size_t bytes) override { return aligned(bytes); }
+  void release(void* ptr) noexcept override { std::free(ptr); }
   void* allocate_host(size_t bytes) override { return aligned(bytes); }
   void release_host(void* ptr) noexcept override { std::free(ptr); }
   void upload(void* dst, const void* host, size_t bytes) override { copy(dst, host, bytes); }
@@ -187,9 +157,6 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  size_t cap_bytes_ = 0, used_bytes_ = 0;
-  std::unordered_map<void*, size_t> sizes_;
-
   static void* aligned(size_t bytes) {
     if (bytes == 0) return nullptr;
     void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);

@@ -1,5 +1,8 @@
 #include "compiled_step.hpp"
 
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -12,15 +15,41 @@ namespace mgt {
 using kernels::Backend;
 using Kind = LayerSpec::Kind;
 
+namespace {
+
+// Test-only: MGTRAIN_TEST_DEVICE_MEMORY_MB caps the device memory compiled steps may hold in this
+// process, on any backend, so that running out of GPU memory is rehearsed on purpose.
+size_t test_device_memory_cap() {
+  static const size_t cap = [] {
+    const char* text = std::getenv("MGTRAIN_TEST_DEVICE_MEMORY_MB");
+    return text ? static_cast<size_t>(std::strtod(text, nullptr) * 1048576.0) : size_t{0};
+  }();
+  return cap;
+}
+std::atomic<size_t> capped_device_bytes{0};
+
+}  // namespace
+
 BackendMemory::~BackendMemory() {
-  for (void* p : device_) backend_.release(p);
+  for (const auto& [p, bytes] : device_) {
+    backend_.release(p);
+    capped_device_bytes -= bytes;
+  }
   for (void* p : host_) backend_.release_host(p);
 }
 
 void* BackendMemory::device_bytes(size_t bytes) {
   if (bytes == 0) return nullptr;
+  if (const size_t cap = test_device_memory_cap(); cap != 0 && capped_device_bytes + bytes > cap) {
+    char text[160];
+    std::snprintf(text, sizeof text, "allocation of %.1f MB with %.1f MB free of %.1f MB (MGTRAIN_TEST_DEVICE_MEMORY_MB)",
+                  static_cast<double>(bytes) / 1048576.0, static_cast<double>(cap - capped_device_bytes) / 1048576.0,
+                  static_cast<double>(cap) / 1048576.0);
+    throw OutOfMemoryError(text);
+  }
   void* p = backend_.allocate(bytes);
-  device_.push_back(p);
+  device_.emplace_back(p, bytes);
+  capped_device_bytes += bytes;
   backend_.zero(p, bytes);
   return p;
 }

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.hpp"
@@ -42,7 +43,8 @@ class BackendMemory {
   void* device_bytes(size_t bytes);
   void* host_bytes(size_t bytes);
   kernels::Backend& backend_;
-  std::vector<void*> device_, host_;
+  std::vector<std::pair<void*, size_t>> device_;
+  std::vector<void*> host_;
 };
 
 // The parameters and gradients in backend memory, laid out as the host store; `store` views them,

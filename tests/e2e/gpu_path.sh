@@ -49,8 +49,8 @@ case $1 in
     done
     ;;
   out_of_memory)
-    # A "device" of 12 MB (test-only MGTRAIN_TEST_DEVICE_MEMORY_MB on the CPU backend): a local
-    # micro-batch of 512 rows does not fit, one of 256 does.
+    # A "device" of 12 MB (test-only MGTRAIN_TEST_DEVICE_MEMORY_MB): a local micro-batch of 512 rows
+    # does not fit, one of 256 does.
     write_config run.ini
     common=(--config run.ini --train.device=compiled-cpu --train.global_batch=1024 --train.max_steps=6 --train.log_every=2)
     set +e

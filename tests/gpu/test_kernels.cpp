@@ -39,6 +39,23 @@ TEST_F(GpuKernels, DeviceBufferRoundTrip) {
   EXPECT_EQ(b.to_host(), std::vector<float>(1000, 0.0f));
 }
 
+// A device allocation that cannot fit is OutOfMemoryError (the GPU path may then halve the
+// micro-batch), naming the size and the device's memory; the next allocation still works.
+TEST_F(GpuKernels, AllocationBeyondTheDeviceIsOutOfMemory) {
+  const size_t too_much = size_t{1} << 50;  // 1 PiB
+  try {
+    DeviceBuffer<char> huge(too_much);
+    ADD_FAILURE() << "a 1 PiB allocation succeeded";
+  } catch (const mgt::OutOfMemoryError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cudaMalloc of 1073741824.0 MB failed with"), std::string::npos) << what;
+    EXPECT_NE(what.find("MB free of"), std::string::npos) << what;
+  }
+  DeviceBuffer<float> fine(1024);
+  fine.fill_zero();
+  EXPECT_EQ(fine.to_host(), std::vector<float>(1024, 0.0f));
+}
+
 TEST_F(GpuKernels, ReluMatchesCpu) {
   // Sizes around the block size and the grid cap (65535 blocks of 256), with exact zeros.
   for (const int64_t n : {int64_t{1}, int64_t{255}, int64_t{1000}, int64_t{65535} * 256 + 7}) {

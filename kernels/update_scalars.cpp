@@ -1,10 +1,16 @@
 #include "kernels/update_scalars.hpp"
 
 #include <cmath>
+#include <string>
+
+#include "mgtrain/error.hpp"
 
 namespace mgt::kernels {
 
 SgdKind sgd_kind(const SgdHyper& h) {
+  MGT_CHECK(!(h.nesterov && h.momentum <= 0.0), Error,
+            "sgd: Nesterov momentum requires momentum > 0, got " + std::to_string(h.momentum));
+  // As the plugin: decided on the float values its loops use.
   if (static_cast<float>(h.momentum) == 0.0f)
     return static_cast<float>(h.weight_decay) == 0.0f ? SgdKind::plain : SgdKind::weight_decay;
   return h.nesterov ? SgdKind::nesterov : SgdKind::momentum;
@@ -17,6 +23,7 @@ SgdScalars sgd_scalars(const SgdHyper& h) {
 }
 
 AdamWScalars adamw_scalars(const AdamWHyper& h) {
+  MGT_CHECK(h.step >= 1, Error, "adamw: step numbers start at 1, got " + std::to_string(h.step));
   // The plugin's scalars, in double where it works in double.
   const double t = static_cast<double>(h.step);
   const double bc1 = 1.0 - std::pow(h.beta1, t);

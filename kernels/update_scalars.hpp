@@ -34,8 +34,10 @@ struct AdamWScalars {
   float decay, b1, b2, one_minus_b1, one_minus_b2, step_size, inv_sqrt_bc2, eps;
 };
 
+// Throws for Nesterov without momentum.
 SgdKind sgd_kind(const SgdHyper& h);
 SgdScalars sgd_scalars(const SgdHyper& h);
+// Throws for a step number below 1.
 AdamWScalars adamw_scalars(const AdamWHyper& h);
 
 }  // namespace mgt::kernels

@@ -105,43 +105,6 @@ bool uses_buffer(SgdKind kind) { return kind == SgdKind::momentum || kind == Sgd
 
 }  // namespace
 
-SgdKind sgd_kind(const SgdHyper& h) {
-  MGT_CHECK(!(h.nesterov && h.momentum <= 0.0), Error,
-            "sgd: Nesterov momentum requires momentum > 0, got " + std::to_string(h.momentum));
-  // As the plugin: decided on the float values the loops use.
-  if (static_cast<float>(h.momentum) == 0.0f)
-    return static_cast<float>(h.weight_decay) == 0.0f ? SgdKind::plain : SgdKind::weight_decay;
-  return h.nesterov ? SgdKind::nesterov : SgdKind::momentum;
-}
-
-SgdScalars sgd_scalars(const SgdHyper& h) {
-  SgdScalars s{};
-  s.lr = static_cast<float>(h.lr);
-  s.wd = static_cast<float>(h.weight_decay);
-  s.mu = static_cast<float>(h.momentum);
-  // As the plugin: the buffer starts as a copy of the first gradient (no dampening of step 1).
-  s.keep = h.steps_done == 0 ? 0.0f : s.mu;
-  return s;
-}
-
-AdamWScalars adamw_scalars(const AdamWHyper& h) {
-  MGT_CHECK(h.step >= 1, Error, "adamw: step numbers start at 1, got " + std::to_string(h.step));
-  // The plugin's scalars, in double where it works in double.
-  const double t = static_cast<double>(h.step);
-  const double bc1 = 1.0 - std::pow(h.beta1, t);
-  const double bc2 = 1.0 - std::pow(h.beta2, t);
-  AdamWScalars s{};
-  s.decay = static_cast<float>(1.0 - h.lr * h.weight_decay);
-  s.b1 = static_cast<float>(h.beta1);
-  s.b2 = static_cast<float>(h.beta2);
-  s.one_minus_b1 = static_cast<float>(1.0 - h.beta1);
-  s.one_minus_b2 = static_cast<float>(1.0 - h.beta2);
-  s.step_size = static_cast<float>(h.lr / bc1);
-  s.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  s.eps = static_cast<float>(h.eps);
-  return s;
-}
-
 void sgd_step(float* params, const float* grads, float* momentum_buf, size_t n, const SgdHyper& h,
               Stream stream) {
   const SgdKind kind = sgd_kind(h);

@@ -7,31 +7,13 @@ mgtrain's GPU path does), the data already on the GPU. Prints one JSON line.
         --labels t10k-labels-idx1-ubyte.gz --steps 300
 """
 import argparse
-import gzip
 import json
 import time
 
-import numpy as np
 import torch
 import torch.nn as nn
 
-
-def load_idx(images, labels):
-    with gzip.open(images, "rb") as f:
-        x = np.frombuffer(f.read(), dtype=np.uint8, offset=16).reshape(-1, 1, 28, 28)
-    with gzip.open(labels, "rb") as f:
-        y = np.frombuffer(f.read(), dtype=np.uint8, offset=8)
-    x = (x.astype(np.float32) / 255.0 - 0.286041) / 0.353024  # the HDF5 file's mean and std
-    return torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
-
-
-def make_model(name):
-    if name == "mlp":
-        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128),
-                             nn.ReLU(), nn.Linear(128, 10))
-    return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                         nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+from pytorch_ddp import load_idx, make_model  # the same data and models as the CPU reference
 
 
 def main():

@@ -7,7 +7,7 @@
 #   plugins/  the built-in plugins (the optimizer tests load sgd and adam)
 #   openmpi/  Open MPI's components, help texts and settings, for a singleton run
 #   data/     Fashion-MNIST's 10,000 test images as IDX (for PyTorch) and as mgtrain's HDF5
-#   bench/    the PyTorch reference of the GPU benchmark
+#   bench/    the PyTorch reference of the GPU benchmark (and the models it shares with the CPU one)
 # CUDA libraries (cudart, cuBLAS, cuDNN, NCCL, the driver's) are never packed: the machine's own
 # are the ones to test against. Usage: scripts/pack-device-libs.sh [BUILD_DIR] [OUT.tar.xz]
 set -euo pipefail
@@ -30,7 +30,7 @@ idx=/usr/share/datasets/fashion-mnist
 cp "$idx"/t10k-images-idx3-ubyte.gz "$idx"/t10k-labels-idx1-ubyte.gz "$root/data/"
 "$build/bin/mgtrain" data convert --images "$idx/t10k-images-idx3-ubyte.gz" --labels "$idx/t10k-labels-idx1-ubyte.gz" \
   --out "$root/data/train.h5" >/dev/null
-cp "$(dirname "$0")/../benchmarks/pytorch_gpu.py" "$root/bench/"
+cp "$(dirname "$0")"/../benchmarks/pytorch_{gpu,ddp}.py "$root/bench/"
 cp -L "$build"/plugins/libmgtrain-*.so "$root/plugins/"
 cp -a $multiarch/openmpi/lib "$root/openmpi/lib"
 rm -f "$root"/openmpi/lib/*.a "$root"/openmpi/lib/*.la "$root"/openmpi/lib/openmpi3/*.la

@@ -137,8 +137,8 @@ struct CompiledStep::Program {
     std::vector<ParamHandle> handles;
     Shape out_shape;
     int64_t out_numel = 0;
-    float* out = nullptr;   // activation; aliases the input for identity layers
-    float* grad = nullptr;  // gradient of the activation; aliased likewise
+    float* out = nullptr;   // activation; aliases the input for identity layers (null: the pass's input rows)
+    float* grad = nullptr;  // gradient of the activation; aliased likewise (null: none is needed)
     std::unique_ptr<kernels::ConvOp> conv;
     std::unique_ptr<kernels::MaxPoolOp> pool;
     // Dropout: the step's scales for every pass, drawn on the host into the slot's pinned block
@@ -200,7 +200,8 @@ CompiledStep::CompiledStep(Backend& backend, const SequentialModel& model, Devic
       p.first_with_params = p.layers.size();
       params_seen = true;
     }
-    if (is_identity(l.spec) && in != nullptr) {
+    if (is_identity(l.spec)) {
+      // Aliases its input; before any buffer (a Flatten first), the pass's input rows (null).
       l.out = in;
       l.grad = in_grad;
     } else {
@@ -237,11 +238,6 @@ CompiledStep::CompiledStep(Backend& backend, const SequentialModel& model, Devic
   MGT_CHECK(shape.size() == 2 && shape[1] == options.classes, Error,
             "compiled step: the model's output " + shape_string(shape) + " is not [rows, " +
                 std::to_string(options.classes) + "]");
-  if (is_identity(p.layers.front().spec)) {
-    // An identity first layer has no input buffer to alias until a pass binds it; give it its own.
-    p.layers.front().out = p.memory.device<float>(static_cast<size_t>(p.layers.front().out_numel));
-    p.layers.front().grad = p.memory.device<float>(static_cast<size_t>(p.layers.front().out_numel));
-  }
 
   const auto rows = static_cast<size_t>(step_rows());
   for (int slot = 0; slot < 2; ++slot) {
@@ -480,12 +476,11 @@ void CompiledStep::enqueue_program(int slot) {
             }
             [[fallthrough]];
           case Kind::flatten:
-            if (l.out != x) b.copy(l.out, x, static_cast<size_t>(l.out_numel) * sizeof(float));
-            break;
+            break;  // its output is its input's memory
           case Kind::custom:
             throw Error("compiled step: layer '" + l.name + "' is " + kind_name(l.spec.kind));
         }
-        x = l.out;
+        if (l.out) x = l.out;
       }
       // Loss, into the totals.
       Program::Layer& top = p.layers.back();
@@ -495,7 +490,9 @@ void CompiledStep::enqueue_program(int slot) {
       // parameters.
       for (size_t i = p.layers.size(); i-- > 0;) {
         Program::Layer& l = p.layers[i];
-        const float* in = i == 0 ? input : p.layers[i - 1].out;
+        const float* in = i == 0 || !p.layers[i - 1].out ? input : p.layers[i - 1].out;
+        // Identity layers alias their input, so below the first layer with parameters nothing
+        // needs an input gradient (and those layers have no gradient buffer).
         float* grad_in = i > p.first_with_params ? p.layers[i - 1].grad : nullptr;
         switch (l.spec.kind) {
           case Kind::linear:
@@ -533,9 +530,7 @@ void CompiledStep::enqueue_program(int slot) {
             }
             [[fallthrough]];
           case Kind::flatten:
-            if (grad_in && grad_in != l.grad)
-              b.copy(grad_in, l.grad, static_cast<size_t>(l.out_numel) * sizeof(float));
-            break;
+            break;  // its gradient is its input's gradient memory
           case Kind::custom:
             break;
         }

@@ -124,6 +124,12 @@ mgt 60 compare "$work/gpu/step-50.h5" "$work/gpu-again/step-50.h5" --rtol 0 | ta
 mgt 60 compare "$work/gpu/step-50.h5" "$work/gpu-eager/step-50.h5" --rtol 0 | tail -1 | grep -q MATCH ||
   fail "the CUDA-graph steps differ from the same steps run without graphs"
 
+echo "== train.device = auto with a job the GPU path cannot run (sync.deterministic): the CPU, saying why"
+mgt 120 train --config "$work/mlp.ini" --sync.deterministic=true --train.max_steps=5 --checkpoint.dir="$work/auto" \
+  --json >"$out/auto-fallback.log" 2>&1 || fail "auto fallback exited $? (log $out/auto-fallback.log)"
+grep -E '^warning: training on the CPU|^\{' "$out/auto-fallback.log" | sed 's/^/  /'
+grep -q '"device":"cpu"' "$out/auto-fallback.log" || fail "train.device = auto did not fall back to the CPU"
+
 echo "== benchmark: samples/s on the GPU, mgtrain against PyTorch eager, batch 128 (targets: MLP 2x, CNN 1.5x)"
 for model in mlp cnn; do
   mgt 300 bench --config "$work/$model.ini" --train.device=gpu --data.in_memory=true --steps 1000 --warmup 50 \

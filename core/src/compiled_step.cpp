@@ -111,20 +111,20 @@ void check_compilable(const Model& model, const Optimizer& optimizer, const Sync
   const auto* sequential = dynamic_cast<const SequentialModel*>(&model);
   MGT_CHECK(sequential != nullptr, ConfigError,
             "model '" + model_name + "' is not a SequentialModel of SDK layers, which is what the GPU "
-            "path runs; set train.device = cpu");
+            "path runs; train.device = cpu runs it");
   for (const auto& layer : sequential->layers()) {
     const LayerSpec s = layer->spec();
     MGT_CHECK(s.kind != Kind::custom, ConfigError,
               "model '" + model_name + "': layer '" + layer->name() +
-                  "' is not an SDK layer, and the GPU path runs only those; set train.device = cpu");
+                  "' is not an SDK layer, and the GPU path runs only those; train.device = cpu runs it");
   }
   MGT_CHECK(optimizer.update_rule().kind != UpdateRule::Kind::none, ConfigError,
             "optimizer '" + optimizer_name + "' has no update rule the GPU path can apply "
-            "(Optimizer::update_rule); use sgd or adam, or set train.device = cpu");
+            "(Optimizer::update_rule); use sgd or adam, or train.device = cpu");
   MGT_CHECK(sync.reduces_device_memory(), ConfigError,
             "sync strategy '" + sync_name + "' as configured works on host memory only (a parameter "
-            "server, or sync.deterministic = true); set train.device = cpu, or use allreduce or "
-            "grad_accum without sync.deterministic");
+            "server, or sync.deterministic = true); train.device = cpu runs it, or use allreduce or "
+            "grad_accum without sync.deterministic on the GPU");
 }
 
 // The compiled program: per layer its buffers and kernel plans, per slot its staging buffers.

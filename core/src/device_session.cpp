@@ -99,6 +99,17 @@ DeviceSession::~DeviceSession() {
   device_comm_owned_.reset();
 }
 
+void DeviceSession::fall_back_to_cpu() {
+  step_.reset();
+  params_.reset();
+  device_comm_owned_.reset();
+  device_comm_ = nullptr;
+  monitor_.reset();
+  gpu_.reset();
+  cpu_backend_.reset();
+  kind_ = DeviceKind::cpu;
+}
+
 std::string DeviceSession::describe() const {
   if (kind_ == DeviceKind::gpu) {
     const GpuDeviceInfo& info = gpu_->device();

@@ -31,6 +31,9 @@ class DeviceSession {
   std::string describe() const;
   const std::string& warning() const { return warning_; }
 
+  // Gives the GPU up before anything was compiled (train.device = auto, a job the GPU path cannot
+  // run): the CPU path from here on.
+  void fall_back_to_cpu();
   // Collective: the communicator of the compiled step, NCCL on a GPU, `comm` itself on the CPU.
   void connect(Communicator& comm);
   Communicator& communicator() { return *device_comm_; }

@@ -275,9 +275,9 @@ class Trainer {
       model_->declare(store_);
       store_.finalize();
       store_.initialize(seed_);
+      if (device_->compiled() && !compilable()) device_->fall_back_to_cpu();
       if (device_->compiled()) {
         // The sync strategy works on the device's copy of the parameters, through its communicator.
-        check_compilable(*model_, *optimizer_, *sync_, choice_.model, choice_.optimizer, choice_.sync);
         sync_->setup(device_->communicator(), device_->parameters(store_).store);
       } else {
         sync_->setup(comm_, store_);  // local: roles and buffers, no communication yet
@@ -311,6 +311,20 @@ class Trainer {
                         config_.get_int("train.warmup_steps"), config_.get_int("train.epochs") * per_epoch_);
       if (device_->compiled()) compile_step();
     });
+  }
+
+  // Whether the GPU path can run this model, optimizer and sync strategy. When it cannot, asking
+  // for it (train.device = gpu or compiled-cpu) is an error; with auto the job trains on the CPU
+  // and says why. The answer depends on the config alone, so every rank gives the same.
+  bool compilable() {
+    try {
+      check_compilable(*model_, *optimizer_, *sync_, choice_.model, choice_.optimizer, choice_.sync);
+      return true;
+    } catch (const ConfigError& e) {
+      if (config_.get_string("train.device") != "auto") throw;
+      if (leader_) log_ << "warning: training on the CPU (train.device = auto): " << e.what() << "\n" << std::flush;
+      return false;
+    }
   }
 
   void compile_step() {

@@ -1,8 +1,9 @@
 // `mpirun -np N mgtrain doctor`: every rank reports what it would train on (host, node-local
 // rank, GPU, its memory, driver and library versions, the MPI library), and rank 0 prints one row
-// per rank and a verdict naming each problem that would spoil a run before it starts: more ranks
-// on a node than GPUs, versions that differ between ranks, a GPU already in use, CUDA that cannot
-// use the GPUs a node has. No GPU at all is the CPU fallback, not a problem.
+// per rank, how each node's GPUs reach each other (peer-to-peer access, NVLinks up), and a verdict
+// naming each problem that would spoil a run before it starts: more ranks on a node than GPUs,
+// versions that differ between ranks, a GPU already in use, CUDA that cannot use the GPUs a node
+// has. No GPU at all is the CPU fallback, not a problem; GPUs without peer access are a note.
 #include <boost/program_options.hpp>
 #include <mpi.h>
 #include <unistd.h>
@@ -40,6 +41,8 @@ namespace mgt::cli {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// GPUs of one node whose links the report can carry.
+constexpr int kMaxNodeGpus = 16;
 
 // Copies into a fixed field, truncated and terminated: the report travels as plain bytes.
 template <size_t N>
@@ -67,6 +70,12 @@ struct RankReport {
   char mpi_library[256] = {};
   char no_gpu_reason[256] = {};
   char error[256] = {};       // a call that failed while looking
+  // Local rank 0 only: how its node's GPUs reach each other. peer[i][j] = 1 when GPU i can access
+  // GPU j's memory directly (NVLink or PCIe peer-to-peer), 0 when not; nvlinks[i] = NVLinks up on
+  // GPU i, -1 when NVML cannot say.
+  int32_t node_gpus = 0;
+  int8_t peer[kMaxNodeGpus][kMaxNodeGpus] = {};
+  int16_t nvlinks[kMaxNodeGpus] = {};
 };
 
 std::string mpi_library_version() {
@@ -167,7 +176,9 @@ RankReport look_before_contexts(const Communicator& comm, const Nvml& nvml) {
 // Test-only: MGTRAIN_TEST_DOCTOR="R:key=value,...;R:..." (R a rank or *) makes the doctor report
 // what it would find on other machines, so the verdicts can be tested without GPUs or a second
 // node. Keys: gpus (CUDA devices seen), used_gib (memory in use on the GPU before the job),
-// host, mpi (library version text), runtime, driver, cudnn, nccl (CUDA's version encodings).
+// host, mpi (library version text), runtime, driver, cudnn, nccl (CUDA's version encodings),
+// p2p (0 or 1: peer access between every two of the node's GPUs, after gpus) and nvlinks (NVLinks
+// up on each, after gpus); the last two on a node's local rank 0.
 void simulate(RankReport& r) {
   const char* spec = std::getenv("MGTRAIN_TEST_DOCTOR");
   if (!spec || !*spec) return;
@@ -203,6 +214,16 @@ void simulate(RankReport& r) {
           r.memory_from_nvml = 1;
           r.memory_used_before = std::max<int64_t>(r.memory_used_before, 0);
           r.no_gpu_reason[0] = '\0';
+        } else if (key == "p2p" || key == "nvlinks") {
+          if (r.local_rank != 0) continue;
+          r.node_gpus = std::min(r.device_count, kMaxNodeGpus);
+          for (int i = 0; i < r.node_gpus; ++i) {
+            if (key == "nvlinks") {
+              r.nvlinks[i] = static_cast<int16_t>(std::stoi(value));
+            } else {
+              for (int j = 0; j < r.node_gpus; ++j) r.peer[i][j] = i == j || std::stoi(value) != 0 ? 1 : 0;
+            }
+          }
         } else if (key == "used_gib") {
           r.memory_used_before = static_cast<int64_t>(std::stod(value) * kGiB);
         } else if (key == "host") {
@@ -225,6 +246,28 @@ void simulate(RankReport& r) {
       }
     }
   }
+}
+
+// Local rank 0: which of the node's GPUs reach each other peer-to-peer, and their NVLinks. NCCL
+// moves data between GPUs without it through host memory, which slows the all-reduce.
+void look_at_links(RankReport& r, const Nvml& nvml) {
+#ifdef MGTRAIN_HAVE_CUDA
+  if (r.local_rank != 0 || r.device_count < 2 || r.simulated) return;
+  r.node_gpus = std::min(r.device_count, kMaxNodeGpus);
+  for (int i = 0; i < r.node_gpus; ++i) {
+    int links = -1;
+    try {
+      if (!nvml.nvlinks_active(cuda::device_properties(i).pci_bus_id, links)) links = -1;
+    } catch (const std::exception&) {
+      links = -1;
+    }
+    r.nvlinks[i] = static_cast<int16_t>(links);
+    for (int j = 0; j < r.node_gpus; ++j) r.peer[i][j] = i == j || cuda::can_access_peer(i, j) ? 1 : 0;
+  }
+#else
+  (void)r;
+  (void)nvml;
+#endif
 }
 
 // Then the rank's own context on its GPU: memory as CUDA sees it, and the kernels run.
@@ -407,6 +450,19 @@ Verdict judge(const std::vector<RankReport>& reports, double busy_gib) {
     }
   }
 
+  // GPUs of a node that cannot reach each other directly: worth knowing, not wrong.
+  for (const auto& r : reports) {
+    std::string pairs;
+    for (int i = 0; i < r.node_gpus; ++i)
+      for (int j = i + 1; j < r.node_gpus; ++j)
+        if (!r.peer[i][j] || !r.peer[j][i])
+          pairs += (pairs.empty() ? "" : ", ") + std::to_string(i) + "-" + std::to_string(j);
+    if (!pairs.empty())
+      v.notes.push_back(std::string(r.host) + ": GPU pairs without peer-to-peer access: " + pairs +
+                        "; NCCL moves their data through host memory, which slows the all-reduce "
+                        "(nvidia-smi topo -m shows the topology)");
+  }
+
   if (with_gpu.empty()) v.cpu_fallback = reports.front().no_gpu_reason;
   return v;
 }
@@ -468,6 +524,23 @@ void print_report(const std::vector<RankReport>& reports, const Verdict& verdict
   if (cuda_memory)
     std::printf("* memory from cudaMemGetInfo, including this job's contexts (NVML not available)\n");
   std::printf("MPI library: %s\n", first.mpi_library);
+  for (const auto& r : reports) {
+    if (r.node_gpus < 2) continue;
+    std::printf("GPU links on %s:\n", r.host);
+    for (int i = 0; i < r.node_gpus; ++i) {
+      std::string reach, unreachable;
+      for (int j = 0; j < r.node_gpus; ++j) {
+        if (j == i) continue;
+        std::string& list = r.peer[i][j] ? reach : unreachable;
+        list += (list.empty() ? "" : ", ") + std::to_string(j);
+      }
+      std::string line = "  GPU " + std::to_string(i) + ": ";
+      if (!reach.empty()) line += "peer access to " + reach;
+      if (!unreachable.empty()) line += (reach.empty() ? "" : "; ") + std::string("no peer access to ") + unreachable;
+      line += r.nvlinks[i] >= 0 ? "; " + std::to_string(r.nvlinks[i]) + " NVLinks up" : "; NVLinks unknown";
+      std::printf("%s\n", line.c_str());
+    }
+  }
 
   const std::string fallback =
       verdict.cpu_fallback.empty()
@@ -492,8 +565,8 @@ int run_doctor(int argc, char** argv, const std::vector<std::string>& args) {
   po::options_description desc(
       "usage: mpirun -np N mgtrain doctor [--busy-gib G]\n"
       "Launched like training. Each rank reports its host, node-local rank, GPU and its memory,\n"
-      "driver, CUDA runtime, cuDNN, NCCL and MPI library versions; rank 0 prints a row per rank\n"
-      "and a verdict naming each problem: more ranks on a node than GPUs, versions differing\n"
+      "driver, CUDA runtime, cuDNN, NCCL and MPI library versions; rank 0 prints a row per rank,\n"
+      "the peer-to-peer access and NVLinks between each node's GPUs, and a verdict naming each problem: more ranks on a node than GPUs, versions differing\n"
       "between ranks, a GPU in use by another job, GPUs that CUDA cannot use. No GPU at all is\n"
       "the CPU fallback. Exits 0 when nothing is wrong, 1 when something is.\noptions");
   desc.add_options()
@@ -520,6 +593,7 @@ int run_doctor(int argc, char** argv, const std::vector<std::string>& args) {
     // sees in use belongs to other jobs.
     comm->barrier();
     look_on_device(mine);
+    look_at_links(mine, nvml);
     std::vector<RankReport> reports(static_cast<size_t>(comm->size()));
     comm->allgather(&mine, reports.data(), sizeof(RankReport));
     // Every rank holds every report, so all reach the same verdict and exit code unprompted.

@@ -56,6 +56,7 @@ Nvml::Nvml() {
   driver_ = symbol<Status (*)(char*, unsigned)>(lib_, "nvmlSystemGetDriverVersion");
   utilization_ = symbol<Status (*)(Device, UtilizationRates*)>(lib_, "nvmlDeviceGetUtilizationRates");
   temperature_ = symbol<Status (*)(Device, int, unsigned*)>(lib_, "nvmlDeviceGetTemperature");
+  nvlink_state_ = symbol<Status (*)(Device, unsigned, int*)>(lib_, "nvmlDeviceGetNvLinkState");
   ok_ = init_ && shutdown_ && count_ && by_pci_ && (memory_v1_ || memory_v2_) && init_() == 0;
 }
 
@@ -115,6 +116,24 @@ bool Nvml::temperature(const std::string& pci_bus_id, int& celsius) const {
       temperature_(device, kTemperatureGpu, &value) != 0)
     return false;
   celsius = static_cast<int>(value);
+  return true;
+}
+
+bool Nvml::nvlinks_active(const std::string& pci_bus_id, int& links) const {
+  // NVML_NVLINK_MAX_LINKS is 18 in current drivers; links past a GPU's own count answer an error.
+  constexpr unsigned kMaxLinks = 18;
+  Device device = nullptr;
+  if (!nvlink_state_ || !this->device(pci_bus_id, device)) return false;
+  int up = 0;
+  bool any = false;
+  for (unsigned link = 0; link < kMaxLinks; ++link) {
+    int active = 0;
+    if (nvlink_state_(device, link, &active) != 0) continue;
+    any = true;
+    up += active == 1 ? 1 : 0;
+  }
+  if (!any) return false;
+  links = up;
   return true;
 }
 

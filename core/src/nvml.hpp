@@ -40,6 +40,8 @@ class Nvml {
   bool memory(const std::string& pci_bus_id, Memory& out) const;
   bool utilization(const std::string& pci_bus_id, Utilization& out) const;
   bool temperature(const std::string& pci_bus_id, int& celsius) const;
+  // NVLinks of this GPU that are up; false when NVML cannot say (no NVLink, an old driver).
+  bool nvlinks_active(const std::string& pci_bus_id, int& links) const;
 
  private:
   // nvml.h's types, as its ABI defines them (declared here: the header is not installed with the
@@ -70,6 +72,7 @@ class Nvml {
   Status (*driver_)(char*, unsigned) = nullptr;
   Status (*utilization_)(Device, UtilizationRates*) = nullptr;
   Status (*temperature_)(Device, int, unsigned*) = nullptr;  // sensor: nvmlTemperatureSensors_t
+  Status (*nvlink_state_)(Device, unsigned, int*) = nullptr;  // link, nvmlEnableState_t (1 = up)
 };
 
 // One reading of a GPU. valid: NVML found the GPU and read its memory; a figure it could not read

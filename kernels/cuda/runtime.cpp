@@ -51,6 +51,15 @@ int device_count(std::string* why) noexcept {
   }
 }
 
+bool can_access_peer(int device, int peer) noexcept {
+  int can = 0;
+  if (cudaDeviceCanAccessPeer(&can, device, peer) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return can != 0;
+}
+
 DeviceProperties device_properties(int device) {
   cudaDeviceProp prop{};
   MGT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));

@@ -29,6 +29,10 @@ struct DeviceProperties {
 // a context on it.
 DeviceProperties device_properties(int device);
 
+// Whether `device` can read and write `peer`'s memory directly (peer-to-peer over NVLink or PCIe);
+// false when it cannot or CUDA cannot say. Creates no context.
+bool can_access_peer(int device, int peer) noexcept;
+
 void set_device(int device);
 int current_device();
 

@@ -4,6 +4,7 @@
 #     version, and the CPU-fallback verdict; under mpirun -np 2, and as an Open MPI singleton.
 #   shared_gpu, versions, busy, mixed: MGTRAIN_TEST_DOCTOR makes the ranks report GPUs, other
 #     nodes and versions; each problem must be named with its reason, and the exit code is 1.
+#   links: simulated GPUs without and with peer access: shown per GPU, a note where it is missing.
 source "$(dirname "$0")/lib.sh"
 host=$(hostname)
 mpi_version=$(mpirun --version | sed -n 's/.*(Open MPI) \([0-9.]*\).*/\1/p' | head -1)
@@ -69,6 +70,18 @@ case $1 in
     set -e
     [ $rc -eq 0 ] || { cat out.log err.log; fail "exit $rc with --busy-gib 8, expected 0"; }
     expect "verdict: OK"
+    ;;
+  links)
+    # Two GPUs that cannot reach each other: shown, and a note (not a problem); then two that can.
+    MGTRAIN_TEST_DOCTOR='*:gpus=2,p2p=0,nvlinks=0' doctor 2
+    [ $rc -eq 0 ] || fail "exit $rc, expected 0: missing peer access is a note"
+    expect "GPU links on $host:"
+    expect "  GPU 0: no peer access to 1; 0 NVLinks up"
+    expect "note: $host: GPU pairs without peer-to-peer access: 0-1; NCCL moves their data through host memory"
+    MGTRAIN_TEST_DOCTOR='*:gpus=2,p2p=1,nvlinks=18' doctor 2
+    [ $rc -eq 0 ] || fail "exit $rc, expected 0"
+    expect "  GPU 1: peer access to 0; 18 NVLinks up"
+    ! grep -q "without peer-to-peer" out.log || fail "a note about peer access where every pair has it"
     ;;
   mixed)
     MGTRAIN_TEST_DOCTOR='0:gpus=1;1:host=node-b' doctor 2

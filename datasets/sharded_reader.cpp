@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -39,7 +40,8 @@ size_t chunk_cache_slots(size_t cache_bytes, size_t chunk_bytes) {
 
 struct ShardedReader::Impl {
   struct Slot {
-    Tensor x;  // owning, local_batch * numel floats, allocated once
+    Tensor x;  // local_batch * numel floats, allocated once (a view of `memory` when it is set)
+    std::shared_ptr<void> memory;  // from ReaderOptions::allocate_slot
     std::vector<int32_t> y;
     int64_t rows = 0, epoch = 0, batch = 0;
   };
@@ -343,7 +345,14 @@ void ShardedReader::init(const ReaderOptions& options) {
   }
   d.slots.resize(static_cast<size_t>(o.prefetch_depth) + 1);
   for (auto& s : d.slots) {
-    s.x = Tensor(Shape{d.local * d.numel});
+    if (o.allocate_slot) {
+      MGT_CHECK(o.release_slot != nullptr, Error, "ReaderOptions: allocate_slot without release_slot");
+      const size_t bytes = static_cast<size_t>(d.local * d.numel) * sizeof(float);
+      s.memory = std::shared_ptr<void>(o.allocate_slot(bytes), o.release_slot);
+      s.x = Tensor::view(static_cast<float*>(s.memory.get()), Shape{d.local * d.numel});
+    } else {
+      s.x = Tensor(Shape{d.local * d.numel});
+    }
     s.y.assign(static_cast<size_t>(d.local), 0);
   }
   d.raw.resize(static_cast<size_t>(d.local * d.numel) * (d.u8 ? 1 : 4));

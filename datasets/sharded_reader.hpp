@@ -11,6 +11,7 @@
 // The reader itself is used from one thread (the training loop); it is not thread-safe.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -40,6 +41,10 @@ struct ReaderOptions {
   // Reads the whole file into memory once (data.in_memory) and takes each batch's rows from there:
   // for datasets that fit, when reading rows from the file cannot keep up with a GPU.
   bool in_memory = false;
+  // Where the prefetch slots' samples live; by default ordinary memory. The GPU path gives pinned
+  // host memory, from which copies to the device run asynchronously, on their own stream.
+  std::function<void*(size_t bytes)> allocate_slot;
+  std::function<void(void*)> release_slot;
 };
 
 struct Batch {

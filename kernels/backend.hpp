@@ -66,9 +66,11 @@ class Backend {
   virtual void zero(void* dst, size_t bytes) = 0;
 
   // Input staging on a separate copy stream, so the next batch's transfer overlaps the running
-  // step: stage copies into slot `slot`'s device buffer; after_staged orders the next operations
-  // after that copy (called outside any recording).
-  virtual void stage(int slot, void* dst, const void* pinned, size_t bytes) = 0;
+  // step: stage copies host memory (asynchronously when it is pinned) into slot `slot`'s device
+  // buffer; wait_staged blocks until those copies are done and the host memory may be reused;
+  // after_staged orders the next operations after them (called outside any recording).
+  virtual void stage(int slot, void* dst, const void* host, size_t bytes) = 0;
+  virtual void wait_staged(int slot) = 0;
   virtual void after_staged(int slot) = 0;
   // Marks the end of the work called so far for slot `slot`, and waits for that mark; the wait
   // gives up after timeout_s with mgt::CommError naming `what` (a rank that died mid-collective).

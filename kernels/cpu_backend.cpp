@@ -74,6 +74,7 @@ class CpuBackend final : public Backend {
     if (bytes != 0) std::memset(dst, 0, bytes);
   }
   void stage(int, void* dst, const void* pinned, size_t bytes) override { copy(dst, pinned, bytes); }
+  void wait_staged(int) override {}
   void after_staged(int) override {}
   void mark_done(int) override {}
   void wait_done(int, double, const std::string&) override {}

@@ -155,11 +155,8 @@ struct CompiledStep::Program {
   std::vector<Layer> layers;
   size_t first_with_params = 0;  // layers before it need no input gradient
   int64_t sample_numel = 0;
-  // Per slot: the staged batch in pinned host memory and in backend memory, the update's scalars
-  // (pinned) and the step's totals (pinned), so that a recorded step reads and writes fixed
-  // addresses.
-  float* pinned_x[2] = {};
-  int32_t* pinned_y[2] = {};
+  // Per slot: the staged batch in backend memory, the update's scalars (pinned) and the step's
+  // totals (pinned), so that a recorded step reads and writes fixed addresses.
   UpdateScalars* pinned_scalars[2] = {};
   StepTotals* pinned_totals[2] = {};
   float* x[2] = {};
@@ -241,8 +238,6 @@ CompiledStep::CompiledStep(Backend& backend, const SequentialModel& model, Devic
 
   const auto rows = static_cast<size_t>(step_rows());
   for (int slot = 0; slot < 2; ++slot) {
-    p.pinned_x[slot] = p.memory.host<float>(rows * static_cast<size_t>(p.sample_numel));
-    p.pinned_y[slot] = p.memory.host<int32_t>(rows);
     p.pinned_scalars[slot] = p.memory.host<UpdateScalars>(1);
     p.pinned_totals[slot] = p.memory.host<StepTotals>(1);
     p.x[slot] = p.memory.device<float>(rows * static_cast<size_t>(p.sample_numel));
@@ -318,15 +313,15 @@ StepFigures CompiledStep::begin(const float* x, const int32_t* y) {
               "label out of range in row " + std::to_string(r) + " of the batch: label " +
                   std::to_string(y[r]) + ", expected 0 <= label < " + std::to_string(options_.classes) +
                   " (the number of classes)");
-  // The slot was last read by the step before the one in flight, which has finished.
-  const size_t x_bytes = static_cast<size_t>(rows * p.sample_numel) * sizeof(float);
-  const size_t y_bytes = static_cast<size_t>(rows) * sizeof(int32_t);
-  std::memcpy(p.pinned_x[slot], x, x_bytes);
-  std::memcpy(p.pinned_y[slot], y, y_bytes);
-  backend_.stage(slot, p.x[slot], p.pinned_x[slot], x_bytes);
-  backend_.stage(slot, p.y[slot], p.pinned_y[slot], y_bytes);
+  // The slot's device buffers were last read by the step before the one in flight, which has
+  // finished. The copy runs beside the step in flight; the caller's rows (pinned prefetch slots on
+  // a GPU) may be reused once this returns.
+  backend_.stage(slot, p.x[slot], x, static_cast<size_t>(rows * p.sample_numel) * sizeof(float));
+  backend_.stage(slot, p.y[slot], y, static_cast<size_t>(rows) * sizeof(int32_t));
   staged_ = true;
-  return finish();
+  const StepFigures previous = finish();
+  backend_.wait_staged(slot);
+  return previous;
 }
 
 StepFigures CompiledStep::collect(int slot) {

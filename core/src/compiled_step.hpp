@@ -5,8 +5,9 @@
 // backend memory. It runs once per step, or, where the backend can record (a CUDA graph), is
 // recorded once per input slot and replayed, so a step costs one launch on the host.
 //
-// Steps are pipelined by one: begin() stages the next batch on the copy stream while the previous
-// step still runs, then waits for that step and returns its figures; launch() starts the new one.
+// Steps are pipelined by one: begin() copies the next batch to the device on the copy stream while
+// the previous step still runs, then waits for that step and returns its figures; launch() starts
+// the new one.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -106,8 +107,9 @@ class CompiledStep {
 
   // Rows per step: accumulation x passes x pass_rows.
   int64_t step_rows() const;
-  // Stages a step's rows (x: step_rows() samples, y: their labels, checked to be in range), waits
-  // for the step in flight and returns its figures.
+  // Stages a step's rows (x: step_rows() samples, y: their labels, checked to be in range; best in
+  // pinned memory on a GPU), waits for the step in flight and returns its figures. x and y may be
+  // reused once it returns.
   StepFigures begin(const float* x, const int32_t* y);
   // Starts the staged step with learning rate `lr`.
   void launch(int64_t step, double lr);

@@ -49,8 +49,10 @@ class DeviceSession {
   // The latest NVML sample of this rank's GPU (valid = false without one).
   GpuSample gpu_sample() const;
 
- private:
+  // The backend of a compiled step (GPU or CPU).
   kernels::Backend& backend();
+
+ private:
 
   DeviceKind kind_ = DeviceKind::cpu;
   const Config& config_;

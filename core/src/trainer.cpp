@@ -355,6 +355,11 @@ class Trainer {
     ro.prefetch_depth = static_cast<int>(config_.get_int("data.prefetch"));
     ro.chunk_cache_bytes = static_cast<size_t>(config_.get_real("data.cache_mb") * 1e6);
     ro.in_memory = config_.get_bool("data.in_memory");
+    if (kernels::Backend* backend = device_->kind() == DeviceKind::gpu ? &device_->backend() : nullptr) {
+      // Pinned prefetch slots: the copies to the GPU run asynchronously, beside the step in flight.
+      ro.allocate_slot = [backend](size_t bytes) { return backend->allocate_host(bytes); };
+      ro.release_slot = [backend](void* ptr) { backend->release_host(ptr); };
+    }
     reader_ = std::make_unique<data::ShardedReader>(ro);
     per_epoch_ = reader_->batches_per_epoch();
     micro_shape_ = {micro_batch_ * shards_per_pass_};

@@ -126,10 +126,11 @@ class CudaBackend final : public kernels::Backend {
     if (bytes) MGT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, compute_));
   }
 
-  void stage(int slot, void* dst, const void* pinned, size_t bytes) override {
-    if (bytes) MGT_CUDA_CHECK(cudaMemcpyAsync(dst, pinned, bytes, cudaMemcpyHostToDevice, copy_));
+  void stage(int slot, void* dst, const void* host, size_t bytes) override {
+    if (bytes) MGT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, copy_));
     MGT_CUDA_CHECK(cudaEventRecord(staged_[slot], copy_));
   }
+  void wait_staged(int slot) override { MGT_CUDA_CHECK(cudaEventSynchronize(staged_[slot])); }
   void after_staged(int slot) override { MGT_CUDA_CHECK(cudaStreamWaitEvent(compute_, staged_[slot], 0)); }
   void mark_done(int slot) override { MGT_CUDA_CHECK(cudaEventRecord(done_[slot], compute_)); }
   // Polls rather than blocks: a peer that died leaves NCCL waiting forever, and the deadline turns

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -712,6 +713,65 @@ TEST(DataReader, UnionSelectionGivesTheSameBatches) {
   o.read_mode = ReadMode::Union;
   ShardedReader uni(o);
   for (int i = 0; i < 7; ++i) EXPECT_EQ(rows_of(runs.next()), rows_of(uni.next()));
+}
+
+// The whole file in memory gives the batches reading rows from the file gives.
+TEST(DataReader, InMemoryGivesTheSameBatches) {
+  TempDir dir;
+  write_h5(dir.file("f.h5"), indexed_spec(90));
+  ReaderOptions o;
+  o.path = dir.file("f.h5");
+  o.global_batch = 30;
+  o.world = 3;
+  o.rank = 1;
+  o.seed = 5;
+  ShardedReader from_file(o);
+  o.in_memory = true;
+  ShardedReader from_memory(o);
+  for (int i = 0; i < 7; ++i) {
+    Batch a = from_file.next(), b = from_memory.next();
+    EXPECT_EQ(rows_of(a), rows_of(b));
+    EXPECT_EQ(std::vector<float>(a.x.data(), a.x.data() + a.x.numel()),
+              std::vector<float>(b.x.data(), b.x.data() + b.x.numel()));
+  }
+}
+
+// Prefetch slots from the caller's allocator (pinned memory on a GPU): every slot comes from it and
+// goes back to it, and the batches are the same as in ordinary memory.
+TEST(DataReader, SlotsComeFromTheGivenAllocator) {
+  TempDir dir;
+  write_h5(dir.file("f.h5"), indexed_spec(90));
+  ReaderOptions o;
+  o.path = dir.file("f.h5");
+  o.global_batch = 30;
+  o.world = 3;
+  o.rank = 2;
+  o.seed = 7;
+  o.prefetch_depth = 2;
+  ShardedReader plain(o);
+  std::vector<std::pair<char*, size_t>> given;
+  size_t released = 0;
+  o.allocate_slot = [&](size_t bytes) {
+    given.emplace_back(static_cast<char*>(std::malloc(bytes)), bytes);
+    return static_cast<void*>(given.back().first);
+  };
+  o.release_slot = [&](void* p) {
+    ++released;
+    std::free(p);
+  };
+  {
+    ShardedReader custom(o);
+    ASSERT_EQ(given.size(), 3u);  // prefetch_depth + 1 slots
+    for (const auto& [p, bytes] : given) EXPECT_EQ(bytes, 10u * kNumel * sizeof(float)) << "local batch x sample size";
+    for (int i = 0; i < 5; ++i) {
+      Batch a = plain.next(), b = custom.next();
+      EXPECT_EQ(rows_of(a), rows_of(b));
+      const char* x = reinterpret_cast<const char*>(b.x.data());
+      EXPECT_TRUE(std::any_of(given.begin(), given.end(), [&](const auto& g) { return x == g.first; }))
+          << "batch " << i << " is not in an allocated slot";
+    }
+  }
+  EXPECT_EQ(released, 3u);
 }
 
 // ---------------------------------------------------------------- real data

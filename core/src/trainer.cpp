@@ -21,7 +21,7 @@
 
 #include "checkpoint.hpp"
 #include "core_keys.hpp"
-#include "device_session.hpp"
+#include "training_device.hpp"
 #include "datasets/sharded_reader.hpp"
 #include "evaluate.hpp"
 #include "fault_injection.hpp"
@@ -253,7 +253,7 @@ class Trainer {
   // Where this rank trains (train.device): every rank the same kind, each GPU bound and opened,
   // then NCCL between them, which every rank must enter together.
   void choose_device() {
-    agree(comm_, [&] { device_ = std::make_unique<DeviceSession>(comm_, config_); });
+    agree(comm_, [&] { device_ = std::make_unique<TrainingDevice>(comm_, config_); });
     if (!device_->warning().empty())
       std::fprintf(stderr, "mgtrain: warning: [rank %d] %s\n", comm_.rank(), device_->warning().c_str());
     if (!device_->compiled()) return;
@@ -811,7 +811,7 @@ class Trainer {
   int64_t epochs_ = 0, total_steps_ = 0, log_every_ = 1;
   std::string checkpoint_dir_;
 
-  std::unique_ptr<DeviceSession> device_;
+  std::unique_ptr<TrainingDevice> device_;
   CompiledStep* compiled_ = nullptr;  // the GPU path's step; null on the CPU path
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;

@@ -1,4 +1,4 @@
-#include "device_session.hpp"
+#include "training_device.hpp"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -53,7 +53,7 @@ const char* device_kind_name(DeviceKind kind) {
   return "?";
 }
 
-DeviceSession::DeviceSession(Communicator& comm, const Config& config) : config_(config), rank_(comm.rank()) {
+TrainingDevice::TrainingDevice(Communicator& comm, const Config& config) : config_(config), rank_(comm.rank()) {
   const std::string asked = config.get_string("train.device");
   if (asked == "cpu") return;
   if (asked == "compiled-cpu") {
@@ -92,14 +92,14 @@ DeviceSession::DeviceSession(Communicator& comm, const Config& config) : config_
   monitor_ = std::make_unique<GpuMonitor>(info.pci_bus_id, config.get_real("metrics.gpu_sample_s"));
 }
 
-DeviceSession::~DeviceSession() {
+TrainingDevice::~TrainingDevice() {
   // The step and the parameters hold backend memory; the communicator may be in use by them.
   step_.reset();
   params_.reset();
   device_comm_owned_.reset();
 }
 
-void DeviceSession::fall_back_to_cpu() {
+void TrainingDevice::fall_back_to_cpu() {
   step_.reset();
   params_.reset();
   device_comm_owned_.reset();
@@ -110,7 +110,7 @@ void DeviceSession::fall_back_to_cpu() {
   kind_ = DeviceKind::cpu;
 }
 
-std::string DeviceSession::describe() const {
+std::string TrainingDevice::describe() const {
   if (kind_ == DeviceKind::gpu) {
     const GpuDeviceInfo& info = gpu_->device();
     char text[256];
@@ -121,12 +121,12 @@ std::string DeviceSession::describe() const {
   return kind_ == DeviceKind::compiled_cpu ? "the CPU backend (compiled-cpu)" : "cpu";
 }
 
-kernels::Backend& DeviceSession::backend() {
+kernels::Backend& TrainingDevice::backend() {
   MGT_CHECK(compiled(), Error, "the CPU path has no backend");
   return gpu_ ? gpu_->backend() : *cpu_backend_;
 }
 
-void DeviceSession::connect(Communicator& comm) {
+void TrainingDevice::connect(Communicator& comm) {
   if (kind_ == DeviceKind::gpu) {
     device_comm_owned_ = gpu_->make_communicator(comm);
     device_comm_owned_->set_timeout_seconds(comm.timeout_seconds());
@@ -136,14 +136,14 @@ void DeviceSession::connect(Communicator& comm) {
   }
 }
 
-DeviceParameters& DeviceSession::parameters(const ParameterStore& host) {
+DeviceParameters& TrainingDevice::parameters(const ParameterStore& host) {
   if (!params_) params_ = std::make_unique<DeviceParameters>(backend(), host);
   return *params_;
 }
 
-CompiledStep& DeviceSession::compile(const SequentialModel& model, Optimizer& optimizer, SyncStrategy& sync,
+CompiledStep& TrainingDevice::compile(const SequentialModel& model, Optimizer& optimizer, SyncStrategy& sync,
                                      CompiledStepOptions options) {
-  MGT_CHECK(params_ != nullptr, Error, "DeviceSession::compile before parameters()");
+  MGT_CHECK(params_ != nullptr, Error, "TrainingDevice::compile before parameters()");
   const bool halve = config_.get_string("gpu.on_oom") == "halve";
   const int64_t micro_batch = options.pass_rows * options.passes_per_micro_batch;
   for (;;) {
@@ -184,6 +184,6 @@ CompiledStep& DeviceSession::compile(const SequentialModel& model, Optimizer& op
   }
 }
 
-GpuSample DeviceSession::gpu_sample() const { return monitor_ ? monitor_->latest() : GpuSample{}; }
+GpuSample TrainingDevice::gpu_sample() const { return monitor_ ? monitor_->latest() : GpuSample{}; }
 
 }  // namespace mgt

@@ -17,13 +17,13 @@ namespace mgt {
 enum class DeviceKind { cpu, gpu, compiled_cpu };
 const char* device_kind_name(DeviceKind kind);
 
-class DeviceSession {
+class TrainingDevice {
  public:
   // Collective over `comm`: resolves train.device the same way on every rank (auto: gpu only when
   // every rank sees a GPU), binds this rank's GPU and opens it. Throws ConfigError naming the rank
   // when a rank cannot have what was asked for.
-  DeviceSession(Communicator& comm, const Config& config);
-  ~DeviceSession();
+  TrainingDevice(Communicator& comm, const Config& config);
+  ~TrainingDevice();
 
   DeviceKind kind() const { return kind_; }
   bool compiled() const { return kind_ != DeviceKind::cpu; }

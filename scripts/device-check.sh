@@ -6,15 +6,18 @@
 # wheels, then runs every GPU test binary and `mgtrain doctor` as one rank (an Open MPI singleton:
 # no mpirun there; NCCL's test runs there at one rank), the CPU-against-GPU parity of 50 MLP steps,
 # the GPU benchmark against PyTorch eager (installed there), and the out-of-memory handling. On a
-# GPU machine no test may skip. Logs and gtest XML go to $OUT (default
-# ./device-check-out). Written on a machine without a GPU, so never run there: keep it simple.
+# GPU machine no test may skip. Logs and gtest XML go to one archive, $OUT/device-check-logs.tar.gz
+# ($OUT defaults to ./device-check-out), since few files come back from such a machine; stdout is
+# the summary. Written on a machine without a GPU, so never run there: keep it simple.
 # Usage: scripts/device-check.sh [BUNDLE.tar.xz]   (default build-gpu/device-bundle.tar.xz)
 set -uo pipefail
 bundle=${1:-build-gpu/device-bundle.tar.xz}
-out=${OUT:-$PWD/device-check-out}
-mkdir -p "$out"
+archive_dir=${OUT:-$PWD/device-check-out}
+mkdir -p "$archive_dir"
 [[ -f $bundle ]] || { echo "no bundle $bundle: run scripts/pack-device-libs.sh on the build machine" >&2; exit 1; }
 work=$(mktemp -d)
+out=$work/logs
+mkdir -p "$out"
 tar -xJf "$bundle" -C "$work" || exit 1
 root=$work/device-bundle
 failures=()
@@ -60,8 +63,10 @@ for test in "$root"/bin/gpu_*; do
   echo "== $name"
   timeout --kill-after=10 300 "$test" --gtest_output="xml:$out/$name.xml" >"$out/$name.log" 2>&1
   rc=$?
-  grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|^  .*elements differ|Skipped|Failure|error' "$out/$name.log" | head -150
-  [[ $rc -eq 0 ]] || fail "$name exited $rc (log $out/$name.log)"
+  count() { grep -cE "^\[ +$1 +\] .* \([0-9]+ ms\)$" "$out/$name.log"; }
+  echo "  $(count OK) passed, $(count FAILED) failed, $(count SKIPPED) skipped"
+  grep -E '^\[ +FAILED +\]|^\[  SKIPPED \]|Failure$|^  .*elements differ' "$out/$name.log" | head -40
+  [[ $rc -eq 0 ]] || fail "$name exited $rc (log $name.log)"
   skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$out/$name.log")
   [[ $skipped -eq 0 ]] || fail "$name skipped $skipped test(s) on a machine with a GPU"
 done
@@ -106,7 +111,7 @@ for run in cpu gpu gpu-again gpu-eager gpu-bf16; do
   [[ $run == gpu-eager ]] && extra=(--gpu.cuda_graphs=false)
   [[ $run == gpu-bf16 ]] && extra=(--gpu.precision=bf16)
   mgt 300 train --config "$work/mlp.ini" --train.device="$device" --train.max_steps=50 --checkpoint.dir="$work/$run" \
-    --json "${extra[@]}" >"$out/parity-$run.log" 2>&1 || fail "train.device = $device ($run) exited $? (log $out/parity-$run.log)"
+    --json "${extra[@]}" >"$out/parity-$run.log" 2>&1 || fail "train.device = $device ($run) exited $? (log parity-$run.log)"
   grep -E '^device:|^\{' "$out/parity-$run.log" | sed "s/^/  $run: /"
 done
 paste -d' ' <(losses "$work/cpu/metrics.jsonl") <(losses "$work/gpu/metrics.jsonl") |
@@ -119,28 +124,28 @@ paste -d' ' <(losses "$work/cpu/metrics.jsonl") <(losses "$work/gpu-bf16/metrics
   awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; n++; printf "  step %3d  cpu %.7f  bf16 %.7f  relative %.2e\n", 10 * n, $1, $2, d;
          if (d > 0.03) bad++ } END { exit !(n == 5 && bad == 0) }' || fail "bf16 losses are not within 3% of FP32's"
 mgt 60 compare "$work/cpu/step-50.h5" "$work/gpu/step-50.h5" --rtol 1e-3 | tail -3
-mgt 60 compare "$work/gpu/step-50.h5" "$work/gpu-again/step-50.h5" --rtol 0 | tail -1 | grep -q MATCH ||
+mgt 60 compare "$work/gpu/step-50.h5" "$work/gpu-again/step-50.h5" --rtol 0 | tail -1 | grep -q '^MATCH' ||
   fail "two GPU runs from the same seed differ (the GPU path must repeat bit for bit)"
-mgt 60 compare "$work/gpu/step-50.h5" "$work/gpu-eager/step-50.h5" --rtol 0 | tail -1 | grep -q MATCH ||
+mgt 60 compare "$work/gpu/step-50.h5" "$work/gpu-eager/step-50.h5" --rtol 0 | tail -1 | grep -q '^MATCH' ||
   fail "the CUDA-graph steps differ from the same steps run without graphs"
 
 echo "== train.device = auto with a job the GPU path cannot run (sync.deterministic): the CPU, saying why"
 mgt 120 train --config "$work/mlp.ini" --sync.deterministic=true --train.max_steps=5 --checkpoint.dir="$work/auto" \
-  --json >"$out/auto-fallback.log" 2>&1 || fail "auto fallback exited $? (log $out/auto-fallback.log)"
+  --json >"$out/auto-fallback.log" 2>&1 || fail "auto fallback exited $? (log auto-fallback.log)"
 grep -E '^warning: training on the CPU|^\{' "$out/auto-fallback.log" | sed 's/^/  /'
 grep -q '"device":"cpu"' "$out/auto-fallback.log" || fail "train.device = auto did not fall back to the CPU"
 
 echo "== benchmark: samples/s on the GPU, mgtrain against PyTorch eager, batch 128 (targets: MLP 2x, CNN 1.5x)"
 for model in mlp cnn; do
   mgt 300 bench --config "$work/$model.ini" --train.device=gpu --data.in_memory=true --steps 1000 --warmup 50 \
-    --json >"$out/bench-$model.log" 2>&1 || fail "mgtrain bench $model exited $? (log $out/bench-$model.log)"
+    --json >"$out/bench-$model.log" 2>&1 || fail "mgtrain bench $model exited $? (log bench-$model.log)"
   mgt 300 bench --config "$work/$model.ini" --train.device=gpu --data.in_memory=true --steps 1000 --warmup 50 \
     --gpu.precision=bf16 --json >"$out/bench-$model-bf16.log" 2>&1 || fail "mgtrain bench $model bf16 exited $?"
   echo "  $model bf16: $(grep '^{' "$out/bench-$model-bf16.log" | tail -1 | sed -n 's/.*"samples_per_s":\([0-9.]*\).*/\1/p') samples/s"
   ours=$(grep '^{' "$out/bench-$model.log" | tail -1 | sed -n 's/.*"samples_per_s":\([0-9.]*\).*/\1/p')
   timeout 300 "$python" "$root/bench/pytorch_gpu.py" --model "$model" --steps 1000 --warmup 50 \
     --images "$root/data/t10k-images-idx3-ubyte.gz" --labels "$root/data/t10k-labels-idx1-ubyte.gz" \
-    >"$out/pytorch-$model.log" 2>&1 || fail "PyTorch $model exited $? (log $out/pytorch-$model.log)"
+    >"$out/pytorch-$model.log" 2>&1 || fail "PyTorch $model exited $? (log pytorch-$model.log)"
   theirs=$(grep '^{' "$out/pytorch-$model.log" | tail -1 | sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p')
   grep '^{' "$out/bench-$model.log" "$out/pytorch-$model.log" | sed 's/^/  /'
   awk -v m="$model" -v a="${ours:-0}" -v b="${theirs:-0}" \
@@ -154,14 +159,15 @@ MGTRAIN_TEST_DEVICE_MEMORY_MB=80 mgt 120 train --config "$work/mlp.ini" --train.
 rc=$?
 grep 'mgtrain: error' "$out/oom-error.log" | head -3
 [[ $rc -ne 0 ]] && grep -q 'out of device memory on rank 0: the micro-batch of 8192 rows' "$out/oom-error.log" ||
-  fail "no clear out-of-memory error (exit $rc, log $out/oom-error.log)"
+  fail "no clear out-of-memory error (exit $rc, log oom-error.log)"
 MGTRAIN_TEST_DEVICE_MEMORY_MB=80 mgt 300 train --config "$work/mlp.ini" --train.device=gpu "${big[@]}" --gpu.on_oom=halve \
-  --json >"$out/oom-halve.log" 2>&1 || fail "gpu.on_oom = halve exited $? (log $out/oom-halve.log)"
+  --json >"$out/oom-halve.log" 2>&1 || fail "gpu.on_oom = halve exited $? (log oom-halve.log)"
 grep -E 'warning.*gpu.on_oom|^\{' "$out/oom-halve.log" | sed 's/^/  /'
 grep -q 'running it as 2 passes of 4096 rows' "$out/oom-halve.log" || fail "the micro-batch was not halved to 4096 rows"
 
+tar -czf "$archive_dir/device-check-logs.tar.gz" -C "$work" logs
 rm -rf "$work"
-echo "== summary"
+echo "== summary (logs: $archive_dir/device-check-logs.tar.gz)"
 if [[ ${#failures[@]} -eq 0 ]]; then
   echo "device check PASSED"
 else

@@ -38,8 +38,9 @@ const std::vector<ConfigKey>& core_config_keys() {
        "the CPU, to check that path on a machine without a GPU)",
        "auto|cpu|gpu|compiled-cpu"},
       {"gpu.allow_shared", KeyType::boolean, "false",
-       "allow more ranks on a node than GPUs, several ranks sharing one GPU (slower, and NCCL "
-       "refuses two ranks of one communicator on one GPU)"},
+       "allow more ranks on a node than GPUs, several ranks sharing one GPU (a warning instead of "
+       "a refusal); NCCL cannot have two ranks of one job on one GPU, so the ranks then reduce "
+       "through host memory and MPI, slower and without CUDA graphs"},
       {"gpu.cuda_graphs", KeyType::boolean, "true",
        "record each step once as a CUDA graph and replay it: one launch per step instead of one "
        "per kernel"},

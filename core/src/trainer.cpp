@@ -334,7 +334,7 @@ class Trainer {
     o.pass_rows = micro_batch_;
     o.accumulation = accum_;
     o.grad_scale = 1.0f / static_cast<float>(global_batch_);
-    o.record = config_.get_bool("gpu.cuda_graphs");
+    o.record = config_.get_bool("gpu.cuda_graphs") && device_->can_record();
     o.bf16 = config_.get_string("gpu.precision") == "bf16";
     o.timeout_s = config_.get_real("comm.timeout_s");
     o.seed = seed_;

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "gpu_binding.hpp"
+#include "staged_communicator.hpp"
 #include "mgtrain/error.hpp"
 
 namespace mgt {
@@ -82,6 +83,7 @@ TrainingDevice::TrainingDevice(Communicator& comm, const Config& config) : confi
   const GpuChoice choice = choose_gpu(rank_, comm.local_rank(), comm.local_size(), comm.node(), host_name(),
                                       visible, config.get_bool("gpu.allow_shared"));
   warning_ = choice.warning;
+  shares_gpu_ = !choice.warning.empty();
   gpu_ = open_gpu_runtime(choice.device);
   const GpuDeviceInfo& info = gpu_->device();
   if (info.used_by_others_mb >= 0) {
@@ -128,7 +130,16 @@ kernels::Backend& TrainingDevice::backend() {
 
 void TrainingDevice::connect(Communicator& comm) {
   if (kind_ == DeviceKind::gpu) {
-    device_comm_owned_ = gpu_->make_communicator(comm);
+    // NCCL cannot have two ranks of one communicator on one GPU: where gpu.allow_shared lets
+    // ranks share one, every rank reduces through host memory instead.
+    int64_t shared = shares_gpu_ ? 1 : 0;
+    comm.allreduce_max(&shared, 1);
+    if (shared != 0) {
+      device_comm_owned_ = make_staged_communicator(comm, backend());
+      staged_ = true;
+    } else {
+      device_comm_owned_ = gpu_->make_communicator(comm);
+    }
     device_comm_owned_->set_timeout_seconds(comm.timeout_seconds());
     device_comm_ = device_comm_owned_.get();
   } else {

@@ -34,8 +34,12 @@ class TrainingDevice {
   // Gives the GPU up before anything was compiled (train.device = auto, a job the GPU path cannot
   // run): the CPU path from here on.
   void fall_back_to_cpu();
-  // Collective: the communicator of the compiled step, NCCL on a GPU, `comm` itself on the CPU.
+  // Collective: the communicator of the compiled step: NCCL on GPUs, or `comm` staged through
+  // host memory where ranks share a GPU (which NCCL refuses); `comm` itself on the CPU backend.
   void connect(Communicator& comm);
+  // False when the communicator works through the host (staged): a step using it cannot be
+  // recorded as a CUDA graph.
+  bool can_record() const { return !staged_; }
   Communicator& communicator() { return *device_comm_; }
   // The store's parameters and gradients in backend memory (made on the first call).
   DeviceParameters& parameters(const ParameterStore& host);
@@ -58,6 +62,8 @@ class TrainingDevice {
   const Config& config_;
   int rank_ = 0;
   std::string warning_;
+  bool shares_gpu_ = false;  // gpu.allow_shared, and another rank of this node has the same GPU
+  bool staged_ = false;      // some rank shares its GPU: collectives through host memory
   std::unique_ptr<GpuRuntime> gpu_;
   std::unique_ptr<kernels::Backend> cpu_backend_;
   std::unique_ptr<Communicator> device_comm_owned_;

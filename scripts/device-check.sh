@@ -112,7 +112,9 @@ for run in cpu gpu gpu-again gpu-eager gpu-bf16; do
   [[ $run == gpu-bf16 ]] && extra=(--gpu.precision=bf16)
   mgt 300 train --config "$work/mlp.ini" --train.device="$device" --train.max_steps=50 --checkpoint.dir="$work/$run" \
     --json "${extra[@]}" >"$out/parity-$run.log" 2>&1 || fail "train.device = $device ($run) exited $? (log parity-$run.log)"
-  grep -E '^device:|^\{' "$out/parity-$run.log" | sed "s/^/  $run: /"
+  grep -E '^device:|^\{|warning' "$out/parity-$run.log" | sed "s/^/  $run: /"
+  ! grep -q 'recording the step as a CUDA graph failed' "$out/parity-$run.log" ||
+    fail "$run: the step could not be recorded as a CUDA graph (log parity-$run.log)"
 done
 paste -d' ' <(losses "$work/cpu/metrics.jsonl") <(losses "$work/gpu/metrics.jsonl") |
   awk '{ d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > worst) worst = r; n++;

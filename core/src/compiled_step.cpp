@@ -372,17 +372,16 @@ void CompiledStep::launch(int64_t step, double lr) {
   draw_dropout_masks(slot, step);
   backend_.after_staged(slot);
   if (!p.recorded[slot] && options_.record && backend_.can_record() && submitted_ >= options_.eager_steps) {
-    backend_.begin_recording();
     try {
-      enqueue_program(slot);
-    } catch (...) {
-      try {
-        backend_.end_recording();  // leave the stream usable; the first error is the one to report
-      } catch (...) {
-      }
-      throw;
+      record(slot);
+    } catch (const CudaError& e) {
+      // A library call that cannot be captured need not end the run: the step runs as it is.
+      options_.record = false;
+      std::fprintf(stderr,
+                   "mgtrain: warning: [rank %d] recording the step as a CUDA graph failed (%s); running the "
+                   "steps without graphs (gpu.cuda_graphs = false skips the attempt)\n",
+                   options_.rank, e.what());
     }
-    p.recorded[slot] = backend_.end_recording();
   }
   if (p.recorded[slot])
     p.recorded[slot]->replay();
@@ -393,6 +392,22 @@ void CompiledStep::launch(int64_t step, double lr) {
   in_flight_ = true;
   staged_ = false;
   in_flight_step_ = step;
+}
+
+// Records slot `slot`'s step for replay. On an error the recording is ended (the stream stays
+// usable) and the error passed on.
+void CompiledStep::record(int slot) {
+  backend_.begin_recording();
+  try {
+    enqueue_program(slot);
+  } catch (...) {
+    try {
+      backend_.end_recording();
+    } catch (...) {
+    }
+    throw;
+  }
+  program_->recorded[slot] = backend_.end_recording();
 }
 
 // Each dropout layer's scales for every pass of the step, as DropoutLayer draws them: element

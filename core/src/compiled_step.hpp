@@ -119,6 +119,7 @@ class CompiledStep {
  private:
   struct Program;
   void enqueue_program(int slot);
+  void record(int slot);
   void draw_dropout_masks(int slot, int64_t step);
   StepFigures collect(int slot);
 

@@ -22,6 +22,8 @@ tar -xJf "$bundle" -C "$work" || exit 1
 root=$work/device-bundle
 failures=()
 fail() { echo "FAIL: $*"; failures+=("$*"); }
+# The first error lines of a run's log, so stdout says why without the archive.
+why() { grep -m 3 -E 'mgtrain: error|Error|error:' "$out/$1" | sed 's/^/    /'; }
 
 echo "== machine"
 ldd --version 2>&1 | head -1
@@ -65,7 +67,7 @@ for test in "$root"/bin/gpu_*; do
   rc=$?
   count() { grep -cE "^\[ +$1 +\] .* \([0-9]+ ms\)$" "$out/$name.log"; }
   echo "  $(count OK) passed, $(count FAILED) failed, $(count SKIPPED) skipped"
-  grep -E '^\[ +FAILED +\]|^\[  SKIPPED \]|Failure$|^  .*elements differ' "$out/$name.log" | head -40
+  grep -E '^\[ +(FAILED|SKIPPED) +\] .* \([0-9]+ ms\)$|Failure$|^  .*elements differ' "$out/$name.log" | head -40
   [[ $rc -eq 0 ]] || fail "$name exited $rc (log $name.log)"
   skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$out/$name.log")
   [[ $skipped -eq 0 ]] || fail "$name skipped $skipped test(s) on a machine with a GPU"
@@ -111,7 +113,8 @@ for run in cpu gpu gpu-again gpu-eager gpu-bf16; do
   [[ $run == gpu-eager ]] && extra=(--gpu.cuda_graphs=false)
   [[ $run == gpu-bf16 ]] && extra=(--gpu.precision=bf16)
   mgt 300 train --config "$work/mlp.ini" --train.device="$device" --train.max_steps=50 --checkpoint.dir="$work/$run" \
-    --json "${extra[@]}" >"$out/parity-$run.log" 2>&1 || fail "train.device = $device ($run) exited $? (log parity-$run.log)"
+    --json "${extra[@]}" >"$out/parity-$run.log" 2>&1 ||
+    { fail "train.device = $device ($run) exited $? (log parity-$run.log)"; why "parity-$run.log"; }
   grep -E '^device:|^\{|warning' "$out/parity-$run.log" | sed "s/^/  $run: /"
   ! grep -q 'recording the step as a CUDA graph failed' "$out/parity-$run.log" ||
     fail "$run: the step could not be recorded as a CUDA graph (log parity-$run.log)"
@@ -140,14 +143,14 @@ grep -q '"device":"cpu"' "$out/auto-fallback.log" || fail "train.device = auto d
 echo "== benchmark: samples/s on the GPU, mgtrain against PyTorch eager, batch 128 (targets: MLP 2x, CNN 1.5x)"
 for model in mlp cnn; do
   mgt 300 bench --config "$work/$model.ini" --train.device=gpu --data.in_memory=true --steps 1000 --warmup 50 \
-    --json >"$out/bench-$model.log" 2>&1 || fail "mgtrain bench $model exited $? (log bench-$model.log)"
+    --json >"$out/bench-$model.log" 2>&1 || { fail "mgtrain bench $model exited $? (log bench-$model.log)"; why "bench-$model.log"; }
   mgt 300 bench --config "$work/$model.ini" --train.device=gpu --data.in_memory=true --steps 1000 --warmup 50 \
     --gpu.precision=bf16 --json >"$out/bench-$model-bf16.log" 2>&1 || fail "mgtrain bench $model bf16 exited $?"
   echo "  $model bf16: $(grep '^{' "$out/bench-$model-bf16.log" | tail -1 | sed -n 's/.*"samples_per_s":\([0-9.]*\).*/\1/p') samples/s"
   ours=$(grep '^{' "$out/bench-$model.log" | tail -1 | sed -n 's/.*"samples_per_s":\([0-9.]*\).*/\1/p')
   timeout 300 "$python" "$root/bench/pytorch_gpu.py" --model "$model" --steps 1000 --warmup 50 \
     --images "$root/data/t10k-images-idx3-ubyte.gz" --labels "$root/data/t10k-labels-idx1-ubyte.gz" \
-    >"$out/pytorch-$model.log" 2>&1 || fail "PyTorch $model exited $? (log pytorch-$model.log)"
+    >"$out/pytorch-$model.log" 2>&1 || { fail "PyTorch $model exited $? (log pytorch-$model.log)"; why "pytorch-$model.log"; }
   theirs=$(grep '^{' "$out/pytorch-$model.log" | tail -1 | sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p')
   grep '^{' "$out/bench-$model.log" "$out/pytorch-$model.log" | sed 's/^/  /'
   awk -v m="$model" -v a="${ours:-0}" -v b="${theirs:-0}" \
@@ -163,7 +166,7 @@ grep 'mgtrain: error' "$out/oom-error.log" | head -3
 [[ $rc -ne 0 ]] && grep -q 'out of device memory on rank 0: the micro-batch of 8192 rows' "$out/oom-error.log" ||
   fail "no clear out-of-memory error (exit $rc, log oom-error.log)"
 MGTRAIN_TEST_DEVICE_MEMORY_MB=80 mgt 300 train --config "$work/mlp.ini" --train.device=gpu "${big[@]}" --gpu.on_oom=halve \
-  --json >"$out/oom-halve.log" 2>&1 || fail "gpu.on_oom = halve exited $? (log oom-halve.log)"
+  --json >"$out/oom-halve.log" 2>&1 || { fail "gpu.on_oom = halve exited $? (log oom-halve.log)"; why oom-halve.log; }
 grep -E 'warning.*gpu.on_oom|^\{' "$out/oom-halve.log" | sed 's/^/  /'
 grep -q 'running it as 2 passes of 4096 rows' "$out/oom-halve.log" || fail "the micro-batch was not halved to 4096 rows"
 

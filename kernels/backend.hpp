@@ -73,9 +73,10 @@ class Backend {
   virtual void wait_staged(int slot) = 0;
   virtual void after_staged(int slot) = 0;
   // Marks the end of the work called so far for slot `slot`, and waits for that mark; the wait
-  // gives up after timeout_s with mgt::CommError naming `what` (a rank that died mid-collective).
+  // gives up after timeout_s with mgt::CommError naming step `step` (1-based; a rank that died
+  // mid-collective). Nothing is allocated unless it gives up.
   virtual void mark_done(int slot) = 0;
-  virtual void wait_done(int slot, double timeout_s, const std::string& what) = 0;
+  virtual void wait_done(int slot, double timeout_s, int64_t step) = 0;
 
   // Row-major GEMM as kernels/cpu/gemm.hpp: C = alpha * op(A) op(B) + beta * C.
   virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

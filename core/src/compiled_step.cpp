@@ -275,7 +275,7 @@ CompiledStep::CompiledStep(Backend& backend, const SequentialModel& model, Devic
 CompiledStep::~CompiledStep() {
   // Nothing may still run on buffers about to be freed; an error here was already reported.
   try {
-    if (in_flight_) backend_.wait_done(static_cast<int>((submitted_ - 1) % 2), options_.timeout_s, "the last step");
+    if (in_flight_) backend_.wait_done(static_cast<int>((submitted_ - 1) % 2), options_.timeout_s, in_flight_step_ + 1);
   } catch (...) {
   }
 }
@@ -325,8 +325,7 @@ StepFigures CompiledStep::begin(const float* x, const int32_t* y) {
 }
 
 StepFigures CompiledStep::collect(int slot) {
-  backend_.wait_done(slot, options_.timeout_s,
-                     "step " + std::to_string(in_flight_step_ + 1) + " on " + backend_.describe());
+  backend_.wait_done(slot, options_.timeout_s, in_flight_step_ + 1);
   in_flight_ = false;
   const StepTotals& t = *program_->pinned_totals[slot];
   StepFigures f;

@@ -135,7 +135,7 @@ class CudaBackend final : public kernels::Backend {
   void mark_done(int slot) override { MGT_CUDA_CHECK(cudaEventRecord(done_[slot], compute_)); }
   // Polls rather than blocks: a peer that died leaves NCCL waiting forever, and the deadline turns
   // that into an error naming the step.
-  void wait_done(int slot, double timeout_s, const std::string& what) override {
+  void wait_done(int slot, double timeout_s, int64_t step) override {
     const auto start = std::chrono::steady_clock::now();
     for (;;) {
       const cudaError_t status = cudaEventQuery(done_[slot]);
@@ -146,7 +146,7 @@ class CudaBackend final : public kernels::Backend {
         char text[160];
         std::snprintf(text, sizeof text, " did not finish within %.0f s (comm.timeout_s): a rank is stuck or gone",
                       timeout_s);
-        throw CommError(what + text);
+        throw CommError("step " + std::to_string(step) + " on " + name_ + text);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(waited < 0.01 ? 5 : 50));
     }

@@ -112,13 +112,7 @@ class CpuBackend final : public Backend {
     *correct += count_correct(logits, labels, rows, classes);
   }
   void flag_nonfinite(const float* x, size_t n, int32_t* flag) override {
-    uint32_t bad = 0;
-    for (size_t i = 0; i < n; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, x + i, sizeof(bits));
-      bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-    }
-    if (bad) *flag = 1;
+    if (!all_finite(x, n)) *flag = 1;
   }
 
   // The plugins' loops (plugins/optimizers), with their scalars.

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/cpu/pointwise.hpp"
+#include "kernels/cpu/softmax.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/rng.hpp"
 
@@ -69,19 +70,6 @@ DeviceParameters::DeviceParameters(Backend& backend, const ParameterStore& host)
       store(host.with_buffers(params, grads)) {}
 
 namespace {
-
-const char* kind_name(Kind kind) {
-  switch (kind) {
-    case Kind::custom: return "custom";
-    case Kind::linear: return "linear";
-    case Kind::conv2d: return "conv2d";
-    case Kind::max_pool2d: return "max_pool2d";
-    case Kind::relu: return "relu";
-    case Kind::flatten: return "flatten";
-    case Kind::dropout: return "dropout";
-  }
-  return "?";
-}
 
 // Layers that pass their input through unchanged in training: their output aliases the input.
 bool is_identity(const LayerSpec& s) {
@@ -307,12 +295,7 @@ StepFigures CompiledStep::begin(const float* x, const int32_t* y) {
   Program& p = *program_;
   const int slot = static_cast<int>(submitted_ % 2);
   const int64_t rows = step_rows();
-  // Checked here as the CPU's loss checks them: the kernel cannot raise an error.
-  for (int64_t r = 0; r < rows; ++r)
-    MGT_CHECK(y[r] >= 0 && y[r] < options_.classes, DataError,
-              "label out of range in row " + std::to_string(r) + " of the batch: label " +
-                  std::to_string(y[r]) + ", expected 0 <= label < " + std::to_string(options_.classes) +
-                  " (the number of classes)");
+  kernels::check_labels(y, rows, options_.classes);
   // The slot's device buffers were last read by the step before the one in flight, which has
   // finished. The copy runs beside the step in flight; the caller's rows (pinned prefetch slots on
   // a GPU) may be reused once this returns.
@@ -487,7 +470,7 @@ void CompiledStep::enqueue_program(int slot) {
           case Kind::flatten:
             break;  // its output is its input's memory
           case Kind::custom:
-            throw Error("compiled step: layer '" + l.name + "' is " + kind_name(l.spec.kind));
+            throw Error("compiled step: layer '" + l.name + "' is not an SDK layer");
         }
         if (l.out) x = l.out;
       }

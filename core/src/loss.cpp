@@ -21,11 +21,7 @@ double softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor
   check_logits(logits);
   const int64_t rows = logits.dim(0), classes = logits.dim(1);
   // Checked up front so a bad label leaves no half-written gradient behind.
-  for (int64_t r = 0; r < rows; ++r)
-    MGT_CHECK(labels[r] >= 0 && labels[r] < classes, DataError,
-              "label out of range in row " + std::to_string(r) + " of the batch: label " +
-                  std::to_string(labels[r]) + ", expected 0 <= label < " + std::to_string(classes) +
-                  " (the number of classes)");
+  kernels::check_labels(labels, rows, classes);
   if (grad_logits.shape() != logits.shape()) grad_logits.resize(logits.shape());
   return kernels::softmax_cross_entropy(logits.data(), labels, grad_logits.data(), rows, classes,
                                         grad_scale);

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -28,6 +27,7 @@
 #include "lr_schedule.hpp"
 #include "mpi_communicator.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/pointwise.hpp"
 #include "mgtrain/layers.hpp"
 #include "mgtrain/rng.hpp"
 #include "mgtrain/version.hpp"
@@ -53,18 +53,6 @@ struct AgreementItem {
   std::string text;
   char separator;
 };
-
-// True when no element is NaN or Inf (exponent bits all ones). Integer operations, so the loop
-// vectorizes without fast-math: one pass over the gradient, no dependency chain.
-bool all_finite(const float* data, size_t n) {
-  uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, data + i, sizeof(bits));
-    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-  }
-  return bad == 0;
-}
 
 // Resident memory now (not the peak), in KiB; 0 where /proc is missing.
 int64_t current_rss_kib() {
@@ -610,7 +598,7 @@ class Trainer {
     }
     // After an all-reduce every rank holds the same sum, and a NaN or Inf from any rank is in it:
     // each rank's check then decides the same, with no extra communication.
-    if (apply && !all_finite(store_.grads_data(), store_.flat_size())) {
+    if (apply && !kernels::all_finite(store_.grads_data(), store_.flat_size())) {
       if (!skip_nonfinite_)
         throw StartupError("non-finite gradient at step " + std::to_string(step + 1) +
                                " (NaN or Inf on some rank); train.nonfinite = skip skips such steps",

@@ -38,4 +38,14 @@ MGT_TARGET_CLONES void dropout_scales(float* u, int64_t n, float p) {
   for (int64_t i = 0; i < n; ++i) u[i] = u[i] < p ? 0.0f : keep_scale;
 }
 
+bool all_finite(const float* data, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, data + i, sizeof(bits));
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
 }  // namespace mgt::kernels

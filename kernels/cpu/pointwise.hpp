@@ -1,5 +1,6 @@
 #pragma once
 // Plain loops for the element-wise parts of the layers, written so g++ -O3 vectorizes them.
+#include <cstddef>
 #include <cstdint>
 
 // The build targets baseline x86-64; hot loops are also compiled for AVX2 and AVX-512 and picked
@@ -21,6 +22,10 @@ void relu_backward(const float* y, const float* dy, float* dx, int64_t n);
 void broadcast_rows(const float* bias, float* y, int64_t rows, int64_t cols);
 // acc[c] += sum over rows of x[r, c]
 void add_column_sums(const float* x, float* acc, int64_t rows, int64_t cols);
+
+// True when no element is NaN or Inf (exponent bits all ones). Integer operations, so the loop
+// vectorizes without fast-math: one pass, no dependency chain.
+bool all_finite(const float* data, size_t n);
 
 // y = x * s element-wise
 void multiply(const float* x, const float* s, float* y, int64_t n);

@@ -5,6 +5,7 @@
 # (binaries, their non-CUDA libraries, Open MPI's components), finds the CUDA libraries in the
 # wheels, then runs every GPU test binary and `mgtrain doctor` as one rank (an Open MPI singleton:
 # no mpirun there; NCCL's test runs there at one rank), the CPU-against-GPU parity of 50 MLP steps,
+# sync.deterministic on the GPU (its host-side reduction),
 # the GPU benchmark against PyTorch eager (installed there), and the out-of-memory handling. On a
 # GPU machine no test may skip. Logs and gtest XML go to one archive, $OUT/device-check-logs.tar.gz
 # ($OUT defaults to ./device-check-out), since few files come back from such a machine; stdout is
@@ -134,11 +135,20 @@ mgt 60 compare "$work/gpu/step-50.h5" "$work/gpu-again/step-50.h5" --rtol 0 | ta
 mgt 60 compare "$work/gpu/step-50.h5" "$work/gpu-eager/step-50.h5" --rtol 0 | tail -1 | grep -q '^MATCH' ||
   fail "the CUDA-graph steps differ from the same steps run without graphs"
 
-echo "== train.device = auto with a job the GPU path cannot run (sync.deterministic): the CPU, saying why"
-mgt 120 train --config "$work/mlp.ini" --sync.deterministic=true --train.max_steps=5 --checkpoint.dir="$work/auto" \
-  --json >"$out/auto-fallback.log" 2>&1 || fail "auto fallback exited $? (log auto-fallback.log)"
-grep -E '^warning: training on the CPU|^\{' "$out/auto-fallback.log" | sed 's/^/  /'
-grep -q '"device":"cpu"' "$out/auto-fallback.log" || fail "train.device = auto did not fall back to the CPU"
+echo "== sync.deterministic on the GPU (micro-shard gradients summed on the host): 4 shards as allreduce and as grad_accum, bit for bit"
+for sync in allreduce grad_accum; do
+  shards=(--sync.micro_shards=4)
+  [[ $sync == grad_accum ]] && shards=(--sync.accum_steps=4)
+  mgt 300 train --config "$work/mlp.ini" --train.device=gpu --sync.name=$sync --sync.deterministic=true "${shards[@]}" \
+    --train.max_steps=20 --checkpoint.dir="$work/det-$sync" --json >"$out/det-$sync.log" 2>&1 ||
+    { fail "sync.deterministic with $sync exited $? (log det-$sync.log)"; why "det-$sync.log"; }
+  grep -E '^device:|^\{|warning' "$out/det-$sync.log" | sed "s/^/  $sync: /"
+done
+mgt 60 compare "$work/det-allreduce/step-20.h5" "$work/det-grad_accum/step-20.h5" --rtol 0 | tail -1 | grep -q '^MATCH' ||
+  fail "deterministic allreduce and grad_accum over the same 4 micro-shards differ on the GPU"
+paste -d' ' <(losses "$work/cpu/metrics.jsonl" | head -2) <(losses "$work/det-allreduce/metrics.jsonl") |
+  awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; n++; printf "  step %3d  cpu %.7f  deterministic gpu %.7f  relative %.2e\n", 10 * n, $1, $2, d;
+         if (d > 1e-3) bad++ } END { exit !(n == 2 && bad == 0) }' || fail "deterministic GPU losses are not within 1e-3 of the CPU's"
 
 echo "== benchmark: samples/s on the GPU, mgtrain against PyTorch eager, batch 128 (targets: MLP 2x, CNN 1.5x)"
 for model in mlp cnn; do

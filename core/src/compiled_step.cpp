@@ -93,9 +93,8 @@ union UpdateScalars {
 
 }  // namespace
 
-void check_compilable(const Model& model, const Optimizer& optimizer, const SyncStrategy& sync,
-                      const std::string& model_name, const std::string& optimizer_name,
-                      const std::string& sync_name) {
+void check_compilable(const Model& model, const Optimizer& optimizer, const std::string& model_name,
+                      const std::string& optimizer_name) {
   const auto* sequential = dynamic_cast<const SequentialModel*>(&model);
   MGT_CHECK(sequential != nullptr, ConfigError,
             "model '" + model_name + "' is not a SequentialModel of SDK layers, which is what the GPU "
@@ -109,10 +108,6 @@ void check_compilable(const Model& model, const Optimizer& optimizer, const Sync
   MGT_CHECK(optimizer.update_rule().kind != UpdateRule::Kind::none, ConfigError,
             "optimizer '" + optimizer_name + "' has no update rule the GPU path can apply "
             "(Optimizer::update_rule); use sgd or adam, or train.device = cpu");
-  MGT_CHECK(sync.reduces_device_memory(), ConfigError,
-            "sync strategy '" + sync_name + "' as configured works on host memory only (a parameter "
-            "server, or sync.deterministic = true); train.device = cpu runs it, or use allreduce or "
-            "grad_accum without sync.deterministic on the GPU");
 }
 
 // The compiled program: per layer its buffers and kernel plans, per slot its staging buffers.
@@ -167,6 +162,10 @@ CompiledStep::CompiledStep(Backend& backend, const SequentialModel& model, Devic
   Program& p = *program_;
   MGT_CHECK(options.pass_rows > 0 && options.passes_per_micro_batch > 0 && options.accumulation > 0,
             Error, "compiled step: rows, passes and accumulation must be positive");
+  MGT_CHECK(!options.host_sync || options.host_sync->flat_size() == params.store.flat_size(), Error,
+            "compiled step: the host sync store's layout differs from the device's");
+  // The host strategy runs between the kernels, which a recording cannot hold.
+  if (options.host_sync) options_.record = false;
   p.sample_numel = shape_numel(options.sample_shape);
   Shape in_shape = {options.pass_rows};
   in_shape.insert(in_shape.end(), options.sample_shape.begin(), options.sample_shape.end());
@@ -367,8 +366,8 @@ void CompiledStep::launch(int64_t step, double lr) {
   }
   if (p.recorded[slot])
     p.recorded[slot]->replay();
-  else
-    enqueue_program(slot);
+  else if (!enqueue_program(slot))
+    --applied_;  // the host sync strategy updated the parameters; the optimizer here did not
   backend_.mark_done(slot);
   ++submitted_;
   in_flight_ = true;
@@ -414,7 +413,7 @@ void CompiledStep::draw_dropout_masks(int slot, int64_t step) {
 
 // One step: per micro-batch of the sync strategy, its passes through forward, loss and backward;
 // the strategy's reduction; the non-finite check; the update; the totals back to the host.
-void CompiledStep::enqueue_program(int slot) {
+bool CompiledStep::enqueue_program(int slot) {
   Program& p = *program_;
   Backend& b = backend_;
   ParameterStore& store = params_.store;
@@ -527,10 +526,16 @@ void CompiledStep::enqueue_program(int slot) {
             break;
         }
         // The micro-batch's gradients of this layer are final after its last pass.
-        if (last_pass && !l.handles.empty()) sync_.gradients_ready(l.handles);
+        if (last_pass && !l.handles.empty() && !options_.host_sync) sync_.gradients_ready(l.handles);
       }
     }
-    apply = sync_.end_backward(m);
+    apply = options_.host_sync ? sync_on_host(m, m + 1 == options_.accumulation) : sync_.end_backward(m);
+  }
+  if (!apply && options_.host_sync) {
+    // The strategy made the update itself (a parameter server): no check, no update here, as on
+    // the CPU path.
+    b.copy_to_pinned(p.pinned_totals[slot], p.totals, sizeof(StepTotals));
+    return false;
   }
   MGT_CHECK(apply, Error,
             "sync strategy: end_backward did not complete the step after its " +
@@ -544,6 +549,26 @@ void CompiledStep::enqueue_program(int slot) {
     b.adamw_step(params_.params, params_.grads, p.state[0], p.state[1], flat, &p.scalars->adamw,
                  &p.totals->nonfinite);
   b.copy_to_pinned(p.pinned_totals[slot], p.totals, sizeof(StepTotals));
+  if (options_.host_sync) options_.host_sync->discard_grads();  // applied, as the CPU path does
+  return true;
+}
+
+// The sync strategy's turn on the host store after micro-batch `micro_step`: the CPU path's calls
+// on this micro-batch's gradients (waiting for them), then its outcome back to the device.
+bool CompiledStep::sync_on_host(int64_t micro_step, bool last) {
+  ParameterStore& host = *options_.host_sync;
+  const size_t bytes = host.flat_size() * sizeof(float);
+  backend_.download(host.grads_data(), params_.grads, bytes);
+  host.mark_grads_written();
+  for (auto l = program_->layers.rbegin(); l != program_->layers.rend(); ++l)
+    if (!l->handles.empty()) sync_.gradients_ready(l->handles);
+  const bool apply = sync_.end_backward(micro_step);
+  if (!apply && host.grads_discarded())
+    backend_.zero(params_.grads, bytes);  // taken out (a micro-shard): the next micro-batch starts from zero
+  else
+    backend_.upload(params_.grads, host.grads_data(), bytes);  // the reduced sum, or what accumulates
+  if (!apply && last) backend_.upload(params_.params, host.params_data(), bytes);  // a parameter server's pull
+  return apply;
 }
 
 }  // namespace mgt

@@ -8,6 +8,11 @@
 // Steps are pipelined by one: begin() copies the next batch to the device on the copy stream while
 // the previous step still runs, then waits for that step and returns its figures; launch() starts
 // the new one.
+//
+// A sync strategy that works on host memory only (a parameter server, the deterministic reduction)
+// runs as on the CPU path, on the host store (CompiledStepOptions::host_sync): each micro-batch's
+// gradient goes down to it, and what the strategy leaves comes back up. Such a step cannot be
+// recorded, and launch() returns once the strategy has run.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -58,11 +63,11 @@ struct DeviceParameters {
   ParameterStore store;
 };
 
-// Throws ConfigError naming the layer, optimizer or sync strategy the compiled step cannot run,
-// with what to do instead; nothing is allocated.
-void check_compilable(const Model& model, const Optimizer& optimizer, const SyncStrategy& sync,
-                      const std::string& model_name, const std::string& optimizer_name,
-                      const std::string& sync_name);
+// Throws ConfigError naming the layer or optimizer the compiled step cannot run, with what to do
+// instead; nothing is allocated. Every sync strategy runs: on device memory where it reduces
+// device memory (SyncStrategy::reduces_device_memory), on the host otherwise.
+void check_compilable(const Model& model, const Optimizer& optimizer, const std::string& model_name,
+                      const std::string& optimizer_name);
 
 struct CompiledStepOptions {
   Shape sample_shape;              // one sample, e.g. {1, 28, 28}
@@ -78,6 +83,13 @@ struct CompiledStepOptions {
   int64_t first_sample = 0;        // this rank's first row in the global batch: dropout masks
   double timeout_s = 300.0;        // the longest wait for a step (comm.timeout_s)
   int rank = 0;                    // for messages
+  // Null: the sync strategy was set up on the device's store (DeviceParameters::store). Otherwise
+  // the host store it was set up on: after each micro-batch the gradients are downloaded into it
+  // and end_backward runs there; a reduced gradient it returns (true) is uploaded and applied on
+  // the device, and when it returns false after the last micro-batch, the parameters it left (a
+  // parameter server's pull) are uploaded instead. Its parameters are current only then and after
+  // download_state.
+  ParameterStore* host_sync = nullptr;
 };
 
 // What one step produced, read back once it finished.
@@ -118,7 +130,10 @@ class CompiledStep {
 
  private:
   struct Program;
-  void enqueue_program(int slot);
+  // Returns false when the step makes no update of its own (the host sync strategy updated the
+  // parameters).
+  bool enqueue_program(int slot);
+  bool sync_on_host(int64_t micro_step, bool last);
   void record(int slot);
   void draw_dropout_masks(int slot, int64_t step);
   StepFigures collect(int slot);

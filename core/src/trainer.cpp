@@ -238,19 +238,12 @@ class Trainer {
     choose_device();
   }
 
-  // Where this rank trains (train.device): every rank the same kind, each GPU bound and opened,
-  // then NCCL between them, which every rank must enter together.
+  // Where this rank trains (train.device): every rank the same kind, each GPU bound and opened.
+  // The communicator between the devices comes with the sync strategy (build).
   void choose_device() {
     agree(comm_, [&] { device_ = std::make_unique<TrainingDevice>(comm_, config_); });
     if (!device_->warning().empty())
       std::fprintf(stderr, "mgtrain: warning: [rank %d] %s\n", comm_.rank(), device_->warning().c_str());
-    if (!device_->compiled()) return;
-    agree(comm_, [&] { device_->connect(comm_); });
-    if (leader_)
-      log_ << "device: " << device_kind_name(device_->kind()) << " ("
-           << (device_->kind() == DeviceKind::gpu ? "rank 0 on " + device_->describe()
-                                                  : std::string("the GPU path's compiled step on the CPU"))
-           << ", " << device_->communicator().backend() << " between ranks)\n" << std::flush;
   }
 
   // 2. Model, optimizer, sync, parameters, data. Everything that reads input is checked here,
@@ -264,11 +257,23 @@ class Trainer {
       store_.finalize();
       store_.initialize(seed_);
       if (device_->compiled() && !compilable()) device_->fall_back_to_cpu();
-      if (device_->compiled()) {
+    });
+    // The same answers on every rank (they depend on the config alone), so either all ranks enter
+    // NCCL's set-up together or none does.
+    const bool device_sync = device_->compiled() && sync_->reduces_device_memory();
+    if (device_sync) agree(comm_, [&] { device_->connect(comm_); });
+    agree(comm_, [&] {
+      if (device_sync) {
         // The sync strategy works on the device's copy of the parameters, through its communicator.
         sync_->setup(device_->communicator(), device_->parameters(store_).store);
       } else {
-        sync_->setup(comm_, store_);  // local: roles and buffers, no communication yet
+        // The CPU path, or a strategy that works on host memory: on the host store, over MPI
+        // (local: roles and buffers, no communication yet). The compiled step hands it each
+        // micro-batch's gradients.
+        sync_->setup(comm_, store_);
+        // A serving rank runs the optimizer on its shard on the CPU; its GPU goes back.
+        if (device_->compiled() && !sync_->trains()) device_->fall_back_to_cpu();
+        if (device_->compiled()) device_->parameters(store_);
       }
       optimizer_->setup(sync_->trains() ? store_.flat_size() : sync_->serve_size());
       accum_ = sync_->accumulation_steps();
@@ -278,10 +283,12 @@ class Trainer {
                           " is not divisible by training ranks x accumulation steps = " +
                           std::to_string(train_world) + " x " + std::to_string(accum_));
       micro_batch_ = global_batch_ / (train_world * accum_);
-      // Deterministic micro-shards through a model of row-wise layers: one pass for all of them.
-      shards_per_pass_ =
-          accum_ > 1 && sync_->micro_batches_are_shards() && model_->shard_batchable(micro_batch_, accum_) ? accum_
-                                                                                                      : 1;
+      // Deterministic micro-shards through a model of row-wise layers: one pass for all of them
+      // (on the CPU path; the compiled step runs each micro-shard as its own micro-batch).
+      shards_per_pass_ = !device_->compiled() && accum_ > 1 && sync_->micro_batches_are_shards() &&
+                                 model_->shard_batchable(micro_batch_, accum_)
+                             ? accum_
+                             : 1;
       const std::string train_path = config_.get_string("data.train");
       if (!sync_->trains()) {
         // A serving rank reads no data; it needs only the epoch length, for the schedule.
@@ -299,14 +306,23 @@ class Trainer {
                         config_.get_int("train.warmup_steps"), config_.get_int("train.epochs") * per_epoch_);
       if (device_->compiled()) compile_step();
     });
+    if (leader_ && device_->compiled())
+      log_ << "device: " << device_kind_name(device_->kind()) << " ("
+           << (device_->kind() == DeviceKind::gpu ? "rank 0 on " + device_->describe()
+                                                  : std::string("the GPU path's compiled step on the CPU"))
+           << ", "
+           << (device_sync ? device_->communicator().backend() + " between ranks"
+                           : "sync '" + choice_.sync + "' on host memory, " + comm_.backend() +
+                                 " between ranks, each micro-batch's gradients through the host")
+           << ")\n" << std::flush;
   }
 
-  // Whether the GPU path can run this model, optimizer and sync strategy. When it cannot, asking
-  // for it (train.device = gpu or compiled-cpu) is an error; with auto the job trains on the CPU
-  // and says why. The answer depends on the config alone, so every rank gives the same.
+  // Whether the GPU path can run this model and optimizer (it runs every sync strategy). When it
+  // cannot, asking for it (train.device = gpu or compiled-cpu) is an error; with auto the job
+  // trains on the CPU and says why. The answer depends on the config alone, so every rank gives the same.
   bool compilable() {
     try {
-      check_compilable(*model_, *optimizer_, *sync_, choice_.model, choice_.optimizer, choice_.sync);
+      check_compilable(*model_, *optimizer_, choice_.model, choice_.optimizer);
       return true;
     } catch (const ConfigError& e) {
       if (config_.get_string("train.device") != "auto") throw;
@@ -328,6 +344,7 @@ class Trainer {
     o.seed = seed_;
     o.first_sample = sync_->train_rank(comm_) * reader_->local_batch();
     o.rank = comm_.rank();
+    if (!sync_->reduces_device_memory()) o.host_sync = &store_;
     compiled_ = &device_->compile(dynamic_cast<const SequentialModel&>(*model_), *optimizer_, *sync_, o);
   }
 

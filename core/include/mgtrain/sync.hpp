@@ -41,7 +41,10 @@ class SyncStrategy {
   // True when setup() may be given a communicator and a store over device memory (the GPU path:
   // NCCL, parameters and gradients on the GPU). The strategy must then touch the store's buffers
   // only through the communicator's collectives, and make the same calls every step: the GPU
-  // path records one step's operations (a CUDA graph) and replays them.
+  // path records one step's operations (a CUDA graph) and replays them. Otherwise the GPU path runs
+  // the strategy as the CPU path does, on the host store over MPI, and hands it each micro-batch's
+  // gradients (a copy each way, no CUDA graph). Called before setup: the answer may depend on the
+  // config only.
   virtual bool reduces_device_memory() const { return false; }
 
   // Strategies that take some ranks out of training (a parameter server) override these.

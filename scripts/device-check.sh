@@ -167,6 +167,20 @@ for model in mlp cnn; do
     'BEGIN { printf "  %s: mgtrain %.0f, PyTorch %.0f samples/s: %.2fx\n", m, a, b, b > 0 ? a / b : 0 }'
 done
 
+echo "== where the time goes (diagnostics, no target): MLP without CUDA graphs; MLP and CNN at batch 1024"
+bench_rate() { grep '^{' "$1" | tail -1 | sed -n 's/.*"samples_per_s": *\([0-9.]*\).*/\1/p'; }
+mgt 300 bench --config "$work/mlp.ini" --train.device=gpu --data.in_memory=true --steps 1000 --warmup 50 \
+  --gpu.cuda_graphs=false --json >"$out/bench-mlp-eager.log" 2>&1 || fail "mgtrain bench mlp without graphs exited $?"
+echo "  mlp without CUDA graphs: $(bench_rate "$out/bench-mlp-eager.log") samples/s"
+for model in mlp cnn; do
+  mgt 300 bench --config "$work/$model.ini" --train.device=gpu --data.in_memory=true --steps 300 --warmup 30 \
+    --train.global_batch=1024 --json >"$out/bench-$model-1024.log" 2>&1 || fail "mgtrain bench $model at 1024 exited $?"
+  timeout 300 "$python" "$root/bench/pytorch_gpu.py" --model "$model" --steps 300 --warmup 30 --batch 1024 \
+    --images "$root/data/t10k-images-idx3-ubyte.gz" --labels "$root/data/t10k-labels-idx1-ubyte.gz" \
+    >"$out/pytorch-$model-1024.log" 2>&1 || fail "PyTorch $model at 1024 exited $?"
+  echo "  $model batch 1024: mgtrain $(bench_rate "$out/bench-$model-1024.log"), PyTorch $(bench_rate "$out/pytorch-$model-1024.log") samples/s"
+done
+
 echo "== out of memory: a micro-batch too large for an 80 MB cap on the step's GPU memory, refused clearly, then halved"
 # MGTRAIN_TEST_DEVICE_MEMORY_MB: the test-only cap; the same run on the CPU backend needs 2 passes.
 big=(--train.global_batch=8192 --train.max_steps=2 --train.log_every=1 --checkpoint.dir="$work/big")

@@ -60,6 +60,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$work/no-hwloc-plugins"
 export HWLOC_PLUGINS_PATH=$work/no-hwloc-plugins
 export MGTRAIN_TEST_PLUGIN_DIR=$root/plugins
+# NCCL (its one-rank test) says why when it cannot set up on this machine.
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
 for test in "$root"/bin/gpu_*; do
   name=$(basename "$test")

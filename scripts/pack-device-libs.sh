@@ -9,13 +9,17 @@
 #   data/     Fashion-MNIST's 10,000 test images as IDX (for PyTorch) and as mgtrain's HDF5
 #   bench/    the PyTorch reference of the GPU benchmark (and the models it shares with the CPU one)
 # CUDA libraries (cudart, cuBLAS, cuDNN, NCCL, the driver's) are never packed: the machine's own
-# are the ones to test against. Usage: scripts/pack-device-libs.sh [BUILD_DIR] [OUT.tar.xz]
+# are the ones to test against. BUILD_DIR must be built for sm_90 (the default architectures).
+# Usage: scripts/pack-device-libs.sh [BUILD_DIR] [OUT.tar.xz]
 set -euo pipefail
 build=${1:-build-gpu}
 out=${2:-$build/device-bundle.tar.xz}
 multiarch=/usr/lib/x86_64-linux-gnu
 [[ -x $build/bin/mgtrain && -e $build/lib/libmgtrain.so ]] || { echo "no CUDA build in $build" >&2; exit 1; }
 ls "$build"/bin/gpu_* >/dev/null 2>&1 || { echo "$build has no GPU tests: configure it with CUDA" >&2; exit 1; }
+# The device is an H200 (sm_90): a build for other GPUs only would JIT or fail there.
+grep -qE '^CMAKE_CUDA_ARCHITECTURES:STRING=.*90' "$build/CMakeCache.txt" ||
+  { echo "$build is not built for sm_90 ($(grep '^CMAKE_CUDA_ARCHITECTURES' "$build/CMakeCache.txt")): configure it with the default architectures" >&2; exit 1; }
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT

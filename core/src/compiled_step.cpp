@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 
 #include "kernels/cpu/pointwise.hpp"
@@ -260,9 +261,10 @@ CompiledStep::CompiledStep(Backend& backend, const SequentialModel& model, Devic
 }
 
 CompiledStep::~CompiledStep() {
-  // Nothing may still run on buffers about to be freed; an error here was already reported.
+  // Nothing may still run on buffers about to be freed; an error here was already reported. A
+  // failing run does not wait out another deadline (freeing the memory waits for the device).
   try {
-    if (in_flight_) backend_.wait_done(static_cast<int>((submitted_ - 1) % 2), options_.timeout_s, in_flight_step_ + 1);
+    if (in_flight_ && std::uncaught_exceptions() == 0) backend_.wait_done(static_cast<int>((submitted_ - 1) % 2), options_.timeout_s, in_flight_step_ + 1);
   } catch (...) {
   }
 }

@@ -306,15 +306,17 @@ class Trainer {
                         config_.get_int("train.warmup_steps"), config_.get_int("train.epochs") * per_epoch_);
       if (device_->compiled()) compile_step();
     });
-    if (leader_ && device_->compiled())
+    if (leader_ && device_->compiled()) {
+      const std::string sync_path =
+          !device_sync ? "sync '" + choice_.sync + "' on host memory, " + comm_.backend() +
+                             " between ranks, each micro-batch's gradients through the host"
+          : comm_.size() == 1 ? std::string("one rank")
+                              : device_->communicator().backend() + " between ranks";
       log_ << "device: " << device_kind_name(device_->kind()) << " ("
            << (device_->kind() == DeviceKind::gpu ? "rank 0 on " + device_->describe()
                                                   : std::string("the GPU path's compiled step on the CPU"))
-           << ", "
-           << (device_sync ? device_->communicator().backend() + " between ranks"
-                           : "sync '" + choice_.sync + "' on host memory, " + comm_.backend() +
-                                 " between ranks, each micro-batch's gradients through the host")
-           << ")\n" << std::flush;
+           << ", " << sync_path << ")\n" << std::flush;
+    }
   }
 
   // Whether the GPU path can run this model and optimizer (it runs every sync strategy). When it

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <exception>
 
 #include "gpu_binding.hpp"
 #include "staged_communicator.hpp"
@@ -95,6 +96,10 @@ TrainingDevice::TrainingDevice(Communicator& comm, const Config& config) : confi
 }
 
 TrainingDevice::~TrainingDevice() {
+  // A failing run (a peer gone, NCCL waiting for it) aborts the communicator first: freeing device
+  // memory waits for the device, which would wait forever on the stuck collective, and the error
+  // is printed only after this.
+  if (std::uncaught_exceptions() > 0) device_comm_owned_.reset();
   // The step and the parameters hold backend memory; the communicator may be in use by them.
   step_.reset();
   params_.reset();
@@ -134,7 +139,11 @@ void TrainingDevice::connect(Communicator& comm) {
     // ranks share one, every rank reduces through host memory instead.
     int64_t shared = shares_gpu_ ? 1 : 0;
     comm.allreduce_max(&shared, 1);
-    if (shared != 0) {
+    if (comm.size() == 1) {
+      // One rank reduces with nobody: NCCL's set-up would buy nothing (the strategies skip their
+      // collectives at one rank). Any collective there would go through host memory.
+      device_comm_owned_ = make_staged_communicator(comm, backend());
+    } else if (shared != 0) {
       device_comm_owned_ = make_staged_communicator(comm, backend());
       staged_ = true;
     } else {

@@ -141,6 +141,7 @@ class CudaBackend final : public kernels::Backend {
       const cudaError_t status = cudaEventQuery(done_[slot]);
       if (status == cudaSuccess) return;
       if (status != cudaErrorNotReady) MGT_CUDA_CHECK(status);
+      cudaGetLastError();  // "not ready" is no error: leave nothing for the next launch check
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (waited > timeout_s) {
         char text[160];
@@ -203,13 +204,23 @@ class CudaBackend final : public kernels::Backend {
   void begin_recording() override {
     MGT_CUDA_CHECK(cudaStreamBeginCapture(compute_, cudaStreamCaptureModeThreadLocal));
   }
+  // Every call recorded was checked as it was made; what a failed one left behind (the capture
+  // invalidated, the runtime's last error) is cleared here, so that the step can still run
+  // without a graph: the first launch check after a failed recording must not see it.
   std::unique_ptr<kernels::RecordedStep> end_recording() override {
     cudaGraph_t graph = nullptr;
-    MGT_CUDA_CHECK(cudaStreamEndCapture(compute_, &graph));
-    if (!graph) return nullptr;  // the capture was invalidated; the error surfaced before this
+    const cudaError_t ended = cudaStreamEndCapture(compute_, &graph);
+    cudaGetLastError();
+    if (ended != cudaSuccess || !graph) {
+      if (graph) cudaGraphDestroy(graph);
+      const cudaError_t why = ended != cudaSuccess ? ended : cudaErrorStreamCaptureInvalidated;
+      detail::raise_error("CUDA", "cudaStreamEndCapture", __FILE__, __LINE__, cudaGetErrorName(why),
+                          cudaGetErrorString(why));
+    }
     cudaGraphExec_t exec = nullptr;
     const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
+    cudaGetLastError();
     MGT_CUDA_CHECK(status);
     return std::make_unique<Graph>(exec, compute_);
   }

@@ -212,6 +212,11 @@ void ConvPlan::release() noexcept {
   bias_desc_ = y_desc_ = x_desc_ = nullptr;
 }
 
+std::string ConvPlan::algorithms() const {
+  return "forward " + std::to_string(fwd_algo_) + ", backward-data " + std::to_string(bwd_data_algo_) +
+         ", backward-filter " + std::to_string(bwd_filter_algo_);
+}
+
 void ConvPlan::forward(const float* x, const float* w, const float* bias, float* y) {
   // cuDNN reads alpha and beta on the host when the call is made (or captured).
   const float one = 1.0f, zero = 0.0f;

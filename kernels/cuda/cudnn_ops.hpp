@@ -5,6 +5,7 @@
 // stream, so a CUDA graph can capture it. Algorithms are deterministic and compute in plain FP32.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "kernels/cpu/conv2d.hpp"
 #include "kernels/cuda/runtime.hpp"
@@ -56,6 +57,8 @@ class ConvPlan {
   void backward_weights(const float* x, const float* dy, float* dw, float* dbias, bool accumulate);
 
   size_t workspace_bytes() const { return workspace_bytes_; }
+  // "forward 1, backward-data 1, backward-filter 1": cuDNN's algorithm numbers, for test logs.
+  std::string algorithms() const;
   const kernels::Conv2dShape& shape() const { return shape_; }
   int64_t batch() const { return batch_; }
 

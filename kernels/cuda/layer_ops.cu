@@ -32,22 +32,29 @@ __global__ void column_sums_kernel(const float* __restrict__ x, float* __restric
   }
 }
 
-// One block per channel: each thread sums a fixed strided share of the channel's elements, then a
-// tree in shared memory combines the shares, the same way on every run.
-__global__ void channel_sums_kernel(const float* __restrict__ x, float* __restrict__ out,
-                                    int64_t batch, int64_t channels, int64_t plane,
-                                    bool accumulate) {
-  __shared__ float partial[kThreads];
+// One block per channel, of kChannelThreads threads. Thread t takes lane t % lanes of rows
+// t / lanes, t / lanes + rows_per_pass, ... (lanes = min(plane, threads)): a fixed share for each
+// thread, loads coalesced along the plane and no division in the loop. A tree in shared memory
+// then combines the shares, the same way on every run.
+constexpr int kChannelThreads = 1024;
+__global__ void __launch_bounds__(kChannelThreads)
+    channel_sums_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t batch,
+                        int64_t channels, int64_t plane, bool accumulate) {
+  __shared__ float partial[kChannelThreads];
   const int64_t c = blockIdx.x;
-  const int64_t count = batch * plane;
+  const int64_t lanes = plane < 1 ? 1 : (plane < kChannelThreads ? plane : kChannelThreads);
+  const int64_t rows_per_pass = kChannelThreads / lanes;
+  const int64_t first_row = threadIdx.x / lanes, lane = threadIdx.x - first_row * lanes;
   float acc = 0.0f;
-  for (int64_t j = threadIdx.x; j < count; j += kThreads) {
-    const int64_t b = j / plane, p = j - b * plane;
-    acc = __fadd_rn(acc, x[(b * channels + c) * plane + p]);
+  if (first_row < rows_per_pass) {
+    for (int64_t b = first_row; b < batch; b += rows_per_pass) {
+      const float* row = x + (b * channels + c) * plane;
+      for (int64_t p = lane; p < plane; p += lanes) acc = __fadd_rn(acc, row[p]);
+    }
   }
   partial[threadIdx.x] = acc;
   __syncthreads();
-  for (int half = kThreads / 2; half > 0; half >>= 1) {
+  for (int half = kChannelThreads / 2; half > 0; half >>= 1) {
     if (threadIdx.x < half)
       partial[threadIdx.x] = __fadd_rn(partial[threadIdx.x], partial[threadIdx.x + half]);
     __syncthreads();
@@ -116,7 +123,7 @@ void channel_sums(const float* x, float* out, int64_t batch, int64_t channels, i
   if (channels <= 0) return;
   if (batch < 0) batch = 0;
   if (plane < 0) plane = 0;
-  channel_sums_kernel<<<static_cast<unsigned>(channels), kThreads, 0, stream>>>(
+  channel_sums_kernel<<<static_cast<unsigned>(channels), kChannelThreads, 0, stream>>>(
       x, out, batch, channels, plane, accumulate);
   MGT_CUDA_CHECK_LAUNCH("channel_sums");
 }

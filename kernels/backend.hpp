@@ -7,6 +7,7 @@
 // type appears here, so the core includes it with the plain C++ compiler.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -74,9 +75,12 @@ class Backend {
   virtual void after_staged(int slot) = 0;
   // Marks the end of the work called so far for slot `slot`, and waits for that mark; the wait
   // gives up after timeout_s with mgt::CommError naming step `step` (1-based; a rank that died
-  // mid-collective). Nothing is allocated unless it gives up.
+  // mid-collective). While it waits it calls `check_peers` (when set) about every millisecond,
+  // which throws when the communication has failed (NCCL's asynchronous error), so such a
+  // failure need not wait out the deadline. Nothing is allocated unless it gives up.
   virtual void mark_done(int slot) = 0;
-  virtual void wait_done(int slot, double timeout_s, int64_t step) = 0;
+  virtual void wait_done(int slot, double timeout_s, int64_t step,
+                         const std::function<void()>& check_peers = {}) = 0;
 
   // Row-major GEMM as kernels/cpu/gemm.hpp: C = alpha * op(A) op(B) + beta * C.
   virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

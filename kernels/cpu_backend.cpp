@@ -77,7 +77,7 @@ class CpuBackend final : public Backend {
   void wait_staged(int) override {}
   void after_staged(int) override {}
   void mark_done(int) override {}
-  void wait_done(int, double, int64_t) override {}
+  void wait_done(int, double, int64_t, const std::function<void()>&) override {}
 
   void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
             int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {

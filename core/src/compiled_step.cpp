@@ -309,7 +309,7 @@ StepFigures CompiledStep::begin(const float* x, const int32_t* y) {
 }
 
 StepFigures CompiledStep::collect(int slot) {
-  backend_.wait_done(slot, options_.timeout_s, in_flight_step_ + 1);
+  backend_.wait_done(slot, options_.timeout_s, in_flight_step_ + 1, options_.check_peers);
   in_flight_ = false;
   const StepTotals& t = *program_->pinned_totals[slot];
   StepFigures f;

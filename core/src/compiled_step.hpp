@@ -15,6 +15,7 @@
 // recorded, and launch() returns once the strategy has run.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -90,6 +91,9 @@ struct CompiledStepOptions {
   // parameter server's pull) are uploaded instead. Its parameters are current only then and after
   // download_state.
   ParameterStore* host_sync = nullptr;
+  // Called about every millisecond while the host waits for a step; throws when the communication
+  // between the ranks has failed (NCCL's asynchronous error). Empty: nothing to check.
+  std::function<void()> check_peers;
 };
 
 // What one step produced, read back once it finished.

@@ -28,6 +28,9 @@ class GpuRuntime {
   // The `nccl` communicator over the ranks of `host`, ordered with the backend's compute stream.
   // Collective: every rank of `host` must call it.
   virtual std::unique_ptr<Communicator> make_communicator(Communicator& host) = 0;
+  // Throws CommError (after aborting it) when NCCL reports `comm`, made by make_communicator, as
+  // failed; returns otherwise, and for any other communicator.
+  virtual void raise_if_failed(Communicator& comm) = 0;
 };
 
 // GPUs this process can use: 0 with the reason when the library was not built or not found, or

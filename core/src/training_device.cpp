@@ -164,6 +164,10 @@ DeviceParameters& TrainingDevice::parameters(const ParameterStore& host) {
 CompiledStep& TrainingDevice::compile(const SequentialModel& model, Optimizer& optimizer, SyncStrategy& sync,
                                      CompiledStepOptions options) {
   MGT_CHECK(params_ != nullptr, Error, "TrainingDevice::compile before parameters()");
+  // NCCL's asynchronous error, watched while the host waits for each step: a lost peer or network
+  // ends the run at once with NCCL's reason, not after comm.timeout_s.
+  if (gpu_ && device_comm_owned_)
+    options.check_peers = [runtime = gpu_.get(), comm = device_comm_owned_.get()] { runtime->raise_if_failed(*comm); };
   const bool halve = config_.get_string("gpu.on_oom") == "halve";
   const int64_t micro_batch = options.pass_rows * options.passes_per_micro_batch;
   for (;;) {

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -135,14 +136,19 @@ class CudaBackend final : public kernels::Backend {
   void mark_done(int slot) override { MGT_CUDA_CHECK(cudaEventRecord(done_[slot], compute_)); }
   // Polls rather than blocks: a peer that died leaves NCCL waiting forever, and the deadline turns
   // that into an error naming the step.
-  void wait_done(int slot, double timeout_s, int64_t step) override {
+  void wait_done(int slot, double timeout_s, int64_t step, const std::function<void()>& check_peers) override {
     const auto start = std::chrono::steady_clock::now();
+    double checked = 0.0;
     for (;;) {
       const cudaError_t status = cudaEventQuery(done_[slot]);
       if (status == cudaSuccess) return;
       if (status != cudaErrorNotReady) MGT_CUDA_CHECK(status);
       cudaGetLastError();  // "not ready" is no error: leave nothing for the next launch check
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (check_peers && waited - checked >= 0.001) {
+        checked = waited;
+        check_peers();
+      }
       if (waited > timeout_s) {
         char text[160];
         std::snprintf(text, sizeof text, " did not finish within %.0f s (comm.timeout_s): a rank is stuck or gone",

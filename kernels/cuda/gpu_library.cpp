@@ -37,6 +37,7 @@ class CudaGpuRuntime final : public GpuRuntime {
   std::unique_ptr<Communicator> make_communicator(Communicator& host) override {
     return make_nccl_communicator(host, compute_stream(*backend_), info_.index);
   }
+  void raise_if_failed(Communicator& comm) override { cuda::raise_if_failed(comm); }
 
  private:
   GpuDeviceInfo info_;

@@ -305,6 +305,18 @@ class NcclCommunicator final : public Communicator {
     host_.barrier();
   }
 
+  void raise_if_failed() {
+    if (!comm_) return;  // aborted already: every later operation says so
+    ncclResult_t async = ncclSuccess;
+    MGT_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+    if (async == ncclSuccess || async == ncclInProgress) return;
+    // Read before the abort frees the communicator.
+    const std::string message = "step " + std::to_string(step_) + " failed on rank " + std::to_string(rank()) +
+                                ": " + nccl_error_text(async, comm_);
+    ncclCommAbort(std::exchange(comm_, nullptr));
+    throw CommError(message);
+  }
+
   [[noreturn]] void abort(int exit_code) override {
     if (comm_) ncclCommAbort(std::exchange(comm_, nullptr));
     host_.abort(exit_code);
@@ -384,6 +396,10 @@ class NcclCommunicator final : public Communicator {
 
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, Stream compute, int device) {
   return std::make_unique<NcclCommunicator>(host, compute, device);
+}
+
+void raise_if_failed(Communicator& comm) {
+  if (auto* nccl = dynamic_cast<NcclCommunicator*>(&comm)) nccl->raise_if_failed();
 }
 
 void wait_with_deadline(Stream stream, double timeout_s, const std::string& what, int rank,

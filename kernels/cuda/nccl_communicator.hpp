@@ -44,6 +44,12 @@ namespace mgt::cuda {
 // host.barrier(); abort() aborts NCCL, then calls host.abort().
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, Stream compute, int device);
 
+// When `comm` is an nccl communicator that NCCL reports failed (ncclCommGetAsyncError: a peer or
+// the network lost), aborts it and throws mgt::CommError naming its step and rank, with NCCL's
+// reason; otherwise, or for any other communicator, returns. Cheap enough to call every
+// millisecond while the host waits for a step.
+void raise_if_failed(Communicator& comm);
+
 // Polls `stream` until its work is done, sleeping about 50 us between polls; after `timeout_s`
 // throws mgt::CommError "<what> at step <step> did not finish within <timeout_s> s on rank
 // <rank>: ...". A failed query (a device error) throws mgt::CudaError. Must not be called on a

@@ -138,6 +138,21 @@ TEST_F(NcclCommunicatorTest, IdentityOfTheHost) {
   EXPECT_EQ(comm_->size(), 1) << "these tests run as one rank";
 }
 
+// A healthy communicator passes the check the step waits make; any other communicator is not
+// NCCL's to judge.
+TEST_F(NcclCommunicatorTest, HealthyCommunicatorPassesTheFailureCheck) {
+  EXPECT_NO_THROW(mgt::cuda::raise_if_failed(*comm_));
+  EXPECT_NO_THROW(mgt::cuda::raise_if_failed(*host_));
+  float one = 1.0f;
+  float* device = nullptr;
+  MGT_CUDA_CHECK(cudaMalloc(&device, sizeof(float)));
+  MGT_CUDA_CHECK(cudaMemcpy(device, &one, sizeof(float), cudaMemcpyHostToDevice));
+  comm_->allreduce_sum(device, 1);
+  sync();
+  EXPECT_NO_THROW(mgt::cuda::raise_if_failed(*comm_));
+  MGT_CUDA_CHECK(cudaFree(device));
+}
+
 TEST_F(NcclCommunicatorTest, AllreduceFloatsAndDoublesInComputeOrder) {
   const size_t n = 1 << 20;
   const auto values = mgt::test::random_floats(n, 7);

@@ -99,7 +99,11 @@ class Backend {
   virtual void relu_backward(const float* y, const float* dy, float* dx, int64_t n) = 0;
   // y = x * s element-wise (dropout with its scales)
   virtual void multiply(const float* x, const float* s, float* y, int64_t n) = 0;
-  virtual std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch) = 0;
+  // bf16: the convolution takes bfloat16 operands and gives a bfloat16 result (FP32 accumulation,
+  // tensor cores), converted at its edges: x, w and dy are rounded to bf16; y (before the FP32
+  // bias), dx and the weight gradient (before it is added to dw in FP32) are bf16 values. The bias
+  // gradient is summed from the FP32 dy.
+  virtual std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch, bool bf16 = false) = 0;
   virtual std::unique_ptr<MaxPoolOp> make_max_pool(int64_t batch, int64_t channels, int64_t height,
                                                    int64_t width, int64_t kernel, int64_t stride) = 0;
   // Softmax cross-entropy of one micro-batch: writes grad = (softmax - onehot) * grad_scale, adds

@@ -38,6 +38,59 @@ class CpuConv final : public ConvOp {
   Conv2d conv_;
 };
 
+// A bf16 convolution (Backend::make_conv) emulated in FP32: operands rounded to bf16 (their
+// products are exact in FP32), results rounded to bf16 where the GPU's are bf16 tensors. What the
+// GPU computes, up to the order of the sums.
+class CpuConvBf16 final : public ConvOp {
+ public:
+  CpuConvBf16(const Conv2dShape& shape, int64_t batch)
+      : shape_(shape), batch_(batch), in_(size(batch * shape.in_channels * shape.height * shape.width)),
+        out_(size(batch * shape.out_channels * shape.out_height() * shape.out_width())),
+        w_(size(shape.out_channels * shape.in_channels * shape.kernel * shape.kernel)), dw_(w_.size()) {}
+  void forward(const float* x, const float* w, const float* bias, float* y) override {
+    round_to_bf16(x, in_.data(), in_.size());
+    round_to_bf16(w, w_.data(), w_.size());
+    conv_.forward(shape_, batch_, in_.data(), w_.data(), nullptr, y);
+    round_to_bf16(y, y, out_.size());
+    if (!bias) return;
+    const int64_t plane = shape_.out_height() * shape_.out_width();
+    for (int64_t b = 0; b < batch_; ++b)
+      for (int64_t c = 0; c < shape_.out_channels; ++c) {
+        float* row = y + (b * shape_.out_channels + c) * plane;
+        for (int64_t p = 0; p < plane; ++p) row[p] += bias[c];
+      }
+  }
+  void backward_data(const float* dy, const float* w, float* dx) override {
+    round_to_bf16(dy, out_.data(), out_.size());
+    round_to_bf16(w, w_.data(), w_.size());
+    conv_.backward_data(shape_, batch_, out_.data(), w_.data(), dx);
+    round_to_bf16(dx, dx, in_.size());
+  }
+  void backward_weights(const float* x, const float* dy, float* dw, float* dbias) override {
+    round_to_bf16(x, in_.data(), in_.size());
+    round_to_bf16(dy, out_.data(), out_.size());
+    conv_.backward_weights(shape_, batch_, in_.data(), out_.data(), dw_.data(), nullptr, /*accumulate=*/false);
+    for (size_t i = 0; i < dw_.size(); ++i) dw[i] += from_bf16(to_bf16(dw_[i]));
+    if (!dbias) return;
+    const int64_t plane = shape_.out_height() * shape_.out_width();
+    for (int64_t c = 0; c < shape_.out_channels; ++c) {
+      float sum = 0.0f;
+      for (int64_t b = 0; b < batch_; ++b) {
+        const float* row = dy + (b * shape_.out_channels + c) * plane;
+        for (int64_t p = 0; p < plane; ++p) sum += row[p];
+      }
+      dbias[c] += sum;
+    }
+  }
+
+ private:
+  static size_t size(int64_t n) { return static_cast<size_t>(n); }
+  Conv2dShape shape_;
+  int64_t batch_;
+  Conv2d conv_;
+  std::vector<float> in_, out_, w_, dw_;  // bf16 values of x (or dx), y (or dy), w and the weight gradient
+};
+
 class CpuMaxPool final : public MaxPoolOp {
  public:
   CpuMaxPool(int64_t planes, int64_t h, int64_t w, int64_t kernel, int64_t stride)
@@ -99,7 +152,8 @@ class CpuBackend final : public Backend {
     kernels::relu_backward(y, dy, dx, n);
   }
   void multiply(const float* x, const float* s, float* y, int64_t n) override { kernels::multiply(x, s, y, n); }
-  std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch) override {
+  std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch, bool bf16) override {
+    if (bf16) return std::make_unique<CpuConvBf16>(shape, batch);
     return std::make_unique<CpuConv>(shape, batch);
   }
   std::unique_ptr<MaxPoolOp> make_max_pool(int64_t batch, int64_t channels, int64_t height, int64_t width,

@@ -202,7 +202,7 @@ CompiledStep::CompiledStep(Backend& backend, const SequentialModel& model, Devic
       cs.padding = l.spec.padding;
       cs.height = shape.at(2);
       cs.width = shape.at(3);
-      l.conv = backend.make_conv(cs, options.pass_rows);
+      l.conv = backend.make_conv(cs, options.pass_rows, options.bf16);
     } else if (l.spec.kind == Kind::linear && options.bf16) {
       l.x_bf16 = p.memory.device<uint16_t>(static_cast<size_t>(options.pass_rows * l.spec.in));
       l.dy_bf16 = p.memory.device<uint16_t>(static_cast<size_t>(options.pass_rows * l.spec.out));

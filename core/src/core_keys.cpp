@@ -46,8 +46,8 @@ const std::vector<ConfigKey>& core_config_keys() {
        "per kernel"},
       {"gpu.precision", KeyType::choice, "fp32",
        "fp32 (every operation in FP32, no TF32), or bf16: mixed precision, the linear layers' "
-       "GEMMs on bfloat16 operands with FP32 accumulation (tensor cores), weights, gradients, "
-       "optimizer state and everything else in FP32",
+       "GEMMs and the convolutions on bfloat16 operands with FP32 accumulation (tensor cores), "
+       "weights, gradients, optimizer state and everything else in FP32",
        "fp32|bf16"},
       {"gpu.on_oom", KeyType::choice, "error",
        "when the micro-batch does not fit in GPU memory: error (say so and stop), or halve (run "

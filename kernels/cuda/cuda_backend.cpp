@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/cudnn_ops.hpp"
+#include "kernels/cuda/device_buffer.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/layer_ops.hpp"
 #include "kernels/cuda/optimizers.hpp"
@@ -32,6 +33,43 @@ class CudaConv final : public kernels::ConvOp {
 
  private:
   ConvPlan plan_;
+};
+
+// A bf16 convolution (Backend::make_conv): FP32 tensors converted at its edges to the bf16 tensors
+// of a bf16 plan, into buffers of its own. x is converted again for the weight gradient, so each
+// call stands alone.
+class CudaConvBf16 final : public kernels::ConvOp {
+ public:
+  CudaConvBf16(CudnnHandle& cudnn, const kernels::Conv2dShape& s, int64_t batch)
+      : plan_(cudnn, s, batch, /*bf16=*/true), stream_(cudnn.stream()), batch_(batch), channels_(s.out_channels),
+        plane_(s.out_height() * s.out_width()), in_(static_cast<size_t>(batch * s.in_channels * s.height * s.width)),
+        out_(static_cast<size_t>(batch * channels_ * plane_)),
+        w_(static_cast<size_t>(s.out_channels * s.in_channels * s.kernel * s.kernel)), dw_(w_.size()) {}
+  void forward(const float* x, const float* w, const float* bias, float* y) override {
+    to_bf16(x, in_.data(), in_.size(), stream_);
+    to_bf16(w, w_.data(), w_.size(), stream_);
+    plan_.forward_bf16(in_.data(), w_.data(), out_.data());
+    from_bf16_add_channel_bias(out_.data(), bias, y, batch_, channels_, plane_, stream_);
+  }
+  void backward_data(const float* dy, const float* w, float* dx) override {
+    to_bf16(dy, out_.data(), out_.size(), stream_);
+    to_bf16(w, w_.data(), w_.size(), stream_);
+    plan_.backward_data_bf16(out_.data(), w_.data(), in_.data());  // dx in bf16
+    from_bf16(in_.data(), dx, in_.size(), /*accumulate=*/false, stream_);
+  }
+  void backward_weights(const float* x, const float* dy, float* dw, float* dbias) override {
+    to_bf16(x, in_.data(), in_.size(), stream_);
+    to_bf16(dy, out_.data(), out_.size(), stream_);
+    plan_.backward_filter_bf16(in_.data(), out_.data(), dw_.data());
+    from_bf16(dw_.data(), dw, dw_.size(), /*accumulate=*/true, stream_);
+    if (dbias) channel_sums(dy, dbias, batch_, channels_, plane_, /*accumulate=*/true, stream_);
+  }
+
+ private:
+  ConvPlan plan_;
+  Stream stream_;
+  int64_t batch_, channels_, plane_;
+  DeviceBuffer<uint16_t> in_, out_, w_, dw_;  // bf16: x (or dx), y (or dy), w, the weight gradient
 };
 
 class CudaMaxPool final : public kernels::MaxPoolOp {
@@ -185,7 +223,8 @@ class CudaBackend final : public kernels::Backend {
     cuda::relu_backward(y, dy, dx, n, compute_);
   }
   void multiply(const float* x, const float* s, float* y, int64_t n) override { cuda::multiply(x, s, y, n, compute_); }
-  std::unique_ptr<kernels::ConvOp> make_conv(const kernels::Conv2dShape& shape, int64_t batch) override {
+  std::unique_ptr<kernels::ConvOp> make_conv(const kernels::Conv2dShape& shape, int64_t batch, bool bf16) override {
+    if (bf16) return std::make_unique<CudaConvBf16>(*cudnn_, shape, batch);
     return std::make_unique<CudaConv>(*cudnn_, shape, batch);
   }
   std::unique_ptr<kernels::MaxPoolOp> make_max_pool(int64_t batch, int64_t channels, int64_t height, int64_t width,

@@ -46,16 +46,17 @@ bool tensor_op_math(cudnnMathType_t math) {
 
 // The first of cuDNN's ranked candidates (heuristics order: expected fastest first) that
 // succeeded, is deterministic by cuDNN's word and by its documentation (`nondeterministic` lists
-// the algorithms the reproducibility notes name as using atomics), uses no tensor-op math and
-// whose workspace, as `workspace_size` reports it for this shape, is within the limit.
+// the algorithms the reproducibility notes name as using atomics), uses no tensor-op math unless
+// `tensor_ops` (bf16: tensor cores are the point; FP32: they would round to TF32) and whose
+// workspace, as `workspace_size` reports it for this shape, is within the limit.
 template <typename Perf, typename Algo, typename WorkspaceSize>
 Algo choose_algorithm(const std::vector<Perf>& ranked, int returned,
-                      std::initializer_list<Algo> nondeterministic, WorkspaceSize workspace_size,
+                      std::initializer_list<Algo> nondeterministic, bool tensor_ops, WorkspaceSize workspace_size,
                       const char* direction, const std::string& what, size_t* bytes) {
   for (int i = 0; i < returned; ++i) {
     const Perf& perf = ranked[static_cast<size_t>(i)];
     if (perf.status != CUDNN_STATUS_SUCCESS || perf.determinism != CUDNN_DETERMINISTIC ||
-        tensor_op_math(perf.mathType))
+        (!tensor_ops && tensor_op_math(perf.mathType)))
       continue;
     if (std::find(nondeterministic.begin(), nondeterministic.end(), perf.algo) !=
         nondeterministic.end())
@@ -67,7 +68,8 @@ Algo choose_algorithm(const std::vector<Perf>& ranked, int returned,
     *bytes = need;
     return perf.algo;
   }
-  throw CudaError(what + ": cuDNN offers no deterministic FP32 " + direction + " algorithm using " +
+  throw CudaError(what + ": cuDNN offers no deterministic " + (tensor_ops ? "bf16 " : "FP32 ") + direction +
+                  " algorithm using " +
                   "at most " + std::to_string(kWorkspaceLimit >> 20) + " MiB of workspace (" +
                   std::to_string(returned) + " candidates)");
 }
@@ -85,8 +87,8 @@ void CudnnHandle::set_stream(Stream stream) {
   stream_ = stream;
 }
 
-ConvPlan::ConvPlan(CudnnHandle& cudnn, const kernels::Conv2dShape& shape, int64_t batch)
-    : cudnn_(&cudnn), shape_(shape), batch_(batch) {
+ConvPlan::ConvPlan(CudnnHandle& cudnn, const kernels::Conv2dShape& shape, int64_t batch, bool bf16)
+    : cudnn_(&cudnn), shape_(shape), batch_(batch), bf16_(bf16) {
   const auto& s = shape;
   const std::string what = conv_text(s, batch);
   MGT_CHECK(batch > 0 && s.in_channels > 0 && s.out_channels > 0 && s.kernel > 0 && s.stride > 0 &&
@@ -113,21 +115,21 @@ ConvPlan::ConvPlan(CudnnHandle& cudnn, const kernels::Conv2dShape& shape, int64_
     MGT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&bias_desc_));
     MGT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w_desc_));
     MGT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv_desc_));
-    MGT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x_desc_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, ic,
+    const cudnnDataType_t type = bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    MGT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x_desc_, CUDNN_TENSOR_NCHW, type, n, ic,
                                                static_cast<int>(s.height),
                                                static_cast<int>(s.width)));
-    MGT_CUDNN_CHECK(
-        cudnnSetTensor4dDescriptor(y_desc_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, oc, oh, ow));
+    MGT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y_desc_, CUDNN_TENSOR_NCHW, type, n, oc, oh, ow));
     MGT_CUDNN_CHECK(
         cudnnSetTensor4dDescriptor(bias_desc_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, oc, 1, 1));
-    MGT_CUDNN_CHECK(
-        cudnnSetFilter4dDescriptor(w_desc_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, oc, ic, k, k));
-    // Cross-correlation, as oneDNN and the frameworks call convolution; accumulation in FP32.
+    MGT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_, type, CUDNN_TENSOR_NCHW, oc, ic, k, k));
+    // Cross-correlation, as oneDNN and the frameworks call convolution; accumulation in FP32
+    // (bf16 tensors included: cuDNN's BFLOAT16 configuration).
     MGT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_desc_, pad, pad, stride, stride, 1, 1,
                                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    // FMA math keeps tensor cores (TF32) out, so results agree with the CPU in FP32; set before
-    // the queries so the heuristics rank only algorithms that honour it.
-    MGT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_, CUDNN_FMA_MATH));
+    // FP32: FMA math keeps tensor cores (TF32) out, so results agree with the CPU in FP32. bf16:
+    // tensor cores. Set before the queries so the heuristics rank only algorithms that honour it.
+    MGT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_, bf16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
 
     int dims[4] = {0, 0, 0, 0};
     MGT_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv_desc_, x_desc_, w_desc_, &dims[0],
@@ -149,7 +151,7 @@ ConvPlan::ConvPlan(CudnnHandle& cudnn, const kernels::Conv2dShape& shape, int64_
                                                              y_desc_, count, &returned,
                                                              ranked.data()));
       fwd_algo_ = choose_algorithm(
-          ranked, returned, std::initializer_list<cudnnConvolutionFwdAlgo_t>{},
+          ranked, returned, std::initializer_list<cudnnConvolutionFwdAlgo_t>{}, bf16,
           [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
             return cudnnGetConvolutionForwardWorkspaceSize(h, x_desc_, w_desc_, conv_desc_,
                                                            y_desc_, algo, bytes);
@@ -164,7 +166,7 @@ ConvPlan::ConvPlan(CudnnHandle& cudnn, const kernels::Conv2dShape& shape, int64_
                                                                   x_desc_, count, &returned,
                                                                   ranked.data()));
       bwd_data_algo_ = choose_algorithm(
-          ranked, returned, {CUDNN_CONVOLUTION_BWD_DATA_ALGO_0},
+          ranked, returned, {CUDNN_CONVOLUTION_BWD_DATA_ALGO_0}, bf16,
           [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
             return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_desc_, y_desc_, conv_desc_,
                                                                 x_desc_, algo, bytes);
@@ -181,7 +183,7 @@ ConvPlan::ConvPlan(CudnnHandle& cudnn, const kernels::Conv2dShape& shape, int64_
                                                                     &returned, ranked.data()));
       bwd_filter_algo_ = choose_algorithm(
           ranked, returned,
-          {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3},
+          {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3}, bf16,
           [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
             return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_desc_, y_desc_, conv_desc_,
                                                                   w_desc_, algo, bytes);
@@ -217,18 +219,17 @@ std::string ConvPlan::algorithms() const {
          ", backward-filter " + std::to_string(bwd_filter_algo_);
 }
 
-void ConvPlan::forward(const float* x, const float* w, const float* bias, float* y) {
-  // cuDNN reads alpha and beta on the host when the call is made (or captured).
+void ConvPlan::run_forward(const void* x, const void* w, void* y) {
+  // cuDNN reads alpha and beta on the host when the call is made (or captured); they are float
+  // for float and bf16 tensors alike.
   const float one = 1.0f, zero = 0.0f;
   MGT_CUDNN_CHECK(cudnnConvolutionForward(
       cudnn_->get(), &one, x_desc_, x, w_desc_, w, conv_desc_,
       static_cast<cudnnConvolutionFwdAlgo_t>(fwd_algo_), workspace_, workspace_bytes_, &zero,
       y_desc_, y));
-  if (bias)
-    MGT_CUDNN_CHECK(cudnnAddTensor(cudnn_->get(), &one, bias_desc_, bias, &one, y_desc_, y));
 }
 
-void ConvPlan::backward_data(const float* dy, const float* w, float* dx) {
+void ConvPlan::run_backward_data(const void* dy, const void* w, void* dx) {
   const float one = 1.0f, zero = 0.0f;
   MGT_CUDNN_CHECK(cudnnConvolutionBackwardData(
       cudnn_->get(), &one, w_desc_, w, y_desc_, dy, conv_desc_,
@@ -236,20 +237,53 @@ void ConvPlan::backward_data(const float* dy, const float* w, float* dx) {
       &zero, x_desc_, dx));
 }
 
-void ConvPlan::backward_weights(const float* x, const float* dy, float* dw, float* dbias,
-                                bool accumulate) {
+void ConvPlan::run_backward_filter(const void* x, const void* dy, void* dw, float beta) {
   // beta = 0: cuDNN writes dw without reading it, so stale or NaN contents do not leak in.
-  const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  const float one = 1.0f;
   MGT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
       cudnn_->get(), &one, x_desc_, x, y_desc_, dy, conv_desc_,
       static_cast<cudnnConvolutionBwdFilterAlgo_t>(bwd_filter_algo_), workspace_,
       workspace_bytes_, &beta, w_desc_, dw));
+}
+
+void ConvPlan::forward(const float* x, const float* w, const float* bias, float* y) {
+  MGT_CHECK(!bf16_, Error, "ConvPlan::forward on a bf16 plan");
+  run_forward(x, w, y);
+  const float one = 1.0f;
+  if (bias)
+    MGT_CUDNN_CHECK(cudnnAddTensor(cudnn_->get(), &one, bias_desc_, bias, &one, y_desc_, y));
+}
+
+void ConvPlan::backward_data(const float* dy, const float* w, float* dx) {
+  MGT_CHECK(!bf16_, Error, "ConvPlan::backward_data on a bf16 plan");
+  run_backward_data(dy, w, dx);
+}
+
+void ConvPlan::backward_weights(const float* x, const float* dy, float* dw, float* dbias,
+                                bool accumulate) {
+  MGT_CHECK(!bf16_, Error, "ConvPlan::backward_weights on a bf16 plan");
+  run_backward_filter(x, dy, dw, accumulate ? 1.0f : 0.0f);
   // Our own fixed-order reduction rather than cudnnConvolutionBackwardBias, whose summation order
   // cuDNN does not document as reproducible (and which is deprecated with the rest of the legacy
   // API in cuDNN 9).
   if (dbias)
     channel_sums(dy, dbias, batch_, shape_.out_channels, shape_.out_height() * shape_.out_width(),
                  accumulate, cudnn_->stream());
+}
+
+void ConvPlan::forward_bf16(const uint16_t* x, const uint16_t* w, uint16_t* y) {
+  MGT_CHECK(bf16_, Error, "ConvPlan::forward_bf16 on a float32 plan");
+  run_forward(x, w, y);
+}
+
+void ConvPlan::backward_data_bf16(const uint16_t* dy, const uint16_t* w, uint16_t* dx) {
+  MGT_CHECK(bf16_, Error, "ConvPlan::backward_data_bf16 on a float32 plan");
+  run_backward_data(dy, w, dx);
+}
+
+void ConvPlan::backward_filter_bf16(const uint16_t* x, const uint16_t* dy, uint16_t* dw) {
+  MGT_CHECK(bf16_, Error, "ConvPlan::backward_filter_bf16 on a float32 plan");
+  run_backward_filter(x, dy, dw, 0.0f);
 }
 
 MaxPoolPlan::MaxPoolPlan(CudnnHandle& cudnn, int64_t batch, int64_t channels, int64_t height,

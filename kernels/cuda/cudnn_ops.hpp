@@ -2,7 +2,8 @@
 // Convolution and max pooling on the GPU through cuDNN, NCHW float32, with the semantics of
 // kernels/cpu/conv2d.hpp and pool.hpp. A plan is made once per layer and batch size (descriptors,
 // algorithms, workspace); running it allocates nothing and only enqueues work on the handle's
-// stream, so a CUDA graph can capture it. Algorithms are deterministic and compute in plain FP32.
+// stream, so a CUDA graph can capture it. Algorithms are deterministic and compute in plain FP32
+// (bf16 plans: bfloat16 tensors, FP32 accumulation on tensor cores).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -40,10 +41,13 @@ class CudnnHandle {
 // symmetric padding, stride). Each direction takes the fastest algorithm cuDNN's heuristics rank
 // that is deterministic, runs without TF32 and needs at most 64 MiB of workspace: the choice
 // depends only on the shape, the GPU model and the cuDNN version, never on timings, so every run
-// uses the same kernels and repeats bit for bit.
+// uses the same kernels and repeats bit for bit. A bf16 plan takes bfloat16 tensors and may use
+// tensor cores (FP32 accumulation).
 class ConvPlan {
  public:
-  ConvPlan(CudnnHandle& cudnn, const kernels::Conv2dShape& shape, int64_t batch);
+  // bf16: x, w and y are bfloat16 tensors, accumulated in FP32 on tensor cores (the *_bf16
+  // calls); otherwise float32 without tensor cores (the others).
+  ConvPlan(CudnnHandle& cudnn, const kernels::Conv2dShape& shape, int64_t batch, bool bf16 = false);
   ~ConvPlan();
   ConvPlan(const ConvPlan&) = delete;
   ConvPlan& operator=(const ConvPlan&) = delete;
@@ -56,6 +60,12 @@ class ConvPlan {
   // accumulate = false overwrites them.
   void backward_weights(const float* x, const float* dy, float* dw, float* dbias, bool accumulate);
 
+  // A bf16 plan's directions over bfloat16 tensors (bits as uint16_t), each output overwritten;
+  // no bias (the caller adds it, and sums its gradient, in FP32).
+  void forward_bf16(const uint16_t* x, const uint16_t* w, uint16_t* y);
+  void backward_data_bf16(const uint16_t* dy, const uint16_t* w, uint16_t* dx);
+  void backward_filter_bf16(const uint16_t* x, const uint16_t* dy, uint16_t* dw);
+
   size_t workspace_bytes() const { return workspace_bytes_; }
   // "forward 1, backward-data 1, backward-filter 1": cuDNN's algorithm numbers, for test logs.
   std::string algorithms() const;
@@ -64,10 +74,14 @@ class ConvPlan {
 
  private:
   void release() noexcept;
+  void run_forward(const void* x, const void* w, void* y);
+  void run_backward_data(const void* dy, const void* w, void* dx);
+  void run_backward_filter(const void* x, const void* dy, void* dw, float beta);
 
   CudnnHandle* cudnn_;
   kernels::Conv2dShape shape_;
   int64_t batch_;
+  bool bf16_;
   cudnnTensorStruct* x_desc_ = nullptr;
   cudnnTensorStruct* y_desc_ = nullptr;
   cudnnTensorStruct* bias_desc_ = nullptr;

@@ -68,6 +68,24 @@ __global__ void to_bf16_kernel(const float* __restrict__ x, uint16_t* __restrict
     y[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
 }
 
+__global__ void from_bf16_kernel(const uint16_t* __restrict__ x, float* __restrict__ y, int64_t n,
+                                 bool accumulate) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float v = __bfloat162float(__ushort_as_bfloat16(x[i]));
+    y[i] = accumulate ? __fadd_rn(y[i], v) : v;
+  }
+}
+
+__global__ void from_bf16_channel_bias_kernel(const uint16_t* __restrict__ x, const float* __restrict__ bias,
+                                              float* __restrict__ y, int64_t n, int64_t channels, int64_t plane) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float v = __bfloat162float(__ushort_as_bfloat16(x[i]));
+    y[i] = bias ? __fadd_rn(v, bias[(i / plane) % channels]) : v;
+  }
+}
+
 // One thread: the batch's row losses in row order (as sum_row_losses adds them on the host), then
 // onto the running total.
 __global__ void add_batch_loss_kernel(const double* __restrict__ row_loss, int64_t rows,
@@ -156,6 +174,22 @@ void to_bf16(const float* x, uint16_t* y, size_t n, Stream stream) {
   const auto count = static_cast<int64_t>(n);
   to_bf16_kernel<<<detail::grid_blocks(count, kThreads), kThreads, 0, stream>>>(x, y, count);
   MGT_CUDA_CHECK_LAUNCH("to_bf16");
+}
+
+void from_bf16(const uint16_t* x, float* y, size_t n, bool accumulate, Stream stream) {
+  if (n == 0) return;
+  const auto count = static_cast<int64_t>(n);
+  from_bf16_kernel<<<detail::grid_blocks(count, kThreads), kThreads, 0, stream>>>(x, y, count, accumulate);
+  MGT_CUDA_CHECK_LAUNCH("from_bf16");
+}
+
+void from_bf16_add_channel_bias(const uint16_t* x, const float* bias, float* y, int64_t batch,
+                                int64_t channels, int64_t plane, Stream stream) {
+  const int64_t n = batch * channels * plane;
+  if (n <= 0) return;
+  from_bf16_channel_bias_kernel<<<detail::grid_blocks(n, kThreads), kThreads, 0, stream>>>(x, bias, y, n,
+                                                                                            channels, plane);
+  MGT_CUDA_CHECK_LAUNCH("from_bf16_add_channel_bias");
 }
 
 void multiply(const float* x, const float* s, float* y, int64_t n, Stream stream) {

@@ -40,6 +40,12 @@ void flag_nonfinite(const float* x, size_t n, int32_t* flag, Stream stream = nul
 // y = x rounded to bfloat16 (to nearest, ties to even), as raw 16-bit patterns: the operands of
 // bf16 mixed precision; kernels::to_bf16 gives the same bits on the CPU.
 void to_bf16(const float* x, uint16_t* y, size_t n, Stream stream = nullptr);
+// y (+)= x widened from bf16 (exactly): a bf16 result back into FP32, or added to an FP32 sum.
+void from_bf16(const uint16_t* x, float* y, size_t n, bool accumulate, Stream stream = nullptr);
+// y[b, c, :] = x[b, c, :] widened from bf16, + bias[c] in FP32 (bias may be null): a bf16
+// convolution's output with its FP32 bias, for NCHW tensors of `plane` elements per channel.
+void from_bf16_add_channel_bias(const uint16_t* x, const float* bias, float* y, int64_t batch,
+                                int64_t channels, int64_t plane, Stream stream = nullptr);
 
 // y = x * s element-wise (dropout applied with its scales).
 void multiply(const float* x, const float* s, float* y, int64_t n, Stream stream = nullptr);

@@ -83,6 +83,16 @@ case $1 in
     if "$MGTRAIN" compare fp32/step-200.h5 bf16/step-200.h5 --rtol 0 >compare.log; then
       fail "bf16 training gave FP32's parameters bit for bit: the option changed nothing"
     fi
+    # The CNN, whose convolutions take bf16 operands too (their emulation is checked against the
+    # FP32 convolution in unit_kernels, and the GPU's against it in gpu_cudnn_ops): it trains.
+    cnn=(--model.name=cnn --model.channels=4,8 --model.hidden=16 --train.max_steps=60 --train.log_every=20)
+    for precision in fp32 bf16; do
+      run_np 2 600 train --config run.ini --train.device=compiled-cpu --gpu.precision=$precision "${cnn[@]}" \
+        --checkpoint.dir="$WORK/cnn-$precision" >cnn-$precision.log 2>&1 || { cat cnn-$precision.log; fail "CNN, gpu.precision = $precision"; }
+    done
+    paste -d' ' <(sed -n 's/.*"loss":\([^,]*\),.*/\1/p' cnn-fp32/metrics.jsonl) <(sed -n 's/.*"loss":\([^,]*\),.*/\1/p' cnn-bf16/metrics.jsonl) |
+      awk '{ n++; d = ($1 - $2) / $1; if (d < 0) d = -d; print "  cnn loss", $1, $2, d; if (d > 0.03) bad++ }
+           END { exit !(n == 3 && bad == 0) }' || fail "CNN bf16 losses are not within 3% of FP32's"
     ;;
   param_server)
     # A parameter server's workers on the compiled step: gradients go to the servers through host

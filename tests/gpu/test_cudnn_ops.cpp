@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "gpu_test.hpp"
+#include "kernels/backend.hpp"
 #include "kernels/cpu/conv2d.hpp"
 #include "kernels/cpu/pool.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cudnn_ops.hpp"
 #include "kernels/cuda/device_buffer.hpp"
 #include "mgtrain/error.hpp"
@@ -169,6 +171,50 @@ TEST_F(GpuCudnnOps, ConvolutionRepeatsBitForBit) {
   }
   const char* names[] = {"forward", "backward data", "weight gradient", "bias gradient"};
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(results[0][i], results[1][i]) << names[i];
+}
+
+// The bf16 convolution of the GPU backend (cuDNN's bf16 tensors, tensor cores) against the CPU
+// backend's emulation (FP32 convolution of the rounded operands, results rounded): the same up to
+// the order of the FP32 sums, which may move a result across a bf16 rounding boundary (2^-8).
+TEST_F(GpuCudnnOps, Bf16ConvolutionMatchesTheCpuEmulation) {
+  auto gpu = mgt::cuda::make_cuda_backend(0);
+  auto cpu = mgt::kernels::make_cpu_backend();
+  unsigned seed = 40;
+  for (const ConvCase& c : conv_cases()) {
+    const auto& s = c.shape;
+    const std::string what = "bf16 " + conv_name(c);
+    const auto nx = static_cast<size_t>(c.batch * s.in_channels * s.height * s.width);
+    const auto ny = static_cast<size_t>(c.batch * s.out_channels * s.out_height() * s.out_width());
+    const auto nw = static_cast<size_t>(s.out_channels * s.in_channels * s.kernel * s.kernel);
+    const auto nb = static_cast<size_t>(s.out_channels);
+    const auto x = random_floats(nx, ++seed), w = random_floats(nw, ++seed), bias = random_floats(nb, ++seed);
+    const auto dy = random_floats(ny, ++seed), dw0 = random_floats(nw, ++seed), db0 = random_floats(nb, ++seed);
+
+    std::vector<float> y(ny), dx(nx), dw = dw0, db = db0;
+    auto cpu_conv = cpu->make_conv(s, c.batch, /*bf16=*/true);
+    cpu_conv->forward(x.data(), w.data(), bias.data(), y.data());
+    cpu_conv->backward_data(dy.data(), w.data(), dx.data());
+    cpu_conv->backward_weights(x.data(), dy.data(), dw.data(), db.data());
+
+    auto gpu_conv = gpu->make_conv(s, c.batch, /*bf16=*/true);
+    DeviceBuffer<float> d_x(x), d_w(w), d_bias(bias), d_dy(dy), d_y(ny), d_dx(nx), d_dw(dw0), d_db(db0);
+    gpu_conv->forward(d_x.data(), d_w.data(), d_bias.data(), d_y.data());
+    gpu_conv->backward_data(d_dy.data(), d_w.data(), d_dx.data());
+    gpu_conv->backward_weights(d_x.data(), d_dy.data(), d_dw.data(), d_db.data());
+    std::vector<float> g_y(ny), g_dx(nx), g_dw(nw), g_db(nb);
+    gpu->download(g_y.data(), d_y.data(), ny * sizeof(float));
+    gpu->download(g_dx.data(), d_dx.data(), nx * sizeof(float));
+    gpu->download(g_dw.data(), d_dw.data(), nw * sizeof(float));
+    gpu->download(g_db.data(), d_db.data(), nb * sizeof(float));
+    expect_close(g_y, y, 1e-2, what + " forward");
+    expect_close(g_dx, dx, 1e-2, what + " backward to the data");
+    expect_close(g_dw, dw, 1e-2, what + " weight gradient, accumulated");
+    expect_close(g_db, db, kConvRtol, what + " bias gradient, accumulated (FP32)");
+    // Not the FP32 convolution: bf16 rounding shows.
+    std::vector<float> fp32_y(ny);
+    mgt::kernels::Conv2d().forward(s, c.batch, x.data(), w.data(), bias.data(), fp32_y.data());
+    EXPECT_NE(g_y, fp32_y) << what;
+  }
 }
 
 TEST_F(GpuCudnnOps, ConvolutionRefusesAKernelLargerThanTheInput) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.hpp"
 #include "kernels/cpu/bf16.hpp"
 #include "kernels/cpu/conv2d.hpp"
 #include "kernels/cpu/gemm.hpp"
@@ -426,6 +427,69 @@ TEST(Bf16, GemmIsTheFp32GemmOfTheRoundedOperands) {
   std::vector<float> unrounded(m * n, 0.5f);
   mgt::kernels::sgemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 1.0f, unrounded.data(), n);
   EXPECT_NE(unrounded, expected);
+}
+
+// The CPU backend's bf16 convolution: the FP32 convolution of the rounded operands, its results
+// rounded where the GPU's are bf16 tensors (y before the FP32 bias, dx, the weight gradient before
+// it is added in FP32), the bias gradient from the FP32 dy; and not the FP32 convolution itself.
+TEST(Bf16, ConvolutionIsTheFp32ConvolutionOfRoundedOperandsWithRoundedResults) {
+  using mgt::kernels::from_bf16;
+  using mgt::kernels::to_bf16;
+  mgt::kernels::Conv2dShape s;
+  s.in_channels = 3;
+  s.out_channels = 4;
+  s.kernel = 3;
+  s.padding = 1;
+  s.height = s.width = 6;
+  const int64_t batch = 2, plane = s.out_height() * s.out_width();
+  const auto n_in = static_cast<size_t>(batch * s.in_channels * s.height * s.width);
+  const auto n_out = static_cast<size_t>(batch * s.out_channels * plane);
+  const auto n_w = static_cast<size_t>(s.out_channels * s.in_channels * s.kernel * s.kernel);
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const auto draw = [&](size_t n) {
+    std::vector<float> v(n);
+    for (auto& e : v) e = dist(gen);
+    return v;
+  };
+  const auto rounded = [](std::vector<float> v) {
+    mgt::kernels::round_to_bf16(v.data(), v.data(), v.size());
+    return v;
+  };
+  const auto x = draw(n_in), w = draw(n_w), bias = draw(static_cast<size_t>(s.out_channels)), dy = draw(n_out);
+  const auto dw0 = draw(n_w), db0 = draw(static_cast<size_t>(s.out_channels));
+
+  auto backend = mgt::kernels::make_cpu_backend();
+  auto conv = backend->make_conv(s, batch, /*bf16=*/true);
+  mgt::kernels::Conv2d reference;
+
+  std::vector<float> y(n_out), expected_y(n_out);
+  conv->forward(x.data(), w.data(), bias.data(), y.data());
+  const auto xr = rounded(x), wr = rounded(w), dyr = rounded(dy);
+  reference.forward(s, batch, xr.data(), wr.data(), nullptr, expected_y.data());
+  expected_y = rounded(expected_y);
+  for (size_t i = 0; i < n_out; ++i) expected_y[i] += bias[(i / static_cast<size_t>(plane)) % s.out_channels];
+  EXPECT_EQ(y, expected_y);
+  std::vector<float> fp32_y(n_out);
+  reference.forward(s, batch, x.data(), w.data(), bias.data(), fp32_y.data());
+  EXPECT_NE(y, fp32_y) << "bf16 changed nothing";
+
+  std::vector<float> dx(n_in), expected_dx(n_in);
+  conv->backward_data(dy.data(), w.data(), dx.data());
+  reference.backward_data(s, batch, dyr.data(), wr.data(), expected_dx.data());
+  EXPECT_EQ(dx, rounded(expected_dx));
+
+  std::vector<float> dw = dw0, db = db0, step_dw(n_w), expected_db = db0;
+  conv->backward_weights(x.data(), dy.data(), dw.data(), db.data());
+  reference.backward_weights(s, batch, xr.data(), dyr.data(), step_dw.data(), nullptr, /*accumulate=*/false);
+  step_dw = rounded(step_dw);
+  for (size_t i = 0; i < n_w; ++i) EXPECT_EQ(dw[i], dw0[i] + step_dw[i]) << "weight gradient " << i;
+  for (int64_t c = 0; c < s.out_channels; ++c) {
+    float sum = 0.0f;
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t p = 0; p < plane; ++p) sum += dy[static_cast<size_t>((b * s.out_channels + c) * plane + p)];
+    EXPECT_EQ(db[c], db0[c] + sum) << "bias gradient " << c;
+  }
 }
 
 }  // namespace

@@ -41,6 +41,10 @@ class StagedCommunicator final : public Communicator {
   void allgather(const void* send, void* recv, size_t bytes) override {
     sync_host();
     ++collective_count_;
+    if (size() == 1) {  // a copy on the device, which a CUDA graph can record
+      backend_.copy(recv, send, bytes);
+      return;
+    }
     staging_.resize(bytes * (1 + static_cast<size_t>(size())));
     backend_.download(staging_.data(), send, bytes);
     host_.allgather(staging_.data(), staging_.data() + bytes, bytes);
@@ -82,12 +86,14 @@ class StagedCommunicator final : public Communicator {
     host_.set_step(step_);
   }
 
-  // Device buffer -> host, the host collective in place, -> device.
+  // Device buffer -> host, the host collective in place, -> device. One rank's collective leaves
+  // the data as it is: nothing goes through the host, so a CUDA graph can record the step.
   template <typename T, typename Collective>
   void reduce(T* data, size_t count, Collective collective) {
     if (count == 0) return;
     sync_host();
     ++collective_count_;
+    if (size() == 1) return;
     const size_t bytes = count * sizeof(T);
     staging_.resize(bytes);  // grows to the largest bucket once, then stays
     backend_.download(staging_.data(), data, bytes);

@@ -37,39 +37,82 @@ class CudaConv final : public kernels::ConvOp {
 
 // A bf16 convolution (Backend::make_conv): FP32 tensors converted at its edges to the bf16 tensors
 // of a bf16 plan, into buffers of its own. x is converted again for the weight gradient, so each
-// call stands alone.
+// call stands alone. Where cuDNN offers no deterministic bf16 algorithm for the shape, the layer
+// computes what the CPU backend's emulation computes instead: the FP32 convolution (no tensor
+// cores) of the operands rounded to bf16, its results rounded to bf16. Same values up to the order
+// of the sums, without the speed; a warning says so.
 class CudaConvBf16 final : public kernels::ConvOp {
  public:
   CudaConvBf16(CudnnHandle& cudnn, const kernels::Conv2dShape& s, int64_t batch)
-      : plan_(cudnn, s, batch, /*bf16=*/true), stream_(cudnn.stream()), batch_(batch), channels_(s.out_channels),
-        plane_(s.out_height() * s.out_width()), in_(static_cast<size_t>(batch * s.in_channels * s.height * s.width)),
-        out_(static_cast<size_t>(batch * channels_ * plane_)),
-        w_(static_cast<size_t>(s.out_channels * s.in_channels * s.kernel * s.kernel)), dw_(w_.size()) {}
+      : stream_(cudnn.stream()), batch_(batch), channels_(s.out_channels), plane_(s.out_height() * s.out_width()),
+        n_in_(static_cast<size_t>(batch * s.in_channels * s.height * s.width)),
+        n_out_(static_cast<size_t>(batch * channels_ * plane_)),
+        n_w_(static_cast<size_t>(s.out_channels * s.in_channels * s.kernel * s.kernel)) {
+    try {
+      plan_ = std::make_unique<ConvPlan>(cudnn, s, batch, /*bf16=*/true);
+    } catch (const OutOfMemoryError&) {
+      throw;
+    } catch (const CudaError& e) {
+      std::fprintf(stderr, "mgtrain: warning: %s; this layer computes in FP32 on bf16-rounded operands instead\n",
+                   e.what());
+      fallback_ = std::make_unique<ConvPlan>(cudnn, s, batch, /*bf16=*/false);
+      in32_ = DeviceBuffer<float>(n_in_);
+      out32_ = DeviceBuffer<float>(n_out_);
+      w32_ = DeviceBuffer<float>(n_w_);
+      dw32_ = DeviceBuffer<float>(n_w_);
+    }
+  }
   void forward(const float* x, const float* w, const float* bias, float* y) override {
-    to_bf16(x, in_.data(), in_.size(), stream_);
-    to_bf16(w, w_.data(), w_.size(), stream_);
-    plan_.forward_bf16(in_.data(), w_.data(), out_.data());
+    if (fallback_) {
+      round_to_bf16(x, in32_.data(), n_in_, stream_);
+      round_to_bf16(w, w32_.data(), n_w_, stream_);
+      fallback_->forward(in32_.data(), w32_.data(), nullptr, y);
+      to_bf16(y, out_.data(), n_out_, stream_);
+      from_bf16_add_channel_bias(out_.data(), bias, y, batch_, channels_, plane_, stream_);
+      return;
+    }
+    to_bf16(x, in_.data(), n_in_, stream_);
+    to_bf16(w, w_.data(), n_w_, stream_);
+    plan_->forward_bf16(in_.data(), w_.data(), out_.data());
     from_bf16_add_channel_bias(out_.data(), bias, y, batch_, channels_, plane_, stream_);
   }
   void backward_data(const float* dy, const float* w, float* dx) override {
-    to_bf16(dy, out_.data(), out_.size(), stream_);
-    to_bf16(w, w_.data(), w_.size(), stream_);
-    plan_.backward_data_bf16(out_.data(), w_.data(), in_.data());  // dx in bf16
-    from_bf16(in_.data(), dx, in_.size(), /*accumulate=*/false, stream_);
+    if (fallback_) {
+      round_to_bf16(dy, out32_.data(), n_out_, stream_);
+      round_to_bf16(w, w32_.data(), n_w_, stream_);
+      fallback_->backward_data(out32_.data(), w32_.data(), dx);
+      round_to_bf16(dx, dx, n_in_, stream_);
+      return;
+    }
+    to_bf16(dy, out_.data(), n_out_, stream_);
+    to_bf16(w, w_.data(), n_w_, stream_);
+    plan_->backward_data_bf16(out_.data(), w_.data(), in_.data());  // dx in bf16
+    from_bf16(in_.data(), dx, n_in_, /*accumulate=*/false, stream_);
   }
   void backward_weights(const float* x, const float* dy, float* dw, float* dbias) override {
-    to_bf16(x, in_.data(), in_.size(), stream_);
-    to_bf16(dy, out_.data(), out_.size(), stream_);
-    plan_.backward_filter_bf16(in_.data(), out_.data(), dw_.data());
-    from_bf16(dw_.data(), dw, dw_.size(), /*accumulate=*/true, stream_);
+    if (fallback_) {
+      round_to_bf16(x, in32_.data(), n_in_, stream_);
+      round_to_bf16(dy, out32_.data(), n_out_, stream_);
+      fallback_->backward_weights(in32_.data(), out32_.data(), dw32_.data(), nullptr, /*accumulate=*/false);
+      to_bf16(dw32_.data(), dw_.data(), n_w_, stream_);
+    } else {
+      to_bf16(x, in_.data(), n_in_, stream_);
+      to_bf16(dy, out_.data(), n_out_, stream_);
+      plan_->backward_filter_bf16(in_.data(), out_.data(), dw_.data());
+    }
+    from_bf16(dw_.data(), dw, n_w_, /*accumulate=*/true, stream_);
     if (dbias) channel_sums(dy, dbias, batch_, channels_, plane_, /*accumulate=*/true, stream_);
   }
 
  private:
-  ConvPlan plan_;
   Stream stream_;
   int64_t batch_, channels_, plane_;
-  DeviceBuffer<uint16_t> in_, out_, w_, dw_;  // bf16: x (or dx), y (or dy), w, the weight gradient
+  size_t n_in_, n_out_, n_w_;
+  std::unique_ptr<ConvPlan> plan_, fallback_;  // exactly one of them
+  // bf16: x (or dx), y (or dy), w, the weight gradient; the fallback uses y and the gradient.
+  DeviceBuffer<uint16_t> in_ = DeviceBuffer<uint16_t>(n_in_), out_ = DeviceBuffer<uint16_t>(n_out_),
+                         w_ = DeviceBuffer<uint16_t>(n_w_), dw_ = DeviceBuffer<uint16_t>(n_w_);
+  DeviceBuffer<float> in32_, out32_, w32_, dw32_;  // the fallback's rounded operands, FP32
 };
 
 class CudaMaxPool final : public kernels::MaxPoolOp {

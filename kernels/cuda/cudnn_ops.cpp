@@ -49,10 +49,14 @@ bool tensor_op_math(cudnnMathType_t math) {
 // the algorithms the reproducibility notes name as using atomics), uses no tensor-op math unless
 // `tensor_ops` (bf16: tensor cores are the point; FP32: they would round to TF32) and whose
 // workspace, as `workspace_size` reports it for this shape, is within the limit.
+// cuDNN ranks pairs of algorithm and math type; with tensor_ops the pair's math type is set on
+// `desc` before its workspace is asked for, and returned in *math, to be set again before the
+// algorithm runs (the plan's directions share the descriptor).
 template <typename Perf, typename Algo, typename WorkspaceSize>
 Algo choose_algorithm(const std::vector<Perf>& ranked, int returned,
-                      std::initializer_list<Algo> nondeterministic, bool tensor_ops, WorkspaceSize workspace_size,
-                      const char* direction, const std::string& what, size_t* bytes) {
+                      std::initializer_list<Algo> nondeterministic, bool tensor_ops, cudnnConvolutionDescriptor_t desc,
+                      int* math, WorkspaceSize workspace_size, const char* direction, const std::string& what,
+                      size_t* bytes) {
   for (int i = 0; i < returned; ++i) {
     const Perf& perf = ranked[static_cast<size_t>(i)];
     if (perf.status != CUDNN_STATUS_SUCCESS || perf.determinism != CUDNN_DETERMINISTIC ||
@@ -61,11 +65,13 @@ Algo choose_algorithm(const std::vector<Perf>& ranked, int returned,
     if (std::find(nondeterministic.begin(), nondeterministic.end(), perf.algo) !=
         nondeterministic.end())
       continue;
+    if (tensor_ops) MGT_CUDNN_CHECK(cudnnSetConvolutionMathType(desc, perf.mathType));
     size_t need = 0;
     if (workspace_size(perf.algo, &need) != CUDNN_STATUS_SUCCESS) continue;
     need = std::max(need, perf.memory);
     if (need > kWorkspaceLimit) continue;
     *bytes = need;
+    *math = tensor_ops ? static_cast<int>(perf.mathType) : static_cast<int>(CUDNN_FMA_MATH);
     return perf.algo;
   }
   throw CudaError(what + ": cuDNN offers no deterministic " + (tensor_ops ? "bf16 " : "FP32 ") + direction +
@@ -151,7 +157,7 @@ ConvPlan::ConvPlan(CudnnHandle& cudnn, const kernels::Conv2dShape& shape, int64_
                                                              y_desc_, count, &returned,
                                                              ranked.data()));
       fwd_algo_ = choose_algorithm(
-          ranked, returned, std::initializer_list<cudnnConvolutionFwdAlgo_t>{}, bf16,
+          ranked, returned, std::initializer_list<cudnnConvolutionFwdAlgo_t>{}, bf16, conv_desc_, &fwd_math_,
           [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
             return cudnnGetConvolutionForwardWorkspaceSize(h, x_desc_, w_desc_, conv_desc_,
                                                            y_desc_, algo, bytes);
@@ -166,7 +172,7 @@ ConvPlan::ConvPlan(CudnnHandle& cudnn, const kernels::Conv2dShape& shape, int64_
                                                                   x_desc_, count, &returned,
                                                                   ranked.data()));
       bwd_data_algo_ = choose_algorithm(
-          ranked, returned, {CUDNN_CONVOLUTION_BWD_DATA_ALGO_0}, bf16,
+          ranked, returned, {CUDNN_CONVOLUTION_BWD_DATA_ALGO_0}, bf16, conv_desc_, &bwd_data_math_,
           [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
             return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_desc_, y_desc_, conv_desc_,
                                                                 x_desc_, algo, bytes);
@@ -183,7 +189,8 @@ ConvPlan::ConvPlan(CudnnHandle& cudnn, const kernels::Conv2dShape& shape, int64_
                                                                     &returned, ranked.data()));
       bwd_filter_algo_ = choose_algorithm(
           ranked, returned,
-          {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3}, bf16,
+          {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3}, bf16, conv_desc_,
+          &bwd_filter_math_,
           [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
             return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_desc_, y_desc_, conv_desc_,
                                                                   w_desc_, algo, bytes);
@@ -223,6 +230,7 @@ void ConvPlan::run_forward(const void* x, const void* w, void* y) {
   // cuDNN reads alpha and beta on the host when the call is made (or captured); they are float
   // for float and bf16 tensors alike.
   const float one = 1.0f, zero = 0.0f;
+  if (bf16_) MGT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_, static_cast<cudnnMathType_t>(fwd_math_)));
   MGT_CUDNN_CHECK(cudnnConvolutionForward(
       cudnn_->get(), &one, x_desc_, x, w_desc_, w, conv_desc_,
       static_cast<cudnnConvolutionFwdAlgo_t>(fwd_algo_), workspace_, workspace_bytes_, &zero,
@@ -231,6 +239,7 @@ void ConvPlan::run_forward(const void* x, const void* w, void* y) {
 
 void ConvPlan::run_backward_data(const void* dy, const void* w, void* dx) {
   const float one = 1.0f, zero = 0.0f;
+  if (bf16_) MGT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_, static_cast<cudnnMathType_t>(bwd_data_math_)));
   MGT_CUDNN_CHECK(cudnnConvolutionBackwardData(
       cudnn_->get(), &one, w_desc_, w, y_desc_, dy, conv_desc_,
       static_cast<cudnnConvolutionBwdDataAlgo_t>(bwd_data_algo_), workspace_, workspace_bytes_,
@@ -240,6 +249,8 @@ void ConvPlan::run_backward_data(const void* dy, const void* w, void* dx) {
 void ConvPlan::run_backward_filter(const void* x, const void* dy, void* dw, float beta) {
   // beta = 0: cuDNN writes dw without reading it, so stale or NaN contents do not leak in.
   const float one = 1.0f;
+  if (bf16_)
+    MGT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_, static_cast<cudnnMathType_t>(bwd_filter_math_)));
   MGT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
       cudnn_->get(), &one, x_desc_, x, y_desc_, dy, conv_desc_,
       static_cast<cudnnConvolutionBwdFilterAlgo_t>(bwd_filter_algo_), workspace_,

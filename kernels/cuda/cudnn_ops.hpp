@@ -89,6 +89,7 @@ class ConvPlan {
   cudnnConvolutionStruct* conv_desc_ = nullptr;
   // cuDNN's algorithm enums, kept as int so this header needs no cuDNN header.
   int fwd_algo_ = 0, bwd_data_algo_ = 0, bwd_filter_algo_ = 0;
+  int fwd_math_ = 0, bwd_data_math_ = 0, bwd_filter_math_ = 0;  // cudnnMathType_t of each choice
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
 };

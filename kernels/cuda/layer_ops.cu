@@ -68,6 +68,12 @@ __global__ void to_bf16_kernel(const float* __restrict__ x, uint16_t* __restrict
     y[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
 }
 
+__global__ void round_to_bf16_kernel(const float* x, float* y, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    y[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+}
+
 __global__ void from_bf16_kernel(const uint16_t* __restrict__ x, float* __restrict__ y, int64_t n,
                                  bool accumulate) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -174,6 +180,13 @@ void to_bf16(const float* x, uint16_t* y, size_t n, Stream stream) {
   const auto count = static_cast<int64_t>(n);
   to_bf16_kernel<<<detail::grid_blocks(count, kThreads), kThreads, 0, stream>>>(x, y, count);
   MGT_CUDA_CHECK_LAUNCH("to_bf16");
+}
+
+void round_to_bf16(const float* x, float* y, size_t n, Stream stream) {
+  if (n == 0) return;
+  const auto count = static_cast<int64_t>(n);
+  round_to_bf16_kernel<<<detail::grid_blocks(count, kThreads), kThreads, 0, stream>>>(x, y, count);
+  MGT_CUDA_CHECK_LAUNCH("round_to_bf16");
 }
 
 void from_bf16(const uint16_t* x, float* y, size_t n, bool accumulate, Stream stream) {

@@ -40,6 +40,8 @@ void flag_nonfinite(const float* x, size_t n, int32_t* flag, Stream stream = nul
 // y = x rounded to bfloat16 (to nearest, ties to even), as raw 16-bit patterns: the operands of
 // bf16 mixed precision; kernels::to_bf16 gives the same bits on the CPU.
 void to_bf16(const float* x, uint16_t* y, size_t n, Stream stream = nullptr);
+// y = x rounded to bf16 and widened back (y may be x): kernels::round_to_bf16 on the GPU.
+void round_to_bf16(const float* x, float* y, size_t n, Stream stream = nullptr);
 // y (+)= x widened from bf16 (exactly): a bf16 result back into FP32, or added to an FP32 sum.
 void from_bf16(const uint16_t* x, float* y, size_t n, bool accumulate, Stream stream = nullptr);
 // y[b, c, :] = x[b, c, :] widened from bf16, + bias[c] in FP32 (bias may be null): a bf16

@@ -198,6 +198,8 @@ TEST_F(GpuCudnnOps, Bf16ConvolutionMatchesTheCpuEmulation) {
 
     auto gpu_conv = gpu->make_conv(s, c.batch, /*bf16=*/true);
     DeviceBuffer<float> d_x(x), d_w(w), d_bias(bias), d_dy(dy), d_y(ny), d_dx(nx), d_dw(dw0), d_db(db0);
+    // Those uploads ran on the legacy stream, which the backend's compute stream does not wait for.
+    mgt::cuda::synchronize();
     gpu_conv->forward(d_x.data(), d_w.data(), d_bias.data(), d_y.data());
     gpu_conv->backward_data(d_dy.data(), d_w.data(), d_dx.data());
     gpu_conv->backward_weights(d_x.data(), d_dy.data(), d_dw.data(), d_db.data());

@@ -103,6 +103,11 @@ int main(int argc, char** argv) {
   part->allreduce_sum(one.data, 1);
   check(one.host()[0] == static_cast<float>((size + 1 - rank % 2) / 2), "allreduce_sum within a split part", rank);
   check(part->backend().find("staged") != std::string::npos, "a split part is staged too", rank);
+  if (part->size() == 1) {  // np=2: one rank per part, whose collectives stay on the device
+    BackendBuffer<int> solo(*backend, {rank}), solo_out(*backend, {-1});
+    part->allgather(solo.data, solo_out.data, sizeof(int));
+    check(solo_out.host()[0] == rank, "allgather at one rank copies", rank);
+  }
 
   const int64_t before = comm->collective_count();
   comm->barrier();

@@ -166,7 +166,7 @@ for model in mlp cnn; do
   theirs=$(grep '^{' "$out/pytorch-$model.log" | tail -1 | sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p')
   grep '^{' "$out/bench-$model.log" "$out/pytorch-$model.log" | sed 's/^/  /'
   awk -v m="$model" -v a="${ours:-0}" -v b="${theirs:-0}" \
-    'BEGIN { printf "  %s: mgtrain %.0f, PyTorch %.0f samples/s: %.2fx\n", m, a, b, b > 0 ? a / b : 0 }'
+    'BEGIN { printf "  %s: mgtrain %.0f, PyTorch %.0f samples/s: %.2fx\n", m, a, b, (b > 0 ? a / b : 0) }'
 done
 
 echo "== where the time goes (diagnostics, no target): MLP without CUDA graphs; MLP and CNN at batch 1024"

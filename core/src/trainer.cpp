@@ -321,7 +321,8 @@ class Trainer {
 
   // Whether the GPU path can run this model and optimizer (it runs every sync strategy). When it
   // cannot, asking for it (train.device = gpu or compiled-cpu) is an error; with auto the job
-  // trains on the CPU and says why. The answer depends on the config alone, so every rank gives the same.
+  // trains on the CPU and says why. The answer depends on the config alone, so every rank gives
+  // the same.
   bool compilable() {
     try {
       check_compilable(*model_, *optimizer_, choice_.model, choice_.optimizer);

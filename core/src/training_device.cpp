@@ -140,8 +140,8 @@ void TrainingDevice::connect(Communicator& comm) {
     int64_t shared = shares_gpu_ ? 1 : 0;
     comm.allreduce_max(&shared, 1);
     if (comm.size() == 1) {
-      // One rank reduces with nobody: NCCL's set-up would buy nothing (the strategies skip their
-      // collectives at one rank). Any collective there would go through host memory.
+      // One rank reduces with nobody: NCCL's set-up would buy nothing. The staged communicator's
+      // collectives at one rank leave the data as it is, on the device.
       device_comm_owned_ = make_staged_communicator(comm, backend());
     } else if (shared != 0) {
       device_comm_owned_ = make_staged_communicator(comm, backend());

@@ -167,6 +167,8 @@ CompiledStep::CompiledStep(Backend& backend, const SequentialModel& model, Devic
             "compiled step: the host sync store's layout differs from the device's");
   // The host strategy runs between the kernels, which a recording cannot hold.
   if (options.host_sync) options_.record = false;
+  MGT_CHECK(options.pipeline_depth == 1 || options.pipeline_depth == 2, Error,
+            "compiled step: pipeline depth " + std::to_string(options.pipeline_depth) + ", expected 1 or 2");
   p.sample_numel = shape_numel(options.sample_shape);
   Shape in_shape = {options.pass_rows};
   in_shape.insert(in_shape.end(), options.sample_shape.begin(), options.sample_shape.end());
@@ -264,7 +266,11 @@ CompiledStep::~CompiledStep() {
   // Nothing may still run on buffers about to be freed; an error here was already reported. A
   // failing run does not wait out another deadline (freeing the memory waits for the device).
   try {
-    if (in_flight_ && std::uncaught_exceptions() == 0) backend_.wait_done(static_cast<int>((submitted_ - 1) % 2), options_.timeout_s, in_flight_step_ + 1);
+    if (std::uncaught_exceptions() == 0)
+      for (int64_t k = collected_; k < submitted_; ++k) {
+        const int slot = static_cast<int>(k % 2);
+        backend_.wait_done(slot, options_.timeout_s, slot_step_[slot] + 1);
+      }
   } catch (...) {
   }
 }
@@ -274,7 +280,7 @@ int64_t CompiledStep::step_rows() const {
 }
 
 void CompiledStep::upload_state(const ParameterStore& host) {
-  finish();
+  MGT_CHECK(collected_ == submitted_, Error, "compiled step: upload_state with steps in flight");
   const size_t bytes = host.flat_size() * sizeof(float);
   backend_.upload(params_.params, host.params_data(), bytes);
   auto buffers = optimizer_.state_buffers();
@@ -282,14 +288,13 @@ void CompiledStep::upload_state(const ParameterStore& host) {
   applied_ = optimizer_.step_count();
 }
 
-StepFigures CompiledStep::download_state(ParameterStore& host) {
-  const StepFigures last = finish();
+void CompiledStep::download_state(ParameterStore& host) {
+  MGT_CHECK(collected_ == submitted_, Error, "compiled step: download_state with steps in flight");
   const size_t bytes = host.flat_size() * sizeof(float);
   backend_.download(host.params_data(), params_.params, bytes);
   auto buffers = optimizer_.state_buffers();
   for (size_t i = 0; i < buffers.size(); ++i) backend_.download(buffers[i].data, program_->state[i], bytes);
   optimizer_.set_step_count(applied_);
-  return last;
 }
 
 StepFigures CompiledStep::begin(const float* x, const int32_t* y) {
@@ -297,24 +302,27 @@ StepFigures CompiledStep::begin(const float* x, const int32_t* y) {
   const int slot = static_cast<int>(submitted_ % 2);
   const int64_t rows = step_rows();
   kernels::check_labels(y, rows, options_.classes);
-  // The slot's device buffers were last read by the step before the one in flight, which has
-  // finished. The copy runs beside the step in flight; the caller's rows (pinned prefetch slots on
-  // a GPU) may be reused once this returns.
+  // The slot's buffers (staged rows, pinned scalars, masks and totals) were last used by the step
+  // two back, which must have finished: with depth 2 it is waited for here, with depth 1 it was
+  // waited for by the previous begin(). The copy runs beside the step in flight; the caller's rows
+  // (pinned prefetch slots on a GPU) may be reused once this returns.
+  StepFigures done;
+  if (options_.pipeline_depth == 2 && submitted_ - collected_ == 2) done = finish();
   backend_.stage(slot, p.x[slot], x, static_cast<size_t>(rows * p.sample_numel) * sizeof(float));
   backend_.stage(slot, p.y[slot], y, static_cast<size_t>(rows) * sizeof(int32_t));
   staged_ = true;
-  const StepFigures previous = finish();
+  if (options_.pipeline_depth == 1) done = finish();
   backend_.wait_staged(slot);
-  return previous;
+  return done;
 }
 
 StepFigures CompiledStep::collect(int slot) {
-  backend_.wait_done(slot, options_.timeout_s, in_flight_step_ + 1, options_.check_peers);
-  in_flight_ = false;
+  backend_.wait_done(slot, options_.timeout_s, slot_step_[slot] + 1, options_.check_peers);
+  ++collected_;
   const StepTotals& t = *program_->pinned_totals[slot];
   StepFigures f;
   f.valid = true;
-  f.step = in_flight_step_;
+  f.step = slot_step_[slot];
   f.loss_sum = t.loss_sum;
   f.correct = t.correct;
   f.nonfinite = t.nonfinite != 0;
@@ -323,13 +331,14 @@ StepFigures CompiledStep::collect(int slot) {
 }
 
 StepFigures CompiledStep::finish() {
-  if (!in_flight_) return {};
-  return collect(static_cast<int>((submitted_ - 1) % 2));
+  if (collected_ == submitted_) return {};
+  return collect(static_cast<int>(collected_ % 2));
 }
 
 void CompiledStep::launch(int64_t step, double lr) {
   Program& p = *program_;
-  MGT_CHECK(staged_ && !in_flight_, Error, "compiled step: launch without begin");
+  MGT_CHECK(staged_ && submitted_ - collected_ < options_.pipeline_depth, Error,
+            "compiled step: launch without begin");
   const int slot = static_cast<int>(submitted_ % 2);
   UpdateScalars& s = *p.pinned_scalars[slot];
   if (p.rule.kind == UpdateRule::Kind::sgd) {
@@ -371,10 +380,9 @@ void CompiledStep::launch(int64_t step, double lr) {
   else if (!enqueue_program(slot))
     --applied_;  // the host sync strategy updated the parameters; the optimizer here did not
   backend_.mark_done(slot);
+  slot_step_[slot] = step;
   ++submitted_;
-  in_flight_ = true;
   staged_ = false;
-  in_flight_step_ = step;
 }
 
 // Records slot `slot`'s step for replay. On an error the recording is ended (the stream stays

@@ -5,9 +5,11 @@
 // backend memory. It runs once per step, or, where the backend can record (a CUDA graph), is
 // recorded once per input slot and replayed, so a step costs one launch on the host.
 //
-// Steps are pipelined by one: begin() copies the next batch to the device on the copy stream while
-// the previous step still runs, then waits for that step and returns its figures; launch() starts
-// the new one.
+// Steps are pipelined: begin() copies the next batch to the device on the copy stream while the
+// previous step still runs. With a pipeline depth of 1 it then waits for that step and returns its
+// figures, and launch() starts the new one on an idle device. With 2 it waits only for the step
+// before that, so launch() queues the new step behind the running one and the device does not
+// wait for the host between steps.
 //
 // A sync strategy that works on host memory only (a parameter server, the deterministic reduction)
 // runs as on the CPU path, on the host store (CompiledStepOptions::host_sync): each micro-batch's
@@ -80,6 +82,10 @@ struct CompiledStepOptions {
   bool record = true;              // record each slot's step once and replay it (gpu.cuda_graphs)
   bool bf16 = false;               // linear layers' GEMMs on bfloat16 operands (gpu.precision)
   int64_t eager_steps = 2;         // steps run before recording: libraries set up lazily
+  // Steps in flight at once, 1 or 2. With 2 a step's update scalars are set before the step ahead
+  // of it is known to have applied its update, assuming it did: exact unless a step skips its
+  // update for a non-finite gradient, so 2 is for runs that stop there (train.nonfinite = abort).
+  int64_t pipeline_depth = 1;
   uint64_t seed = 0;               // train.seed: dropout masks
   int64_t first_sample = 0;        // this rank's first row in the global batch: dropout masks
   double timeout_s = 300.0;        // the longest wait for a step (comm.timeout_s)
@@ -117,19 +123,20 @@ class CompiledStep {
 
   // Host store parameters and the optimizer's state buffers and step count, to the backend.
   void upload_state(const ParameterStore& host);
-  // The backend's, to the host store and the optimizer (for a checkpoint or evaluation): waits
-  // for the step in flight first, whose figures are then returned.
-  StepFigures download_state(ParameterStore& host);
+  // The backend's, to the host store and the optimizer (for a checkpoint or evaluation). No step may
+  // be in flight (finish() until none is).
+  void download_state(ParameterStore& host);
 
   // Rows per step: accumulation x passes x pass_rows.
   int64_t step_rows() const;
   // Stages a step's rows (x: step_rows() samples, y: their labels, checked to be in range; best in
-  // pinned memory on a GPU), waits for the step in flight and returns its figures. x and y may be
-  // reused once it returns.
+  // pinned memory on a GPU); waits until fewer than pipeline_depth steps are in flight and returns
+  // the figures of the one it waited for (valid = false when none). x and y may be reused once it
+  // returns.
   StepFigures begin(const float* x, const int32_t* y);
   // Starts the staged step with learning rate `lr`.
   void launch(int64_t step, double lr);
-  // Waits for the step in flight; its figures (valid = false when there is none).
+  // Waits for the oldest step in flight; its figures (valid = false when none is in flight).
   StepFigures finish();
 
  private:
@@ -148,11 +155,11 @@ class CompiledStep {
   DeviceParameters& params_;
   CompiledStepOptions options_;
   std::unique_ptr<Program> program_;
-  int64_t submitted_ = 0;   // steps launched
-  bool in_flight_ = false;
+  int64_t submitted_ = 0;   // steps launched; step k ran in slot k % 2
+  int64_t collected_ = 0;   // steps whose figures were collected, in launch order
   bool staged_ = false;
-  int64_t in_flight_step_ = 0;
-  int64_t applied_ = 0;     // optimizer updates counted so far (optimistically for the step in flight)
+  int64_t slot_step_[2] = {};  // the global step index of each slot's latest launch
+  int64_t applied_ = 0;     // optimizer updates counted so far (optimistically for the steps in flight)
 };
 
 }  // namespace mgt

@@ -347,6 +347,10 @@ class Trainer {
     o.seed = seed_;
     o.first_sample = sync_->train_rank(comm_) * reader_->local_batch();
     o.rank = comm_.rank();
+    // Two steps in flight keep the GPU from waiting for the host between steps. The update of the
+    // second is then set before the first is known to have applied its own, exact unless a step is
+    // skipped: so not with train.nonfinite = skip.
+    o.pipeline_depth = config_.get_string("train.nonfinite") == "skip" ? 1 : 2;
     if (!sync_->reduces_device_memory()) o.host_sync = &store_;
     compiled_ = &device_->compile(dynamic_cast<const SequentialModel&>(*model_), *optimizer_, *sync_, o);
   }
@@ -539,7 +543,7 @@ class Trainer {
       meta_.epoch = batch.epoch + (batch.batch_in_epoch + 1 == per_epoch_ ? 1 : 0);
       meta_.batch_in_epoch = (batch.batch_in_epoch + 1) % per_epoch_;
       if (step % log_every_ == 0 || step == total_steps_) {
-        if (compiled_) absorb(compiled_->finish());
+        if (compiled_) finish_compiled_steps();
         log_interval(step, batch.epoch);
       }
       if (progress_) progress_->step(step, batch.epoch);
@@ -548,7 +552,10 @@ class Trainer {
         break;
       }
       if (options_.write_checkpoints && checkpoint_every > 0 && step % checkpoint_every == 0 && step < total_steps_) {
-        if (compiled_) absorb(compiled_->download_state(store_));
+        if (compiled_) {
+          finish_compiled_steps();
+          compiled_->download_state(store_);
+        }
         if (leader_) {
           result_.checkpoint = write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(),
                                                 config_.get_int("checkpoint.keep"));
@@ -562,7 +569,10 @@ class Trainer {
       }
     }
     // The device's parameters and optimizer state, for the final checkpoint and the test set.
-    if (compiled_) absorb(compiled_->download_state(store_));
+    if (compiled_) {
+      finish_compiled_steps();
+      compiled_->download_state(store_);
+    }
     if (progress_) progress_->finish();
     if (stopped && leader_)
       log_ << "stopped by signal " << stop_signal() << " at step " << step
@@ -651,6 +661,11 @@ class Trainer {
     fault::at(fault::Phase::forward, step + 1);
     compiled_->launch(step, schedule_->at(step));
     phases_.compute += seconds_since(t);
+  }
+
+  // Waits for every compiled step in flight, taking its figures.
+  void finish_compiled_steps() {
+    for (StepFigures f = compiled_->finish(); f.valid; f = compiled_->finish()) absorb(f);
   }
 
   // A finished compiled step's figures into the interval; its non-finite gradient as the CPU path

@@ -236,9 +236,10 @@ class CudaBackend final : public kernels::Backend {
                       timeout_s);
         throw CommError("step " + std::to_string(step) + " on " + name_ + text);
       }
-      // A step of a small model takes about 100 us on the GPU, and the next one is launched only
-      // once this returns: sleeping here, even for 5 us, costs the timer slack (about 50 us) of
-      // GPU time per step. So spin for the first milliseconds, as cudaEventSynchronize does.
+      // A step of a small model takes about 100 us on the GPU, and with one step in flight the
+      // next is launched only once this returns: sleeping here, even for 5 us, costs the timer
+      // slack (about 50 us) of GPU time per step. So spin for the first milliseconds, as
+      // cudaEventSynchronize does.
       if (waited < 0.005)
         std::this_thread::yield();
       else

@@ -365,6 +365,10 @@ void CompiledStep::launch(int64_t step, double lr) {
   backend_.after_staged(slot);
   if (!p.recorded[slot] && options_.record && backend_.can_record() && submitted_ >= options_.eager_steps) {
     try {
+      // Recorded on an idle stream, as with one step in flight: the step ahead is waited for
+      // (twice a run), its figures left for finish() to collect.
+      for (int64_t k = collected_; k < submitted_; ++k)
+        backend_.wait_done(static_cast<int>(k % 2), options_.timeout_s, slot_step_[k % 2] + 1, options_.check_peers);
       record(slot);
     } catch (const CudaError& e) {
       // A library call that cannot be captured need not end the run: the step runs as it is.

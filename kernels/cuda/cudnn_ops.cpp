@@ -48,10 +48,10 @@ bool tensor_op_math(cudnnMathType_t math) {
 // succeeded, is deterministic by cuDNN's word and by its documentation (`nondeterministic` lists
 // the algorithms the reproducibility notes name as using atomics), uses no tensor-op math unless
 // `tensor_ops` (bf16: tensor cores are the point; FP32: they would round to TF32) and whose
-// workspace, as `workspace_size` reports it for this shape, is within the limit.
-// cuDNN ranks pairs of algorithm and math type; with tensor_ops the pair's math type is set on
-// `desc` before its workspace is asked for, and returned in *math, to be set again before the
-// algorithm runs (the plan's directions share the descriptor).
+// workspace, as `workspace_size` reports it for this shape, is within the limit. cuDNN ranks
+// pairs of algorithm and math type: with tensor_ops the pair's math type is set on `desc` before
+// its workspace is asked for, and returned in *math, to be set again before the algorithm runs
+// (the plan's directions share the descriptor).
 template <typename Perf, typename Algo, typename WorkspaceSize>
 Algo choose_algorithm(const std::vector<Perf>& ranked, int returned,
                       std::initializer_list<Algo> nondeterministic, bool tensor_ops, cudnnConvolutionDescriptor_t desc,
@@ -153,6 +153,8 @@ ConvPlan::ConvPlan(CudnnHandle& cudnn, const kernels::Conv2dShape& shape, int64_
       int count = 0, returned = 0;
       MGT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &count));
       std::vector<cudnnConvolutionFwdAlgoPerf_t> ranked(static_cast<size_t>(std::max(count, 1)));
+      // Each direction's ranking starts from tensor-op math (the previous choice set its own).
+      if (bf16) MGT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_, CUDNN_TENSOR_OP_MATH));
       MGT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x_desc_, w_desc_, conv_desc_,
                                                              y_desc_, count, &returned,
                                                              ranked.data()));
@@ -168,6 +170,7 @@ ConvPlan::ConvPlan(CudnnHandle& cudnn, const kernels::Conv2dShape& shape, int64_
       int count = 0, returned = 0;
       MGT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &count));
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> ranked(static_cast<size_t>(std::max(count, 1)));
+      if (bf16) MGT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_, CUDNN_TENSOR_OP_MATH));
       MGT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_desc_, y_desc_, conv_desc_,
                                                                   x_desc_, count, &returned,
                                                                   ranked.data()));
@@ -184,6 +187,7 @@ ConvPlan::ConvPlan(CudnnHandle& cudnn, const kernels::Conv2dShape& shape, int64_
       MGT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &count));
       std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> ranked(
           static_cast<size_t>(std::max(count, 1)));
+      if (bf16) MGT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_, CUDNN_TENSOR_OP_MATH));
       MGT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_desc_, y_desc_,
                                                                     conv_desc_, w_desc_, count,
                                                                     &returned, ranked.data()));

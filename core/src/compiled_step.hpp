@@ -80,7 +80,7 @@ struct CompiledStepOptions {
   int64_t accumulation = 1;        // the sync strategy's micro-batches per step
   float grad_scale = 0.0f;         // 1 / global batch
   bool record = true;              // record each slot's step once and replay it (gpu.cuda_graphs)
-  bool bf16 = false;               // linear layers' GEMMs on bfloat16 operands (gpu.precision)
+  bool bf16 = false;               // GEMMs and convolutions on bfloat16 operands (gpu.precision)
   int64_t eager_steps = 2;         // steps run before recording: libraries set up lazily
   // Steps in flight at once, 1 or 2. With 2 a step's update scalars are set before the step ahead
   // of it is known to have applied its update, assuming it did: exact unless a step skips its

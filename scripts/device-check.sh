@@ -17,6 +17,15 @@ archive_dir=${OUT:-$PWD/device-check-out}
 mkdir -p "$archive_dir"
 [[ -f $bundle ]] || { echo "no bundle $bundle: run scripts/pack-device-libs.sh on the build machine" >&2; exit 1; }
 work=$(mktemp -d)
+# The logs go into the archive however the script ends: a run cut short by the caller's time limit
+# (SIGTERM) still brings back what it logged so far.
+archive() {
+  [[ -d $work ]] || return 0
+  tar -czf "$archive_dir/device-check-logs.tar.gz" -C "$work" logs 2>/dev/null
+  rm -rf "$work"
+}
+trap archive EXIT
+trap 'echo "device check cut short (SIGTERM): logs so far in $archive_dir/device-check-logs.tar.gz"; exit 143' TERM
 out=$work/logs
 mkdir -p "$out"
 tar -xJf "$bundle" -C "$work" || exit 1
@@ -200,8 +209,7 @@ MGTRAIN_TEST_DEVICE_MEMORY_MB=80 mgt 300 train --config "$work/mlp.ini" --train.
 grep -E 'warning.*gpu.on_oom|^\{' "$out/oom-halve.log" | sed 's/^/  /'
 grep -q 'running it as 2 passes of 4096 rows' "$out/oom-halve.log" || fail "the micro-batch was not halved to 4096 rows"
 
-tar -czf "$archive_dir/device-check-logs.tar.gz" -C "$work" logs
-rm -rf "$work"
+archive
 echo "== summary (logs: $archive_dir/device-check-logs.tar.gz)"
 if [[ ${#failures[@]} -eq 0 ]]; then
   echo "device check PASSED"

@@ -26,8 +26,24 @@ std::string local_ranks(const std::vector<int>& ranks) {
 
 }  // namespace
 
+NodePlace training_place(const std::vector<int>& nodes, const std::vector<bool>& trains, int rank) {
+  MGT_CHECK(nodes.size() == trains.size() && rank >= 0 && static_cast<size_t>(rank) < nodes.size(), Error,
+            "training_place: rank " + std::to_string(rank) + " of " + std::to_string(nodes.size()) + " ranks");
+  NodePlace place;
+  for (size_t r = 0; r < nodes.size(); ++r) {
+    if (nodes[r] != nodes[static_cast<size_t>(rank)]) continue;
+    if (!trains[r]) {
+      ++place.serving;
+      continue;
+    }
+    if (static_cast<int>(r) == rank) place.index = place.count;
+    ++place.count;
+  }
+  return place;
+}
+
 GpuChoice choose_gpu(int rank, int local_rank, int local_size, int node, const std::string& host,
-                     int visible_gpus, bool allow_shared) {
+                     int visible_gpus, bool allow_shared, int serving_on_node) {
   if (local_size < 1 || local_rank < 0 || local_rank >= local_size || visible_gpus < 0)
     throw Error("choosing a GPU for rank " + std::to_string(rank) + ": local rank " +
                 std::to_string(local_rank) + " of " + std::to_string(local_size) + " with " +
@@ -43,8 +59,11 @@ GpuChoice choose_gpu(int rank, int local_rank, int local_size, int node, const s
   for (int other = choice.device; other < local_size; other += visible_gpus)
     if (other != local_rank) with.push_back(other);
 
-  const std::string where = plural(local_size, "rank") + " on node " + std::to_string(node) +
-                            " (host " + host + ") but " + plural(visible_gpus, "visible GPU") + ": ";
+  const std::string ranks = serving_on_node > 0 ? plural(local_size, "training rank") + " (and " +
+                                                      std::to_string(serving_on_node) + " serving, without a GPU)"
+                                                : plural(local_size, "rank");
+  const std::string where = ranks + " on node " + std::to_string(node) + " (host " + host + ") but " +
+                            plural(visible_gpus, "visible GPU") + ": ";
   const std::string who =
       "rank " + std::to_string(rank) + " (local rank " + std::to_string(local_rank) + ")";
   if (allow_shared) {
@@ -68,8 +87,10 @@ GpuChoice choose_gpu(int rank, int local_rank, int local_size, int node, const s
            local_ranks(on_gpu0) + " would share GPU 0";
   }
   const std::string gpus = std::to_string(visible_gpus);
-  throw ConfigError(where + what + "; use one rank per GPU (mpirun -np " + gpus +
-                    ", or --map-by ppr:" + gpus + ":node across nodes) or set gpu.allow_shared = true");
+  const std::string per_node = std::to_string(visible_gpus + serving_on_node);
+  throw ConfigError(where + what + "; use one " + (serving_on_node > 0 ? "training " : "") +
+                    "rank per GPU (mpirun -np " + per_node +
+                    ", or --map-by ppr:" + per_node + ":node across nodes) or set gpu.allow_shared = true");
 }
 
 std::string busy_gpu_line(int device, const std::string& name, const std::string& pci_bus_id,

@@ -238,17 +238,17 @@ class Trainer {
     choose_device();
   }
 
-  // Where this rank trains (train.device): every rank the same kind, each GPU bound and opened.
-  // The communicator between the devices comes with the sync strategy (build).
+  // Where this rank trains (train.device): every rank the same kind. Each GPU is bound and opened
+  // once the sync strategy has said which ranks train, and the communicator between the GPUs comes
+  // with it (build).
   void choose_device() {
     agree(comm_, [&] { device_ = std::make_unique<TrainingDevice>(comm_, config_); });
-    if (!device_->warning().empty())
-      std::fprintf(stderr, "mgtrain: warning: [rank %d] %s\n", comm_.rank(), device_->warning().c_str());
   }
 
   // 2. Model, optimizer, sync, parameters, data. Everything that reads input is checked here,
   //    before any rank takes a step.
   void build() {
+    bool device_sync = false;  // the sync strategy works on the GPU's memory, through NCCL
     agree(comm_, [&] {
       model_ = registry_.create_model(choice_.model, config_);
       optimizer_ = registry_.create_optimizer(choice_.optimizer, config_);
@@ -257,23 +257,26 @@ class Trainer {
       store_.finalize();
       store_.initialize(seed_);
       if (device_->compiled() && !compilable()) device_->fall_back_to_cpu();
+      device_sync = device_->compiled() && sync_->reduces_device_memory();
+      // The CPU path, or a strategy that works on host memory: set up on the host store, over MPI
+      // (local: roles and buffers, no communication yet), before any GPU is bound, since its roles
+      // say which ranks train. The compiled step hands it each micro-batch's gradients.
+      if (!device_sync) sync_->setup(comm_, store_);
     });
-    // The same answers on every rank (they depend on the config alone), so either all ranks enter
-    // NCCL's set-up together or none does.
-    const bool device_sync = device_->compiled() && sync_->reduces_device_memory();
+    // Each training rank's GPU, bound among the training ranks of its node (a serving rank runs
+    // the optimizer on its shard on the CPU and gets none); then NCCL between the GPUs for a
+    // strategy that reduces device memory. The answers depend on the config alone, so every rank
+    // enters these collectives together or none does.
+    agree(comm_, [&] { device_->open(comm_, device_sync || sync_->trains()); });
+    if (!device_->warning().empty())
+      std::fprintf(stderr, "mgtrain: warning: [rank %d] %s\n", comm_.rank(), device_->warning().c_str());
     if (device_sync) agree(comm_, [&] { device_->connect(comm_); });
     agree(comm_, [&] {
       if (device_sync) {
         // The sync strategy works on the device's copy of the parameters, through its communicator.
         sync_->setup(device_->communicator(), device_->parameters(store_).store);
-      } else {
-        // The CPU path, or a strategy that works on host memory: on the host store, over MPI
-        // (local: roles and buffers, no communication yet). The compiled step hands it each
-        // micro-batch's gradients.
-        sync_->setup(comm_, store_);
-        // A serving rank runs the optimizer on its shard on the CPU; its GPU goes back.
-        if (device_->compiled() && !sync_->trains()) device_->fall_back_to_cpu();
-        if (device_->compiled()) device_->parameters(store_);
+      } else if (device_->compiled()) {
+        device_->parameters(store_);
       }
       optimizer_->setup(sync_->trains() ? store_.flat_size() : sync_->serve_size());
       accum_ = sync_->accumulation_steps();

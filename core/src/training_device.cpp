@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <vector>
 
 #include "gpu_binding.hpp"
 #include "staged_communicator.hpp"
@@ -81,18 +82,41 @@ TrainingDevice::TrainingDevice(Communicator& comm, const Config& config) : confi
     return;  // auto: the CPU on every rank
   }
   kind_ = DeviceKind::gpu;
-  const GpuChoice choice = choose_gpu(rank_, comm.local_rank(), comm.local_size(), comm.node(), host_name(),
-                                      visible, config.get_bool("gpu.allow_shared"));
-  warning_ = choice.warning;
-  shares_gpu_ = !choice.warning.empty();
-  gpu_ = open_gpu_runtime(choice.device);
-  const GpuDeviceInfo& info = gpu_->device();
-  if (info.used_by_others_mb >= 0) {
-    const std::string busy = busy_gpu_line(info.index, info.name, info.pci_bus_id, info.used_by_others_mb,
-                                           info.total_mb, /*threshold_mb=*/1024.0);
-    if (!busy.empty()) warning_ += (warning_.empty() ? "" : "; ") + busy;
+  visible_ = visible;
+}
+
+void TrainingDevice::open(Communicator& comm, bool trains) {
+  if (kind_ == DeviceKind::gpu) {
+    // Every rank's node and role: a rank's GPU follows its place among the training ranks of its
+    // node, since serving ranks need none.
+    const int32_t mine[2] = {comm.node(), trains ? 1 : 0};
+    std::vector<int32_t> all(2 * static_cast<size_t>(comm.size()));
+    comm.allgather(mine, all.data(), sizeof mine);
+    if (trains) {
+      std::vector<int> nodes;
+      std::vector<bool> training;
+      for (size_t r = 0; r < all.size(); r += 2) {
+        nodes.push_back(all[r]);
+        training.push_back(all[r + 1] != 0);
+      }
+      const NodePlace place = training_place(nodes, training, rank_);
+      const GpuChoice choice = choose_gpu(rank_, place.index, place.count, comm.node(), host_name(), visible_,
+                                          config_.get_bool("gpu.allow_shared"), place.serving);
+      warning_ = choice.warning;
+      shares_gpu_ = !choice.warning.empty();
+      gpu_ = open_gpu_runtime(choice.device);
+      const GpuDeviceInfo& info = gpu_->device();
+      if (info.used_by_others_mb >= 0) {
+        const std::string busy = busy_gpu_line(info.index, info.name, info.pci_bus_id, info.used_by_others_mb,
+                                               info.total_mb, /*threshold_mb=*/1024.0);
+        if (!busy.empty()) warning_ += (warning_.empty() ? "" : "; ") + busy;
+      }
+      monitor_ = std::make_unique<GpuMonitor>(info.pci_bus_id, config_.get_real("metrics.gpu_sample_s"));
+      return;
+    }
   }
-  monitor_ = std::make_unique<GpuMonitor>(info.pci_bus_id, config.get_real("metrics.gpu_sample_s"));
+  // A serving rank runs the optimizer on its shard on the CPU.
+  if (!trains) fall_back_to_cpu();
 }
 
 TrainingDevice::~TrainingDevice() {

@@ -20,14 +20,19 @@ const char* device_kind_name(DeviceKind kind);
 class TrainingDevice {
  public:
   // Collective over `comm`: resolves train.device the same way on every rank (auto: gpu only when
-  // every rank sees a GPU), binds this rank's GPU and opens it. Throws ConfigError naming the rank
-  // when a rank cannot have what was asked for.
+  // every rank sees a GPU). Throws ConfigError naming the rank when a rank cannot have what was
+  // asked for. No GPU is opened yet: open() does.
   TrainingDevice(Communicator& comm, const Config& config);
+  // Collective over `comm` when the kind is gpu: binds this rank's GPU from its place among the
+  // training ranks of its node (a serving rank, trains = false, gets none and trains nothing: the
+  // CPU path from here on) and opens it. Throws ConfigError when a node has more training ranks
+  // than GPUs and gpu.allow_shared is false.
+  void open(Communicator& comm, bool trains);
   ~TrainingDevice();
 
   DeviceKind kind() const { return kind_; }
   bool compiled() const { return kind_ != DeviceKind::cpu; }
-  // "GPU 0 (NVIDIA H200, 00000000:1A:00.0)", "cpu"; and a warning to print, or "".
+  // "GPU 0 (NVIDIA H200, 00000000:1A:00.0)", "cpu"; and a warning to print (after open), or "".
   std::string describe() const;
   const std::string& warning() const { return warning_; }
 
@@ -61,6 +66,7 @@ class TrainingDevice {
   DeviceKind kind_ = DeviceKind::cpu;
   const Config& config_;
   int rank_ = 0;
+  int visible_ = 0;  // GPUs this process can use (gpu kind)
   std::string warning_;
   bool shares_gpu_ = false;  // gpu.allow_shared, and another rank of this node has the same GPU
   bool staged_ = false;      // some rank shares its GPU: collectives through host memory

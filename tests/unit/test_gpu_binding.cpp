@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "gpu_binding.hpp"
 #include "mgtrain/error.hpp"
@@ -95,6 +96,37 @@ TEST(GpuBinding, ImpossibleNodeLayoutsThrow) {
   EXPECT_THROW(choose_gpu(0, -1, 4, 0, "h", 4, false), Error);
   EXPECT_THROW(choose_gpu(0, 0, 0, 0, "h", 4, false), Error);
   EXPECT_THROW(choose_gpu(0, 0, 1, 0, "h", -1, false), Error);
+}
+
+// A parameter server's serving ranks need no GPU: the GPUs go to the training ranks of each node,
+// numbered among themselves.
+TEST(GpuBinding, ServingRanksLeaveTheGpusToTheTrainingRanks) {
+  // Two nodes of five ranks; rank 4 and rank 9 serve (the last ranks of a job, or any).
+  const std::vector<int> nodes = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1};
+  std::vector<bool> trains(10, true);
+  trains[4] = trains[9] = false;
+  for (int r = 0; r < 10; ++r) {
+    const mgt::NodePlace p = mgt::training_place(nodes, trains, r);
+    EXPECT_EQ(p.count, 4) << r;
+    EXPECT_EQ(p.serving, 1) << r;
+    EXPECT_EQ(p.index, trains[r] ? r % 5 : -1) << r;
+  }
+  // A server in the middle of a node: the training ranks after it move up.
+  trains.assign(10, true);
+  trains[1] = false;
+  EXPECT_EQ(mgt::training_place(nodes, trains, 2).index, 1);
+  EXPECT_EQ(mgt::training_place(nodes, trains, 0).index, 0);
+  EXPECT_EQ(mgt::training_place(nodes, trains, 7).index, 2);  // node 1 is untouched
+  EXPECT_THROW(mgt::training_place(nodes, trains, 10), Error);
+
+  // Eight GPUs, eight training ranks and one server on the node: each trainer has a GPU.
+  const GpuChoice c = choose_gpu(7, 7, 8, 0, "gpu01", 8, false, /*serving_on_node=*/1);
+  EXPECT_EQ(c.device, 7);
+  EXPECT_EQ(c.warning, "");
+  // Nine training ranks and a server: refused, counting the trainers, and the advice counts both.
+  const std::string m = config_error_of([] { choose_gpu(8, 8, 9, 0, "gpu01", 8, false, 1); });
+  EXPECT_NE(m.find("9 training ranks (and 1 serving, without a GPU) on node 0"), std::string::npos) << m;
+  EXPECT_NE(m.find("use one training rank per GPU (mpirun -np 9,"), std::string::npos) << m;
 }
 
 TEST(GpuBinding, BusyGpuLineAppearsOnlyOverTheThreshold) {

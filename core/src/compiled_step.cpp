@@ -266,11 +266,7 @@ CompiledStep::~CompiledStep() {
   // Nothing may still run on buffers about to be freed; an error here was already reported. A
   // failing run does not wait out another deadline (freeing the memory waits for the device).
   try {
-    if (std::uncaught_exceptions() == 0)
-      for (int64_t k = collected_; k < submitted_; ++k) {
-        const int slot = static_cast<int>(k % 2);
-        backend_.wait_done(slot, options_.timeout_s, slot_step_[slot] + 1);
-      }
+    if (std::uncaught_exceptions() == 0) wait_for_steps_in_flight({});
   } catch (...) {
   }
 }
@@ -330,6 +326,13 @@ StepFigures CompiledStep::collect(int slot) {
   return f;
 }
 
+void CompiledStep::wait_for_steps_in_flight(const std::function<void()>& check_peers) {
+  for (int64_t k = collected_; k < submitted_; ++k) {
+    const int slot = static_cast<int>(k % 2);
+    backend_.wait_done(slot, options_.timeout_s, slot_step_[slot] + 1, check_peers);
+  }
+}
+
 StepFigures CompiledStep::finish() {
   if (collected_ == submitted_) return {};
   return collect(static_cast<int>(collected_ % 2));
@@ -367,8 +370,7 @@ void CompiledStep::launch(int64_t step, double lr) {
     try {
       // Recorded on an idle stream, as with one step in flight: the step ahead is waited for
       // (twice a run), its figures left for finish() to collect.
-      for (int64_t k = collected_; k < submitted_; ++k)
-        backend_.wait_done(static_cast<int>(k % 2), options_.timeout_s, slot_step_[k % 2] + 1, options_.check_peers);
+      wait_for_steps_in_flight(options_.check_peers);
       record(slot);
     } catch (const CudaError& e) {
       // A library call that cannot be captured need not end the run: the step runs as it is.

@@ -148,6 +148,8 @@ class CompiledStep {
   void record(int slot);
   void draw_dropout_masks(int slot, int64_t step);
   StepFigures collect(int slot);
+  // Waits until no step runs, leaving their figures for finish() to collect.
+  void wait_for_steps_in_flight(const std::function<void()>& check_peers);
 
   kernels::Backend& backend_;
   Optimizer& optimizer_;

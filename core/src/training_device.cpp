@@ -163,13 +163,12 @@ void TrainingDevice::connect(Communicator& comm) {
     // ranks share one, every rank reduces through host memory instead.
     int64_t shared = shares_gpu_ ? 1 : 0;
     comm.allreduce_max(&shared, 1);
-    if (comm.size() == 1) {
-      // One rank reduces with nobody: NCCL's set-up would buy nothing. The staged communicator's
-      // collectives at one rank leave the data as it is, on the device.
+    if (comm.size() == 1 || shared != 0) {
+      // One rank reduces with nobody, so NCCL's set-up would buy nothing: the staged
+      // communicator's collectives at one rank leave the data on the device, and steps may still
+      // be recorded. Between ranks it goes through host memory, which a recording cannot hold.
       device_comm_owned_ = make_staged_communicator(comm, backend());
-    } else if (shared != 0) {
-      device_comm_owned_ = make_staged_communicator(comm, backend());
-      staged_ = true;
+      staged_ = comm.size() > 1;
     } else {
       device_comm_owned_ = gpu_->make_communicator(comm);
     }

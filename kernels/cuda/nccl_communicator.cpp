@@ -310,11 +310,7 @@ class NcclCommunicator final : public Communicator {
     ncclResult_t async = ncclSuccess;
     MGT_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
     if (async == ncclSuccess || async == ncclInProgress) return;
-    // Read before the abort frees the communicator.
-    const std::string message = "step " + std::to_string(step_) + " failed on rank " + std::to_string(rank()) +
-                                ": " + nccl_error_text(async, comm_);
-    ncclCommAbort(std::exchange(comm_, nullptr));
-    throw CommError(message);
+    abort_and_throw(failure_message("communication", async));
   }
 
   [[noreturn]] void abort(int exit_code) override {
@@ -368,14 +364,19 @@ class NcclCommunicator final : public Communicator {
       throw;
     }
     if (end == WaitEnd::done) return;
-    std::string message;
-    if (end == WaitEnd::timed_out) {
-      message = overdue_message(what, step_, timeout_s_, rank());
-    } else {
-      // Read before the abort frees the communicator.
-      message = what + " at step " + std::to_string(step_) + " failed on rank " +
-                std::to_string(rank()) + ": " + nccl_error_text(nccl_error, comm_);
-    }
+    abort_and_throw(end == WaitEnd::timed_out ? overdue_message(what, step_, timeout_s_, rank())
+                                              : failure_message(what, nccl_error));
+  }
+
+  // "<what> at step <step> failed on rank <rank>: <NCCL's reason>", read while the communicator
+  // still exists (the abort frees it).
+  std::string failure_message(const std::string& what, ncclResult_t status) const {
+    return what + " at step " + std::to_string(step_) + " failed on rank " + std::to_string(rank()) + ": " +
+           nccl_error_text(status, comm_);
+  }
+
+  // Aborts the NCCL communicator, so that peers blocked on this rank are released, and throws.
+  [[noreturn]] void abort_and_throw(const std::string& message) {
     ncclCommAbort(std::exchange(comm_, nullptr));
     throw CommError(message);
   }

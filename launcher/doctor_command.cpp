@@ -4,6 +4,8 @@
 // naming each problem that would spoil a run before it starts: more ranks on a node than GPUs,
 // versions that differ between ranks, a GPU already in use, CUDA that cannot use the GPUs a node
 // has. No GPU at all is the CPU fallback, not a problem; GPUs without peer access are a note.
+// Given the run's config (--config), it binds the GPUs as that run would: a parameter server's
+// serving ranks take none, so only the training ranks count against a node's GPUs.
 #include <boost/program_options.hpp>
 #include <mpi.h>
 #include <unistd.h>
@@ -20,11 +22,14 @@
 #include <string>
 #include <vector>
 
+#include "command_line_config.hpp"
 #include "commands.hpp"
+#include "gpu_binding.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/version.hpp"
 #include "mpi_communicator.hpp"
 #include "nvml.hpp"
+#include "trainer.hpp"
 
 #ifdef MGTRAIN_HAVE_CUDA
 #include "kernels/cpu/gemm.hpp"
@@ -55,7 +60,9 @@ struct RankReport {
   int32_t rank = 0, local_rank = 0, local_size = 0;
   int32_t built_with_cuda = 0;
   int32_t device_count = 0;  // CUDA devices this rank sees
-  int32_t device = -1;       // the one it would use, local_rank % device_count
+  int32_t serves = 0;        // 1: serves (a parameter server under --config): takes no GPU
+  int32_t training_index = 0;  // its place among its node's training ranks
+  int32_t device = -1;       // the one it would use, training_index % device_count
   int32_t nvml_gpus = -1;    // GPUs NVML sees on the node; -1: NVML not available
   int32_t driver = 0, runtime = 0, cudnn = 0, nccl = 0;  // CUDA's encodings; 0: unknown
   int32_t kernels_ok = 0;    // 1: a ReLU and an sgemm on the GPU matched the CPU; -1: they failed
@@ -127,11 +134,13 @@ void check_kernels() {
 #endif
 
 // Everything this rank can find out before any rank of the job creates a CUDA context.
-RankReport look_before_contexts(const Communicator& comm, const Nvml& nvml) {
+RankReport look_before_contexts(const Communicator& comm, const Nvml& nvml, const NodePlace& place) {
   RankReport r;
   r.rank = comm.rank();
   r.local_rank = comm.local_rank();
   r.local_size = comm.local_size();
+  r.serves = place.index < 0 ? 1 : 0;
+  r.training_index = std::max(place.index, 0);
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "unknown");
   set_text(r.host, host);
@@ -153,7 +162,8 @@ RankReport look_before_contexts(const Communicator& comm, const Nvml& nvml) {
     set_text(r.no_gpu_reason, why);
     return r;
   }
-  r.device = r.local_rank % r.device_count;
+  if (r.serves) return r;
+  r.device = r.training_index % r.device_count;
   try {
     const auto props = cuda::device_properties(r.device);
     set_text(r.gpu_name, props.name);
@@ -207,13 +217,14 @@ void simulate(RankReport& r) {
       try {
         if (key == "gpus") {
           r.device_count = std::stoi(value);
-          r.device = r.device_count > 0 ? r.local_rank % r.device_count : -1;
+          r.device = r.device_count > 0 && !r.serves ? r.training_index % r.device_count : -1;
+          r.no_gpu_reason[0] = '\0';
+          if (r.device < 0) continue;
           set_text(r.gpu_name, "test GPU");
           set_text(r.pci_bus_id, "00000000:0" + std::to_string(r.device % 10) + ":00.0");
           r.memory_total = static_cast<int64_t>(80 * kGiB);
           r.memory_from_nvml = 1;
           r.memory_used_before = std::max<int64_t>(r.memory_used_before, 0);
-          r.no_gpu_reason[0] = '\0';
         } else if (key == "p2p" || key == "nvlinks") {
           if (r.local_rank != 0) continue;
           r.node_gpus = std::min(r.device_count, kMaxNodeGpus);
@@ -337,9 +348,13 @@ Verdict judge(const std::vector<RankReport>& reports, double busy_gib) {
   // Ranks sharing a GPU. Grouped by PCI address, not CUDA's index: where each rank is given its
   // own GPU (CUDA_VISIBLE_DEVICES per rank, as Slurm does), every rank calls its GPU 0.
   std::vector<const RankReport*> with_gpu, without_gpu;
-  for (const auto& r : reports) (r.device >= 0 ? with_gpu : without_gpu).push_back(&r);
+  for (const auto& r : reports)
+    if (!r.serves) (r.device >= 0 ? with_gpu : without_gpu).push_back(&r);
   for (const auto& host : hosts) {
     const auto& ranks = by_host[host];
+    int serving = 0;
+    for (const auto* r : ranks) serving += r->serves;
+    const int training = static_cast<int>(ranks.size()) - serving;
     std::map<std::string, std::vector<const RankReport*>> on_gpu;
     std::vector<std::string> order;
     int visible = 0;
@@ -360,11 +375,18 @@ Verdict judge(const std::vector<RankReport>& reports, double busy_gib) {
     }
     if (!shared.empty()) {
       const int gpus = std::max(visible, static_cast<int>(order.size()));
-      v.problems.push_back(host + ": " + std::to_string(ranks.size()) + " ranks but " +
-                           std::to_string(gpus) + " GPU" + (gpus > 1 ? "s" : "") +
-                           ", so ranks share a GPU: " + shared + ". Start at most " +
-                           std::to_string(gpus) + " rank" + (gpus > 1 ? "s" : "") +
-                           " per node (mpirun --map-by ppr:" + std::to_string(gpus) + ":node)");
+      const std::string gpu_count = std::to_string(gpus) + " GPU" + (gpus > 1 ? "s" : "");
+      if (serving == 0)
+        v.problems.push_back(host + ": " + std::to_string(training) + " ranks but " + gpu_count +
+                             ", so ranks share a GPU: " + shared + ". Start at most " +
+                             std::to_string(gpus) + " rank" + (gpus > 1 ? "s" : "") +
+                             " per node (mpirun --map-by ppr:" + std::to_string(gpus) + ":node)");
+      else  // the serving ranks take no GPU, so the advice counts the training ranks
+        v.problems.push_back(host + ": " + std::to_string(training) + " training ranks (and " +
+                             std::to_string(serving) + " serving, without a GPU) but " + gpu_count +
+                             ", so ranks share a GPU: " + shared + ". Start at most " +
+                             std::to_string(gpus) + " training rank" + (gpus > 1 ? "s" : "") +
+                             " per node");
     }
     // GPUs the driver shows but CUDA cannot use (a driver older than the CUDA runtime, say).
     int nvml_gpus = -1;
@@ -463,7 +485,7 @@ Verdict judge(const std::vector<RankReport>& reports, double busy_gib) {
                         "(nvidia-smi topo -m shows the topology)");
   }
 
-  if (with_gpu.empty()) v.cpu_fallback = reports.front().no_gpu_reason;
+  if (with_gpu.empty() && !without_gpu.empty()) v.cpu_fallback = without_gpu.front()->no_gpu_reason;
   return v;
 }
 
@@ -489,6 +511,8 @@ void print_report(const std::vector<RankReport>& reports, const Verdict& verdict
     if (r.device >= 0) {
       gpu = std::to_string(r.device) + ": " + r.gpu_name + " " + r.pci_bus_id;
       if (r.kernels_ok < 0) gpu += " (failed)";
+    } else if (r.serves) {
+      gpu = "- (serves)";
     }
     const int64_t used = r.memory_from_nvml ? r.memory_used_before : r.memory_used;
     if (used >= 0 && r.memory_total > 0)
@@ -524,6 +548,12 @@ void print_report(const std::vector<RankReport>& reports, const Verdict& verdict
   if (cuda_memory)
     std::printf("* memory from cudaMemGetInfo, including this job's contexts (NVML not available)\n");
   std::printf("MPI library: %s\n", first.mpi_library);
+  std::vector<const RankReport*> serving;
+  for (const auto& r : reports)
+    if (r.serves) serving.push_back(&r);
+  if (!serving.empty())
+    std::printf("serving ranks (the sync strategy's servers; no GPU, they update on the CPU): %s\n",
+                hosts_and_ranks(serving).c_str());
   for (const auto& r : reports) {
     if (r.node_gpus < 2) continue;
     std::printf("GPU links on %s:\n", r.host);
@@ -563,19 +593,27 @@ void print_report(const std::vector<RankReport>& reports, const Verdict& verdict
 
 int run_doctor(int argc, char** argv, const std::vector<std::string>& args) {
   po::options_description desc(
-      "usage: mpirun -np N mgtrain doctor [--busy-gib G]\n"
+      "usage: mpirun -np N mgtrain doctor [--busy-gib G] [--config FILE [--section.key=value ...]]\n"
       "Launched like training. Each rank reports its host, node-local rank, GPU and its memory,\n"
       "driver, CUDA runtime, cuDNN, NCCL and MPI library versions; rank 0 prints a row per rank,\n"
       "the peer-to-peer access and NVLinks between each node's GPUs, and a verdict naming each problem: more ranks on a node than GPUs, versions differing\n"
       "between ranks, a GPU in use by another job, GPUs that CUDA cannot use. No GPU at all is\n"
-      "the CPU fallback. Exits 0 when nothing is wrong, 1 when something is.\noptions");
+      "the CPU fallback. Given the run's config, GPUs are bound as that run would bind them: a\n"
+      "parameter server's serving ranks take none. Exits 0 when nothing is wrong, 1 when something\n"
+      "is, 2 when the config is.\noptions");
   desc.add_options()
       ("help", "show this help")
       ("busy-gib", po::value<double>()->default_value(1.0),
-       "a GPU with more memory than this in use by other processes counts as busy");
+       "a GPU with more memory than this in use by other processes counts as busy")
+      ("config", po::value<std::string>(), "the run's INI file (and --section.key=value overrides)")
+      ("plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory (repeatable)");
+  const auto parsed = po::command_line_parser(args).options(desc).allow_unregistered().run();
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
+  po::store(parsed, vm);
   po::notify(vm);
+  const auto overrides = po::collect_unrecognized(parsed.options, po::include_positional);
+  if (!vm.count("config") && !overrides.empty())
+    throw po::error("unexpected argument '" + overrides.front() + "' (config overrides need --config FILE)");
   if (vm.count("help")) {
     std::cout << desc << "\n";
     return 0;
@@ -586,8 +624,26 @@ int run_doctor(int argc, char** argv, const std::vector<std::string>& args) {
   MpiRuntime mpi(&argc, &argv);
   auto comm = make_mpi_communicator();
   try {
+    // This rank's role in the run, and so its place among the training ranks of its node.
+    bool trains = true;
+    if (vm.count("config")) {
+      const std::vector<std::string> plugin_paths =
+          vm.count("plugin-path") ? vm["plugin-path"].as<std::vector<std::string>>() : std::vector<std::string>{};
+      agree(*comm, [&] {
+        trains = rank_trains(*comm, config_from_command_line(vm["config"].as<std::string>(), parsed), plugin_paths);
+      });
+    }
+    const int32_t role[2] = {comm->node(), trains ? 1 : 0};
+    std::vector<int32_t> roles(2 * static_cast<size_t>(comm->size()));
+    comm->allgather(role, roles.data(), sizeof role);
+    std::vector<int> nodes;
+    std::vector<bool> training;
+    for (size_t i = 0; i < roles.size(); i += 2) {
+      nodes.push_back(roles[i]);
+      training.push_back(roles[i + 1] != 0);
+    }
     Nvml nvml;
-    RankReport mine = look_before_contexts(*comm, nvml);
+    RankReport mine = look_before_contexts(*comm, nvml, training_place(nodes, training, comm->rank()));
     simulate(mine);
     // Every rank reads GPU memory through NVML before any creates its own context, so what it
     // sees in use belongs to other jobs.
@@ -600,6 +656,10 @@ int run_doctor(int argc, char** argv, const std::vector<std::string>& args) {
     const Verdict verdict = judge(reports, busy_gib);
     if (comm->rank() == 0) print_report(reports, verdict);
     return verdict.problems.empty() ? 0 : 1;
+  } catch (const StartupError& e) {
+    // Every rank got here together (a bad config); the first that found it says it.
+    if (e.report()) std::fprintf(stderr, "mgtrain: error: [rank %d] %s\n", comm->rank(), e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mgtrain: error: [rank %d] %s\n", comm->rank(), e.what());
     std::fflush(stderr);

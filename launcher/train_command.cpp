@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "bench.hpp"
+#include "command_line_config.hpp"
 #include "commands.hpp"
 #include "mpi_communicator.hpp"
 #include "stop_signal.hpp"
@@ -52,15 +53,7 @@ int run_under_mpi(int argc, char** argv, const std::vector<std::string>& args,
     if (vm.count("plugin-path")) options.plugin_paths = vm["plugin-path"].as<std::vector<std::string>>();
     agree(*comm, [&] {
       if (!vm.count("config")) throw ConfigError("--config FILE is required");
-      options.config = Config::from_ini_file(vm["config"].as<std::string>());
-      for (const auto& opt : parsed.options) {
-        if (!opt.unregistered) continue;
-        const std::string token = opt.original_tokens.empty() ? opt.string_key : opt.original_tokens[0];
-        if (opt.string_key.find('.') == std::string::npos || opt.value.size() != 1)
-          throw ConfigError("unexpected argument '" + token +
-                            "'; config overrides are written --section.key=value");
-        options.config.set(opt.string_key, opt.value[0], "command line");
-      }
+      options.config = config_from_command_line(vm["config"].as<std::string>(), parsed);
     });
     body(*comm, options, vm);
     return 0;

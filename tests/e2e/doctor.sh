@@ -5,18 +5,21 @@
 #   shared_gpu, versions, busy, mixed: MGTRAIN_TEST_DOCTOR makes the ranks report GPUs, other
 #     nodes and versions; each problem must be named with its reason, and the exit code is 1.
 #   links: simulated GPUs without and with peer access: shown per GPU, a note where it is missing.
+#   param_server: with the run's config, a parameter server's serving rank takes no GPU, so 2
+#     workers and 1 server fit 2 GPUs (and without the config, 3 ranks do not); 2 workers on 1 GPU
+#     are counted as training ranks; a bad config is one error line and exit 2.
 source "$(dirname "$0")/lib.sh"
 host=$(hostname)
 mpi_version=$(mpirun --version | sed -n 's/.*(Open MPI) \([0-9.]*\).*/\1/p' | head -1)
 [ -n "$mpi_version" ] || fail "cannot read Open MPI's version from mpirun --version"
 
-# doctor NP: runs it, keeps stdout in out.log and stderr in err.log, sets rc.
+# doctor NP [ARGS]: runs it, keeps stdout in out.log and stderr in err.log, sets rc.
 doctor() {
   set +e
   if [ "$1" = 1 ]; then
-    OMPI_MCA_ess_singleton_isolated=1 timeout --kill-after=10 60 "$MGTRAIN" doctor >out.log 2>err.log
+    OMPI_MCA_ess_singleton_isolated=1 timeout --kill-after=10 60 "$MGTRAIN" doctor "${@:2}" >out.log 2>err.log
   else
-    run_np "$1" 60 doctor >out.log 2>err.log
+    run_np "$1" 60 doctor "${@:2}" >out.log 2>err.log
   fi
   rc=$?
   set -e
@@ -88,6 +91,30 @@ case $1 in
     [ $rc -eq 1 ] || fail "exit $rc, expected 1"
     expect "verdict: 1 problem:"
     expect "ranks without a usable GPU would train on the CPU beside ranks on GPUs: node-b (rank 1) ("
+    ;;
+  param_server)
+    write_config run.ini "[sync]" "name = param_server" "servers = 1"
+    MGTRAIN_TEST_DOCTOR='*:gpus=2' doctor 3 --config run.ini
+    [ $rc -eq 0 ] || fail "exit $rc, expected 0: the serving rank needs no GPU"
+    grep -qE "^2 +$host +2/3 +- \(serves\) " out.log || fail "rank 2's row does not say it serves"
+    grep -qE "^1 +$host +1/3 +1: test GPU " out.log || fail "rank 1 does not train on GPU 1"
+    expect "serving ranks (the sync strategy's servers; no GPU, they update on the CPU): $host (rank 2)"
+    expect "verdict: OK"
+    # The same ranks without the config: all three would train.
+    MGTRAIN_TEST_DOCTOR='*:gpus=2' doctor 3
+    [ $rc -eq 1 ] || fail "exit $rc without --config, expected 1"
+    expect "$host: 3 ranks but 2 GPUs, so ranks share a GPU"
+    MGTRAIN_TEST_DOCTOR='*:gpus=1' doctor 3 --config run.ini
+    [ $rc -eq 1 ] || fail "exit $rc with 2 workers on 1 GPU, expected 1"
+    expect "$host: 2 training ranks (and 1 serving, without a GPU) but 1 GPU, so ranks share a GPU: GPU 0 (00000000:00:00.0) by ranks 0, 1. Start at most 1 training rank per node"
+    # A config the run would refuse is refused here too, by one rank, naming the key.
+    set +e
+    run_np 2 60 doctor --config run.ini --sync.servers=2 >out.log 2>err.log
+    rc=$?
+    set -e
+    [ $rc -ne 0 ] || fail "exit 0 with sync.servers = 2 at np=2"
+    one_error_line err.log | grep -qF "'sync.servers' = 2: expected fewer than the 2 ranks" ||
+      fail "the error does not name sync.servers"
     ;;
   *) fail "unknown case $1" ;;
 esac

@@ -8,7 +8,6 @@
 // serving ranks take none, so only the training ranks count against a node's GPUs.
 #include <boost/program_options.hpp>
 #include <mpi.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -25,6 +24,7 @@
 #include "command_line_config.hpp"
 #include "commands.hpp"
 #include "gpu_binding.hpp"
+#include "host_name.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/version.hpp"
 #include "mpi_communicator.hpp"
@@ -141,9 +141,7 @@ RankReport look_before_contexts(const Communicator& comm, const Nvml& nvml, cons
   r.local_size = comm.local_size();
   r.serves = place.index < 0 ? 1 : 0;
   r.training_index = std::max(place.index, 0);
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "unknown");
-  set_text(r.host, host);
+  set_text(r.host, host_name());
   set_text(r.mpi_library, mpi_library_version());
   if (nvml.ok()) {
     r.nvml_gpus = nvml.device_count();

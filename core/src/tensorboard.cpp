@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "host_name.hpp"
 #include "mgtrain/error.hpp"
 
 namespace mgt {
@@ -113,11 +114,9 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw IoError("tensorboard: cannot create directory '" + dir + "': " + ec.message());
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::strcpy(host, "localhost");
   const auto seconds = static_cast<long long>(now_seconds());
   path_ = (std::filesystem::path(dir) / ("events.out.tfevents." + std::to_string(seconds) + "." +
-                                         host + "." + std::to_string(getpid())))
+                                         host_name() + "." + std::to_string(getpid())))
               .string();
   file_ = std::fopen(path_.c_str(), "wb");
   if (!file_)

@@ -1,25 +1,19 @@
 #include "training_device.hpp"
 
 #include <dlfcn.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <exception>
 #include <vector>
 
 #include "gpu_binding.hpp"
+#include "host_name.hpp"
 #include "staged_communicator.hpp"
 #include "mgtrain/error.hpp"
 
 namespace mgt {
 
 namespace {
-
-std::string host_name() {
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') return "unknown";
-  return host;
-}
 
 // GPUs CUDA would give this process, asked of the driver (libcuda) rather than of the GPU library:
 // loading that library maps cuBLAS, cuDNN and NCCL, which a CPU-only run should not pay for.

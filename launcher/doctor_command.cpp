@@ -631,17 +631,9 @@ int run_doctor(int argc, char** argv, const std::vector<std::string>& args) {
         trains = rank_trains(*comm, config_from_command_line(vm["config"].as<std::string>(), parsed), plugin_paths);
       });
     }
-    const int32_t role[2] = {comm->node(), trains ? 1 : 0};
-    std::vector<int32_t> roles(2 * static_cast<size_t>(comm->size()));
-    comm->allgather(role, roles.data(), sizeof role);
-    std::vector<int> nodes;
-    std::vector<bool> training;
-    for (size_t i = 0; i < roles.size(); i += 2) {
-      nodes.push_back(roles[i]);
-      training.push_back(roles[i + 1] != 0);
-    }
+    const NodePlace place = gather_training_place(*comm, trains);
     Nvml nvml;
-    RankReport mine = look_before_contexts(*comm, nvml, training_place(nodes, training, comm->rank()));
+    RankReport mine = look_before_contexts(*comm, nvml, place);
     simulate(mine);
     // Every rank reads GPU memory through NVML before any creates its own context, so what it
     // sees in use belongs to other jobs.

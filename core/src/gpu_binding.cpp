@@ -1,9 +1,11 @@
 #include "gpu_binding.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <vector>
 
+#include "mgtrain/communicator.hpp"
 #include "mgtrain/error.hpp"
 
 namespace mgt {
@@ -40,6 +42,19 @@ NodePlace training_place(const std::vector<int>& nodes, const std::vector<bool>&
     ++place.count;
   }
   return place;
+}
+
+NodePlace gather_training_place(Communicator& comm, bool trains) {
+  const int32_t mine[2] = {comm.node(), trains ? 1 : 0};
+  std::vector<int32_t> all(2 * static_cast<size_t>(comm.size()));
+  comm.allgather(mine, all.data(), sizeof mine);
+  std::vector<int> nodes;
+  std::vector<bool> training;
+  for (size_t r = 0; r < all.size(); r += 2) {
+    nodes.push_back(all[r]);
+    training.push_back(all[r + 1] != 0);
+  }
+  return training_place(nodes, training, comm.rank());
 }
 
 GpuChoice choose_gpu(int rank, int local_rank, int local_size, int node, const std::string& host,

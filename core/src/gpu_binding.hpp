@@ -22,6 +22,11 @@ struct NodePlace {
 };
 NodePlace training_place(const std::vector<int>& nodes, const std::vector<bool>& trains, int rank);
 
+class Communicator;
+// This rank's training_place, from every rank's node and role gathered over `comm`: a collective
+// every rank enters.
+NodePlace gather_training_place(Communicator& comm, bool trains);
+
 // Rank `rank` (node-local rank local_rank of local_size on node `node`, host `host`) uses GPU
 // local_rank % visible_gpus. More ranks on a node than GPUs puts two ranks on one GPU, which
 // halves each one's speed and memory: every rank of such a node refuses with a ConfigError (all

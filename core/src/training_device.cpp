@@ -81,19 +81,10 @@ TrainingDevice::TrainingDevice(Communicator& comm, const Config& config) : confi
 
 void TrainingDevice::open(Communicator& comm, bool trains) {
   if (kind_ == DeviceKind::gpu) {
-    // Every rank's node and role: a rank's GPU follows its place among the training ranks of its
-    // node, since serving ranks need none.
-    const int32_t mine[2] = {comm.node(), trains ? 1 : 0};
-    std::vector<int32_t> all(2 * static_cast<size_t>(comm.size()));
-    comm.allgather(mine, all.data(), sizeof mine);
+    // A rank's GPU follows its place among the training ranks of its node, since serving ranks
+    // need none.
+    const NodePlace place = gather_training_place(comm, trains);
     if (trains) {
-      std::vector<int> nodes;
-      std::vector<bool> training;
-      for (size_t r = 0; r < all.size(); r += 2) {
-        nodes.push_back(all[r]);
-        training.push_back(all[r + 1] != 0);
-      }
-      const NodePlace place = training_place(nodes, training, rank_);
       const GpuChoice choice = choose_gpu(rank_, place.index, place.count, comm.node(), host_name(), visible_,
                                           config_.get_bool("gpu.allow_shared"), place.serving);
       warning_ = choice.warning;

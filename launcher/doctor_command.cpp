@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -329,8 +330,12 @@ struct Verdict {
   std::string cpu_fallback;           // why no rank has a GPU; empty when some do
 };
 
-Verdict judge(const std::vector<RankReport>& reports, double busy_gib) {
+// plan: the run's settings under --config (the same on every rank), none without it.
+Verdict judge(const std::vector<RankReport>& reports, double busy_gib, const std::optional<RankPlan>& plan) {
   Verdict v;
+  // A run on the CPU leaves the GPUs alone, so how they are shared or used is not its problem.
+  const bool on_cpu = plan && plan->device == "cpu";
+  if (on_cpu) v.notes.push_back("the config trains on the CPU (train.device = cpu): the run uses none of the GPUs");
   std::map<std::string, std::vector<const RankReport*>> by_host;
   std::vector<std::string> hosts;
   for (const auto& r : reports) {
@@ -371,7 +376,13 @@ Verdict judge(const std::vector<RankReport>& reports, double busy_gib) {
                 " (" + key + ") by ranks";
       for (size_t i = 0; i < on.size(); ++i) shared += (i ? ", " : " ") + std::to_string(on[i]->rank);
     }
-    if (!shared.empty()) {
+    if (shared.empty() || on_cpu) {
+      // every training rank has a GPU of its own, or the run trains on none
+    } else if (plan && plan->allow_shared_gpu) {
+      v.notes.push_back(host + ": ranks share a GPU, as gpu.allow_shared = true allows: " + shared +
+                        "; each gets part of its GPU's speed and memory, and they reduce through host "
+                        "memory, not NCCL");
+    } else {
       const int gpus = std::max(visible, static_cast<int>(order.size()));
       const std::string gpu_count = std::to_string(gpus) + " GPU" + (gpus > 1 ? "s" : "");
       if (serving == 0)
@@ -452,7 +463,7 @@ Verdict judge(const std::vector<RankReport>& reports, double busy_gib) {
     if (r.device >= 0) ++ranks_per_gpu[{r.host, r.device}];
   std::set<std::pair<std::string, int>> reported;
   for (const auto& r : reports) {
-    if (r.device < 0 || !reported.insert({r.host, r.device}).second) continue;
+    if (on_cpu || r.device < 0 || !reported.insert({r.host, r.device}).second) continue;
     const std::string gpu = std::string(r.host) + " GPU " + std::to_string(r.device) + " (" +
                             r.gpu_name + ", " + r.pci_bus_id + ")";
     if (r.memory_from_nvml && r.memory_used_before > busy_gib * kGiB) {
@@ -623,15 +634,15 @@ int run_doctor(int argc, char** argv, const std::vector<std::string>& args) {
   auto comm = make_mpi_communicator();
   try {
     // This rank's role in the run, and so its place among the training ranks of its node.
-    bool trains = true;
+    std::optional<RankPlan> plan;
     if (vm.count("config")) {
       const std::vector<std::string> plugin_paths =
           vm.count("plugin-path") ? vm["plugin-path"].as<std::vector<std::string>>() : std::vector<std::string>{};
       agree(*comm, [&] {
-        trains = rank_trains(*comm, config_from_command_line(vm["config"].as<std::string>(), parsed), plugin_paths);
+        plan = plan_rank(*comm, config_from_command_line(vm["config"].as<std::string>(), parsed), plugin_paths);
       });
     }
-    const NodePlace place = gather_training_place(*comm, trains);
+    const NodePlace place = gather_training_place(*comm, !plan || plan->trains);
     Nvml nvml;
     RankReport mine = look_before_contexts(*comm, nvml, place);
     simulate(mine);
@@ -643,7 +654,7 @@ int run_doctor(int argc, char** argv, const std::vector<std::string>& args) {
     std::vector<RankReport> reports(static_cast<size_t>(comm->size()));
     comm->allgather(&mine, reports.data(), sizeof(RankReport));
     // Every rank holds every report, so all reach the same verdict and exit code unprompted.
-    const Verdict verdict = judge(reports, busy_gib);
+    const Verdict verdict = judge(reports, busy_gib, plan);
     if (comm->rank() == 0) print_report(reports, verdict);
     return verdict.problems.empty() ? 0 : 1;
   } catch (const StartupError& e) {

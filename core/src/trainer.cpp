@@ -196,13 +196,13 @@ std::unique_ptr<Model> build_model(PluginRegistry& registry, Config& config, Par
   return model;
 }
 
-bool rank_trains(Communicator& comm, Config config, const std::vector<std::string>& plugin_paths) {
+RankPlan plan_rank(Communicator& comm, Config config, const std::vector<std::string>& plugin_paths) {
   PluginRegistry registry(plugin_paths);  // outlives the objects its libraries made
   ParameterStore store;
   const auto model = build_model(registry, config, store);
   const auto sync = registry.create_sync(plugin_choice(config).sync, config);
   sync->setup(comm, store);
-  return sync->trains();
+  return {sync->trains(), config.get_string("train.device"), config.get_bool("gpu.allow_shared")};
 }
 
 namespace {

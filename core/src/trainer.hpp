@@ -85,9 +85,14 @@ std::vector<ConfigKey> known_config_keys(PluginRegistry& registry, const PluginC
 // model and lays out its parameters in `store` (finalized, not initialized).
 std::unique_ptr<Model> build_model(PluginRegistry& registry, Config& config, ParameterStore& store);
 
-// Whether this rank would train under `config`: its sync strategy, set up on `comm` as a run sets
-// it up (roles and buffers; no data, no device, no message), says so. A parameter server's serving
-// ranks do not, and take no GPU. What `mgtrain doctor --config` binds the GPUs by.
-bool rank_trains(Communicator& comm, Config config, const std::vector<std::string>& plugin_paths);
+// What this rank would do under `config`: the config checked as a run checks it, and the sync
+// strategy set up on `comm` as a run sets it up (roles and buffers; no data, no device, no
+// message). What `mgtrain doctor --config` binds the GPUs by.
+struct RankPlan {
+  bool trains = true;             // false on a parameter server's serving ranks: they take no GPU
+  std::string device;             // train.device
+  bool allow_shared_gpu = false;  // gpu.allow_shared
+};
+RankPlan plan_rank(Communicator& comm, Config config, const std::vector<std::string>& plugin_paths);
 
 }  // namespace mgt

@@ -7,7 +7,8 @@
 #   links: simulated GPUs without and with peer access: shown per GPU, a note where it is missing.
 #   param_server: with the run's config, a parameter server's serving rank takes no GPU, so 2
 #     workers and 1 server fit 2 GPUs (and without the config, 3 ranks do not); 2 workers on 1 GPU
-#     are counted as training ranks; a bad config is one error line and exit 2.
+#     are counted as training ranks, unless the config allows sharing (a note); a run on the CPU
+#     minds no GPU; a bad config is one error line and a failed exit.
 source "$(dirname "$0")/lib.sh"
 host=$(hostname)
 mpi_version=$(mpirun --version | sed -n 's/.*(Open MPI) \([0-9.]*\).*/\1/p' | head -1)
@@ -107,6 +108,15 @@ case $1 in
     MGTRAIN_TEST_DOCTOR='*:gpus=1' doctor 3 --config run.ini
     [ $rc -eq 1 ] || fail "exit $rc with 2 workers on 1 GPU, expected 1"
     expect "$host: 2 training ranks (and 1 serving, without a GPU) but 1 GPU, so ranks share a GPU: GPU 0 (00000000:00:00.0) by ranks 0, 1. Start at most 1 training rank per node"
+    # The run allows sharing (gpu.allow_shared): a note, not a problem; on the CPU, no GPU matters.
+    MGTRAIN_TEST_DOCTOR='*:gpus=1;0:used_gib=5' doctor 3 --config run.ini --gpu.allow_shared=true
+    [ $rc -eq 1 ] || fail "exit $rc with a busy GPU, expected 1"
+    expect "verdict: 1 problem:"
+    expect "is busy: 5.0 GiB"
+    expect "note: $host: ranks share a GPU, as gpu.allow_shared = true allows: GPU 0 (00000000:00:00.0) by ranks 0, 1;"
+    MGTRAIN_TEST_DOCTOR='*:gpus=1;0:used_gib=5' doctor 3 --config run.ini --train.device=cpu
+    [ $rc -eq 0 ] || fail "exit $rc with train.device = cpu, expected 0: the run uses no GPU"
+    expect "note: the config trains on the CPU (train.device = cpu): the run uses none of the GPUs"
     # A config the run would refuse is refused here too, by one rank, naming the key.
     set +e
     run_np 2 60 doctor --config run.ini --sync.servers=2 >out.log 2>err.log

@@ -50,11 +50,19 @@ class CudaConvBf16 final : public kernels::ConvOp {
         n_w_(static_cast<size_t>(s.out_channels * s.in_channels * s.kernel * s.kernel)) {
     try {
       plan_ = std::make_unique<ConvPlan>(cudnn, s, batch, /*bf16=*/true);
+      // cuDNN may still refuse a chosen algorithm when it is called (CUDNN_STATUS_NOT_SUPPORTED for
+      // some bf16 shapes): each direction runs once here, on this layer's own buffers (the results
+      // are not used), so that a refusal falls back now rather than ending the first step.
+      plan_->forward_bf16(in_.data(), w_.data(), out_.data());
+      plan_->backward_data_bf16(out_.data(), w_.data(), in_.data());
+      plan_->backward_filter_bf16(in_.data(), out_.data(), dw_.data());
+      synchronize(stream_);
     } catch (const OutOfMemoryError&) {
       throw;
     } catch (const CudaError& e) {
       std::fprintf(stderr, "mgtrain: warning: %s; this layer computes in FP32 on bf16-rounded operands instead\n",
                    e.what());
+      plan_.reset();
       fallback_ = std::make_unique<ConvPlan>(cudnn, s, batch, /*bf16=*/false);
       in32_ = DeviceBuffer<float>(n_in_);
       out32_ = DeviceBuffer<float>(n_out_);

@@ -271,6 +271,11 @@ CompiledStep::~CompiledStep() {
   }
 }
 
+void CompiledStep::drop_recordings() {
+  for (auto& recorded : program_->recorded) recorded.reset();
+  options_.record = false;
+}
+
 int64_t CompiledStep::step_rows() const {
   return options_.accumulation * options_.passes_per_micro_batch * options_.pass_rows;
 }
@@ -373,6 +378,10 @@ void CompiledStep::launch(int64_t step, double lr) {
       wait_for_steps_in_flight(options_.check_peers);
       record(slot);
     } catch (const CudaError& e) {
+      MGT_CHECK(!options_.collectives_across_ranks, CudaError,
+                "recording the step as a CUDA graph failed on rank " + std::to_string(options_.rank) + " (" +
+                    e.what() + "). The ranks reduce through NCCL, which needs every rank to record its calls "
+                    "alike, so this rank cannot go on without graphs alone: set gpu.cuda_graphs = false");
       // A library call that cannot be captured need not end the run: the step runs as it is.
       options_.record = false;
       std::fprintf(stderr,

@@ -100,6 +100,10 @@ struct CompiledStepOptions {
   // Called about every millisecond while the host waits for a step; throws when the communication
   // between the ranks has failed (NCCL's asynchronous error). Empty: nothing to check.
   std::function<void()> check_peers;
+  // The step's collectives reach other ranks through NCCL, which needs every rank to record them
+  // alike, and a recording that fails midway leaves them half-issued: it then ends the run
+  // (gpu.cuda_graphs = false is the way on) instead of going on unrecorded on this rank alone.
+  bool collectives_across_ranks = false;
 };
 
 // What one step produced, read back once it finished.
@@ -138,6 +142,9 @@ class CompiledStep {
   void launch(int64_t step, double lr);
   // Waits for the oldest step in flight; its figures (valid = false when none is in flight).
   StepFigures finish();
+  // Destroys the recorded steps, without waiting for the device; later steps run unrecorded. A
+  // failing run calls it before aborting NCCL, whose abort waits for the graphs holding its work.
+  void drop_recordings();
 
  private:
   struct Program;

@@ -107,7 +107,9 @@ void TrainingDevice::open(Communicator& comm, bool trains) {
 TrainingDevice::~TrainingDevice() {
   // A failing run (a peer gone, NCCL waiting for it) aborts the communicator first: freeing device
   // memory waits for the device, which would wait forever on the stuck collective, and the error
-  // is printed only after this.
+  // is printed only after this. NCCL's abort in turn waits until no CUDA graph holds its work, so
+  // the recorded steps go before it.
+  if (step_) step_->drop_recordings();
   if (std::uncaught_exceptions() > 0) device_comm_owned_.reset();
   // The step and the parameters hold backend memory; the communicator may be in use by them.
   step_.reset();
@@ -176,6 +178,7 @@ CompiledStep& TrainingDevice::compile(const SequentialModel& model, Optimizer& o
   // ends the run at once with NCCL's reason, not after comm.timeout_s.
   if (gpu_ && device_comm_owned_)
     options.check_peers = [runtime = gpu_.get(), comm = device_comm_owned_.get()] { runtime->raise_if_failed(*comm); };
+  options.collectives_across_ranks = gpu_ && device_comm_owned_ && !staged_ && device_comm_owned_->size() > 1;
   const bool halve = config_.get_string("gpu.on_oom") == "halve";
   const int64_t micro_batch = options.pass_rows * options.passes_per_micro_batch;
   for (;;) {

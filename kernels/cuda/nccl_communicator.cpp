@@ -177,10 +177,13 @@ class NcclCommunicator final : public Communicator {
     step_ = parent.step_;
   }
 
+  // ncclCommAbort and ncclCommDestroy return only once no CUDA graph holding work captured from
+  // this communicator is left (NCCL waits for the graphs' destruction): the graphs go first.
   ~NcclCommunicator() override {
     if (!comm_) return;
-    if (std::uncaught_exceptions() > 0) {
-      // The job is failing: peers may never join what is pending; do not wait out a deadline.
+    if (failed_ || std::uncaught_exceptions() > 0) {
+      // Failed, or the job is failing: peers may never join what is pending, so do not wait out
+      // a deadline. The abort also ends this rank's NCCL kernels stuck waiting for them.
       ncclCommAbort(comm_);
       return;
     }
@@ -188,7 +191,7 @@ class NcclCommunicator final : public Communicator {
       wait_for("nccl shutdown", {stream_.get()});
       ncclCommDestroy(comm_);
     } catch (...) {
-      // wait_for has aborted the communicator; a destructor reports nothing.
+      ncclCommAbort(comm_);  // a destructor reports nothing
     }
   }
   NcclCommunicator(const NcclCommunicator&) = delete;
@@ -306,15 +309,16 @@ class NcclCommunicator final : public Communicator {
   }
 
   void raise_if_failed() {
-    if (!comm_) return;  // aborted already: every later operation says so
+    if (failed_) return;  // said once already: every later operation says so
     ncclResult_t async = ncclSuccess;
     MGT_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
     if (async == ncclSuccess || async == ncclInProgress) return;
-    abort_and_throw(failure_message("communication", async));
+    fail(failure_message("communication", async));
   }
 
+  // The host's abort ends every process of the job, NCCL's with them. ncclCommAbort first would
+  // wait for this rank's CUDA graphs to be destroyed, and so might never get there.
   [[noreturn]] void abort(int exit_code) override {
-    if (comm_) ncclCommAbort(std::exchange(comm_, nullptr));
     host_.abort(exit_code);
     std::_Exit(exit_code);  // host.abort does not return; a virtual call cannot promise so
   }
@@ -329,9 +333,9 @@ class NcclCommunicator final : public Communicator {
   }
 
   void require_live(const char* op) const {
-    MGT_CHECK(comm_ != nullptr, CommError,
+    MGT_CHECK(!failed_, CommError,
               std::string("nccl ") + op + " at step " + std::to_string(step_) + " on rank " +
-                  std::to_string(rank()) + ": the communicator was aborted after an earlier error");
+                  std::to_string(rank()) + ": the communicator failed at an earlier error");
   }
 
   // The communication stream starts after the work enqueued on `compute` so far.
@@ -352,32 +356,32 @@ class NcclCommunicator final : public Communicator {
   }
 
   // Waits for the streams under the deadline. On expiry, an asynchronous NCCL error or a device
-  // error, aborts the NCCL communicator, so that peers blocked on this rank are released, and
-  // throws.
+  // error, marks the communicator failed and throws.
   void wait_for(const std::string& what, std::initializer_list<cudaStream_t> streams) {
     ncclResult_t nccl_error = ncclSuccess;
     WaitEnd end = WaitEnd::done;
     try {
       end = poll_streams(streams, timeout_s_, comm_, &nccl_error);
     } catch (...) {
-      ncclCommAbort(std::exchange(comm_, nullptr));
+      failed_ = true;
       throw;
     }
     if (end == WaitEnd::done) return;
-    abort_and_throw(end == WaitEnd::timed_out ? overdue_message(what, step_, timeout_s_, rank())
-                                              : failure_message(what, nccl_error));
+    fail(end == WaitEnd::timed_out ? overdue_message(what, step_, timeout_s_, rank())
+                                   : failure_message(what, nccl_error));
   }
 
-  // "<what> at step <step> failed on rank <rank>: <NCCL's reason>", read while the communicator
-  // still exists (the abort frees it).
+  // "<what> at step <step> failed on rank <rank>: <NCCL's reason>".
   std::string failure_message(const std::string& what, ncclResult_t status) const {
     return what + " at step " + std::to_string(step_) + " failed on rank " + std::to_string(rank()) + ": " +
            nccl_error_text(status, comm_);
   }
 
-  // Aborts the NCCL communicator, so that peers blocked on this rank are released, and throws.
-  [[noreturn]] void abort_and_throw(const std::string& message) {
-    ncclCommAbort(std::exchange(comm_, nullptr));
+  // Marks the communicator failed, so that every later operation refuses, and throws. It is
+  // aborted, releasing the peers blocked on this rank, when destroyed: after the CUDA graphs that
+  // hold its work, since NCCL's abort waits for those to go.
+  [[noreturn]] void fail(const std::string& message) {
+    failed_ = true;
     throw CommError(message);
   }
 
@@ -390,7 +394,8 @@ class NcclCommunicator final : public Communicator {
   Event fork_, join_;
   std::vector<Event> done_;  // one per request in flight
   size_t next_done_ = 0;
-  ncclComm_t comm_ = nullptr;  // null once aborted
+  ncclComm_t comm_ = nullptr;
+  bool failed_ = false;  // a deadline passed or NCCL failed: aborted, not destroyed, at the end
 };
 
 }  // namespace

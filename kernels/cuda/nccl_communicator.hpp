@@ -21,10 +21,19 @@
 //
 // Host waits (barrier, and the flush before the communicator is destroyed) poll the streams
 // with the deadline timeout_seconds() and watch NCCL's asynchronous error; a deadline that
-// passes, or an error, aborts the NCCL communicator (ncclCommAbort, so peers blocked on it are
-// released) and throws mgt::CommError naming the operation, step() and rank. Every later
-// operation then throws CommError too. Communicator creation and split() block in NCCL without
-// such a deadline. Rank, size, local rank and node are those of the host communicator.
+// passes, or an error, marks the communicator failed and throws mgt::CommError naming the
+// operation, step() and rank. Every later operation then throws CommError too. Communicator
+// creation and split() block in NCCL without such a deadline. Rank, size, local rank and node are
+// those of the host communicator.
+//
+// Destroying it ends NCCL's communicator: aborted (ncclCommAbort, which also ends this rank's NCCL
+// kernels still waiting for peers) when it failed or an exception is unwinding, else destroyed
+// after its stream drains. Either call waits until every CUDA graph holding work captured from it
+// has been destroyed (NCCL keeps the communicator for them), so destroy such graphs first.
+//
+// send, recv, isend and irecv are each issued as called, one NCCL operation at a time: two ranks
+// that both send before they receive wait for each other forever (NCCL needs such a pair in one
+// group). No strategy exchanges device memory point to point.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -41,11 +50,11 @@ namespace mgt::cuda {
 // shares this one's communication stream (the operations of a communicator and its parts run one
 // at a time in the order called, never concurrently, which NCCL needs to rule out a deadlock
 // between them) and `compute`. barrier() waits for both streams, then
-// host.barrier(); abort() aborts NCCL, then calls host.abort().
+// host.barrier(); abort() calls host.abort(), which ends every process of the job.
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, Stream compute, int device);
 
 // When `comm` is an nccl communicator that NCCL reports failed (ncclCommGetAsyncError: a peer or
-// the network lost), aborts it and throws mgt::CommError naming its step and rank, with NCCL's
+// the network lost), marks it failed and throws mgt::CommError naming its step and rank, with NCCL's
 // reason; otherwise, or for any other communicator, returns. Cheap enough to call every
 // millisecond while the host waits for a step.
 void raise_if_failed(Communicator& comm);

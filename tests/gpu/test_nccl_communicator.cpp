@@ -1,7 +1,8 @@
 // The NCCL communicator at one rank (a singleton MPI process): every collective runs and keeps
 // the order of the compute stream, a request joins it back, split gives a working part, barrier
-// and the host waits keep their deadlines (aborting NCCL on expiry), and the operations replay
-// correctly from a CUDA graph captured on the compute stream. Skipped without a device, except
+// and the host waits keep their deadlines (the communicator fails on expiry, and is aborted once
+// no CUDA graph holds its work), and the operations replay correctly from a CUDA graph captured on
+// the compute stream. Skipped without a device, except
 // the wait's report of a device that cannot be queried.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -283,7 +284,7 @@ TEST_F(NcclCommunicatorTest, BarrierWaitsForBothStreams) {
   EXPECT_EQ(comm_->collective_count(), before + 1);
 }
 
-TEST_F(NcclCommunicatorTest, BarrierPastItsDeadlineAbortsAndNamesStepAndRank) {
+TEST_F(NcclCommunicatorTest, BarrierPastItsDeadlineFailsAndNamesStepAndRank) {
   comm_->set_timeout_seconds(0.1);
   comm_->set_step(12);
   hold(compute_, kLongHoldMs);
@@ -296,14 +297,43 @@ TEST_F(NcclCommunicatorTest, BarrierPastItsDeadlineAbortsAndNamesStepAndRank) {
   }
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.5)
       << "the barrier gave up at its deadline, not when the stream drained";
-  // Aborted: every later operation says so instead of hanging.
+  // Failed: every later operation says so instead of hanging.
   DeviceBuffer<float> data(1);
   try {
     comm_->allreduce_sum(data.data(), 1);
-    ADD_FAILURE() << "expected mgt::CommError after the abort";
+    ADD_FAILURE() << "expected mgt::CommError after the failure";
   } catch (const mgt::CommError& e) {
-    expect_contains(e.what(), "nccl allreduce (floats) at step 12 on rank 0: the communicator was aborted");
+    expect_contains(e.what(), "nccl allreduce (floats) at step 12 on rank 0: the communicator failed at an earlier error");
   }
+  sync();
+}
+
+// NCCL's abort waits until no CUDA graph holds work captured from the communicator. A run that
+// fails destroys its recorded steps first, then the communicator: the abort must then return at
+// once (were the graph still there, it would never return, and the test would time out).
+TEST_F(NcclCommunicatorTest, FailedWithARecordedGraphIsAbortedOnceTheGraphIsGone) {
+  const size_t n = 1024;
+  DeviceBuffer<float> data(n);
+  comm_->allreduce_sum(data.data(), n);  // uncaptured first: NCCL connects on first use
+  sync();
+  cudaGraph_t graph = nullptr;
+  MGT_CUDA_CHECK(cudaStreamBeginCapture(compute_, cudaStreamCaptureModeThreadLocal));
+  comm_->allreduce_sum(data.data(), n);
+  MGT_CUDA_CHECK(cudaStreamEndCapture(compute_, &graph));
+  cudaGraphExec_t exec = nullptr;
+  MGT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  MGT_CUDA_CHECK(cudaGraphDestroy(graph));
+  MGT_CUDA_CHECK(cudaGraphLaunch(exec, compute_));
+  sync();
+
+  comm_->set_timeout_seconds(0.1);
+  hold(compute_, kLongHoldMs);
+  EXPECT_THROW(comm_->barrier(), mgt::CommError);
+  MGT_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  const auto start = std::chrono::steady_clock::now();
+  comm_.reset();  // failed: aborted
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0)
+      << "the abort returned once the graph was destroyed";
   sync();
 }
 

@@ -28,8 +28,8 @@ class GpuRuntime {
   // The `nccl` communicator over the ranks of `host`, ordered with the backend's compute stream.
   // Collective: every rank of `host` must call it.
   virtual std::unique_ptr<Communicator> make_communicator(Communicator& host) = 0;
-  // Throws CommError (after aborting it) when NCCL reports `comm`, made by make_communicator, as
-  // failed; returns otherwise, and for any other communicator.
+  // Throws CommError (marking it failed, to be aborted when destroyed) when NCCL reports `comm`,
+  // made by make_communicator, as failed; returns otherwise, and for any other communicator.
   virtual void raise_if_failed(Communicator& comm) = 0;
 };
 

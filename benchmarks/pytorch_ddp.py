@@ -12,7 +12,6 @@ import os
 import resource
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -21,13 +20,14 @@ import torch.nn as nn
 RAW = "/usr/share/datasets/fashion-mnist"
 
 
+# torch alone, no numpy: PyTorch's wheels do not install it, and a GPU machine may lack it.
 def load_idx(images, labels):
     with gzip.open(images, "rb") as f:
-        x = np.frombuffer(f.read(), dtype=np.uint8, offset=16).reshape(-1, 1, 28, 28)
+        x = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8, offset=16).reshape(-1, 1, 28, 28)
     with gzip.open(labels, "rb") as f:
-        y = np.frombuffer(f.read(), dtype=np.uint8, offset=8)
-    x = (x.astype(np.float32) / 255.0 - 0.286041) / 0.353024  # the HDF5 file's mean and std
-    return torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
+        y = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8, offset=8)
+    x = (x.to(torch.float32) / 255.0 - 0.286041) / 0.353024  # the HDF5 file's mean and std
+    return x, y.to(torch.int64)
 
 
 def make_model(name):

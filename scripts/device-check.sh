@@ -25,7 +25,19 @@ archive() {
   rm -rf "$work"
 }
 trap archive EXIT
-trap 'echo "device check cut short (SIGTERM): logs so far in $archive_dir/device-check-logs.tar.gz"; exit 143' TERM
+# Each command runs in the background under `limited`, so that a SIGTERM is handled at once (bash
+# runs a trap only once the foreground command ends) and passed on to it.
+child=
+trap '[[ -n $child ]] && kill -TERM "$child" 2>/dev/null
+      echo "device check cut short (SIGTERM): logs so far in $archive_dir/device-check-logs.tar.gz"; exit 143' TERM
+limited() {  # limited SECONDS COMMAND...: the command under timeout, its exit status returned
+  timeout --kill-after=10 "$@" &
+  child=$!
+  wait "$child"
+  local rc=$?
+  child=
+  return $rc
+}
 out=$work/logs
 mkdir -p "$out"
 tar -xJf "$bundle" -C "$work" || exit 1
@@ -43,13 +55,15 @@ command -v nvidia-smi >/dev/null && nvidia-smi 2>&1 | tee "$out/nvidia-smi.log" 
 # The CUDA libraries of the wheels: every directory under an nvidia/ package that holds one.
 for python in python3.12 python3; do "$python" -c pass 2>/dev/null && break; done
 sites=$("$python" -c 'import site; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))')
-cuda_dirs=$(for s in $sites; do [[ -d $s/nvidia ]] && find "$s/nvidia" -name 'lib*.so*' -printf '%h\n'; done | sort -u)
+cuda_dirs=$(for s in $sites; do [[ -d $s/nvidia ]] && find "$s/nvidia" -name 'lib*.so*' -not -path '*/stubs/*' -printf '%h\n'; done | sort -u)
 echo "== CUDA libraries from the wheels ($python)"
 for d in $cuda_dirs; do echo "  $d: $(cd "$d" && ls | grep -E '^lib(cudart|cublas|cudnn|nccl)\.so' | tr '\n' ' ')"; done
 [[ -n $cuda_dirs ]] || fail "no nvidia/*/lib directories in $sites"
 
+# Python (PyTorch) keeps the machine's own libraries: the bundle's are Debian 12's.
+system_library_path=${LD_LIBRARY_PATH-}
 export LD_LIBRARY_PATH=$root/lib:$root/openmpi/lib:$(echo "$cuda_dirs" | paste -sd:)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-missing() { for f in "$root"/bin/* "$root"/lib/libmgtrain.so.*; do ldd "$f" 2>&1 | grep 'not found'; done | sort -u; }
+missing() { for f in "$root"/bin/* "$root"/lib/*.so* "$root"/plugins/*.so; do ldd "$f" 2>&1 | grep 'not found'; done | sort -u; }
 if missing | grep -q 'GLIBCXX\|CXXABI\|GCC_\|GOMP_\|libstdc++\|libgcc_s\|libgomp'; then
   echo "the system's GCC runtime is older than the build's: using the bundle's"
   export LD_LIBRARY_PATH=$root/gcc:$LD_LIBRARY_PATH
@@ -68,17 +82,21 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # hwloc's optional plugins (X11, OpenCL, PCI) are not in the bundle; do not look for them.
 mkdir -p "$work/no-hwloc-plugins"
 export HWLOC_PLUGINS_PATH=$work/no-hwloc-plugins
-export MGTRAIN_TEST_PLUGIN_DIR=$root/plugins
+# The plugins: mgtrain looks in MGTRAIN_PLUGIN_PATH (its built-in directories are the build
+# machine's); one GPU test loads the optimizers from MGTRAIN_TEST_PLUGIN_DIR.
+export MGTRAIN_PLUGIN_PATH=$root/plugins MGTRAIN_TEST_PLUGIN_DIR=$root/plugins
 # NCCL (its one-rank test) says why when it cannot set up on this machine.
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
 for test in "$root"/bin/gpu_*; do
   name=$(basename "$test")
   echo "== $name"
-  timeout --kill-after=10 300 "$test" --gtest_output="xml:$out/$name.xml" >"$out/$name.log" 2>&1
+  limited 300 "$test" --gtest_output="xml:$out/$name.xml" >"$out/$name.log" 2>&1
   rc=$?
   count() { grep -cE "^\[ +$1 +\] .* \([0-9]+ ms\)$" "$out/$name.log"; }
   echo "  $(count OK) passed, $(count FAILED) failed, $(count SKIPPED) skipped"
+  # No test ran (it could not start, say): the log's first lines say why.
+  [[ $(count OK) -gt 0 || $(count FAILED) -gt 0 || $(count SKIPPED) -gt 0 ]] || head -3 "$out/$name.log" | sed 's/^/    /'
   grep -E '^\[ +(FAILED|SKIPPED) +\] .* \([0-9]+ ms\)$|Failure$|^  .*elements differ' "$out/$name.log" | head -40
   [[ $rc -eq 0 ]] || fail "$name exited $rc (log $name.log)"
   skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$out/$name.log")
@@ -86,7 +104,7 @@ for test in "$root"/bin/gpu_*; do
 done
 
 echo "== mgtrain doctor (one rank)"
-timeout --kill-after=10 120 "$root/bin/mgtrain" doctor >"$out/doctor.log" 2>&1
+limited 120 "$root/bin/mgtrain" doctor >"$out/doctor.log" 2>&1
 rc=$?
 cat "$out/doctor.log"
 [[ $rc -eq 0 ]] || fail "mgtrain doctor exited $rc"
@@ -113,7 +131,8 @@ log_every = 10
 dir = $work/unused
 INI
 }
-mgt() { timeout --kill-after=10 "$1" "$root/bin/mgtrain" "${@:2}"; }
+mgt() { limited "$1" "$root/bin/mgtrain" "${@:2}"; }
+pytorch() { LD_LIBRARY_PATH=$system_library_path limited 300 "$python" "$root/bench/pytorch_gpu.py" "$@"; }
 losses() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$1"; }
 train_config mlp "$work/mlp.ini"
 train_config cnn "$work/cnn.ini"
@@ -169,7 +188,7 @@ for model in mlp cnn; do
     --gpu.precision=bf16 --json >"$out/bench-$model-bf16.log" 2>&1 || fail "mgtrain bench $model bf16 exited $?"
   echo "  $model bf16: $(grep '^{' "$out/bench-$model-bf16.log" | tail -1 | sed -n 's/.*"samples_per_s":\([0-9.]*\).*/\1/p') samples/s"
   ours=$(grep '^{' "$out/bench-$model.log" | tail -1 | sed -n 's/.*"samples_per_s":\([0-9.]*\).*/\1/p')
-  timeout 300 "$python" "$root/bench/pytorch_gpu.py" --model "$model" --steps 1000 --warmup 50 \
+  pytorch --model "$model" --steps 1000 --warmup 50 \
     --images "$root/data/t10k-images-idx3-ubyte.gz" --labels "$root/data/t10k-labels-idx1-ubyte.gz" \
     >"$out/pytorch-$model.log" 2>&1 || { fail "PyTorch $model exited $? (log pytorch-$model.log)"; why "pytorch-$model.log"; }
   theirs=$(grep '^{' "$out/pytorch-$model.log" | tail -1 | sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p')
@@ -190,7 +209,7 @@ echo "  mlp with one step in flight: $(bench_rate "$out/bench-mlp-depth1.log") s
 for model in mlp cnn; do
   mgt 300 bench --config "$work/$model.ini" --train.device=gpu --data.in_memory=true --steps 300 --warmup 30 \
     --train.global_batch=1024 --json >"$out/bench-$model-1024.log" 2>&1 || fail "mgtrain bench $model at 1024 exited $?"
-  timeout 300 "$python" "$root/bench/pytorch_gpu.py" --model "$model" --steps 300 --warmup 30 --batch 1024 \
+  pytorch --model "$model" --steps 300 --warmup 30 --batch 1024 \
     --images "$root/data/t10k-images-idx3-ubyte.gz" --labels "$root/data/t10k-labels-idx1-ubyte.gz" \
     >"$out/pytorch-$model-1024.log" 2>&1 || fail "PyTorch $model at 1024 exited $?"
   echo "  $model batch 1024: mgtrain $(bench_rate "$out/bench-$model-1024.log"), PyTorch $(bench_rate "$out/pytorch-$model-1024.log") samples/s"

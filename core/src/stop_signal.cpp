@@ -14,6 +14,9 @@ extern "C" void on_stop_signal(int signal) { requested_signal = signal; }
 void install_stop_handlers() {
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
+  // The handler only sets a flag that the training loop polls, so nothing needs a system call cut
+  // short: the libraries' calls (MPI, PMIx, HDF5, oneDNN) resume instead of failing with EINTR.
+  action.sa_flags = SA_RESTART;
   sigemptyset(&action.sa_mask);
   for (int signal : {SIGTERM, SIGINT, SIGUSR1}) sigaction(signal, &action, nullptr);
 }

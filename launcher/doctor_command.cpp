@@ -61,8 +61,9 @@ struct RankReport {
   int32_t rank = 0, local_rank = 0, local_size = 0;
   int32_t built_with_cuda = 0;
   int32_t device_count = 0;  // CUDA devices this rank sees
-  int32_t serves = 0;        // 1: serves (a parameter server under --config): takes no GPU
-  int32_t training_index = 0;  // its place among its node's training ranks
+  // Its place among its node's training ranks; -1 when it serves (a parameter server under
+  // --config) and takes no GPU.
+  int32_t training_index = 0;
   int32_t device = -1;       // the one it would use, training_index % device_count
   int32_t nvml_gpus = -1;    // GPUs NVML sees on the node; -1: NVML not available
   int32_t driver = 0, runtime = 0, cudnn = 0, nccl = 0;  // CUDA's encodings; 0: unknown
@@ -85,6 +86,8 @@ struct RankReport {
   int8_t peer[kMaxNodeGpus][kMaxNodeGpus] = {};
   int16_t nvlinks[kMaxNodeGpus] = {};
 };
+
+bool serves(const RankReport& r) { return r.training_index < 0; }
 
 std::string mpi_library_version() {
   char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
@@ -140,8 +143,7 @@ RankReport look_before_contexts(const Communicator& comm, const Nvml& nvml, cons
   r.rank = comm.rank();
   r.local_rank = comm.local_rank();
   r.local_size = comm.local_size();
-  r.serves = place.index < 0 ? 1 : 0;
-  r.training_index = std::max(place.index, 0);
+  r.training_index = place.index;
   set_text(r.host, host_name());
   set_text(r.mpi_library, mpi_library_version());
   if (nvml.ok()) {
@@ -161,7 +163,7 @@ RankReport look_before_contexts(const Communicator& comm, const Nvml& nvml, cons
     set_text(r.no_gpu_reason, why);
     return r;
   }
-  if (r.serves) return r;
+  if (serves(r)) return r;
   r.device = r.training_index % r.device_count;
   try {
     const auto props = cuda::device_properties(r.device);
@@ -216,7 +218,7 @@ void simulate(RankReport& r) {
       try {
         if (key == "gpus") {
           r.device_count = std::stoi(value);
-          r.device = r.device_count > 0 && !r.serves ? r.training_index % r.device_count : -1;
+          r.device = r.device_count > 0 && !serves(r) ? r.training_index % r.device_count : -1;
           r.no_gpu_reason[0] = '\0';
           if (r.device < 0) continue;
           set_text(r.gpu_name, "test GPU");
@@ -352,11 +354,11 @@ Verdict judge(const std::vector<RankReport>& reports, double busy_gib, const std
   // own GPU (CUDA_VISIBLE_DEVICES per rank, as Slurm does), every rank calls its GPU 0.
   std::vector<const RankReport*> with_gpu, without_gpu;
   for (const auto& r : reports)
-    if (!r.serves) (r.device >= 0 ? with_gpu : without_gpu).push_back(&r);
+    if (!serves(r)) (r.device >= 0 ? with_gpu : without_gpu).push_back(&r);
   for (const auto& host : hosts) {
     const auto& ranks = by_host[host];
     int serving = 0;
-    for (const auto* r : ranks) serving += r->serves;
+    for (const auto* r : ranks) serving += serves(*r) ? 1 : 0;
     const int training = static_cast<int>(ranks.size()) - serving;
     std::map<std::string, std::vector<const RankReport*>> on_gpu;
     std::vector<std::string> order;
@@ -520,7 +522,7 @@ void print_report(const std::vector<RankReport>& reports, const Verdict& verdict
     if (r.device >= 0) {
       gpu = std::to_string(r.device) + ": " + r.gpu_name + " " + r.pci_bus_id;
       if (r.kernels_ok < 0) gpu += " (failed)";
-    } else if (r.serves) {
+    } else if (serves(r)) {
       gpu = "- (serves)";
     }
     const int64_t used = r.memory_from_nvml ? r.memory_used_before : r.memory_used;
@@ -559,7 +561,7 @@ void print_report(const std::vector<RankReport>& reports, const Verdict& verdict
   std::printf("MPI library: %s\n", first.mpi_library);
   std::vector<const RankReport*> serving;
   for (const auto& r : reports)
-    if (r.serves) serving.push_back(&r);
+    if (serves(r)) serving.push_back(&r);
   if (!serving.empty())
     std::printf("serving ranks (the sync strategy's servers; no GPU, they update on the CPU): %s\n",
                 hosts_and_ranks(serving).c_str());

@@ -564,10 +564,7 @@ class Trainer {
         break;
       }
       if (options_.write_checkpoints && checkpoint_every > 0 && step % checkpoint_every == 0 && step < total_steps_) {
-        if (compiled_) {
-          finish_compiled_steps();
-          compiled_->download_state(store_);
-        }
+        if (compiled_) download_compiled_state();
         if (leader_) {
           result_.checkpoint = write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(),
                                                 config_.get_int("checkpoint.keep"));
@@ -581,10 +578,7 @@ class Trainer {
       }
     }
     // The device's parameters and optimizer state, for the final checkpoint and the test set.
-    if (compiled_) {
-      finish_compiled_steps();
-      compiled_->download_state(store_);
-    }
+    if (compiled_) download_compiled_state();
     if (progress_) progress_->finish();
     if (stopped && leader_)
       log_ << "stopped by signal " << stop_signal() << " at step " << step
@@ -678,6 +672,12 @@ class Trainer {
   // Waits for every compiled step in flight, taking its figures.
   void finish_compiled_steps() {
     for (StepFigures f = compiled_->finish(); f.valid; f = compiled_->finish()) absorb(f);
+  }
+
+  // The device's parameters and optimizer state into the host store, once every step is done.
+  void download_compiled_state() {
+    finish_compiled_steps();
+    compiled_->download_state(store_);
   }
 
   // A finished compiled step's figures into the interval; its non-finite gradient as the CPU path

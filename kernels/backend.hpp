@@ -11,32 +11,13 @@
 #include <memory>
 #include <string>
 
-#include "kernels/cpu/conv2d.hpp"
 #include "kernels/update_scalars.hpp"
+#include "mgtrain/ops.hpp"
 
 namespace mgt::kernels {
 
-// One convolution layer's plan for a fixed batch size (cuDNN descriptors and algorithms, oneDNN
-// primitives), made once so that a step creates nothing.
-class ConvOp {
- public:
-  virtual ~ConvOp() = default;
-  // y = conv(x, w) + bias
-  virtual void forward(const float* x, const float* w, const float* bias, float* y) = 0;
-  // dx = conv^T(dy, w), overwriting dx
-  virtual void backward_data(const float* dy, const float* w, float* dx) = 0;
-  // dw += dW(x, dy), dbias += the sums of dy over batch and space
-  virtual void backward_weights(const float* x, const float* dy, float* dw, float* dbias) = 0;
-};
-
-// Max pooling (no padding) for a fixed input shape.
-class MaxPoolOp {
- public:
-  virtual ~MaxPoolOp() = default;
-  virtual void forward(const float* x, float* y) = 0;
-  // dx (overwritten) from the forward's x and y and the output gradient dy.
-  virtual void backward(const float* x, const float* y, const float* dy, float* dx) = 0;
-};
+using ConvOp = mgt::ConvOp;
+using MaxPoolOp = mgt::MaxPoolOp;
 
 // The operations of one step recorded once (a CUDA graph) and replayed.
 class RecordedStep {
@@ -45,9 +26,10 @@ class RecordedStep {
   virtual void replay() = 0;
 };
 
-class Backend {
+// The layers' operations (mgt::Ops: GEMM, convolution, pooling, pointwise, randomness), and what
+// an executor needs besides: memory, staging, waiting, the loss, the updates and recording.
+class Backend : public Ops {
  public:
-  virtual ~Backend() = default;
   // "cpu", or "GPU 0 (NVIDIA H200)".
   virtual std::string describe() const = 0;
 
@@ -60,12 +42,9 @@ class Backend {
   virtual void upload(void* dst, const void* host, size_t bytes) = 0;
   virtual void download(void* host, const void* src, size_t bytes) = 0;
 
-  // Ordered with the operations:
+  // Ordered with the operations (as copy and zero are):
   virtual void copy_from_pinned(void* dst, const void* pinned, size_t bytes) = 0;
   virtual void copy_to_pinned(void* pinned, const void* src, size_t bytes) = 0;
-  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
-  virtual void zero(void* dst, size_t bytes) = 0;
-
   // Input staging on a separate copy stream, so the next batch's transfer overlaps the running
   // step: stage copies host memory (asynchronously when it is pinned) into slot `slot`'s device
   // buffer; wait_staged blocks until those copies are done and the host memory may be reused;
@@ -82,30 +61,6 @@ class Backend {
   virtual void wait_done(int slot, double timeout_s, int64_t step,
                          const std::function<void()>& check_peers = {}) = 0;
 
-  // Row-major GEMM as kernels/cpu/gemm.hpp: C = alpha * op(A) op(B) + beta * C.
-  virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                    int64_t ldc) = 0;
-  // The same with A and B in bfloat16 (raw bits), FP32 accumulation: bf16 mixed precision.
-  virtual void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                         const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
-                         int64_t ldc) = 0;
-  // y = x rounded to bfloat16, to nearest, ties to even
-  virtual void to_bf16(const float* x, uint16_t* y, size_t n) = 0;
-  virtual void broadcast_rows(const float* bias, float* y, int64_t rows, int64_t cols) = 0;
-  // acc[c] += sum over rows of x[r, c]
-  virtual void add_column_sums(const float* x, float* acc, int64_t rows, int64_t cols) = 0;
-  virtual void relu_forward(const float* x, float* y, int64_t n) = 0;
-  virtual void relu_backward(const float* y, const float* dy, float* dx, int64_t n) = 0;
-  // y = x * s element-wise (dropout with its scales)
-  virtual void multiply(const float* x, const float* s, float* y, int64_t n) = 0;
-  // bf16: the convolution takes bfloat16 operands and gives a bfloat16 result (FP32 accumulation,
-  // tensor cores), converted at its edges: x, w and dy are rounded to bf16; y (before the FP32
-  // bias), dx and the weight gradient (before it is added to dw in FP32) are bf16 values. The bias
-  // gradient is summed from the FP32 dy.
-  virtual std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch, bool bf16 = false) = 0;
-  virtual std::unique_ptr<MaxPoolOp> make_max_pool(int64_t batch, int64_t channels, int64_t height,
-                                                   int64_t width, int64_t kernel, int64_t stride) = 0;
   // Softmax cross-entropy of one micro-batch: writes grad = (softmax - onehot) * grad_scale, adds
   // the rows' loss sum to *loss_sum and their count of correct arg-maxes to *correct. row_loss is
   // scratch of `rows` doubles.
@@ -120,6 +75,10 @@ class Backend {
                         const SgdScalars* scalars, const int32_t* skip) = 0;
   virtual void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
                           size_t n, const AdamWScalars* scalars, const int32_t* skip) = 0;
+
+  // uniform() draws for the step whose index lies at `step` in this backend's memory, read when
+  // the operation runs: a recorded step reads it anew at each replay.
+  virtual void read_step_from(const int64_t* step) = 0;
 
   // Recording a step for replay: false where the backend has no such thing (the CPU).
   virtual bool can_record() const { return false; }

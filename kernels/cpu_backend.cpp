@@ -1,7 +1,7 @@
 // The CPU backend of the dispatch interface: the kernels of kernels/cpu run at once in host
-// memory. The trainer's CPU path calls those kernels through the SDK layers directly; this backend
-// runs the compiled step (core/src/compiled_step.hpp) on the CPU, which is how that program is
-// tested on machines without a GPU, against the SDK layers.
+// memory. The layers run on it on the CPU path, and so does the compiled step
+// (core/src/compiled_step.hpp) with train.device = compiled-cpu, which is how the GPU path's
+// program is tested on machines without a GPU.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -10,10 +10,12 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/cpu/bf16.hpp"
+#include "kernels/cpu/conv2d.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/pointwise.hpp"
 #include "kernels/cpu/pool.hpp"
 #include "kernels/cpu/softmax.hpp"
+#include "kernels/elementwise.hpp"
 
 namespace mgt::kernels {
 
@@ -28,8 +30,8 @@ class CpuConv final : public ConvOp {
   void backward_data(const float* dy, const float* w, float* dx) override {
     conv_.backward_data(shape_, batch_, dy, w, dx);
   }
-  void backward_weights(const float* x, const float* dy, float* dw, float* dbias) override {
-    conv_.backward_weights(shape_, batch_, x, dy, dw, dbias, /*accumulate=*/true);
+  void backward_weights(const float* x, const float* dy, float* dw, float* dbias, bool accumulate) override {
+    conv_.backward_weights(shape_, batch_, x, dy, dw, dbias, accumulate);
   }
 
  private:
@@ -66,11 +68,11 @@ class CpuConvBf16 final : public ConvOp {
     conv_.backward_data(shape_, batch_, out_.data(), w_.data(), dx);
     round_to_bf16(dx, dx, in_.size());
   }
-  void backward_weights(const float* x, const float* dy, float* dw, float* dbias) override {
+  void backward_weights(const float* x, const float* dy, float* dw, float* dbias, bool accumulate) override {
     round_to_bf16(x, in_.data(), in_.size());
     round_to_bf16(dy, out_.data(), out_.size());
     conv_.backward_weights(shape_, batch_, in_.data(), out_.data(), dw_.data(), nullptr, /*accumulate=*/false);
-    for (size_t i = 0; i < dw_.size(); ++i) dw[i] += from_bf16(to_bf16(dw_[i]));
+    for (size_t i = 0; i < dw_.size(); ++i) dw[i] = (accumulate ? dw[i] : 0.0f) + from_bf16(to_bf16(dw_[i]));
     if (!dbias) return;
     const int64_t plane = shape_.out_height() * shape_.out_width();
     for (int64_t c = 0; c < shape_.out_channels; ++c) {
@@ -79,7 +81,7 @@ class CpuConvBf16 final : public ConvOp {
         const float* row = dy + (b * shape_.out_channels + c) * plane;
         for (int64_t p = 0; p < plane; ++p) sum += row[p];
       }
-      dbias[c] += sum;
+      dbias[c] = (accumulate ? dbias[c] : 0.0f) + sum;
     }
   }
 
@@ -152,6 +154,21 @@ class CpuBackend final : public Backend {
     kernels::relu_backward(y, dy, dx, n);
   }
   void multiply(const float* x, const float* s, float* y, int64_t n) override { kernels::multiply(x, s, y, n); }
+  void unary(UnaryOp op, const float* x, float* y, int64_t n) override { kernels::unary(op, x, y, n); }
+  void binary(BinaryOp op, const float* a, const float* b, float* y, int64_t n) override {
+    kernels::binary(op, a, b, y, n);
+  }
+  void affine(const float* x, float* y, int64_t n, float scale, float shift) override {
+    kernels::affine(x, y, n, scale, shift);
+  }
+  void uniform(float* y, size_t n, uint64_t key, uint64_t first_index) override {
+    kernels::philox_fill_uniform(y, n, key, static_cast<uint64_t>(*step_), first_index);
+  }
+  void dropout_scales(float* u, int64_t n, float p) override { kernels::dropout_scales(u, n, p); }
+  void read_step_from(const int64_t* step) override { step_ = step ? step : &no_step_; }
+  bool gemm_rows_independent(int64_t shard_rows, int64_t shards, int64_t n, int64_t k) const override {
+    return sgemm_rows_independent(shard_rows, shards, n, k);
+  }
   std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch, bool bf16) override {
     if (bf16) return std::make_unique<CpuConvBf16>(shape, batch);
     return std::make_unique<CpuConv>(shape, batch);
@@ -206,6 +223,8 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  const int64_t no_step_ = 0;
+  const int64_t* step_ = &no_step_;
   static void* aligned(size_t bytes) {
     if (bytes == 0) return nullptr;
     void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);

@@ -7,62 +7,13 @@
 #include <exception>
 #include <string>
 
-#include "kernels/cpu/pointwise.hpp"
-#include "kernels/cpu/softmax.hpp"
 #include "mgtrain/error.hpp"
-#include "mgtrain/rng.hpp"
+#include "kernels/cpu/softmax.hpp"
+#include "sdk/layer_executor.hpp"
 
 namespace mgt {
 
 using kernels::Backend;
-using Kind = LayerSpec::Kind;
-
-namespace {
-
-// Test-only: MGTRAIN_TEST_DEVICE_MEMORY_MB caps the device memory compiled steps may hold in this
-// process, on any backend, so that running out of GPU memory is rehearsed on purpose.
-size_t test_device_memory_cap() {
-  static const size_t cap = [] {
-    const char* text = std::getenv("MGTRAIN_TEST_DEVICE_MEMORY_MB");
-    return text ? static_cast<size_t>(std::strtod(text, nullptr) * 1048576.0) : size_t{0};
-  }();
-  return cap;
-}
-std::atomic<size_t> capped_device_bytes{0};
-
-}  // namespace
-
-BackendMemory::~BackendMemory() {
-  for (const auto& [p, bytes] : device_) {
-    backend_.release(p);
-    capped_device_bytes -= bytes;
-  }
-  for (void* p : host_) backend_.release_host(p);
-}
-
-void* BackendMemory::device_bytes(size_t bytes) {
-  if (bytes == 0) return nullptr;
-  if (const size_t cap = test_device_memory_cap(); cap != 0 && capped_device_bytes + bytes > cap) {
-    char text[160];
-    std::snprintf(text, sizeof text, "allocation of %.1f MB with %.1f MB free of %.1f MB (MGTRAIN_TEST_DEVICE_MEMORY_MB)",
-                  static_cast<double>(bytes) / 1048576.0, static_cast<double>(cap - capped_device_bytes) / 1048576.0,
-                  static_cast<double>(cap) / 1048576.0);
-    throw OutOfMemoryError(text);
-  }
-  void* p = backend_.allocate(bytes);
-  device_.emplace_back(p, bytes);
-  capped_device_bytes += bytes;
-  backend_.zero(p, bytes);
-  return p;
-}
-
-void* BackendMemory::host_bytes(size_t bytes) {
-  if (bytes == 0) return nullptr;
-  void* p = backend_.allocate_host(bytes);
-  host_.push_back(p);
-  std::memset(p, 0, bytes);
-  return p;
-}
 
 DeviceParameters::DeviceParameters(Backend& backend, const ParameterStore& host)
     : memory(backend),
@@ -71,13 +22,6 @@ DeviceParameters::DeviceParameters(Backend& backend, const ParameterStore& host)
       store(host.with_buffers(params, grads)) {}
 
 namespace {
-
-// Layers that pass their input through unchanged in training: their output aliases the input.
-bool is_identity(const LayerSpec& s) {
-  return s.kind == Kind::flatten || (s.kind == Kind::dropout && s.probability == 0.0f);
-}
-
-bool has_params(const LayerSpec& s) { return s.kind == Kind::linear || s.kind == Kind::conv2d; }
 
 // What the host knows of a step's outcome, copied back at the end of each step.
 struct StepTotals {
@@ -92,64 +36,48 @@ union UpdateScalars {
   kernels::AdamWScalars adamw;
 };
 
+// What the host sets for each step: the update's scalars and the step's index (dropout's
+// stream), copied in at the step's start so that a recorded step reads them at fixed addresses.
+struct StepScalars {
+  UpdateScalars update;
+  int64_t step;
+};
+
 }  // namespace
 
 void check_compilable(const Model& model, const Optimizer& optimizer, const std::string& model_name,
                       const std::string& optimizer_name) {
-  const auto* sequential = dynamic_cast<const SequentialModel*>(&model);
-  MGT_CHECK(sequential != nullptr, ConfigError,
-            "model '" + model_name + "' is not a SequentialModel of SDK layers, which is what the GPU "
-            "path runs; train.device = cpu runs it");
-  for (const auto& layer : sequential->layers()) {
-    const LayerSpec s = layer->spec();
-    MGT_CHECK(s.kind != Kind::custom, ConfigError,
-              "model '" + model_name + "': layer '" + layer->name() +
-                  "' is not an SDK layer, and the GPU path runs only those; train.device = cpu runs it");
-  }
+  MGT_CHECK(dynamic_cast<const SequentialModel*>(&model) != nullptr, ConfigError,
+            "model '" + model_name + "' is not a SequentialModel, which is what the GPU path runs; "
+            "train.device = cpu runs it");
   MGT_CHECK(optimizer.update_rule().kind != UpdateRule::Kind::none, ConfigError,
             "optimizer '" + optimizer_name + "' has no update rule the GPU path can apply "
             "(Optimizer::update_rule); use sgd or adam, or train.device = cpu");
 }
 
-// The compiled program: per layer its buffers and kernel plans, per slot its staging buffers.
+// The compiled program: the layers' executor, per slot the staged batch and the host's scalars.
 struct CompiledStep::Program {
-  explicit Program(Backend& backend) : memory(backend) {}
-
-  struct Layer {
-    LayerSpec spec;
-    std::string name;
-    std::vector<ParamHandle> handles;
-    Shape out_shape;
-    int64_t out_numel = 0;
-    float* out = nullptr;   // activation; aliases the input for identity layers (null: the pass's input rows)
-    float* grad = nullptr;  // gradient of the activation; aliased likewise (null: none is needed)
-    std::unique_ptr<kernels::ConvOp> conv;
-    std::unique_ptr<kernels::MaxPoolOp> pool;
-    // Dropout: the step's scales for every pass, drawn on the host into the slot's pinned block
-    // (a function of seed, step and global sample, as the SDK layer draws them), and one pass's
-    // worth on the device.
-    float* pinned_mask[2] = {};
-    float* mask = nullptr;
-    // bf16 mixed precision, linear layers: the input and the output gradient as bf16 operands.
-    uint16_t* x_bf16 = nullptr;
-    uint16_t* dy_bf16 = nullptr;
-  };
+  Program(Backend& backend, const SequentialModel& model, bool bf16)
+      : memory(backend), executor(backend, layer_pointers(model), bf16) {}
+  static std::vector<mgt::Layer*> layer_pointers(const SequentialModel& model) {
+    std::vector<mgt::Layer*> out;
+    for (const auto& l : model.layers()) out.push_back(l.get());
+    return out;
+  }
 
   BackendMemory memory;
-  std::vector<Layer> layers;
-  size_t first_with_params = 0;  // layers before it need no input gradient
+  LayerExecutor executor;
   int64_t sample_numel = 0;
-  // Per slot: the staged batch in backend memory, the update's scalars (pinned) and the step's
+  // Per slot: the staged batch in backend memory, the step's scalars (pinned) and the step's
   // totals (pinned), so that a recorded step reads and writes fixed addresses.
-  UpdateScalars* pinned_scalars[2] = {};
+  StepScalars* pinned_scalars[2] = {};
   StepTotals* pinned_totals[2] = {};
   float* x[2] = {};
   int32_t* y[2] = {};
   // Shared by the slots: the steps run one after another on the compute stream.
-  UpdateScalars* scalars = nullptr;
+  StepScalars* scalars = nullptr;
   StepTotals* totals = nullptr;
   double* row_loss = nullptr;
-  uint16_t* params_bf16 = nullptr;  // bf16 mixed precision: this step's weights, rounded from the FP32 masters
   std::vector<float*> state;  // the optimizer's state buffers, in state_buffers() order
   UpdateRule rule;
   kernels::SgdKind sgd_kind = kernels::SgdKind::plain;
@@ -159,7 +87,7 @@ struct CompiledStep::Program {
 CompiledStep::CompiledStep(Backend& backend, const SequentialModel& model, DeviceParameters& params,
                            Optimizer& optimizer, SyncStrategy& sync, const CompiledStepOptions& options)
     : backend_(backend), optimizer_(optimizer), sync_(sync), params_(params), options_(options),
-      program_(std::make_unique<Program>(backend)) {
+      program_(std::make_unique<Program>(backend, model, options.bf16)) {
   Program& p = *program_;
   MGT_CHECK(options.pass_rows > 0 && options.passes_per_micro_batch > 0 && options.accumulation > 0,
             Error, "compiled step: rows, passes and accumulation must be positive");
@@ -172,71 +100,23 @@ CompiledStep::CompiledStep(Backend& backend, const SequentialModel& model, Devic
   p.sample_numel = shape_numel(options.sample_shape);
   Shape in_shape = {options.pass_rows};
   in_shape.insert(in_shape.end(), options.sample_shape.begin(), options.sample_shape.end());
-  Shape shape = in_shape;
-  float* in = nullptr;  // nullptr: the input slot, bound per pass
-  float* in_grad = nullptr;
-  bool params_seen = false;
-  for (const auto& layer : model.layers()) {
-    Program::Layer l;
-    l.spec = layer->spec();
-    l.name = layer->name();
-    l.handles = layer->param_handles();
-    l.out_shape = layer->output_shape(shape);
-    l.out_numel = shape_numel(l.out_shape);
-    if (!params_seen && has_params(l.spec)) {
-      p.first_with_params = p.layers.size();
-      params_seen = true;
-    }
-    if (is_identity(l.spec)) {
-      // Aliases its input; before any buffer (a Flatten first), the pass's input rows (null).
-      l.out = in;
-      l.grad = in_grad;
-    } else {
-      l.out = p.memory.device<float>(static_cast<size_t>(l.out_numel));
-      l.grad = p.memory.device<float>(static_cast<size_t>(l.out_numel));
-    }
-    if (l.spec.kind == Kind::conv2d) {
-      kernels::Conv2dShape cs;
-      cs.in_channels = l.spec.in;
-      cs.out_channels = l.spec.out;
-      cs.kernel = l.spec.kernel;
-      cs.stride = l.spec.stride;
-      cs.padding = l.spec.padding;
-      cs.height = shape.at(2);
-      cs.width = shape.at(3);
-      l.conv = backend.make_conv(cs, options.pass_rows, options.bf16);
-    } else if (l.spec.kind == Kind::linear && options.bf16) {
-      l.x_bf16 = p.memory.device<uint16_t>(static_cast<size_t>(options.pass_rows * l.spec.in));
-      l.dy_bf16 = p.memory.device<uint16_t>(static_cast<size_t>(options.pass_rows * l.spec.out));
-    } else if (l.spec.kind == Kind::dropout && !is_identity(l.spec)) {
-      const auto step_numel = static_cast<size_t>(l.out_numel * options.accumulation * options.passes_per_micro_batch);
-      for (int slot = 0; slot < 2; ++slot) l.pinned_mask[slot] = p.memory.host<float>(step_numel);
-      l.mask = p.memory.device<float>(static_cast<size_t>(l.out_numel));
-    } else if (l.spec.kind == Kind::max_pool2d) {
-      l.pool = backend.make_max_pool(shape.at(0), shape.at(1), shape.at(2), shape.at(3), l.spec.kernel,
-                                     l.spec.stride);
-    }
-    in = l.out;
-    in_grad = l.grad;
-    shape = l.out_shape;
-    p.layers.push_back(std::move(l));
-  }
-  MGT_CHECK(!p.layers.empty(), ConfigError, "the model has no layers");
-  MGT_CHECK(shape.size() == 2 && shape[1] == options.classes, Error,
-            "compiled step: the model's output " + shape_string(shape) + " is not [rows, " +
+  p.executor.plan(in_shape);
+  const Shape& out = p.executor.output_shape();
+  MGT_CHECK(out.size() == 2 && out[1] == options.classes, Error,
+            "compiled step: the model's output " + shape_string(out) + " is not [rows, " +
                 std::to_string(options.classes) + "]");
 
   const auto rows = static_cast<size_t>(step_rows());
   for (int slot = 0; slot < 2; ++slot) {
-    p.pinned_scalars[slot] = p.memory.host<UpdateScalars>(1);
+    p.pinned_scalars[slot] = p.memory.host<StepScalars>(1);
     p.pinned_totals[slot] = p.memory.host<StepTotals>(1);
     p.x[slot] = p.memory.device<float>(rows * static_cast<size_t>(p.sample_numel));
     p.y[slot] = p.memory.device<int32_t>(rows);
   }
-  p.scalars = p.memory.device<UpdateScalars>(1);
+  p.scalars = p.memory.device<StepScalars>(1);
   p.totals = p.memory.device<StepTotals>(1);
   p.row_loss = p.memory.device<double>(static_cast<size_t>(options.pass_rows));
-  if (options.bf16) p.params_bf16 = p.memory.device<uint16_t>(params.store.flat_size());
+  backend.read_step_from(&p.scalars->step);
 
   p.rule = optimizer.update_rule();
   const size_t flat = params.store.flat_size();
@@ -348,7 +228,8 @@ void CompiledStep::launch(int64_t step, double lr) {
   MGT_CHECK(staged_ && submitted_ - collected_ < options_.pipeline_depth, Error,
             "compiled step: launch without begin");
   const int slot = static_cast<int>(submitted_ % 2);
-  UpdateScalars& s = *p.pinned_scalars[slot];
+  UpdateScalars& s = p.pinned_scalars[slot]->update;
+  p.pinned_scalars[slot]->step = step;
   if (p.rule.kind == UpdateRule::Kind::sgd) {
     kernels::SgdHyper h;
     h.lr = lr;
@@ -369,7 +250,6 @@ void CompiledStep::launch(int64_t step, double lr) {
   }
   optimizer_.set_learning_rate(lr);
   ++applied_;
-  draw_dropout_masks(slot, step);
   backend_.after_staged(slot);
   if (!p.recorded[slot] && options_.record && backend_.can_record() && submitted_ >= options_.eager_steps) {
     try {
@@ -416,26 +296,6 @@ void CompiledStep::record(int slot) {
   program_->recorded[slot] = backend_.end_recording();
 }
 
-// Each dropout layer's scales for every pass of the step, as DropoutLayer draws them: element
-// (row, j) is element (global sample) * features + j of the step's stream, so the masks do not
-// depend on how ranks, micro-batches or passes split the batch. The slot's block was last read by
-// the step before the one in flight, which has finished.
-void CompiledStep::draw_dropout_masks(int slot, int64_t step) {
-  const int64_t passes = options_.accumulation * options_.passes_per_micro_batch;
-  for (Program::Layer& l : program_->layers) {
-    if (!l.mask) continue;
-    const uint64_t key = rng::make_key(options_.seed, l.spec.rng_purpose);
-    const int64_t features = l.out_numel / options_.pass_rows;
-    for (int64_t pass = 0; pass < passes; ++pass) {
-      float* mask = l.pinned_mask[slot] + pass * l.out_numel;
-      const int64_t first_sample = options_.first_sample + pass * options_.pass_rows;
-      rng::fill_uniform(mask, static_cast<size_t>(l.out_numel), 0.0f, 1.0f, key, static_cast<uint64_t>(step),
-                        static_cast<uint64_t>(first_sample * features));
-      kernels::dropout_scales(mask, l.out_numel, l.spec.probability);
-    }
-  }
-}
-
 // One step: per micro-batch of the sync strategy, its passes through forward, loss and backward;
 // the strategy's reduction; the non-finite check; the update; the totals back to the host.
 bool CompiledStep::enqueue_program(int slot) {
@@ -446,10 +306,12 @@ bool CompiledStep::enqueue_program(int slot) {
   const int64_t rows = options_.pass_rows;
   b.zero(params_.grads, flat * sizeof(float));
   b.zero(p.totals, sizeof(StepTotals));
-  b.copy_from_pinned(p.scalars, p.pinned_scalars[slot], sizeof(UpdateScalars));
-  if (p.params_bf16) b.to_bf16(params_.params, p.params_bf16, flat);
-  // A linear layer's weight as this step's bf16 operand.
-  const auto weight_bf16 = [&](const Program::Layer& l) { return p.params_bf16 + store.info(l.spec.weight).offset; };
+  b.copy_from_pinned(p.scalars, p.pinned_scalars[slot], sizeof(StepScalars));
+  StepContext ctx;
+  ctx.seed = options_.seed;
+  // The host's copy; the ops read the step from p.scalars when they run (a recording is replayed).
+  ctx.step = p.pinned_scalars[slot]->step;
+  ctx.training = true;
   bool apply = false;
   int64_t pass_index = 0;
   for (int64_t m = 0; m < options_.accumulation; ++m) {
@@ -458,101 +320,17 @@ bool CompiledStep::enqueue_program(int slot) {
       const bool last_pass = pass + 1 == options_.passes_per_micro_batch;
       const float* input = p.x[slot] + pass_index * rows * p.sample_numel;
       const int32_t* labels = p.y[slot] + pass_index * rows;
-      // Forward.
-      const float* x = input;
-      for (size_t i = 0; i < p.layers.size(); ++i) {
-        Program::Layer& l = p.layers[i];
-        switch (l.spec.kind) {
-          case Kind::linear:
-            b.broadcast_rows(store.param(l.spec.bias), l.out, rows, l.spec.out);
-            if (l.x_bf16) {
-              b.to_bf16(x, l.x_bf16, static_cast<size_t>(rows * l.spec.in));
-              b.gemm_bf16(false, true, rows, l.spec.out, l.spec.in, 1.0f, l.x_bf16, l.spec.in, weight_bf16(l),
-                          l.spec.in, 1.0f, l.out, l.spec.out);
-            } else {
-              b.gemm(false, true, rows, l.spec.out, l.spec.in, 1.0f, x, l.spec.in, store.param(l.spec.weight),
-                     l.spec.in, 1.0f, l.out, l.spec.out);
-            }
-            break;
-          case Kind::conv2d:
-            l.conv->forward(x, store.param(l.spec.weight), store.param(l.spec.bias), l.out);
-            break;
-          case Kind::max_pool2d:
-            l.pool->forward(x, l.out);
-            break;
-          case Kind::relu:
-            b.relu_forward(x, l.out, l.out_numel);
-            break;
-          case Kind::dropout:
-            if (l.mask) {
-              b.copy_from_pinned(l.mask, l.pinned_mask[slot] + pass_index * l.out_numel,
-                                 static_cast<size_t>(l.out_numel) * sizeof(float));
-              b.multiply(x, l.mask, l.out, l.out_numel);
-              break;
-            }
-            [[fallthrough]];
-          case Kind::flatten:
-            break;  // its output is its input's memory
-          case Kind::custom:
-            throw Error("compiled step: layer '" + l.name + "' is not an SDK layer");
-        }
-        if (l.out) x = l.out;
-      }
-      // Loss, into the totals.
-      Program::Layer& top = p.layers.back();
-      b.softmax_xent(top.out, labels, top.grad, p.row_loss, rows, options_.classes, options_.grad_scale,
-                     &p.totals->loss_sum, &p.totals->correct);
-      // Backward, adding parameter gradients; input gradients only where a layer below has
-      // parameters.
-      for (size_t i = p.layers.size(); i-- > 0;) {
-        Program::Layer& l = p.layers[i];
-        const float* in = i == 0 || !p.layers[i - 1].out ? input : p.layers[i - 1].out;
-        // Identity layers alias their input, so below the first layer with parameters nothing
-        // needs an input gradient (and those layers have no gradient buffer).
-        float* grad_in = i > p.first_with_params ? p.layers[i - 1].grad : nullptr;
-        switch (l.spec.kind) {
-          case Kind::linear:
-            if (l.dy_bf16) {
-              // dW and dx from bf16 operands into FP32; the bias gradient from the FP32 dy.
-              b.to_bf16(l.grad, l.dy_bf16, static_cast<size_t>(rows * l.spec.out));
-              b.gemm_bf16(true, false, l.spec.out, l.spec.in, rows, 1.0f, l.dy_bf16, l.spec.out, l.x_bf16,
-                          l.spec.in, 1.0f, store.grad(l.spec.weight), l.spec.in);
-              if (grad_in)
-                b.gemm_bf16(false, false, rows, l.spec.in, l.spec.out, 1.0f, l.dy_bf16, l.spec.out, weight_bf16(l),
-                            l.spec.in, 0.0f, grad_in, l.spec.in);
-            } else {
-              b.gemm(true, false, l.spec.out, l.spec.in, rows, 1.0f, l.grad, l.spec.out, in, l.spec.in, 1.0f,
-                     store.grad(l.spec.weight), l.spec.in);
-              if (grad_in)
-                b.gemm(false, false, rows, l.spec.in, l.spec.out, 1.0f, l.grad, l.spec.out,
-                       store.param(l.spec.weight), l.spec.in, 0.0f, grad_in, l.spec.in);
-            }
-            b.add_column_sums(l.grad, store.grad(l.spec.bias), rows, l.spec.out);
-            break;
-          case Kind::conv2d:
-            l.conv->backward_weights(in, l.grad, store.grad(l.spec.weight), store.grad(l.spec.bias));
-            if (grad_in) l.conv->backward_data(l.grad, store.param(l.spec.weight), grad_in);
-            break;
-          case Kind::max_pool2d:
-            if (grad_in) l.pool->backward(in, l.out, l.grad, grad_in);
-            break;
-          case Kind::relu:
-            if (grad_in) b.relu_backward(l.out, l.grad, grad_in, l.out_numel);
-            break;
-          case Kind::dropout:
-            if (l.mask) {
-              if (grad_in) b.multiply(l.grad, l.mask, grad_in, l.out_numel);
-              break;
-            }
-            [[fallthrough]];
-          case Kind::flatten:
-            break;  // its gradient is its input's gradient memory
-          case Kind::custom:
-            break;
-        }
-        // The micro-batch's gradients of this layer are final after its last pass.
-        if (last_pass && !l.handles.empty() && !options_.host_sync) sync_.gradients_ready(l.handles);
-      }
+      ctx.micro_step = m;
+      // The pass's rows in the global batch: dropout's masks are keyed by the global sample.
+      ctx.first_sample = options_.first_sample + pass_index * rows;
+      const Tensor& logits = p.executor.forward(input, store, ctx);
+      // Loss, into the totals; its gradient is where backward starts.
+      b.softmax_xent(logits.data(), labels, p.executor.logits_grad(), p.row_loss, rows, options_.classes,
+                     options_.grad_scale, &p.totals->loss_sum, &p.totals->correct);
+      // The micro-batch's gradients of a layer are final after its last pass.
+      p.executor.backward(store, ctx, [&](const std::vector<ParamHandle>& handles) {
+        if (last_pass && !options_.host_sync) sync_.gradients_ready(handles);
+      });
     }
     apply = options_.host_sync ? sync_on_host(m, m + 1 == options_.accumulation) : sync_.end_backward(m);
   }
@@ -569,9 +347,9 @@ bool CompiledStep::enqueue_program(int slot) {
   b.flag_nonfinite(params_.grads, flat, &p.totals->nonfinite);
   if (p.rule.kind == UpdateRule::Kind::sgd)
     b.sgd_step(params_.params, params_.grads, p.state.empty() ? nullptr : p.state[0], flat, p.sgd_kind,
-               &p.scalars->sgd, &p.totals->nonfinite);
+               &p.scalars->update.sgd, &p.totals->nonfinite);
   else
-    b.adamw_step(params_.params, params_.grads, p.state[0], p.state[1], flat, &p.scalars->adamw,
+    b.adamw_step(params_.params, params_.grads, p.state[0], p.state[1], flat, &p.scalars->update.adamw,
                  &p.totals->nonfinite);
   b.copy_to_pinned(p.pinned_totals[slot], p.totals, sizeof(StepTotals));
   if (options_.host_sync) options_.host_sync->discard_grads();  // applied, as the CPU path does
@@ -585,8 +363,9 @@ bool CompiledStep::sync_on_host(int64_t micro_step, bool last) {
   const size_t bytes = host.flat_size() * sizeof(float);
   backend_.download(host.grads_data(), params_.grads, bytes);
   host.mark_grads_written();
-  for (auto l = program_->layers.rbegin(); l != program_->layers.rend(); ++l)
-    if (!l->handles.empty()) sync_.gradients_ready(l->handles);
+  const auto& handles = program_->executor.handles();
+  for (auto h = handles.rbegin(); h != handles.rend(); ++h)
+    if (!h->empty()) sync_.gradients_ready(*h);
   const bool apply = sync_.end_backward(micro_step);
   if (!apply && host.grads_discarded())
     backend_.zero(params_.grads, bytes);  // taken out (a micro-shard): the next micro-batch starts from zero

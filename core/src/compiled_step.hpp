@@ -1,6 +1,6 @@
 #pragma once
-// A training step compiled to operations on a kernels::Backend: the GPU path. The SDK layers of a
-// SequentialModel (Layer::spec), the optimizer's update (Optimizer::update_rule) and the sync
+// A training step compiled to operations on a kernels::Backend: the GPU path. The layers of a
+// SequentialModel (run by the LayerExecutor, as on the CPU path), the optimizer's update (Optimizer::update_rule) and the sync
 // strategy (on a communicator over the backend's memory) become one program over buffers in
 // backend memory. It runs once per step, or, where the backend can record (a CUDA graph), is
 // recorded once per input slot and replayed, so a step costs one launch on the host.
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "sdk/backend_memory.hpp"
 #include "mgtrain/communicator.hpp"
 #include "mgtrain/model.hpp"
 #include "mgtrain/optimizer.hpp"
@@ -30,31 +31,6 @@
 #include "mgtrain/sync.hpp"
 
 namespace mgt {
-
-// Memory from a backend, freed with it; nothing is allocated after construction of its owner.
-class BackendMemory {
- public:
-  explicit BackendMemory(kernels::Backend& backend) : backend_(backend) {}
-  ~BackendMemory();
-  BackendMemory(const BackendMemory&) = delete;
-  BackendMemory& operator=(const BackendMemory&) = delete;
-  // Zero-filled.
-  template <typename T>
-  T* device(size_t count) {
-    return static_cast<T*>(device_bytes(count * sizeof(T)));
-  }
-  template <typename T>
-  T* host(size_t count) {
-    return static_cast<T*>(host_bytes(count * sizeof(T)));
-  }
-
- private:
-  void* device_bytes(size_t bytes);
-  void* host_bytes(size_t bytes);
-  kernels::Backend& backend_;
-  std::vector<std::pair<void*, size_t>> device_;
-  std::vector<void*> host_;
-};
 
 // The parameters and gradients in backend memory, laid out as the host store; `store` views them,
 // for the sync strategy.
@@ -66,7 +42,7 @@ struct DeviceParameters {
   ParameterStore store;
 };
 
-// Throws ConfigError naming the layer or optimizer the compiled step cannot run, with what to do
+// Throws ConfigError naming the model or optimizer the compiled step cannot run, with what to do
 // instead; nothing is allocated. Every sync strategy runs: on device memory where it reduces
 // device memory (SyncStrategy::reduces_device_memory), on the host otherwise.
 void check_compilable(const Model& model, const Optimizer& optimizer, const std::string& model_name,
@@ -153,7 +129,6 @@ class CompiledStep {
   bool enqueue_program(int slot);
   bool sync_on_host(int64_t micro_step, bool last);
   void record(int slot);
-  void draw_dropout_masks(int slot, int64_t step);
   StepFigures collect(int slot);
   // Waits until no step runs, leaving their figures for finish() to collect.
   void wait_for_steps_in_flight(const std::function<void()>& check_peers);

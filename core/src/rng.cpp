@@ -2,6 +2,8 @@
 
 #include <numeric>
 
+#include "kernels/philox.hpp"
+
 namespace mgt::rng {
 
 uint64_t purpose_hash(std::string_view purpose) {
@@ -22,34 +24,11 @@ uint64_t make_key(uint64_t seed, uint64_t purpose) {
 }
 
 std::array<uint32_t, 4> philox(uint64_t key, uint64_t counter_hi, uint64_t counter_lo) {
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
-  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-  uint32_t c0 = static_cast<uint32_t>(counter_lo), c1 = static_cast<uint32_t>(counter_lo >> 32);
-  uint32_t c2 = static_cast<uint32_t>(counter_hi), c3 = static_cast<uint32_t>(counter_hi >> 32);
-  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = static_cast<uint64_t>(kM0) * c0;
-    const uint64_t p1 = static_cast<uint64_t>(kM1) * c2;
-    const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
-    const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
-    c1 = static_cast<uint32_t>(p1);
-    c3 = static_cast<uint32_t>(p0);
-    c0 = n0;
-    c2 = n2;
-    k0 += kW0;
-    k1 += kW1;
-  }
-  return {c0, c1, c2, c3};
+  const kernels::Philox4 r = kernels::philox(key, counter_hi, counter_lo);
+  return {r.w[0], r.w[1], r.w[2], r.w[3]};
 }
 
-static inline float to_unit(uint32_t bits) {
-  return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);  // 24 bits: exact in float
-}
-
-float uniform(uint64_t key, uint64_t stream, uint64_t index) {
-  const auto w = philox(key, stream, index / 4);
-  return to_unit(w[index % 4]);
-}
+float uniform(uint64_t key, uint64_t stream, uint64_t index) { return kernels::philox_uniform(key, stream, index); }
 
 void fill_uniform(float* out, size_t n, float lo, float hi, uint64_t key, uint64_t stream,
                   uint64_t first_index) {
@@ -57,9 +36,9 @@ void fill_uniform(float* out, size_t n, float lo, float hi, uint64_t key, uint64
   size_t i = 0;
   uint64_t index = first_index;
   while (i < n) {
-    const auto w = philox(key, stream, index / 4);
+    const kernels::Philox4 r = kernels::philox(key, stream, index / 4);
     for (uint64_t lane = index % 4; lane < 4 && i < n; ++lane, ++i, ++index)
-      out[i] = lo + span * to_unit(w[lane]);
+      out[i] = lo + span * kernels::philox_unit(r.w[lane]);
   }
 }
 

@@ -5,15 +5,11 @@
 #include <cstdint>
 #include <memory>
 
+#include "mgtrain/ops.hpp"
+
 namespace mgt::kernels {
 
-struct Conv2dShape {
-  int64_t in_channels = 0, out_channels = 0, kernel = 1, stride = 1, padding = 0;
-  int64_t height = 0, width = 0;  // input spatial size
-  int64_t out_height() const { return (height + 2 * padding - kernel) / stride + 1; }
-  int64_t out_width() const { return (width + 2 * padding - kernel) / stride + 1; }
-  bool operator==(const Conv2dShape&) const = default;
-};
+using Conv2dShape = mgt::Conv2dShape;
 
 class Conv2d {
  public:

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "kernels/elementwise.hpp"
+
 namespace mgt::kernels {
 
 MGT_TARGET_CLONES void relu_forward(const float* __restrict x, float* __restrict y, int64_t n) {
@@ -46,6 +48,39 @@ bool all_finite(const float* data, size_t n) {
     bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
   }
   return bad == 0;
+}
+
+// One loop per op, so each vectorizes without a switch inside.
+template <typename F>
+void map_elements(const float* x, float* y, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+}
+
+void unary(UnaryOp op, const float* x, float* y, int64_t n) {
+  switch (op) {
+#define MGT_UNARY_CASE(name) \
+  case UnaryOp::name:        \
+    return map_elements(x, y, n, [](float v) { return apply_unary(UnaryOp::name, v); });
+    MGT_UNARY_CASE(relu)
+    MGT_UNARY_CASE(sigmoid)
+    MGT_UNARY_CASE(tanh)
+    MGT_UNARY_CASE(exp)
+    MGT_UNARY_CASE(log)
+    MGT_UNARY_CASE(sqrt)
+    MGT_UNARY_CASE(reciprocal)
+    MGT_UNARY_CASE(square)
+    MGT_UNARY_CASE(abs)
+    MGT_UNARY_CASE(erf)
+#undef MGT_UNARY_CASE
+  }
+}
+
+void binary(BinaryOp op, const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = apply_binary(op, a[i], b[i]);
+}
+
+MGT_TARGET_CLONES void affine(const float* x, float* y, int64_t n, float scale, float shift) {
+  for (int64_t i = 0; i < n; ++i) y[i] = scale * x[i] + shift;
 }
 
 }  // namespace mgt::kernels

@@ -3,6 +3,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "mgtrain/ops.hpp"
+
 // The build targets baseline x86-64; hot loops are also compiled for AVX2 and AVX-512 and picked
 // at load time, so they vectorize fully on the machines the trainer runs on.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -29,6 +31,10 @@ bool all_finite(const float* data, size_t n);
 
 // y = x * s element-wise
 void multiply(const float* x, const float* s, float* y, int64_t n);
+// y = op(x), y = op(a, b), y = scale * x + shift (mgt::Ops)
+void unary(UnaryOp op, const float* x, float* y, int64_t n);
+void binary(BinaryOp op, const float* a, const float* b, float* y, int64_t n);
+void affine(const float* x, float* y, int64_t n, float scale, float shift);
 // Turns uniforms u in [0, 1) into inverted-dropout scales: 0 when u < p, else 1 / (1 - p).
 void dropout_scales(float* u, int64_t n, float p);
 

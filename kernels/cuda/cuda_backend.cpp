@@ -9,6 +9,7 @@
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/cudnn_ops.hpp"
 #include "kernels/cuda/device_buffer.hpp"
+#include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/layer_ops.hpp"
 #include "kernels/cuda/optimizers.hpp"
@@ -27,8 +28,8 @@ class CudaConv final : public kernels::ConvOp {
   CudaConv(CudnnHandle& cudnn, const kernels::Conv2dShape& shape, int64_t batch) : plan_(cudnn, shape, batch) {}
   void forward(const float* x, const float* w, const float* bias, float* y) override { plan_.forward(x, w, bias, y); }
   void backward_data(const float* dy, const float* w, float* dx) override { plan_.backward_data(dy, w, dx); }
-  void backward_weights(const float* x, const float* dy, float* dw, float* dbias) override {
-    plan_.backward_weights(x, dy, dw, dbias, /*accumulate=*/true);
+  void backward_weights(const float* x, const float* dy, float* dw, float* dbias, bool accumulate) override {
+    plan_.backward_weights(x, dy, dw, dbias, accumulate);
   }
 
  private:
@@ -97,7 +98,7 @@ class CudaConvBf16 final : public kernels::ConvOp {
     plan_->backward_data_bf16(out_.data(), w_.data(), in_.data());  // dx in bf16
     from_bf16(in_.data(), dx, n_in_, /*accumulate=*/false, stream_);
   }
-  void backward_weights(const float* x, const float* dy, float* dw, float* dbias) override {
+  void backward_weights(const float* x, const float* dy, float* dw, float* dbias, bool accumulate) override {
     if (fallback_) {
       round_to_bf16(x, in32_.data(), n_in_, stream_);
       round_to_bf16(dy, out32_.data(), n_out_, stream_);
@@ -108,8 +109,8 @@ class CudaConvBf16 final : public kernels::ConvOp {
       to_bf16(dy, out_.data(), n_out_, stream_);
       plan_->backward_filter_bf16(in_.data(), out_.data(), dw_.data());
     }
-    from_bf16(dw_.data(), dw, n_w_, /*accumulate=*/true, stream_);
-    if (dbias) channel_sums(dy, dbias, batch_, channels_, plane_, /*accumulate=*/true, stream_);
+    from_bf16(dw_.data(), dw, n_w_, accumulate, stream_);
+    if (dbias) channel_sums(dy, dbias, batch_, channels_, plane_, accumulate, stream_);
   }
 
  private:
@@ -275,6 +276,19 @@ class CudaBackend final : public kernels::Backend {
     cuda::relu_backward(y, dy, dx, n, compute_);
   }
   void multiply(const float* x, const float* s, float* y, int64_t n) override { cuda::multiply(x, s, y, n, compute_); }
+  void unary(UnaryOp op, const float* x, float* y, int64_t n) override { cuda::unary(op, x, y, n, compute_); }
+  void binary(BinaryOp op, const float* a, const float* b, float* y, int64_t n) override {
+    cuda::binary(op, a, b, y, n, compute_);
+  }
+  void affine(const float* x, float* y, int64_t n, float scale, float shift) override {
+    cuda::affine(x, y, n, scale, shift, compute_);
+  }
+  void uniform(float* y, size_t n, uint64_t key, uint64_t first_index) override {
+    MGT_CHECK(step_ != nullptr, Error, "CUDA backend: uniform() before read_step_from()");
+    cuda::uniform(y, static_cast<int64_t>(n), key, step_, first_index, compute_);
+  }
+  void dropout_scales(float* u, int64_t n, float p) override { cuda::dropout_scales(u, n, p, compute_); }
+  void read_step_from(const int64_t* step) override { step_ = step; }
   std::unique_ptr<kernels::ConvOp> make_conv(const kernels::Conv2dShape& shape, int64_t batch, bool bf16) override {
     if (bf16) return std::make_unique<CudaConvBf16>(*cudnn_, shape, batch);
     return std::make_unique<CudaConv>(*cudnn_, shape, batch);
@@ -329,6 +343,7 @@ class CudaBackend final : public kernels::Backend {
   std::unique_ptr<BlasHandle> blas_;
   void* blas_workspace_ = nullptr;
   std::unique_ptr<CudnnHandle> cudnn_;
+  const int64_t* step_ = nullptr;  // device memory: the step uniform() draws for
 };
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -51,6 +53,39 @@ Tensor well_separated_tensor(const Shape& shape, unsigned seed) {
   return t;
 }
 
+// Layers driven by hand on the host, as a model plugin of its own would drive them: planned
+// (HostLayerPlanner) before each forward, run with host_ops(); a layer that aliases its input
+// (Flatten) is a copy here, where the executor would share the memory.
+std::map<const Layer*, std::unique_ptr<mgt::HostLayerPlanner>>& plans() {
+  static std::map<const Layer*, std::unique_ptr<mgt::HostLayerPlanner>> by_layer;
+  return by_layer;
+}
+
+ParameterStore& no_params() {
+  static ParameterStore store;
+  return store;
+}
+
+void run_forward(Layer& layer, ParameterStore& store, const Tensor& x, Tensor& y, const StepContext& ctx) {
+  auto& planner = plans()[&layer];
+  planner = std::make_unique<mgt::HostLayerPlanner>();
+  layer.plan(*planner, x.shape());
+  if (layer.aliases_input()) {
+    std::copy(x.data(), x.data() + x.numel(), y.data());
+    return;
+  }
+  layer.forward(mgt::LayerRun{mgt::host_ops(ctx.step), store, ctx}, x, y);
+}
+
+void run_backward(Layer& layer, ParameterStore& store, const Tensor& x, const Tensor& y, const Tensor& dy,
+                  Tensor* dx, const StepContext& ctx) {
+  if (layer.aliases_input()) {
+    if (dx) std::copy(dy.data(), dy.data() + dy.numel(), dx->data());
+    return;
+  }
+  layer.backward(mgt::LayerRun{mgt::host_ops(ctx.step), store, ctx}, x, y, dy, dx);
+}
+
 // A layer with its own finalized, initialized store. Biases are perturbed away from their zero
 // initialisation so that they take part in the check.
 struct Harness {
@@ -70,7 +105,7 @@ struct Harness {
 
   double loss(const Tensor& x, const Tensor& r, const StepContext& ctx) {
     Tensor out(layer->output_shape(x.shape()));
-    layer->forward(x, out, ctx);
+    run_forward(*layer, store, x, out, ctx);
     double s = 0.0;
     for (int64_t i = 0; i < out.numel(); ++i) s += double(out.data()[i]) * r.data()[i];
     return s;
@@ -98,11 +133,11 @@ void check_gradients(Harness& h, Tensor& x, const StepContext& ctx, bool check_i
   const Tensor r = random_tensor(out_shape, 77);
 
   Tensor out(out_shape);
-  h.layer->forward(x, out, ctx);
+  run_forward(*h.layer, h.store, x, out, ctx);
   Tensor grad_in(x.shape());
   grad_in.fill(12345.0f);  // must be overwritten
   h.store.zero_grads();
-  h.layer->backward(x, out, r, check_input ? &grad_in : nullptr, ctx);
+  run_backward(*h.layer, h.store, x, out, r, check_input ? &grad_in : nullptr, ctx);
 
   if (check_input) {
     for (int64_t i : probe_indices(x.numel())) {
@@ -180,7 +215,7 @@ TEST(LinearLayer, ForwardComputesXWTransposePlusBias) {
   const float xv[] = {1, 1, 1, 2, 0, -1};
   std::copy(xv, xv + 6, x.data());
   Tensor y({2, 2});
-  h.layer->forward(x, y, training_ctx());
+  run_forward(*h.layer, h.store, x, y, training_ctx());
   EXPECT_FLOAT_EQ(y.data()[0], 6.5f);
   EXPECT_FLOAT_EQ(y.data()[1], 1.0f);
   EXPECT_FLOAT_EQ(y.data()[2], -0.5f);
@@ -191,12 +226,12 @@ TEST(LinearLayer, BackwardAccumulatesParameterGradients) {
   Harness h(mgt::make_linear("fc", 5, 4));
   const Tensor x = random_tensor({3, 5}, 3), dy = random_tensor({3, 4}, 4);
   Tensor y({3, 4}), dx({3, 5});
-  h.layer->forward(x, y, training_ctx());
+  run_forward(*h.layer, h.store, x, y, training_ctx());
   h.store.zero_grads();
-  h.layer->backward(x, y, dy, &dx, training_ctx());
+  run_backward(*h.layer, h.store, x, y, dy, &dx, training_ctx());
   const std::vector<float> once(h.store.grads_data(), h.store.grads_data() + h.store.flat_size());
   const std::vector<float> dx_once(dx.data(), dx.data() + dx.numel());
-  h.layer->backward(x, y, dy, &dx, training_ctx());
+  run_backward(*h.layer, h.store, x, y, dy, &dx, training_ctx());
   for (size_t i = 0; i < once.size(); ++i)
     ASSERT_FLOAT_EQ(h.store.grads_data()[i], 2.0f * once[i]) << "gradient element " << i;
   // The input gradient is written, not accumulated.
@@ -235,11 +270,11 @@ TEST(Conv2dLayer, BackwardAccumulatesAndSurvivesBatchChange) {
   for (int64_t batch : {3, 1, 3}) {
     const Tensor x = random_tensor({batch, 2, 4, 4}, 7), dy = random_tensor({batch, 2, 4, 4}, 8);
     Tensor y({batch, 2, 4, 4});
-    h.layer->forward(x, y, ctx);
+    run_forward(*h.layer, h.store, x, y, ctx);
     h.store.zero_grads();
-    h.layer->backward(x, y, dy, nullptr, ctx);
+    run_backward(*h.layer, h.store, x, y, dy, nullptr, ctx);
     const std::vector<float> once(h.store.grads_data(), h.store.grads_data() + h.store.flat_size());
-    h.layer->backward(x, y, dy, nullptr, ctx);
+    run_backward(*h.layer, h.store, x, y, dy, nullptr, ctx);
     for (size_t i = 0; i < once.size(); ++i)
       ASSERT_NEAR(h.store.grads_data()[i], 2.0f * once[i], 1e-5f * (1 + std::abs(once[i])));
   }
@@ -267,7 +302,7 @@ TEST(ReluLayer, GradientsMatchFiniteDifferences) {
   Tensor x = well_separated_tensor({3, 4, 5}, 11);
   check_gradients(h, x, training_ctx());
   Tensor y(x.shape());
-  h.layer->forward(x, y, training_ctx());
+  run_forward(*h.layer, h.store, x, y, training_ctx());
   for (int64_t i = 0; i < x.numel(); ++i) ASSERT_EQ(y.data()[i], std::max(0.0f, x.data()[i]));
 }
 
@@ -290,7 +325,7 @@ TEST(DropoutLayer, InvertedScalingAndRate) {
   auto layer = mgt::make_dropout("drop", 0.25f);
   const Tensor x = random_tensor({64, 100}, 14);
   Tensor y(x.shape());
-  layer->forward(x, y, training_ctx());
+  run_forward(*layer, no_params(), x, y, training_ctx());
   int64_t dropped = 0;
   for (int64_t i = 0; i < x.numel(); ++i) {
     if (y.data()[i] == 0.0f) {
@@ -309,9 +344,9 @@ TEST(DropoutLayer, IdentityWhenNotTraining) {
   Tensor y(x.shape()), dx(x.shape());
   StepContext ctx = training_ctx();
   ctx.training = false;
-  layer->forward(x, y, ctx);
+  run_forward(*layer, no_params(), x, y, ctx);
   for (int64_t i = 0; i < x.numel(); ++i) ASSERT_EQ(y.data()[i], x.data()[i]);
-  layer->backward(x, y, x, &dx, ctx);
+  run_backward(*layer, no_params(), x, y, x, &dx, ctx);
   for (int64_t i = 0; i < x.numel(); ++i) ASSERT_EQ(dx.data()[i], x.data()[i]);
 }
 
@@ -322,7 +357,7 @@ TEST(DropoutLayer, MaskIndependentOfBatchSplit) {
   ctx.micro_step = 1;
   ctx.first_sample = 0;
   Tensor whole(x.shape());
-  layer->forward(x, whole, ctx);
+  run_forward(*layer, no_params(), x, whole, ctx);
 
   const int64_t half = 4 * 15;
   for (int64_t part = 0; part < 2; ++part) {
@@ -331,7 +366,7 @@ TEST(DropoutLayer, MaskIndependentOfBatchSplit) {
     ctx.first_sample = part * 4;
     // A different layer object, as on another rank.
     auto other = mgt::make_dropout("drop", 0.5f);
-    other->forward(xin, y, ctx);
+    run_forward(*other, no_params(), xin, y, ctx);
     for (int64_t i = 0; i < half; ++i)
       ASSERT_EQ(y.data()[i], whole.data()[part * half + i]) << "part " << part << " element " << i;
   }
@@ -341,7 +376,7 @@ TEST(DropoutLayer, MaskIndependentOfBatchSplit) {
   auto differs = [&](StepContext c, const std::string& name) {
     auto l = mgt::make_dropout(name, 0.5f);
     Tensor y(x.shape());
-    l->forward(x, y, c);
+    run_forward(*l, no_params(), x, y, c);
     return !std::equal(y.data(), y.data() + y.numel(), whole.data());
   };
   StepContext next_step = ctx;
@@ -473,7 +508,7 @@ void compare_with_manual(const std::function<std::vector<std::unique_ptr<Layer>>
     const Tensor* in = &x;
     for (auto& l : m.layers) {
       acts.emplace_back(l->output_shape(in->shape()));
-      l->forward(*in, acts.back(), ctx);
+      run_forward(*l, m.store, *in, acts.back(), ctx);
       in = &acts.back();
     }
     expect_same(logits, acts.back(), "logits");
@@ -484,7 +519,7 @@ void compare_with_manual(const std::function<std::vector<std::unique_ptr<Layer>>
     for (size_t i = m.layers.size(); i-- > 0;) {
       const Tensor& lin = i == 0 ? x : acts[i - 1];
       Tensor dx(lin.shape());
-      m.layers[i]->backward(lin, acts[i], dy, i == 0 ? nullptr : &dx, ctx);
+      run_backward(*m.layers[i], m.store, lin, acts[i], dy, i == 0 ? nullptr : &dx, ctx);
       dy = std::move(dx);
     }
     EXPECT_EQ(store.flat_size(), m.store.flat_size());

@@ -1,12 +1,14 @@
 #pragma once
-// The building blocks a model plugin composes. Each layer has forward and backward over a batch
-// (first dimension); backward *adds* its parameter gradients into the gradient buffer (so several
-// micro-batches can accumulate) and writes the input gradient when one is asked for.
+// The building blocks a model plugin composes, and the interface of a plugin's own layer. Each
+// layer has forward and backward over a batch (first dimension), written over mgtrain/ops.hpp;
+// backward *adds* its parameter gradients into the gradient buffer (so several micro-batches can
+// accumulate) and writes the input gradient when one is asked for.
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "mgtrain/ops.hpp"
 #include "mgtrain/parameters.hpp"
 #include "mgtrain/tensor.hpp"
 
@@ -28,42 +30,69 @@ struct StepContext {
   int64_t shards = 1;
 };
 
-// What a layer computes, for an executor other than its own forward and backward (the GPU path
-// compiles a model's layers from these). Layers the SDK does not make are `custom`: they run on
-// the CPU only.
-struct LayerSpec {
-  enum class Kind { custom, linear, conv2d, max_pool2d, relu, flatten, dropout };
-  Kind kind = Kind::custom;
-  int64_t in = 0, out = 0;                      // linear: features; conv2d: channels
-  int64_t kernel = 0, stride = 1, padding = 0;  // conv2d, max_pool2d
-  float probability = 0.0f;                     // dropout
-  uint64_t rng_purpose = 0;                     // dropout: the purpose its masks are drawn under
-  ParamHandle weight = 0, bias = 0;             // linear, conv2d
+// What an executor hands a layer when it plans it for an input shape: the operations, and memory
+// of the executor's (device memory on a GPU) for the layer's own buffers (a dropout mask, bf16
+// copies of its operands), zero-filled and kept until the layer is planned again.
+class LayerPlanner {
+ public:
+  virtual ~LayerPlanner() = default;
+  virtual Ops& ops() = 0;
+  virtual void* allocate(size_t bytes) = 0;
+  template <typename T>
+  T* allocate_array(size_t count) {
+    return static_cast<T*>(allocate(count * sizeof(T)));
+  }
+  // GEMMs and convolutions on bfloat16 operands with FP32 accumulation (gpu.precision = bf16).
+  virtual bool bf16() const { return false; }
 };
 
+// What forward and backward run with: the executor's operations, its parameters and gradients
+// (the flat buffers on its device, laid out as the store the layer declared into) and the step.
+struct LayerRun {
+  Ops& ops;
+  ParameterStore& store;
+  const StepContext& step;
+};
+
+// A layer is written once, over Ops, and every executor runs it: the CPU path, deterministic
+// mode and the GPU path. Its tensors are views of the executor's memory: a layer passes their
+// pointers to the ops and never dereferences them.
 class Layer {
  public:
   virtual ~Layer() = default;
   const std::string& name() const { return name_; }
 
-  // Declares parameters as "<name>.weight" etc.; called once before the store is finalized.
+  // Declares parameters as "<name>.weight" etc.; called once before the store is finalized. The
+  // handles it returns are what forward and backward look up in LayerRun::store.
   virtual void declare(ParameterStore&) {}
-  // Shape of the output for an input shape (batch first).
+  // Shape of the output for an input shape (batch first); throws ConfigError naming the layer
+  // when the input does not fit.
   virtual Shape output_shape(const Shape& input) const = 0;
-  // out has output_shape(in.shape()) and is owned by the caller.
-  virtual void forward(const Tensor& in, Tensor& out, const StepContext& ctx) = 0;
-  // Adds parameter gradients; writes grad_in (same shape as in) unless it is null.
-  virtual void backward(const Tensor& in, const Tensor& out, const Tensor& grad_out,
-                        Tensor* grad_in, const StepContext& ctx) = 0;
+  // Called by the executor before the first forward over an input shape (batch included), and
+  // again whenever that shape changes: makes the layer's plans (ops.make_conv) and buffers.
+  virtual void plan(LayerPlanner& planner, const Shape& input) {
+    (void)planner;
+    (void)input;
+  }
+  // out has output_shape(in.shape()).
+  virtual void forward(const LayerRun& run, const Tensor& in, Tensor& out) = 0;
+  // Adds parameter gradients (writes them when run.step.overwrite_grads); writes grad_in (same
+  // shape as in) unless it is null. Every gradient the layer adds must belong to one of
+  // param_handles(): those are what the executor announces as final after this backward.
+  virtual void backward(const LayerRun& run, const Tensor& in, const Tensor& out,
+                        const Tensor& grad_out, Tensor* grad_in) = 0;
   // Parameters this layer owns, in the order their gradients become final during backward.
   virtual std::vector<ParamHandle> param_handles() const { return {}; }
-  virtual LayerSpec spec() const { return {}; }
-  // True when the layer treats each row on its own, bit for bit: a row's output and input
-  // gradient are the same in a batch of `shards` micro-shards of `shard_rows` rows as in a batch
-  // of one shard; and, when the store has a WeightGradientSink, every parameter gradient goes to
-  // it. Deterministic mode then runs the shards through the model in one pass
+  // True when the output is the input's memory seen in another shape (Flatten, dropout of
+  // probability 0): the executor aliases the two and calls neither forward nor backward.
+  virtual bool aliases_input() const { return false; }
+  // True when the layer treats each row on its own, bit for bit, on `ops`: a row's output and
+  // input gradient are the same in a batch of `shards` micro-shards of `shard_rows` rows as in a
+  // batch of one shard; and, when the store has a WeightGradientSink, every parameter gradient
+  // goes to it. Deterministic mode then runs the shards through the model in one pass
   // (Model::shard_batchable).
-  virtual bool row_wise(int64_t shard_rows, int64_t shards) const {
+  virtual bool row_wise(const Ops& ops, int64_t shard_rows, int64_t shards) const {
+    (void)ops;
     (void)shard_rows;
     (void)shards;
     return false;
@@ -71,10 +100,24 @@ class Layer {
 
  protected:
   explicit Layer(std::string name) : name_(std::move(name)) {}
-  ParameterStore* store_ = nullptr;
 
  private:
   std::string name_;
+};
+
+// Plans layers on the CPU in host memory, for a model plugin that drives layers itself on the host
+// and for tests: forward and backward then run with host_ops(). The memory lives as long as the
+// planner; plan a layer again (with a new planner) when its input shape changes.
+class HostLayerPlanner final : public LayerPlanner {
+ public:
+  HostLayerPlanner();
+  ~HostLayerPlanner() override;
+  Ops& ops() override;
+  void* allocate(size_t bytes) override;  // zero-filled, 64-byte aligned
+
+ private:
+  struct Block;
+  std::vector<std::unique_ptr<Block>> blocks_;
 };
 
 // y = x W^T + b; x is [B, in] (higher-rank input is flattened), W is [out, in].

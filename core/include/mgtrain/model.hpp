@@ -35,10 +35,14 @@ class Model {
   }
 };
 
-// Layers applied in order; activations are sized on the first batch and reused.
+// Layers applied in order, run on the CPU in host memory by the same executor that runs them on
+// a GPU (the compiled step); activations are planned on the first batch of a shape and reused.
 class SequentialModel : public Model {
  public:
+  SequentialModel();
+  ~SequentialModel() override;
   void add(std::unique_ptr<Layer> layer);
+  // Keeps `store` as the parameters forward and backward run with (the CPU path's).
   void declare(ParameterStore& store) override;
   Shape output_shape(const Shape& input) const override;
   const Tensor& forward(const Tensor& input, const StepContext& ctx) override;
@@ -48,14 +52,10 @@ class SequentialModel : public Model {
   bool shard_batchable(int64_t shard_rows, int64_t shards) const override;  // every layer is row_wise
 
  private:
+  struct HostExecutor;
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<Tensor> activations_;  // activations_[i] = output of layer i
-  std::vector<Tensor> grads_;        // grads_[i] = gradient w.r.t. the output of layer i
-  const Tensor* input_ = nullptr;
-  Shape sized_for_;                  // input shape the activations are sized for
-  std::vector<char> alias_;          // layer i is a Flatten whose output aliases its input
-  std::vector<std::vector<ParamHandle>> handles_;  // param_handles() per layer, cached
-  size_t first_with_params_ = 0;     // layers before it need no input gradient
+  ParameterStore* store_ = nullptr;
+  std::unique_ptr<HostExecutor> host_;  // made on the first forward
 };
 
 }  // namespace mgt

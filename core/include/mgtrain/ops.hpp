@@ -1,0 +1,129 @@
+#pragma once
+// The operations a layer is written in. Every executor (the CPU in host memory, one GPU in device
+// memory) implements them, so a layer's forward and backward are written once, over these, and
+// run on every device: an SDK layer and a plugin's own layer alike, with no CUDA in either.
+//
+// Every pointer is in the executor's memory (device memory on a GPU): a layer hands pointers on
+// and never reads or writes through them itself. Operations run in the order they are called; on
+// a GPU they are asynchronous on one stream and may be recorded once and replayed (a CUDA graph),
+// so a layer's forward and backward do no host work that depends on the step: randomness comes
+// from uniform(), which draws for the step being run at run time.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace mgt {
+
+// NCHW 2-D convolution: square kernel, symmetric padding.
+struct Conv2dShape {
+  int64_t in_channels = 0, out_channels = 0, kernel = 1, stride = 1, padding = 0;
+  int64_t height = 0, width = 0;  // input spatial size
+  int64_t out_height() const { return (height + 2 * padding - kernel) / stride + 1; }
+  int64_t out_width() const { return (width + 2 * padding - kernel) / stride + 1; }
+  // Spelled out: CUDA sources that include this header compile as C++17.
+  bool operator==(const Conv2dShape& o) const {
+    return in_channels == o.in_channels && out_channels == o.out_channels && kernel == o.kernel &&
+           stride == o.stride && padding == o.padding && height == o.height && width == o.width;
+  }
+};
+
+// One convolution's plan for a fixed batch size (oneDNN primitives, cuDNN descriptors and
+// algorithms), made once so that a step creates nothing.
+class ConvOp {
+ public:
+  virtual ~ConvOp() = default;
+  // y = conv(x, w) + bias (bias may be null)
+  virtual void forward(const float* x, const float* w, const float* bias, float* y) = 0;
+  // dx = conv^T(dy, w), overwriting dx
+  virtual void backward_data(const float* dy, const float* w, float* dx) = 0;
+  // dw += dW(x, dy), dbias += the sums of dy over batch and space; written instead of added when
+  // accumulate is false (the gradients hold garbage: StepContext::overwrite_grads).
+  virtual void backward_weights(const float* x, const float* dy, float* dw, float* dbias,
+                                bool accumulate = true) = 0;
+};
+
+// Max pooling (no padding) for a fixed input shape.
+class MaxPoolOp {
+ public:
+  virtual ~MaxPoolOp() = default;
+  virtual void forward(const float* x, float* y) = 0;
+  // dx (overwritten) from the forward's x and y and the output gradient dy; the latest forward
+  // must have been over this x.
+  virtual void backward(const float* x, const float* y, const float* dy, float* dx) = 0;
+};
+
+// Element-wise functions of one tensor, for layers of a plugin's own (an activation and its
+// derivative are compositions of these with binary() and affine()).
+enum class UnaryOp { relu, sigmoid, tanh, exp, log, sqrt, reciprocal, square, abs, erf };
+// Element-wise functions of two tensors of the same size.
+enum class BinaryOp { add, subtract, multiply, divide, maximum, minimum };
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+
+  // Row-major GEMM: C = alpha * op(A) op(B) + beta * C, op(A) [m, k], op(B) [k, n].
+  virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                    int64_t ldc) = 0;
+  // The same with A and B in bfloat16 (raw bits), FP32 accumulation: bf16 mixed precision.
+  virtual void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                         const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                         float* c, int64_t ldc) = 0;
+  // y = x rounded to bfloat16, to nearest, ties to even
+  virtual void to_bf16(const float* x, uint16_t* y, size_t n) = 0;
+  // True when a GEMM of `shards` x `shard_rows` rows by [k, n] gives each row the bits it has in
+  // a GEMM of one shard: deterministic micro-shards may then go through a layer as one batch.
+  virtual bool gemm_rows_independent(int64_t shard_rows, int64_t shards, int64_t n,
+                                     int64_t k) const {
+    (void)shard_rows;
+    (void)shards;
+    (void)n;
+    (void)k;
+    return false;
+  }
+
+  // y[r, :] = bias for each of `rows` rows of `cols`
+  virtual void broadcast_rows(const float* bias, float* y, int64_t rows, int64_t cols) = 0;
+  // acc[c] += sum over rows of x[r, c]
+  virtual void add_column_sums(const float* x, float* acc, int64_t rows, int64_t cols) = 0;
+
+  // y = max(x, 0); dx = dy where y > 0, else 0
+  virtual void relu_forward(const float* x, float* y, int64_t n) = 0;
+  virtual void relu_backward(const float* y, const float* dy, float* dx, int64_t n) = 0;
+  // y = x * s element-wise
+  virtual void multiply(const float* x, const float* s, float* y, int64_t n) = 0;
+  // y = op(x); y may be x
+  virtual void unary(UnaryOp op, const float* x, float* y, int64_t n) = 0;
+  // y = op(a, b); y may be a or b
+  virtual void binary(BinaryOp op, const float* a, const float* b, float* y, int64_t n) = 0;
+  // y = scale * x + shift; y may be x
+  virtual void affine(const float* x, float* y, int64_t n, float scale, float shift) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void zero(void* dst, size_t bytes) = 0;
+
+  // y[i] = uniform in [0, 1) for element first_index + i of the stream (key, step being run):
+  // mgt::rng::fill_uniform's numbers, drawn when the step runs (also on each replay of a recorded
+  // step), so a mask keyed by the global sample is the same on every device and layout.
+  virtual void uniform(float* y, size_t n, uint64_t key, uint64_t first_index) = 0;
+  // Turns uniforms u in [0, 1) into inverted-dropout scales in place: 0 when u < p, else 1/(1-p).
+  virtual void dropout_scales(float* u, int64_t n, float p) = 0;
+
+  // Plans, made when a layer is planned for a shape; each may hold memory of its own.
+  // bf16: bfloat16 operands and result, FP32 accumulation, converted at the op's edges (x, w, dy
+  // rounded; y before the FP32 bias, dx and the weight gradient before it is added are bf16
+  // values; the bias gradient is summed from the FP32 dy).
+  virtual std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch,
+                                            bool bf16 = false) = 0;
+  virtual std::unique_ptr<MaxPoolOp> make_max_pool(int64_t batch, int64_t channels,
+                                                   int64_t height, int64_t width, int64_t kernel,
+                                                   int64_t stride) = 0;
+};
+
+// The CPU's operations on host memory, as the CPU path runs them, for a model plugin that drives
+// layers itself on the host and for tests; uniform() draws for step `step` (the step of the latest
+// call that named one). One set per thread: plans hold oneDNN state not shared between threads.
+Ops& host_ops(int64_t step);
+Ops& host_ops();
+
+}  // namespace mgt

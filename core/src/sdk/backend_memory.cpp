@@ -1,0 +1,61 @@
+#include "backend_memory.hpp"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "mgtrain/error.hpp"
+
+namespace mgt {
+
+namespace {
+
+// Test-only: MGTRAIN_TEST_DEVICE_MEMORY_MB caps the device memory executors may hold in this
+// process, on any backend, so that running out of GPU memory is rehearsed on purpose.
+size_t test_device_memory_cap() {
+  static const size_t cap = [] {
+    const char* text = std::getenv("MGTRAIN_TEST_DEVICE_MEMORY_MB");
+    return text ? static_cast<size_t>(std::strtod(text, nullptr) * 1048576.0) : size_t{0};
+  }();
+  return cap;
+}
+std::atomic<size_t> capped_device_bytes{0};
+
+}  // namespace
+
+void BackendMemory::release_all() noexcept {
+  for (const auto& [p, bytes] : device_) {
+    backend_.release(p);
+    if (counted_) capped_device_bytes -= bytes;
+  }
+  for (void* p : host_) backend_.release_host(p);
+  device_.clear();
+  host_.clear();
+}
+
+void* BackendMemory::device_bytes(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  if (const size_t cap = test_device_memory_cap(); counted_ && cap != 0 && capped_device_bytes + bytes > cap) {
+    char text[160];
+    std::snprintf(text, sizeof text, "allocation of %.1f MB with %.1f MB free of %.1f MB (MGTRAIN_TEST_DEVICE_MEMORY_MB)",
+                  static_cast<double>(bytes) / 1048576.0, static_cast<double>(cap - capped_device_bytes) / 1048576.0,
+                  static_cast<double>(cap) / 1048576.0);
+    throw OutOfMemoryError(text);
+  }
+  void* p = backend_.allocate(bytes);
+  device_.emplace_back(p, bytes);
+  if (counted_) capped_device_bytes += bytes;
+  backend_.zero(p, bytes);
+  return p;
+}
+
+void* BackendMemory::host_bytes(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = backend_.allocate_host(bytes);
+  host_.push_back(p);
+  std::memset(p, 0, bytes);
+  return p;
+}
+
+}  // namespace mgt

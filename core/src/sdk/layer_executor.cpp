@@ -1,0 +1,112 @@
+#include "layer_executor.hpp"
+
+#include <string>
+
+#include "mgtrain/error.hpp"
+
+namespace mgt {
+
+// Hands the layers the backend's operations and memory from the executor's current plan.
+class LayerExecutor::Planner final : public LayerPlanner {
+ public:
+  Planner(BackendMemory& memory, bool bf16) : memory_(memory), bf16_(bf16) {}
+  Ops& ops() override { return memory_.backend(); }
+  void* allocate(size_t bytes) override { return memory_.device_bytes(bytes); }
+  bool bf16() const override { return bf16_; }
+
+ private:
+  BackendMemory& memory_;
+  bool bf16_;
+};
+
+LayerExecutor::LayerExecutor(kernels::Backend& backend, std::vector<Layer*> layers, bool bf16, bool counted)
+    : backend_(backend), layers_(std::move(layers)), bf16_(bf16),
+      memory_(std::make_unique<BackendMemory>(backend, counted)) {
+  MGT_CHECK(!layers_.empty(), ConfigError, "the model has no layers");
+  for (Layer* layer : layers_) {
+    MGT_CHECK(layer != nullptr, Error, "LayerExecutor: null layer");
+    handles_.push_back(layer->param_handles());
+    alias_.push_back(layer->aliases_input() ? 1 : 0);
+  }
+  while (first_with_params_ < layers_.size() && handles_[first_with_params_].empty()) ++first_with_params_;
+}
+
+LayerExecutor::~LayerExecutor() = default;
+
+void LayerExecutor::plan(const Shape& input) {
+  if (input == input_shape_ && !acts_.empty()) return;
+  const size_t n = layers_.size();
+  // Shapes first, so a layer that does not fit is named before anything is allocated.
+  std::vector<Shape> shapes;
+  Shape s = input;
+  for (Layer* layer : layers_) shapes.push_back(s = layer->output_shape(s));
+  acts_.clear();
+  grads_.clear();
+  logits_grad_ = Tensor();
+  input_shape_.clear();
+  memory_->release_all();
+  Planner planner(*memory_, bf16_);
+  acts_.resize(n);
+  grads_.resize(n);
+  Shape in = input;
+  for (size_t i = 0; i < n; ++i) {
+    layers_[i]->plan(planner, in);
+    // An aliasing layer's view is pointed at its input on each forward.
+    float* out = alias_[i] ? nullptr : memory_->device<float>(static_cast<size_t>(shape_numel(shapes[i])));
+    acts_[i] = Tensor::view(out, shapes[i]);
+    in = shapes[i];
+  }
+  // grads_[i] is the input gradient of layer i + 1: the same memory as grads_[i + 1] when that
+  // layer aliases. Below the first layer with parameters no gradient is needed.
+  for (size_t i = n; i-- > 0;) {
+    if (i + 1 < n && alias_[i + 1])
+      grads_[i] = Tensor::view(grads_[i + 1].data(), shapes[i]);
+    else if (i >= first_with_params_ || i + 1 == n)
+      grads_[i] = Tensor::view(memory_->device<float>(static_cast<size_t>(shape_numel(shapes[i]))), shapes[i]);
+    else
+      grads_[i] = Tensor::view(nullptr, shapes[i]);
+  }
+  input_ = Tensor::view(nullptr, input);
+  input_shape_ = input;
+  output_shape_ = shapes.back();
+  forwarded_ = false;
+}
+
+const Tensor& LayerExecutor::forward(const float* input, ParameterStore& store, const StepContext& ctx) {
+  MGT_CHECK(!acts_.empty(), Error, "LayerExecutor::forward before plan");
+  input_.rebind(const_cast<float*>(input));
+  const LayerRun run{backend_, store, ctx};
+  const Tensor* x = &input_;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (alias_[i])
+      acts_[i].rebind(const_cast<float*>(x->data()));
+    else
+      layers_[i]->forward(run, *x, acts_[i]);
+    x = &acts_[i];
+  }
+  forwarded_ = true;
+  return acts_.back();
+}
+
+float* LayerExecutor::logits_grad() {
+  MGT_CHECK(!grads_.empty(), Error, "LayerExecutor::logits_grad before plan");
+  return grads_.back().data();
+}
+
+void LayerExecutor::backward(ParameterStore& store, const StepContext& ctx,
+                             const std::function<void(const std::vector<ParamHandle>&)>& ready) {
+  MGT_CHECK(forwarded_, Error, "LayerExecutor::backward before forward");
+  const LayerRun run{backend_, store, ctx};
+  for (size_t i = layers_.size(); i-- > first_with_params_;) {
+    if (!alias_[i]) {
+      const Tensor& in = i == 0 ? input_ : acts_[i - 1];
+      // Below the first layer with parameters no input gradient is needed (e.g. fc1's dx after a
+      // leading Flatten would be a wasted GEMM).
+      Tensor* dx = i > first_with_params_ ? &grads_[i - 1] : nullptr;
+      layers_[i]->backward(run, in, acts_[i], grads_[i], dx);
+    }
+    if (ready && !handles_[i].empty()) ready(handles_[i]);
+  }
+}
+
+}  // namespace mgt

@@ -1,0 +1,61 @@
+#pragma once
+// The one executor of a stack of layers, on any backend: the CPU path runs a SequentialModel
+// with it in host memory, the compiled step (GPU path) in device memory. It plans the layers for
+// an input shape (activations and their gradients in the backend's memory, each layer's own
+// plans and buffers), then runs forward and backward over the backend's operations. Layers that
+// alias their input (Flatten) share its memory and are not called.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend_memory.hpp"
+#include "kernels/backend.hpp"
+#include "mgtrain/layers.hpp"
+
+namespace mgt {
+
+class LayerExecutor {
+ public:
+  // The layers outlive the executor. counted: as BackendMemory's.
+  LayerExecutor(kernels::Backend& backend, std::vector<Layer*> layers, bool bf16 = false, bool counted = true);
+  ~LayerExecutor();
+  LayerExecutor(const LayerExecutor&) = delete;
+  LayerExecutor& operator=(const LayerExecutor&) = delete;
+
+  // Plans every layer for `input` (batch first) unless they are planned for it already; throws
+  // ConfigError naming the layer whose input does not fit. Frees the previous plan's memory.
+  void plan(const Shape& input);
+  const Shape& planned_input() const { return input_shape_; }
+  const Shape& output_shape() const { return output_shape_; }
+
+  // Forward from `input` (the planned shape, backend memory); the logits stay valid until the
+  // next forward.
+  const Tensor& forward(const float* input, ParameterStore& store, const StepContext& ctx);
+  // Where the gradient of the logits goes before backward (the loss writes it there).
+  float* logits_grad();
+  // Backward from logits_grad() over the latest forward, adding parameter gradients; after each
+  // layer with parameters, `ready` gets its handles (their gradients are final for this pass).
+  void backward(ParameterStore& store, const StepContext& ctx,
+                const std::function<void(const std::vector<ParamHandle>&)>& ready);
+  // Every layer's param_handles(), in layer order.
+  const std::vector<std::vector<ParamHandle>>& handles() const { return handles_; }
+
+ private:
+  class Planner;
+  kernels::Backend& backend_;
+  std::vector<Layer*> layers_;
+  bool bf16_;
+  std::unique_ptr<BackendMemory> memory_;
+  Shape input_shape_, output_shape_;
+  std::vector<std::vector<ParamHandle>> handles_;
+  std::vector<char> alias_;      // layer i's output is its input's memory
+  std::vector<Tensor> acts_;     // acts_[i]: output of layer i (a view of backend memory)
+  std::vector<Tensor> grads_;    // grads_[i]: gradient w.r.t. the output of layer i
+  Tensor input_;                 // a view of the latest forward's input
+  Tensor logits_grad_;           // the top gradient's own buffer where grads_.back() aliases none
+  size_t first_with_params_ = 0; // layers before it need no input gradient
+  bool forwarded_ = false;
+};
+
+}  // namespace mgt

@@ -1,0 +1,27 @@
+// Flatten: [B, ...] seen as [B, features]. The same memory, so every executor aliases it.
+#include "layer_checks.hpp"
+#include "mgtrain/layers.hpp"
+
+namespace mgt {
+namespace {
+
+class FlattenLayer final : public Layer {
+ public:
+  explicit FlattenLayer(const std::string& name) : Layer(name) {}
+  Shape output_shape(const Shape& input) const override {
+    MGT_CHECK(!input.empty(), ConfigError,
+              "layer '" + name() + "' expects a batch-first input, got " + shape_string(input));
+    return {input[0], layers::row_size(input)};
+  }
+  bool aliases_input() const override { return true; }
+  // Not called: the executor aliases the output to the input.
+  void forward(const LayerRun&, const Tensor&, Tensor&) override {}
+  void backward(const LayerRun&, const Tensor&, const Tensor&, const Tensor&, Tensor*) override {}
+  bool row_wise(const Ops&, int64_t, int64_t) const override { return true; }
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_flatten(const std::string& name) { return std::make_unique<FlattenLayer>(name); }
+
+}  // namespace mgt

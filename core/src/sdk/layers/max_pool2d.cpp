@@ -1,0 +1,54 @@
+// MaxPool2d: max over k x k windows (no padding), through the ops' pooling plan.
+#include <string>
+
+#include "layer_checks.hpp"
+#include "mgtrain/layers.hpp"
+
+namespace mgt {
+namespace {
+
+class MaxPool2dLayer final : public Layer {
+ public:
+  MaxPool2dLayer(const std::string& name, int64_t kernel, int64_t stride)
+      : Layer(name), kernel_(kernel), stride_(stride) {
+    layers::check_positive(name, "kernel", kernel);
+    layers::check_positive(name, "stride", stride);
+  }
+
+  Shape output_shape(const Shape& input) const override {
+    MGT_CHECK(input.size() == 4 && input[2] >= kernel_ && input[3] >= kernel_, ConfigError,
+              "layer '" + name() + "' expects input [B, C, H, W] with H, W >= " + std::to_string(kernel_) +
+                  ", got " + shape_string(input));
+    return {input[0], input[1], (input[2] - kernel_) / stride_ + 1, (input[3] - kernel_) / stride_ + 1};
+  }
+
+  void plan(LayerPlanner& planner, const Shape& input) override {
+    output_shape(input);
+    pool_ = planner.ops().make_max_pool(input[0], input[1], input[2], input[3], kernel_, stride_);
+    planned_ = input;
+  }
+
+  void forward(const LayerRun&, const Tensor& in, Tensor& out) override {
+    layers::check_planned(name(), planned_, in.shape());
+    pool_->forward(in.data(), out.data());
+  }
+
+  // Uses what the latest forward recorded, which must have been over this input.
+  void backward(const LayerRun&, const Tensor& in, const Tensor& out, const Tensor& grad_out,
+                Tensor* grad_in) override {
+    if (grad_in) pool_->backward(in.data(), out.data(), grad_out.data(), grad_in->data());
+  }
+
+ private:
+  int64_t kernel_, stride_;
+  Shape planned_;
+  std::unique_ptr<MaxPoolOp> pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_max_pool2d(const std::string& name, int64_t kernel, int64_t stride) {
+  return std::make_unique<MaxPool2dLayer>(name, kernel, stride);
+}
+
+}  // namespace mgt

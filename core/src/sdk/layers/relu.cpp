@@ -1,0 +1,25 @@
+// ReLU: y = max(x, 0).
+#include "mgtrain/layers.hpp"
+
+namespace mgt {
+namespace {
+
+class ReluLayer final : public Layer {
+ public:
+  explicit ReluLayer(const std::string& name) : Layer(name) {}
+  Shape output_shape(const Shape& input) const override { return input; }
+  void forward(const LayerRun& run, const Tensor& in, Tensor& out) override {
+    run.ops.relu_forward(in.data(), out.data(), in.numel());
+  }
+  void backward(const LayerRun& run, const Tensor&, const Tensor& out, const Tensor& grad_out,
+                Tensor* grad_in) override {
+    if (grad_in) run.ops.relu_backward(out.data(), grad_out.data(), grad_in->data(), out.numel());
+  }
+  bool row_wise(const Ops&, int64_t, int64_t) const override { return true; }
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_relu(const std::string& name) { return std::make_unique<ReluLayer>(name); }
+
+}  // namespace mgt

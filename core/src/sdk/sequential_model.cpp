@@ -1,0 +1,112 @@
+// SequentialModel on the CPU path: the layer executor on a CPU backend of its own, in host memory.
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "kernels/backend.hpp"
+#include "layer_executor.hpp"
+#include "mgtrain/error.hpp"
+#include "mgtrain/model.hpp"
+
+namespace mgt {
+
+struct SequentialModel::HostExecutor {
+  explicit HostExecutor(const std::vector<std::unique_ptr<Layer>>& layers)
+      : backend(kernels::make_cpu_backend()), executor(*backend, raw(layers), /*bf16=*/false, /*counted=*/false) {
+    backend->read_step_from(&step);
+  }
+  static std::vector<Layer*> raw(const std::vector<std::unique_ptr<Layer>>& layers) {
+    std::vector<Layer*> out;
+    for (const auto& l : layers) out.push_back(l.get());
+    return out;
+  }
+  std::unique_ptr<kernels::Backend> backend;
+  LayerExecutor executor;
+  int64_t step = 0;  // the step dropout draws for, read by the backend
+};
+
+SequentialModel::SequentialModel() = default;
+SequentialModel::~SequentialModel() = default;
+
+void SequentialModel::add(std::unique_ptr<Layer> layer) {
+  MGT_CHECK(layer != nullptr, Error, "SequentialModel::add: null layer");
+  MGT_CHECK(!host_, Error, "SequentialModel::add after the first forward");
+  layers_.push_back(std::move(layer));
+}
+
+void SequentialModel::declare(ParameterStore& store) {
+  for (auto& layer : layers_) layer->declare(store);
+  store_ = &store;
+}
+
+Shape SequentialModel::output_shape(const Shape& input) const {
+  Shape s = input;
+  for (const auto& layer : layers_) s = layer->output_shape(s);
+  return s;
+}
+
+bool SequentialModel::shard_batchable(int64_t shard_rows, int64_t shards) const {
+  for (const auto& layer : layers_)
+    if (!layer->row_wise(host_ops(), shard_rows, shards)) return false;
+  return !layers_.empty();
+}
+
+const Tensor& SequentialModel::forward(const Tensor& input, const StepContext& ctx) {
+  MGT_CHECK(!layers_.empty(), Error, "SequentialModel::forward: the model has no layers");
+  MGT_CHECK(store_ != nullptr && store_->finalized(), Error,
+            "SequentialModel::forward before its parameters were declared and finalized");
+  if (!host_) host_ = std::make_unique<HostExecutor>(layers_);
+  host_->executor.plan(input.shape());
+  host_->step = ctx.step;
+  return host_->executor.forward(input.data(), *store_, ctx);
+}
+
+void SequentialModel::backward(const Tensor& grad_logits, const StepContext& ctx, const GradientsReady& ready) {
+  MGT_CHECK(host_ != nullptr, Error, "SequentialModel::backward called before forward");
+  const Shape& logits = host_->executor.output_shape();
+  MGT_CHECK(grad_logits.numel() == shape_numel(logits), Error,
+            "SequentialModel::backward: gradient " + shape_string(grad_logits.shape()) +
+                " does not match the logits " + shape_string(logits));
+  float* top = host_->executor.logits_grad();
+  if (top != grad_logits.data())
+    std::memcpy(top, grad_logits.data(), static_cast<size_t>(grad_logits.numel()) * sizeof(float));
+  host_->executor.backward(*store_, ctx, ready);
+}
+
+// The CPU's operations for layers driven by hand on the host: one backend per thread.
+namespace {
+struct HostOpsOfThread {
+  HostOpsOfThread() : backend(kernels::make_cpu_backend()) { backend->read_step_from(&step); }
+  std::unique_ptr<kernels::Backend> backend;
+  int64_t step = 0;
+};
+thread_local HostOpsOfThread host_ops_of_thread;
+}  // namespace
+
+Ops& host_ops(int64_t step) {
+  host_ops_of_thread.step = step;
+  return *host_ops_of_thread.backend;
+}
+
+Ops& host_ops() { return *host_ops_of_thread.backend; }
+
+struct HostLayerPlanner::Block {
+  explicit Block(size_t bytes) : data(std::aligned_alloc(64, (bytes + 63) / 64 * 64)) {
+    if (!data) throw std::bad_alloc();
+    std::memset(data, 0, (bytes + 63) / 64 * 64);
+  }
+  ~Block() { std::free(data); }
+  void* data;
+};
+
+HostLayerPlanner::HostLayerPlanner() = default;
+HostLayerPlanner::~HostLayerPlanner() = default;
+Ops& HostLayerPlanner::ops() { return host_ops(); }
+void* HostLayerPlanner::allocate(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  blocks_.push_back(std::make_unique<Block>(bytes));
+  return blocks_.back()->data;
+}
+
+}  // namespace mgt

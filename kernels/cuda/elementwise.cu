@@ -1,0 +1,88 @@
+// The element-wise operations of mgt::Ops on device memory (kernels/elementwise.hpp defines each
+// function once, for these kernels and the CPU loops), and the counter-based uniforms of dropout.
+#include "kernels/cuda/check.hpp"
+#include "kernels/cuda/elementwise.hpp"
+#include "kernels/elementwise.hpp"
+
+namespace mgt::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void unary_kernel(UnaryOp op, const float* x, float* y, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    y[i] = kernels::apply_unary(op, x[i]);
+}
+
+__global__ void binary_kernel(BinaryOp op, const float* a, const float* b, float* y, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    y[i] = kernels::apply_binary(op, a[i], b[i]);
+}
+
+__global__ void affine_kernel(const float* x, float* y, int64_t n, float scale, float shift) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    y[i] = __fadd_rn(__fmul_rn(scale, x[i]), shift);  // no FMA: the CPU's bits
+}
+
+// One thread per group of four elements: one Philox call gives four uniforms.
+__global__ void uniform_kernel(float* __restrict__ y, int64_t n, uint64_t key, const int64_t* __restrict__ step,
+                               uint64_t first_index) {
+  const uint64_t stream = static_cast<uint64_t>(*step);
+  const int64_t groups = (static_cast<int64_t>(first_index % 4) + n + 3) / 4;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
+    const uint64_t counter = first_index / 4 + static_cast<uint64_t>(g);
+    const kernels::Philox4 r = kernels::philox(key, stream, counter);
+    for (int lane = 0; lane < 4; ++lane) {
+      const int64_t i = static_cast<int64_t>(counter * 4 + lane) - static_cast<int64_t>(first_index);
+      if (i >= 0 && i < n) y[i] = kernels::philox_unit(r.w[lane]);
+    }
+  }
+}
+
+__global__ void dropout_scales_kernel(float* u, int64_t n, float p, float keep_scale) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    u[i] = u[i] < p ? 0.0f : keep_scale;
+}
+
+}  // namespace
+
+void unary(UnaryOp op, const float* x, float* y, int64_t n, Stream stream) {
+  if (n <= 0) return;
+  unary_kernel<<<detail::grid_blocks(n, kThreads), kThreads, 0, stream>>>(op, x, y, n);
+  MGT_CUDA_CHECK_LAUNCH("unary");
+}
+
+void binary(BinaryOp op, const float* a, const float* b, float* y, int64_t n, Stream stream) {
+  if (n <= 0) return;
+  binary_kernel<<<detail::grid_blocks(n, kThreads), kThreads, 0, stream>>>(op, a, b, y, n);
+  MGT_CUDA_CHECK_LAUNCH("binary");
+}
+
+void affine(const float* x, float* y, int64_t n, float scale, float shift, Stream stream) {
+  if (n <= 0) return;
+  affine_kernel<<<detail::grid_blocks(n, kThreads), kThreads, 0, stream>>>(x, y, n, scale, shift);
+  MGT_CUDA_CHECK_LAUNCH("affine");
+}
+
+void uniform(float* y, int64_t n, uint64_t key, const int64_t* step, uint64_t first_index, Stream stream) {
+  if (n <= 0) return;
+  const int64_t groups = (static_cast<int64_t>(first_index % 4) + n + 3) / 4;
+  uniform_kernel<<<detail::grid_blocks(groups, kThreads), kThreads, 0, stream>>>(y, n, key, step, first_index);
+  MGT_CUDA_CHECK_LAUNCH("uniform");
+}
+
+void dropout_scales(float* u, int64_t n, float p, Stream stream) {
+  if (n <= 0) return;
+  // The keep scale as the CPU computes it, on the host.
+  const float keep_scale = 1.0f / (1.0f - p);
+  dropout_scales_kernel<<<detail::grid_blocks(n, kThreads), kThreads, 0, stream>>>(u, n, p, keep_scale);
+  MGT_CUDA_CHECK_LAUNCH("dropout_scales");
+}
+
+}  // namespace mgt::cuda

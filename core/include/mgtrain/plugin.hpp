@@ -18,7 +18,9 @@
 // 3: SyncStrategy::lost_ranks (a run that went on without some ranks).
 // 4: the GPU path: Layer::spec, Optimizer::update_rule, SyncStrategy::reduces_device_memory,
 //    ParameterStore::with_buffers.
-#define MGTRAIN_PLUGIN_ABI_VERSION 4u
+// 5: layers written once over mgt::Ops (mgtrain/ops.hpp): Layer::plan, forward and backward take
+//    a LayerRun, Layer::aliases_input; Layer::spec and LayerSpec are gone.
+#define MGTRAIN_PLUGIN_ABI_VERSION 5u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
 #define MGT_STRINGIFY_IMPL(x) #x

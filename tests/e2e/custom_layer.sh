@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# A plugin's own layer on every executor: examples/plugin's swish_mlp (a Swish activation written
+# over mgt::Ops, no CUDA), built out of tree against the installed SDK, trains at np=2 on the CPU
+# path (the loss goes down), through the GPU path's compiled step on the CPU backend
+# (train.device = compiled-cpu: the same losses and parameters within 1e-5) and in deterministic
+# mode (the same parameter bits at np=1 and np=2).
+source "$(dirname "$0")/lib.sh"
+unset MGTRAIN_PLUGIN_PATH
+
+SRC=$(cd "$EXAMPLES/.." && pwd)
+BUILD=$(cd "$(dirname "$MGTRAIN")/.." && pwd)
+PREFIX=$WORK/prefix
+PLUGIN_BUILD=$WORK/plugin-build
+cmake --install "$BUILD" --prefix "$PREFIX" >install.log 2>&1 || { cat install.log; fail "cmake --install $BUILD"; }
+cmake -S "$SRC/examples/plugin" -B "$PLUGIN_BUILD" -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_BUILD_TYPE=Release \
+  >configure.log 2>&1 || { cat configure.log; fail "configure examples/plugin"; }
+cmake --build "$PLUGIN_BUILD" -j2 >build.log 2>&1 || { cat build.log; fail "build examples/plugin"; }
+[[ -f $PLUGIN_BUILD/plugins/libmgtrain-model-swish_mlp.so ]] || fail "no libmgtrain-model-swish_mlp.so"
+MGTRAIN=$PREFIX/bin/mgtrain
+
+write_config run.ini
+common=(--config run.ini --plugin-path "$PLUGIN_BUILD/plugins" --model.name=swish_mlp --model.hidden=64,32
+        --train.max_steps=60 --train.log_every=10 --json)
+losses() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$1"; }
+
+for device in cpu compiled-cpu; do
+  run_np 2 300 train "${common[@]}" --train.device=$device --checkpoint.dir="$WORK/$device" >$device.log 2>&1 ||
+    { cat $device.log; fail "swish_mlp with train.device = $device"; }
+done
+first=$(losses cpu/metrics.jsonl | head -1)
+last=$(losses cpu/metrics.jsonl | tail -1)
+echo "swish_mlp np=2 on the CPU path: loss $first (step 10) -> $last (step 60)"
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.8 * a) }' || { cat cpu.log; fail "the loss did not go down"; }
+paste -d' ' <(losses cpu/metrics.jsonl) <(losses compiled-cpu/metrics.jsonl) |
+  awk '{ n++; d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad++ } END { exit !(n == 6 && bad == 0) }' ||
+  { paste cpu/metrics.jsonl compiled-cpu/metrics.jsonl; fail "the compiled step's losses differ from the CPU path's"; }
+"$MGTRAIN" compare cpu/step-60.h5 compiled-cpu/step-60.h5 --rtol 1e-5 ||
+  fail "the compiled step's parameters differ from the CPU path's"
+
+for np in 1 2; do
+  run_np $np 300 train "${common[@]}" --sync.deterministic=true --checkpoint.dir="$WORK/det$np" >det$np.log 2>&1 ||
+    { cat det$np.log; fail "swish_mlp deterministic at np=$np"; }
+done
+[ "$(group_hash det1/step-60.h5 /params)" = "$(group_hash det2/step-60.h5 /params)" ] ||
+  fail "deterministic swish_mlp parameters differ between np=1 and np=2"
+echo "PASS"

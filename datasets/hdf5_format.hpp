@@ -2,7 +2,7 @@
 // The HDF5 sample format: `/x` [N, ...] (uint8 or float32) and `/y` [N] (integer class labels),
 // chunked by rows, with attributes num_classes, class_names, mean, std and source on the root
 // group or on `/x` (the `/x` attribute wins when both exist), and optionally `/row_crc32` [N]
-// (see kRowChecksums). See DESIGN.md, "Data".
+// (see kRowChecksums). README.md, "Data format", describes it for users.
 #include <cstdint>
 #include <mutex>
 #include <string>

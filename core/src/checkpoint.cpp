@@ -1,4 +1,4 @@
-// Checkpoint files (see DESIGN.md, "Checkpoints"). Layout, format_version 1:
+// Checkpoint files (README.md, "Checkpoints"). Layout, format_version 1:
 //   /                  attributes step, epoch, batch_in_epoch (int64), seed (uint64), world_size,
 //                      format_version (int64), mgtrain_version, plugins, config (UTF-8 strings)
 //   /params/<name>     float32, the parameter's shape; attribute crc32 (zlib) of its bytes

@@ -2,7 +2,6 @@
 #include "report.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -10,191 +9,87 @@
 #include <regex>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "mgtrain/error.hpp"
 
 namespace mgt {
 
 // ---------------------------------------------------------------------------------------------
-// A JSON-line parser for flat objects of numbers and arrays of numbers.
+// Reading the metrics lines: nlohmann/json parses, this keeps the numbers.
 
 namespace {
 
-class LineParser {
- public:
-  LineParser(const std::string& text, const std::string& file, std::size_t line_no)
-      : s_(text), file_(file), line_no_(line_no) {}
+using nlohmann::json;
 
-  JsonLine parse() {
-    JsonLine out;
-    ws();
-    expect('{', "'{' opening a JSON object");
-    ws();
-    if (peek() == '}') {
-      ++i_;
-    } else {
-      for (;;) {
-        ws();
-        if (peek() != '"') fail("a quoted field name");
-        const std::string key = string();
-        ws();
-        expect(':', "':' after field name \"" + key + "\"");
-        ws();
-        value(key, out);
-        ws();
-        if (peek() == ',') {
-          ++i_;
-          continue;
-        }
-        expect('}', "',' or '}' after the value of \"" + key + "\"");
-        break;
-      }
-    }
-    ws();
-    if (i_ != s_.size()) fail("the end of the line after the closing '}'");
-    return out;
-  }
+[[noreturn]] void fail(const std::string& file, std::size_t line_no, const std::string& expected) {
+  throw DataError(file + ":" + std::to_string(line_no) + ": expected " + expected);
+}
 
- private:
-  char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
-  void ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\r')) ++i_;
-  }
-  void expect(char c, const std::string& what) {
-    if (peek() != c) fail(what);
-    ++i_;
-  }
-  [[noreturn]] void fail(const std::string& expected) const {
-    std::string found = "the end of the line";
-    if (i_ < s_.size()) {
-      found = "'" + s_.substr(i_, 16) + (s_.size() - i_ > 16 ? "...'" : "'");
-    }
-    throw DataError(file_ + ":" + std::to_string(line_no_) + ": expected " + expected + " at column " +
-                    std::to_string(i_ + 1) + ", found " + found);
-  }
-
-  std::string string() {
-    ++i_;  // opening quote
-    std::string out;
-    while (i_ < s_.size() && s_[i_] != '"') {
-      if (s_[i_] == '\\' && i_ + 1 < s_.size()) ++i_;
-      out += s_[i_++];
-    }
-    if (i_ >= s_.size()) fail("a closing '\"'");
-    ++i_;
-    return out;
-  }
-
-  bool starts_number() const {
-    const char c = peek();
-    return c == '-' || (c >= '0' && c <= '9') || c == 'n' || c == 'i' || c == 'N' || c == 'I';
-  }
-
-  double number(const std::string& key) {
-    double v = 0;
-    const char* begin = s_.data() + i_;
-    const auto [end, ec] = std::from_chars(begin, s_.data() + s_.size(), v);
-    if (ec == std::errc::result_out_of_range) {
-      v = (*begin == '-') ? -HUGE_VAL : HUGE_VAL;
-    } else if (ec != std::errc()) {
-      fail("a number for \"" + key + "\"");
-    }
-    i_ += static_cast<std::size_t>(end - begin);
-    return v;
-  }
-
-  bool literal(const char* word) {
-    const std::size_t n = std::char_traits<char>::length(word);
-    if (s_.compare(i_, n, word) != 0) return false;
-    i_ += n;
+// A number, or NaN for null: how mgtrain writes a figure that is not finite.
+bool to_number(const json& value, double& out) {
+  if (value.is_number()) {
+    out = value.get<double>();
     return true;
   }
-
-  // {"a":1,"b":null} as element `index` of the arrays "<key>.a" and "<key>.b" (NaN-padded).
-  void object_element(const std::string& key, size_t index, JsonLine& out) {
-    ++i_;
-    ws();
-    if (peek() == '}') {
-      ++i_;
-      return;
-    }
-    for (;;) {
-      ws();
-      if (peek() != '"') fail("a field name in an object of the array \"" + key + "\"");
-      const std::string field = key + "." + string();
-      ws();
-      expect(':', "':' after field name \"" + field + "\"");
-      ws();
-      double v = NAN;
-      if (!literal("null")) {
-        if (!starts_number()) fail("a number or null for \"" + field + "\"");
-        v = number(field);
-      }
-      std::vector<double>& values = out.arrays[field];
-      values.resize(index, NAN);
-      values.push_back(v);
-      ws();
-      if (peek() == ',') {
-        ++i_;
-        continue;
-      }
-      expect('}', "',' or '}' in an object of the array \"" + key + "\"");
-      return;
-    }
+  if (value.is_null()) {
+    out = NAN;
+    return true;
   }
+  return false;
+}
 
-  void value(const std::string& key, JsonLine& out) {
-    if (peek() == '[') {
-      ++i_;
-      std::vector<double> values;
-      ws();
-      if (peek() == ']') {
-        ++i_;
-      } else {
-        for (size_t index = 0;; ++index) {
-          ws();
-          if (peek() == '{') {
-            // Per-rank objects ("gpu":[{"util":93,...}, null]): field f becomes array "gpu.f".
-            object_element(key, index, out);
-            values.push_back(NAN);
-          } else if (literal("null")) {
-            values.push_back(NAN);
-          } else if (starts_number()) {
-            values.push_back(number(key));
-          } else {
-            fail("a number, null or an object in the array \"" + key + "\"");
-          }
-          ws();
-          if (peek() == ',') {
-            ++i_;
-            continue;
-          }
-          expect(']', "',' or ']' in the array \"" + key + "\"");
-          break;
-        }
-      }
-      out.numbers.erase(key);
-      out.arrays[key] = std::move(values);
-    } else if (peek() == '"') {
-      string();  // strings carry nothing to plot
-    } else if (literal("true") || literal("false") || literal("null")) {
-    } else if (starts_number()) {
-      out.arrays.erase(key);
-      out.numbers[key] = number(key);
-    } else {
-      fail("a number or an array of numbers for \"" + key + "\"");
-    }
-  }
-
-  const std::string& s_;
-  const std::string& file_;
-  std::size_t line_no_;
-  std::size_t i_ = 0;
-};
+// The parser's own words after its "parse error at line 1, column N: " prefix.
+std::string syntax_error(const json::parse_error& e) {
+  const std::string what = e.what();
+  const std::size_t at = what.find(": ", what.find("column "));
+  return "invalid JSON at column " + std::to_string(e.byte) + ": " +
+         (at == std::string::npos ? what : what.substr(at + 2));
+}
 
 }  // namespace
 
 JsonLine parse_json_line(const std::string& text, const std::string& file, std::size_t line_no) {
-  return LineParser(text, file, line_no).parse();
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    fail(file, line_no, "one JSON object, found " + syntax_error(e));
+  } catch (const json::exception& e) {  // a number beyond double's range (out_of_range.406)
+    fail(file, line_no, "one JSON object, found " + std::string(e.what()));
+  }
+  if (!doc.is_object()) fail(file, line_no, "a JSON object, found " + std::string(doc.type_name()));
+  JsonLine out;
+  for (const auto& [key, value] : doc.items()) {
+    double number = 0;
+    if (value.is_array()) {
+      std::vector<double> values;
+      for (std::size_t index = 0; index < value.size(); ++index) {
+        const json& element = value[index];
+        if (element.is_object()) {
+          // Per-rank objects ("gpu":[{"util":93,...}, null]): field f becomes array "gpu.f", NaN-padded.
+          for (const auto& [field, v] : element.items()) {
+            if (!to_number(v, number))
+              fail(file, line_no, "a number or null for \"" + key + "." + field + "\"");
+            std::vector<double>& column = out.arrays[key + "." + field];
+            column.resize(index, NAN);
+            column.push_back(number);
+          }
+          values.push_back(NAN);
+        } else if (to_number(element, number)) {
+          values.push_back(number);
+        } else {
+          fail(file, line_no, "a number, null or an object in the array \"" + key + "\"");
+        }
+      }
+      out.arrays[key] = std::move(values);
+    } else if (value.is_object()) {
+      fail(file, line_no, "a number or an array of numbers for \"" + key + "\"");
+    } else if (to_number(value, number)) {
+      out.numbers[key] = number;
+    }  // strings and booleans carry nothing to plot
+  }
+  return out;
 }
 
 std::vector<JsonLine> read_json_lines(const std::string& path, const std::string& required, bool allow_empty) {
@@ -213,9 +108,10 @@ std::vector<JsonLine> read_json_lines(const std::string& path, const std::string
     JsonLine line = parse_json_line(text, path, line_no);
     const auto it = line.numbers.find(required);
     if (it == line.numbers.end() || !std::isfinite(it->second)) {
+      const char* found =
+          line.arrays.count(required) ? "an array" : it == line.numbers.end() ? "none" : "null";
       throw DataError(path + ":" + std::to_string(line_no) + ": expected a numeric field \"" + required +
-                      "\" in every line, found " +
-                      (line.arrays.count(required) ? "an array" : it == line.numbers.end() ? "none" : "nan/inf"));
+                      "\" in every line, found " + found);
     }
     lines.push_back(std::move(line));
   }

@@ -12,14 +12,14 @@
 
 namespace mgt {
 
-// One flat JSON object: numbers (nan/inf as C++ streams print them are accepted) and arrays of
-// numbers; strings, booleans and null are accepted and skipped.
+// One flat JSON object: numbers (null, mgtrain's word for a figure that is not finite, is NaN) and
+// arrays of numbers or of per-rank objects of numbers; strings and booleans are accepted and skipped.
 struct JsonLine {
   std::map<std::string, double> numbers;
   std::map<std::string, std::vector<double>> arrays;
 };
 
-// Parses one line; a malformed one throws DataError "<file>:<line_no>: expected ..., found ...".
+// Parses one line with nlohmann/json; a malformed one throws DataError "<file>:<line_no>: expected ...".
 JsonLine parse_json_line(const std::string& text, const std::string& file, std::size_t line_no);
 
 // Every non-blank line of a metrics file, in order. A missing file throws IoError; an empty one

@@ -16,6 +16,7 @@
 #include "datasets/convert.hpp"
 #include "datasets/hdf5_format.hpp"
 #include "evaluate.hpp"
+#include "json_line.hpp"
 #include "mgtrain/error.hpp"
 #include "plugin_loader.hpp"
 
@@ -84,8 +85,7 @@ int run_eval(const std::vector<std::string>& args) {
   if (batch <= 0) throw ConfigError("eval: --batch must be positive, got " + std::to_string(batch));
   const EvalResult r = evaluate_checkpoint(checkpoint, data, plugin_paths(vm), batch);
   if (vm["json"].as<bool>())
-    std::printf("{\"accuracy\":%.6f,\"loss\":%.6f,\"samples\":%lld}\n", r.accuracy, r.loss,
-                static_cast<long long>(r.samples));
+    std::printf("%s\n", eval_result_json(r).c_str());
   else
     std::printf("accuracy %.4f  loss %.4f  samples %lld  (%s on %s)\n", r.accuracy, r.loss,
                 static_cast<long long>(r.samples), checkpoint.c_str(), data.c_str());

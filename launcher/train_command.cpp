@@ -12,6 +12,7 @@
 #include "bench.hpp"
 #include "command_line_config.hpp"
 #include "commands.hpp"
+#include "json_line.hpp"
 #include "mpi_communicator.hpp"
 #include "stop_signal.hpp"
 #include "trainer.hpp"
@@ -79,22 +80,8 @@ int run_under_mpi(int argc, char** argv, const std::vector<std::string>& args,
 
 // Rank 0's last line: the run's figures, as JSON or as a sentence.
 void print_result(const TrainResult& r, int world_size, bool json) {
-  std::string lost;
-  for (int rank : r.lost_ranks) {
-    if (!lost.empty()) lost += ',';
-    lost += std::to_string(rank);
-  }
   if (json) {
-    std::printf("{\"steps\":%lld,\"steps_run\":%lld,\"samples\":%lld,\"train_seconds\":%.6f,"
-                "\"samples_per_s\":%.3f,\"final_loss\":%.9g,\"checkpoint\":\"%s\",\"world_size\":%d,"
-                "\"peak_rss_mb\":%.1f,\"compute_ms\":%.4f,\"sync_ms\":%.4f,"
-                "\"data_wait_ms\":%.4f,\"optimizer_ms\":%.4f,\"test_accuracy\":%.6f,\"skipped_steps\":%lld,"
-                "\"lost_ranks\":[%s],\"device\":\"%s\"}\n",
-                static_cast<long long>(r.steps), static_cast<long long>(r.steps_run),
-                static_cast<long long>(r.samples), r.train_seconds, r.samples_per_s, r.final_loss,
-                r.checkpoint.c_str(), world_size, r.peak_rss_mb, 1e3 * r.phases.compute,
-                1e3 * r.phases.sync, 1e3 * r.phases.data_wait, 1e3 * r.phases.optimizer, r.test_accuracy,
-                static_cast<long long>(r.skipped_steps), lost.c_str(), r.device.c_str());
+    std::printf("%s\n", train_result_json(r, world_size).c_str());
   } else {
     std::printf("done: %lld steps, %.0f samples/s, final loss %.4f, checkpoint %s\n",
                 static_cast<long long>(r.steps), r.samples_per_s, r.final_loss, r.checkpoint.c_str());
@@ -177,16 +164,7 @@ int run_bench(int argc, char** argv, const std::vector<std::string>& args) {
     if (comm.rank() != 0) return;
     const auto& p = b.run.phases;
     if (vm["json"].as<bool>()) {
-      std::printf("{\"world_size\":%d,\"steps\":%lld,\"samples_per_s\":%.3f,\"samples_per_s_np1\":%.3f,"
-                  "\"scaling_efficiency\":%.4f,\"compute_ms\":%.4f,\"sync_ms\":%.4f,\"data_wait_ms\":%.4f,"
-                  "\"optimizer_ms\":%.4f,\"gradient_bytes\":%zu,\"allreduce_ms\":%.4f,"
-                  "\"mpi_allreduce_ms\":%.4f,\"allreduce_busbw_gbs\":%.4f,\"mpi_busbw_gbs\":%.4f,"
-                  "\"peak_rss_mb\":%.1f,\"repeats\":%lld,\"scaling_efficiency_runs\":[%s],\"device\":\"%s\"}\n",
-                  comm.size(), static_cast<long long>(steps), b.run.samples_per_s, b.samples_per_s_np1,
-                  b.scaling_efficiency, 1e3 * p.compute, 1e3 * p.sync, 1e3 * p.data_wait,
-                  1e3 * p.optimizer, b.gradient_bytes, b.allreduce_ms, b.mpi_allreduce_ms,
-                  b.allreduce_busbw_gbs, b.mpi_busbw_gbs, b.run.peak_rss_mb, static_cast<long long>(repeats),
-                  runs.c_str(), b.run.device.c_str());
+      std::printf("%s\n", bench_result_json(b, comm.size(), steps, repeats).c_str());
     } else {
       std::printf("ranks %d, %lld timed steps\n", comm.size(), static_cast<long long>(steps));
       std::printf("  samples/s            %.0f (one rank alone: %.0f; scaling efficiency %.1f%%)%s\n",

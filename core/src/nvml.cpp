@@ -3,7 +3,6 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -29,17 +28,6 @@ std::chrono::milliseconds checked_interval(double interval_s) {
                       std::to_string(interval_s));
   const double ms = std::min(interval_s, 1e7) * 1e3;
   return std::chrono::milliseconds(std::max<long long>(1, std::llround(ms)));
-}
-
-// At most one decimal, without a trailing ".0", independent of the C locale; NaN is null.
-std::string json_number(double value) {
-  if (!std::isfinite(value)) return "null";
-  char text[64];
-  const auto end = std::to_chars(text, text + sizeof text, value, std::chars_format::fixed, 1).ptr;
-  std::string out(text, end);
-  if (out.size() > 2 && out.compare(out.size() - 2, 2, ".0") == 0) out.resize(out.size() - 2);
-  if (out == "-0") out = "0";
-  return out;
 }
 
 }  // namespace
@@ -150,14 +138,6 @@ GpuSample read_gpu_sample(const Nvml& nvml, const std::string& pci_bus_id) {
   int celsius = 0;
   s.temperature_c = nvml.temperature(pci_bus_id, celsius) ? celsius : unknown;
   return s;
-}
-
-std::string gpu_sample_json(const GpuSample& sample) {
-  if (!sample.valid) return "null";
-  return "{\"util\":" + json_number(sample.util_percent) +
-         ",\"mem_used_mb\":" + json_number(sample.memory_used_mb) +
-         ",\"mem_total_mb\":" + json_number(sample.memory_total_mb) +
-         ",\"temp_c\":" + json_number(sample.temperature_c) + "}";
 }
 
 GpuMonitor::GpuMonitor(const std::string& pci_bus_id, double interval_s)

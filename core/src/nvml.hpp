@@ -85,11 +85,6 @@ struct GpuSample {
 // Reads the GPU at this PCI address now; invalid when NVML is absent or does not know it.
 GpuSample read_gpu_sample(const Nvml& nvml, const std::string& pci_bus_id);
 
-// The sample as a metrics record carries it, MB being MiB as nvidia-smi counts them:
-// {"util":93,"mem_used_mb":10240.5,"mem_total_mb":143771,"temp_c":51}, or null when invalid.
-// Figures have at most one decimal; a NaN one is null.
-std::string gpu_sample_json(const GpuSample& sample);
-
 // Samples one GPU every interval_s seconds on its own thread, so the training loop reads the
 // latest figures without waiting on the driver. The first sample is taken in the constructor.
 // Inert (no thread, latest() invalid) when NVML is absent or pci_bus_id is empty. The destructor

@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iomanip>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -24,6 +23,7 @@
 #include "datasets/sharded_reader.hpp"
 #include "evaluate.hpp"
 #include "fault_injection.hpp"
+#include "json_line.hpp"
 #include "lr_schedule.hpp"
 #include "mpi_communicator.hpp"
 #include "kernels/cpu/gemm.hpp"
@@ -730,19 +730,25 @@ class Trainer {
     if (leader_) {
       warn_if_one_rank_is_slow(step_ms);
       if (progress_) progress_->interval(step, epoch, loss, rate, wait_share);
-      metrics_ << std::setprecision(9) << "{\"step\":" << step << ",\"epoch\":" << epoch + 1
-               << ",\"loss\":" << loss << ",\"accuracy\":" << accuracy << ",\"samples_per_s\":" << rate
-               << ",\"data_wait_share\":" << wait_share << ",\"lr\":" << optimizer_->learning_rate()
-               << ",\"time_s\":" << seconds_since(run_start_) << ",\"rss_mb\":" << static_cast<double>(resources[0]) / 1024.0
-               << ",\"open_fds\":" << resources[1] << ",\"rank_step_ms\":[";
-      for (size_t r = 0; r < step_ms.size(); ++r) metrics_ << (r ? "," : "") << step_ms[r];
-      metrics_ << "]";
+      // Figures to 9 significant digits; a NaN loss (a skipped step's) is null.
+      JsonValue record;
+      record["step"] = step;
+      record["epoch"] = epoch + 1;
+      record["loss"] = json_significant(loss, 9);
+      record["accuracy"] = json_significant(accuracy, 9);
+      record["samples_per_s"] = json_significant(rate, 9);
+      record["data_wait_share"] = json_significant(wait_share, 9);
+      record["lr"] = json_significant(optimizer_->learning_rate(), 9);
+      record["time_s"] = json_significant(seconds_since(run_start_), 9);
+      record["rss_mb"] = json_significant(static_cast<double>(resources[0]) / 1024.0, 9);
+      record["open_fds"] = resources[1];
+      JsonValue& ms = record["rank_step_ms"] = JsonValue::array();
+      for (double r : step_ms) ms.push_back(json_significant(r, 9));
       if (gpu) {
-        metrics_ << ",\"gpu\":[";
-        for (size_t r = 0; r < gpu_samples_.size(); ++r) metrics_ << (r ? "," : "") << gpu_sample_json(gpu_samples_[r]);
-        metrics_ << "]";
+        JsonValue& samples = record["gpu"] = JsonValue::array();
+        for (const GpuSample& g : gpu_samples_) samples.push_back(gpu_sample_json(g));
       }
-      metrics_ << "}\n" << std::flush;
+      metrics_ << json_line(record) << "\n" << std::flush;
       if (tensorboard_) {
         tensorboard_->add_scalar("train/loss", step, loss);
         tensorboard_->add_scalar("train/accuracy", step, accuracy);

@@ -11,6 +11,7 @@
 #include <limits>
 #include <thread>
 
+#include "json_line.hpp"
 #include "mgtrain/error.hpp"
 #include "nvml.hpp"
 #include "report.hpp"
@@ -19,6 +20,9 @@ using namespace mgt;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// The sample as the metrics line writes it.
+std::string gpu_json(const GpuSample& sample) { return json_line(gpu_sample_json(sample)); }
 
 bool nvml_library_present() {
   void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -87,7 +91,7 @@ TEST(GpuMonitor, InertWithoutNvml) {
     GpuMonitor monitor("00000000:1A:00.0", 60.0);
     EXPECT_FALSE(monitor.active());
     EXPECT_FALSE(monitor.latest().valid);
-    EXPECT_EQ(gpu_sample_json(monitor.latest()), "null");
+    EXPECT_EQ(gpu_json(monitor.latest()), "null");
   }
   EXPECT_LT(seconds_since(start), 1.0);
 }
@@ -162,14 +166,14 @@ TEST(GpuMonitor, AFailingReadingIsAnInvalidSample) {
 }
 
 TEST(GpuSampleJson, InvalidIsNull) {
-  EXPECT_EQ(gpu_sample_json(GpuSample{}), "null");
+  EXPECT_EQ(gpu_json(GpuSample{}), "null");
   GpuSample stale = filled(93, 10240.5, 143771, 51);
   stale.valid = false;
-  EXPECT_EQ(gpu_sample_json(stale), "null");
+  EXPECT_EQ(gpu_json(stale), "null");
 }
 
 TEST(GpuSampleJson, FilledSampleIsOneObject) {
-  const std::string text = gpu_sample_json(filled(93, 10240.5, 143771, 51));
+  const std::string text = gpu_json(filled(93, 10240.5, 143771, 51));
   EXPECT_EQ(text, R"({"util":93,"mem_used_mb":10240.5,"mem_total_mb":143771,"temp_c":51})");
   const JsonLine line = parse_json_line(text, "gpu", 1);
   EXPECT_EQ(line.numbers.size(), 4u);
@@ -181,8 +185,8 @@ TEST(GpuSampleJson, FilledSampleIsOneObject) {
 
 TEST(GpuSampleJson, FiguresHaveOneDecimalAndUnknownOnesAreNull) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  EXPECT_EQ(gpu_sample_json(filled(0, 0.04, 81920.96, 0)),
+  EXPECT_EQ(gpu_json(filled(0, 0.04, 81920.96, 0)),
             R"({"util":0,"mem_used_mb":0,"mem_total_mb":81921,"temp_c":0})");
-  EXPECT_EQ(gpu_sample_json(filled(nan, 512.26, 1024, nan)),
+  EXPECT_EQ(gpu_json(filled(nan, 512.26, 1024, nan)),
             R"({"util":null,"mem_used_mb":512.3,"mem_total_mb":1024,"temp_c":null})");
 }

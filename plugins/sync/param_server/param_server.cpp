@@ -16,6 +16,8 @@
 #include <fstream>
 #include <limits>
 
+#include <nlohmann/json.hpp>
+
 #include "mgtrain/plugin.hpp"
 
 namespace {
@@ -284,10 +286,15 @@ class ParamServer final : public mgt::SyncStrategy {
       max = std::max(max, s);
       sum += static_cast<double>(s);
     }
+    // One JSON line, keys in this order (`mgtrain report` and the tests read them).
     void write(std::ofstream& out, int rank, int64_t version) const {
-      out << "{\"server_rank\":" << rank << ",\"updates\":" << version << ",\"staleness_min\":" << min
-          << ",\"staleness_mean\":" << sum / static_cast<double>(count) << ",\"staleness_max\":" << max
-          << "}\n" << std::flush;
+      nlohmann::ordered_json line;
+      line["server_rank"] = rank;
+      line["updates"] = version;
+      line["staleness_min"] = min;
+      line["staleness_mean"] = sum / static_cast<double>(count);
+      line["staleness_max"] = max;
+      out << line.dump() << "\n" << std::flush;
     }
   };
 

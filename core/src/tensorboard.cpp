@@ -2,7 +2,8 @@
 
 #include <unistd.h>
 
-#include <array>
+#include <boost/crc.hpp>
+
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -14,17 +15,6 @@
 
 namespace mgt {
 namespace {
-
-constexpr std::array<uint32_t, 256> make_crc32c_table() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ 0x82F63B78u : (c >> 1);
-    table[i] = c;
-  }
-  return table;
-}
-constexpr std::array<uint32_t, 256> kCrc32cTable = make_crc32c_table();
 
 // Protobuf wire encoding, just what Event needs.
 enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
@@ -72,12 +62,13 @@ double now_seconds() {
 }  // namespace
 
 uint32_t crc32c(const void* data, size_t bytes) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < bytes; ++i) c = kCrc32cTable[(c ^ p[i]) & 0xff] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
+  // Castagnoli's polynomial, reflected in and out, all ones in and out: CRC-32C as TFRecord uses it.
+  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
+  crc.process_bytes(data, bytes);
+  return crc.checksum();
 }
 
+// TFRecord's own rotation and offset: no library has it, and it is one line.
 uint32_t mask_crc32c(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
 std::string tfrecord_frame(const std::string& data) {

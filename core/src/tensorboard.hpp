@@ -13,7 +13,7 @@
 
 namespace mgt {
 
-// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), table-driven.
+// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), by Boost.CRC.
 uint32_t crc32c(const void* data, size_t bytes);
 // TFRecord's mask: ((crc >> 15) | (crc << 17)) + 0xa282ead8.
 uint32_t mask_crc32c(uint32_t crc);

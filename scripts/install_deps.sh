@@ -9,8 +9,8 @@ packages=(
   libhdf5-dev hdf5-tools zlib1g-dev
   libboost-dev libboost-program-options-dev libboost-filesystem-dev
   libdnnl-dev libgtest-dev
-  # JSON lines out and in (header-only)
-  nlohmann-json3-dev
+  # JSON lines out and in (header-only); SHA-256 for `mgtrain verify`
+  nlohmann-json3-dev libssl-dev
   dataset-fashion-mnist
   # the TensorBoard read-back test: a venv for the tensorboard package from PyPI
   python3 python3-venv

@@ -1,9 +1,12 @@
 #pragma once
 // SHA-256 (FIPS 180-4), for the parameter hashes `mgtrain verify` prints: a digest anyone can
-// recompute with sha256sum from the checkpoint's raw datasets.
+// recompute with sha256sum from the checkpoint's raw datasets. OpenSSL's libcrypto computes it
+// (libmgtrain already loads it through HDF5's dependencies); its headers stay out of this one.
 #include <cstddef>
-#include <cstdint>
+#include <memory>
 #include <string>
+
+struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX
 
 namespace mgt {
 
@@ -14,11 +17,10 @@ class Sha256 {
   std::string hex_digest();  // finishes the hash
 
  private:
-  void block(const uint8_t* p);
-  uint32_t h_[8];
-  uint8_t buffer_[64];
-  size_t buffered_ = 0;
-  uint64_t length_ = 0;
+  struct Free {
+    void operator()(evp_md_ctx_st* ctx) const;
+  };
+  std::unique_ptr<evp_md_ctx_st, Free> ctx_;
 };
 
 }  // namespace mgt

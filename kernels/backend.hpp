@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
-#include "kernels/update_scalars.hpp"
 #include "mgtrain/ops.hpp"
+#include "mgtrain/update_rule.hpp"
 
 namespace mgt::kernels {
 
@@ -24,6 +24,17 @@ class RecordedStep {
  public:
   virtual ~RecordedStep() = default;
   virtual void replay() = 0;
+};
+
+// An optimizer's update (mgt::ElementwiseUpdate) prepared for one backend, once: the plugin's own
+// loop on the CPU, a kernel compiled from its source on a GPU.
+class UpdateOp {
+ public:
+  virtual ~UpdateOp() = default;
+  // params, grads, state[k] (k < the update's states()) and the scalars in backend memory, the
+  // array `state` itself on the host; nothing is done when *skip != 0 (a non-finite gradient).
+  virtual void run(float* params, const float* grads, float* const* state, const void* scalars, size_t n,
+                   const int32_t* skip) = 0;
 };
 
 // The layers' operations (mgt::Ops: GEMM, convolution, pooling, pointwise, randomness), and what
@@ -69,12 +80,9 @@ class Backend : public Ops {
                             int64_t* correct) = 0;
   // *flag = 1 when any element is NaN or Inf (never cleared here).
   virtual void flag_nonfinite(const float* x, size_t n, int32_t* flag) = 0;
-  // The optimizer updates of plugins/optimizers, scalars in backend memory; nothing is done when
-  // *skip != 0 (a non-finite gradient this step).
-  virtual void sgd_step(float* params, const float* grads, float* momentum, size_t n, SgdKind kind,
-                        const SgdScalars* scalars, const int32_t* skip) = 0;
-  virtual void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
-                          size_t n, const AdamWScalars* scalars, const int32_t* skip) = 0;
+  // The optimizer's update on this backend; throws CudaError naming the update when a GPU's
+  // compiler refuses its source.
+  virtual std::unique_ptr<UpdateOp> make_update(const ElementwiseUpdate& update) = 0;
 
   // uniform() draws for the step whose index lies at `step` in this backend's memory, read when
   // the operation runs: a recorded step reads it anew at each replay.

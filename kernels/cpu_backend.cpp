@@ -110,6 +110,20 @@ class CpuMaxPool final : public MaxPoolOp {
   std::vector<int32_t> argmax_;
 };
 
+// The plugin's own loop, on host memory.
+class CpuUpdate final : public UpdateOp {
+ public:
+  explicit CpuUpdate(const ElementwiseUpdate& update) : update_(update) {}
+  void run(float* params, const float* grads, float* const* state, const void* scalars, size_t n,
+           const int32_t* skip) override {
+    if (skip && *skip) return;
+    update_.run(params, grads, state, scalars, n);
+  }
+
+ private:
+  const ElementwiseUpdate& update_;
+};
+
 class CpuBackend final : public Backend {
  public:
   std::string describe() const override { return "cpu"; }
@@ -186,42 +200,9 @@ class CpuBackend final : public Backend {
     if (!all_finite(x, n)) *flag = 1;
   }
 
-  // The plugins' loops (plugins/optimizers), with their scalars.
-  void sgd_step(float* __restrict p, const float* __restrict g, float* __restrict buf, size_t n,
-                SgdKind kind, const SgdScalars* s, const int32_t* skip) override {
-    if (skip && *skip) return;
-    const float lr = s->lr, wd = s->wd, mu = s->mu, keep = s->keep;
-    switch (kind) {
-      case SgdKind::plain:
-        for (size_t i = 0; i < n; ++i) p[i] -= lr * g[i];
-        break;
-      case SgdKind::weight_decay:
-        for (size_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
-        break;
-      case SgdKind::momentum:
-      case SgdKind::nesterov:
-        for (size_t i = 0; i < n; ++i) {
-          const float gi = g[i] + wd * p[i];
-          const float b = keep * buf[i] + gi;
-          buf[i] = b;
-          p[i] -= lr * (kind == SgdKind::nesterov ? gi + mu * b : b);
-        }
-        break;
-    }
+  std::unique_ptr<UpdateOp> make_update(const ElementwiseUpdate& update) override {
+    return std::make_unique<CpuUpdate>(update);
   }
-  void adamw_step(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
-                  size_t n, const AdamWScalars* s, const int32_t* skip) override {
-    if (skip && *skip) return;
-    for (size_t i = 0; i < n; ++i) {
-      const float gi = g[i];
-      const float mi = s->b1 * m[i] + s->one_minus_b1 * gi;
-      const float vi = s->b2 * v[i] + s->one_minus_b2 * gi * gi;
-      m[i] = mi;
-      v[i] = vi;
-      p[i] = p[i] * s->decay - s->step_size * mi / (std::sqrt(vi) * s->inv_sqrt_bc2 + s->eps);
-    }
-  }
-
  private:
   const int64_t no_step_ = 0;
   const int64_t* step_ = &no_step_;

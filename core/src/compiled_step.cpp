@@ -31,15 +31,13 @@ struct StepTotals {
   int32_t padding;
 };
 
-union UpdateScalars {
-  kernels::SgdScalars sgd;
-  kernels::AdamWScalars adamw;
-};
+// Room for an update's scalars (ElementwiseUpdate::scalars_bytes), aligned for any of them.
+constexpr size_t kScalarsBytes = 256;
 
 // What the host sets for each step: the update's scalars and the step's index (dropout's
 // stream), copied in at the step's start so that a recorded step reads them at fixed addresses.
 struct StepScalars {
-  UpdateScalars update;
+  alignas(16) unsigned char update[kScalarsBytes];
   int64_t step;
 };
 
@@ -50,9 +48,9 @@ void check_compilable(const Model& model, const Optimizer& optimizer, const std:
   MGT_CHECK(dynamic_cast<const SequentialModel*>(&model) != nullptr, ConfigError,
             "model '" + model_name + "' is not a SequentialModel, which is what the GPU path runs; "
             "train.device = cpu runs it");
-  MGT_CHECK(optimizer.update_rule().kind != UpdateRule::Kind::none, ConfigError,
-            "optimizer '" + optimizer_name + "' has no update rule the GPU path can apply "
-            "(Optimizer::update_rule); use sgd or adam, or train.device = cpu");
+  MGT_CHECK(optimizer.element_update() != nullptr, ConfigError,
+            "optimizer '" + optimizer_name + "' states no element update the GPU path can apply "
+            "(Optimizer::element_update, mgtrain/update_rule.hpp); train.device = cpu runs it");
 }
 
 // The compiled program: the layers' executor, per slot the staged batch and the host's scalars.
@@ -79,8 +77,8 @@ struct CompiledStep::Program {
   StepTotals* totals = nullptr;
   double* row_loss = nullptr;
   std::vector<float*> state;  // the optimizer's state buffers, in state_buffers() order
-  UpdateRule rule;
-  kernels::SgdKind sgd_kind = kernels::SgdKind::plain;
+  std::unique_ptr<ElementwiseUpdate> update;
+  std::unique_ptr<kernels::UpdateOp> update_op;
   std::unique_ptr<kernels::RecordedStep> recorded[2];
 };
 
@@ -118,27 +116,16 @@ CompiledStep::CompiledStep(Backend& backend, const SequentialModel& model, Devic
   p.row_loss = p.memory.device<double>(static_cast<size_t>(options.pass_rows));
   backend.read_step_from(&p.scalars->step);
 
-  p.rule = optimizer.update_rule();
+  p.update = optimizer.element_update();
+  MGT_CHECK(p.update != nullptr, ConfigError, "the optimizer states no element update the GPU path can apply");
+  MGT_CHECK(p.update->scalars_bytes() <= kScalarsBytes, Error,
+            "optimizer update '" + p.update->name() + "': " + std::to_string(p.update->scalars_bytes()) +
+                " bytes of scalars, at most " + std::to_string(kScalarsBytes));
   const size_t flat = params.store.flat_size();
-  switch (p.rule.kind) {
-    case UpdateRule::Kind::sgd: {
-      kernels::SgdHyper h;
-      h.momentum = p.rule.momentum;
-      h.weight_decay = p.rule.weight_decay;
-      h.nesterov = p.rule.nesterov;
-      p.sgd_kind = kernels::sgd_kind(h);
-      if (p.rule.momentum > 0.0) p.state.push_back(p.memory.device<float>(flat));
-      break;
-    }
-    case UpdateRule::Kind::adamw:
-      p.state.push_back(p.memory.device<float>(flat));
-      p.state.push_back(p.memory.device<float>(flat));
-      break;
-    case UpdateRule::Kind::none:
-      throw ConfigError("the optimizer has no update rule the GPU path can apply");
-  }
+  for (int k = 0; k < p.update->states(); ++k) p.state.push_back(p.memory.device<float>(flat));
+  p.update_op = backend.make_update(*p.update);
   MGT_CHECK(optimizer.state_buffers().size() == p.state.size(), Error,
-            "optimizer: " + std::to_string(optimizer.state_buffers().size()) + " state buffers, its update rule needs " +
+            "optimizer: " + std::to_string(optimizer.state_buffers().size()) + " state buffers, its element update needs " +
                 std::to_string(p.state.size()));
 }
 
@@ -228,26 +215,8 @@ void CompiledStep::launch(int64_t step, double lr) {
   MGT_CHECK(staged_ && submitted_ - collected_ < options_.pipeline_depth, Error,
             "compiled step: launch without begin");
   const int slot = static_cast<int>(submitted_ % 2);
-  UpdateScalars& s = p.pinned_scalars[slot]->update;
+  p.update->scalars(lr, applied_ + 1, p.pinned_scalars[slot]->update);
   p.pinned_scalars[slot]->step = step;
-  if (p.rule.kind == UpdateRule::Kind::sgd) {
-    kernels::SgdHyper h;
-    h.lr = lr;
-    h.momentum = p.rule.momentum;
-    h.weight_decay = p.rule.weight_decay;
-    h.nesterov = p.rule.nesterov;
-    h.steps_done = applied_;
-    s.sgd = kernels::sgd_scalars(h);
-  } else {
-    kernels::AdamWHyper h;
-    h.lr = lr;
-    h.beta1 = p.rule.beta1;
-    h.beta2 = p.rule.beta2;
-    h.eps = p.rule.eps;
-    h.weight_decay = p.rule.weight_decay;
-    h.step = applied_ + 1;
-    s.adamw = kernels::adamw_scalars(h);
-  }
   optimizer_.set_learning_rate(lr);
   ++applied_;
   backend_.after_staged(slot);
@@ -345,12 +314,7 @@ bool CompiledStep::enqueue_program(int slot) {
                 std::to_string(options_.accumulation) + " micro-batch(es)");
   // After the reduction every rank holds the same sum, so every rank skips the same steps.
   b.flag_nonfinite(params_.grads, flat, &p.totals->nonfinite);
-  if (p.rule.kind == UpdateRule::Kind::sgd)
-    b.sgd_step(params_.params, params_.grads, p.state.empty() ? nullptr : p.state[0], flat, p.sgd_kind,
-               &p.scalars->update.sgd, &p.totals->nonfinite);
-  else
-    b.adamw_step(params_.params, params_.grads, p.state[0], p.state[1], flat, &p.scalars->update.adamw,
-                 &p.totals->nonfinite);
+  p.update_op->run(params_.params, params_.grads, p.state.data(), p.scalars->update, flat, &p.totals->nonfinite);
   b.copy_to_pinned(p.pinned_totals[slot], p.totals, sizeof(StepTotals));
   if (options_.host_sync) options_.host_sync->discard_grads();  // applied, as the CPU path does
   return true;

@@ -9,10 +9,10 @@
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/cudnn_ops.hpp"
 #include "kernels/cuda/device_buffer.hpp"
+#include "kernels/cuda/element_update.hpp"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/layer_ops.hpp"
-#include "kernels/cuda/optimizers.hpp"
 #include "kernels/cuda/pointwise.hpp"
 #include "mgtrain/error.hpp"
 
@@ -147,9 +147,23 @@ class Graph final : public kernels::RecordedStep {
   cudaStream_t stream_;
 };
 
+// The optimizer's element update, compiled for this GPU from the plugin's source.
+class CudaUpdate final : public kernels::UpdateOp {
+ public:
+  CudaUpdate(const ElementwiseUpdate& update, int device, cudaStream_t stream) : kernel_(update, device), stream_(stream) {}
+  void run(float* params, const float* grads, float* const* state, const void* scalars, size_t n,
+           const int32_t* skip) override {
+    kernel_.run(params, grads, state, scalars, n, skip, stream_);
+  }
+
+ private:
+  ElementUpdateKernel kernel_;
+  cudaStream_t stream_;
+};
+
 class CudaBackend final : public kernels::Backend {
  public:
-  explicit CudaBackend(int device) {
+  explicit CudaBackend(int device) : device_(device) {
     set_device(device);
     name_ = "GPU " + std::to_string(device) + " (" + device_properties(device).name + ")";
     MGT_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
@@ -302,13 +316,8 @@ class CudaBackend final : public kernels::Backend {
     softmax_xent_accumulate(logits, labels, grad, row_loss, rows, classes, grad_scale, loss_sum, correct, compute_);
   }
   void flag_nonfinite(const float* x, size_t n, int32_t* flag) override { cuda::flag_nonfinite(x, n, flag, compute_); }
-  void sgd_step(float* params, const float* grads, float* momentum, size_t n, kernels::SgdKind kind,
-                const kernels::SgdScalars* scalars, const int32_t* skip) override {
-    sgd_step_device(params, grads, momentum, n, kind, scalars, skip, compute_);
-  }
-  void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, size_t n,
-                  const kernels::AdamWScalars* scalars, const int32_t* skip) override {
-    adamw_step_device(params, grads, exp_avg, exp_avg_sq, n, scalars, skip, compute_);
+  std::unique_ptr<kernels::UpdateOp> make_update(const ElementwiseUpdate& update) override {
+    return std::make_unique<CudaUpdate>(update, device_, compute_);
   }
 
   bool can_record() const override { return true; }
@@ -337,6 +346,7 @@ class CudaBackend final : public kernels::Backend {
   }
 
  private:
+  int device_;
   std::string name_;
   cudaStream_t compute_ = nullptr, copy_ = nullptr;
   cudaEvent_t staged_[2] = {}, done_[2] = {};

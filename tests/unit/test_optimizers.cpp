@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.hpp"
 #include "mgtrain/config.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/optimizer.hpp"
@@ -237,6 +238,46 @@ TEST(OptimizerAdam, BetaOutOfRangeIsConfigError) {
 TEST(OptimizerAdam, SgdKeysAreNotAdamKeys) {
   // Each plugin declares only its own keys in the shared [optimizer] section.
   config_error_message([] { make("adam", "[optimizer]\nmomentum = 0.9\n"); });
+}
+
+// The element update a plugin states once (Optimizer::element_update), run by the CPU backend as
+// the compiled step runs it, against the plugin's own step(): the same bits, the same state, and a
+// set skip flag changes nothing.
+TEST(OptimizerElementUpdate, CpuBackendRunsThePluginsUpdateBitForBit) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"sgd", "[optimizer]\nlr = 0.1\n"},
+      {"sgd", "[optimizer]\nlr = 0.1\nweight_decay = 0.01\n"},
+      {"sgd", "[optimizer]\nlr = 0.1\nmomentum = 0.9\n"},
+      {"sgd", "[optimizer]\nlr = 0.1\nmomentum = 0.9\nnesterov = true\nweight_decay = 0.001\n"},
+      {"adam", "[optimizer]\nlr = 0.01\nweight_decay = 0.1\n"}};
+  auto backend = mgt::kernels::make_cpu_backend();
+  for (const auto& [name, ini] : cases) {
+    auto host = make(name, ini);
+    auto update = make(name, ini)->element_update();
+    ASSERT_NE(update, nullptr) << ini;
+    auto op = backend->make_update(*update);
+    std::vector<float> p = kP0, q = kP0;
+    host->setup(p.size());
+    std::vector<std::vector<float>> state(update->states(), std::vector<float>(q.size(), 0.0f));
+    std::vector<float*> state_ptrs;
+    for (auto& b : state) state_ptrs.push_back(b.data());
+    std::vector<unsigned char> scalars(update->scalars_bytes());
+    const int32_t no = 0, yes = 1;
+    for (int step = 0; step < 3; ++step) {
+      host->step(p.data(), kGrads[step].data(), p.size());
+      update->scalars(host->learning_rate(), step + 1, scalars.data());
+      op->run(q.data(), kGrads[step].data(), state_ptrs.data(), scalars.data(), q.size(), &no);
+      ASSERT_EQ(q, p) << ini << " step " << step + 1;
+      const auto buffers = host->state_buffers();
+      ASSERT_EQ(buffers.size(), state.size()) << ini;
+      for (size_t k = 0; k < buffers.size(); ++k)
+        EXPECT_EQ(state[k], std::vector<float>(buffers[k].data, buffers[k].data + p.size())) << ini;
+    }
+    op->run(q.data(), kGrads[0].data(), state_ptrs.data(), scalars.data(), q.size(), &yes);
+    EXPECT_EQ(q, p) << ini << ": a skipped update changed the parameters";
+    // The device's source holds the same text as the host's loop.
+    EXPECT_NE(update->device_source().find("mgt_apply"), std::string::npos);
+  }
 }
 
 }  // namespace

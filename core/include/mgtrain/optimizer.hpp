@@ -3,27 +3,18 @@
 // parameter buffer in place (all of it under all-reduce, one shard on a parameter server) and
 // keeps its state in flat buffers of the same layout, so checkpoints slice them by parameter.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "mgtrain/parameters.hpp"
+#include "mgtrain/update_rule.hpp"
 
 namespace mgt {
 
 struct OptimizerStateBuffer {
   std::string name;  // "momentum", "exp_avg", ...
   float* data;       // `size` floats, parameter i at params[i].offset - range begin
-};
-
-// The update an optimizer makes, for an executor that applies it itself (the GPU path); `none`
-// means only the plugin's own step() on the host can. The learning rate is learning_rate() at
-// each step and Adam's step number step_count() + 1.
-struct UpdateRule {
-  enum class Kind { none, sgd, adamw };
-  Kind kind = Kind::none;
-  double momentum = 0.0, weight_decay = 0.0;  // sgd; weight_decay also adamw (decoupled)
-  bool nesterov = false;                      // sgd
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adamw
 };
 
 class Optimizer {
@@ -38,9 +29,10 @@ class Optimizer {
   // optimizer.lr is the base rate the schedule scales.
   virtual void set_learning_rate(double lr) = 0;
   virtual std::vector<OptimizerStateBuffer> state_buffers() = 0;
-  // State buffers in the order state_buffers() lists them: sgd's "momentum" (when momentum > 0),
-  // adamw's "exp_avg" and "exp_avg_sq".
-  virtual UpdateRule update_rule() const { return {}; }
+  // The update written once (mgtrain/update_rule.hpp), for an executor that applies it itself
+  // (the GPU path), with its state buffers in the order state_buffers() lists them; null: only
+  // this plugin's step() on the host can update.
+  virtual std::unique_ptr<ElementwiseUpdate> element_update() const { return nullptr; }
   // Number of updates done so far (Adam's bias correction depends on it); restored on resume.
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t n) { step_count_ = n; }

@@ -19,7 +19,8 @@
 // 4: the GPU path: Layer::spec, Optimizer::update_rule, SyncStrategy::reduces_device_memory,
 //    ParameterStore::with_buffers.
 // 5: layers written once over mgt::Ops (mgtrain/ops.hpp): Layer::plan, forward and backward take
-//    a LayerRun, Layer::aliases_input; Layer::spec and LayerSpec are gone.
+//    a LayerRun, Layer::aliases_input; Layer::spec and LayerSpec are gone. Updates written once:
+//    Optimizer::element_update (mgtrain/update_rule.hpp) replaces Optimizer::update_rule.
 #define MGTRAIN_PLUGIN_ABI_VERSION 5u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 

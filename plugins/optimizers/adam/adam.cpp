@@ -8,6 +8,7 @@
 #include "mgtrain/error.hpp"
 #include "mgtrain/optimizer.hpp"
 #include "mgtrain/plugin.hpp"
+#include "mgtrain/update_rule.hpp"
 
 namespace {
 
@@ -31,14 +32,36 @@ double checked_beta(const mgt::ConfigSection& section, const char* key) {
   return beta;
 }
 
+// The update of one element, written once: this plugin's step() and every backend run it.
+MGT_UPDATE_SCALARS(AdamWScalars, float decay; float b1; float b2; float one_minus_b1; float one_minus_b2;
+                   float step_size; float inv_sqrt_bc2; float eps;)
+// lr * mhat / (sqrt(vhat) + eps) written as PyTorch does: (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps).
+MGT_ELEMENT_UPDATE(AdamWUpdate, AdamWScalars, 2,
+                   const float mi = s.b1 * state0 + s.one_minus_b1 * grad;
+                   const float vi = s.b2 * state1 + s.one_minus_b2 * grad * grad;
+                   state0 = mi;
+                   state1 = vi;
+                   param = param * s.decay - s.step_size * mi / (sqrtf(vi) * s.inv_sqrt_bc2 + s.eps);)
+
+struct AdamWHyper {
+  double beta1, beta2, eps, weight_decay;
+  // The scalars of update number t: bias corrections in double, as 1 - beta^t loses digits in
+  // float for large t.
+  AdamWScalars at(double lr, int64_t t) const {
+    const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(t));
+    const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(t));
+    return {static_cast<float>(1.0 - lr * weight_decay), static_cast<float>(beta1), static_cast<float>(beta2),
+            static_cast<float>(1.0 - beta1),           static_cast<float>(1.0 - beta2), static_cast<float>(lr / bc1),
+            static_cast<float>(1.0 / std::sqrt(bc2)),  static_cast<float>(eps)};
+  }
+};
+
 class AdamW final : public mgt::Optimizer {
  public:
   explicit AdamW(const mgt::ConfigSection& section)
       : lr_(section.get_real("lr")),
-        beta1_(checked_beta(section, "beta1")),
-        beta2_(checked_beta(section, "beta2")),
-        eps_(section.get_real("eps")),
-        weight_decay_(section.get_real("weight_decay")) {}
+        hyper_{checked_beta(section, "beta1"), checked_beta(section, "beta2"), section.get_real("eps"),
+               section.get_real("weight_decay")} {}
 
   void setup(size_t size) override {
     size_ = size;
@@ -46,44 +69,17 @@ class AdamW final : public mgt::Optimizer {
     exp_avg_sq_.assign(size, 0.0f);
   }
 
-  void step(float* __restrict params, const float* __restrict grads, size_t size) override {
+  void step(float* params, const float* grads, size_t size) override {
     MGT_CHECK(size == size_, mgt::Error,
-              "adam: step over " + std::to_string(size) + " floats, set up for " +
-                  std::to_string(size_));
+              "adam: step over " + std::to_string(size) + " floats, set up for " + std::to_string(size_));
     ++step_count_;
-    const double t = static_cast<double>(step_count_);
-    // Bias corrections in double: 1 - beta^t loses digits in float for large t.
-    const double bc1 = 1.0 - std::pow(beta1_, t);
-    const double bc2 = 1.0 - std::pow(beta2_, t);
-    const auto decay = static_cast<float>(1.0 - lr_ * weight_decay_);
-    const auto b1 = static_cast<float>(beta1_);
-    const auto b2 = static_cast<float>(beta2_);
-    const auto one_minus_b1 = static_cast<float>(1.0 - beta1_);
-    const auto one_minus_b2 = static_cast<float>(1.0 - beta2_);
-    const auto step_size = static_cast<float>(lr_ / bc1);
-    const auto inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-    const auto eps = static_cast<float>(eps_);
-    float* __restrict m = exp_avg_.data();
-    float* __restrict v = exp_avg_sq_.data();
-    // lr * mhat / (sqrt(vhat) + eps) written as PyTorch does: (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps).
-    for (size_t i = 0; i < size; ++i) {
-      const float g = grads[i];
-      const float mi = b1 * m[i] + one_minus_b1 * g;
-      const float vi = b2 * v[i] + one_minus_b2 * g * g;
-      m[i] = mi;
-      v[i] = vi;
-      params[i] = params[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
-    }
+    float* state[] = {exp_avg_.data(), exp_avg_sq_.data()};
+    mgt::run_element_update<AdamWUpdate>(params, grads, state, hyper_.at(lr_, step_count_), size);
   }
 
-  mgt::UpdateRule update_rule() const override {
-    mgt::UpdateRule rule;
-    rule.kind = mgt::UpdateRule::Kind::adamw;
-    rule.weight_decay = weight_decay_;
-    rule.beta1 = beta1_;
-    rule.beta2 = beta2_;
-    rule.eps = eps_;
-    return rule;
+  std::unique_ptr<mgt::ElementwiseUpdate> element_update() const override {
+    const AdamWHyper hyper = hyper_;
+    return mgt::make_element_update<AdamWUpdate>("adamw", [hyper](double lr, int64_t t) { return hyper.at(lr, t); });
   }
 
   double learning_rate() const override { return lr_; }
@@ -94,7 +90,8 @@ class AdamW final : public mgt::Optimizer {
   }
 
  private:
-  double lr_, beta1_, beta2_, eps_, weight_decay_;
+  double lr_;
+  AdamWHyper hyper_;
   size_t size_ = 0;
   std::vector<float> exp_avg_;
   std::vector<float> exp_avg_sq_;

@@ -8,6 +8,7 @@
 #include "mgtrain/error.hpp"
 #include "mgtrain/optimizer.hpp"
 #include "mgtrain/plugin.hpp"
+#include "mgtrain/update_rule.hpp"
 
 namespace {
 
@@ -20,6 +21,23 @@ const mgt::ConfigKey kSgdKeys[] = {
     {"optimizer.weight_decay", mgt::KeyType::non_negative_real, "0.0",
      "L2 penalty added to the gradient: g += weight_decay * p"},
 };
+
+// The updates of one element, written once: this plugin's step() and every backend run them. One
+// rule per form, chosen once, so each loop is a plain pass over memory. `keep` is 0 on the first
+// update: PyTorch starts the momentum buffer as a copy of the first gradient (no dampening).
+MGT_UPDATE_SCALARS(SgdScalars, float lr; float wd; float mu; float keep;)
+MGT_ELEMENT_UPDATE(SgdPlain, SgdScalars, 0, param -= s.lr * grad;)
+MGT_ELEMENT_UPDATE(SgdWeightDecay, SgdScalars, 0, param -= s.lr * (grad + s.wd * param);)
+MGT_ELEMENT_UPDATE(SgdMomentum, SgdScalars, 1,
+                   const float g = grad + s.wd * param;
+                   const float b = s.keep * state0 + g;
+                   state0 = b;
+                   param -= s.lr * b;)
+MGT_ELEMENT_UPDATE(SgdNesterov, SgdScalars, 1,
+                   const float g = grad + s.wd * param;
+                   const float b = s.keep * state0 + g;
+                   state0 = b;
+                   param -= s.lr * (g + s.mu * b);)
 
 class Sgd final : public mgt::Optimizer {
  public:
@@ -38,52 +56,37 @@ class Sgd final : public mgt::Optimizer {
     if (momentum_ > 0.0) momentum_buf_.assign(size, 0.0f);
   }
 
-  void step(float* __restrict params, const float* __restrict grads, size_t size) override {
+  void step(float* params, const float* grads, size_t size) override {
     MGT_CHECK(size == size_, mgt::Error,
-              "sgd: step over " + std::to_string(size) + " floats, set up for " +
-                  std::to_string(size_));
-    const auto lr = static_cast<float>(lr_);
-    const auto wd = static_cast<float>(weight_decay_);
-    const auto mu = static_cast<float>(momentum_);
-    // Branches stay outside the loops so each loop is a plain vectorizable pass over memory.
-    if (mu == 0.0f) {
-      if (wd == 0.0f) {
-        for (size_t i = 0; i < size; ++i) params[i] -= lr * grads[i];
-      } else {
-        for (size_t i = 0; i < size; ++i) params[i] -= lr * (grads[i] + wd * params[i]);
-      }
-    } else {
-      float* __restrict buf = momentum_buf_.data();
-      // PyTorch starts the buffer as a copy of the first gradient (no dampening of step 1);
-      // step_count_ is restored on resume, so a resumed run continues with its saved buffer.
-      const bool first = step_count_ == 0;
-      const float keep = first ? 0.0f : mu;
-      if (nesterov_) {
-        for (size_t i = 0; i < size; ++i) {
-          const float g = grads[i] + wd * params[i];
-          const float b = keep * buf[i] + g;
-          buf[i] = b;
-          params[i] -= lr * (g + mu * b);
-        }
-      } else {
-        for (size_t i = 0; i < size; ++i) {
-          const float g = grads[i] + wd * params[i];
-          const float b = keep * buf[i] + g;
-          buf[i] = b;
-          params[i] -= lr * b;
-        }
-      }
+              "sgd: step over " + std::to_string(size) + " floats, set up for " + std::to_string(size_));
+    ++step_count_;  // restored on resume, so a resumed run continues with its saved buffer
+    float* state[] = {momentum_buf_.data()};
+    const SgdScalars s = scalars(lr_, step_count_);
+    switch (form()) {
+      case Form::plain:
+        return mgt::run_element_update<SgdPlain>(params, grads, state, s, size);
+      case Form::weight_decay:
+        return mgt::run_element_update<SgdWeightDecay>(params, grads, state, s, size);
+      case Form::momentum:
+        return mgt::run_element_update<SgdMomentum>(params, grads, state, s, size);
+      case Form::nesterov:
+        return mgt::run_element_update<SgdNesterov>(params, grads, state, s, size);
     }
-    ++step_count_;
   }
 
-  mgt::UpdateRule update_rule() const override {
-    mgt::UpdateRule rule;
-    rule.kind = mgt::UpdateRule::Kind::sgd;
-    rule.momentum = momentum_;
-    rule.weight_decay = weight_decay_;
-    rule.nesterov = nesterov_;
-    return rule;
+  std::unique_ptr<mgt::ElementwiseUpdate> element_update() const override {
+    const auto at = [mu = momentum_, wd = weight_decay_](double lr, int64_t t) { return scalars_of(lr, mu, wd, t); };
+    switch (form()) {
+      case Form::plain:
+        return mgt::make_element_update<SgdPlain>("sgd", at);
+      case Form::weight_decay:
+        return mgt::make_element_update<SgdWeightDecay>("sgd (weight decay)", at);
+      case Form::momentum:
+        return mgt::make_element_update<SgdMomentum>("sgd (momentum)", at);
+      case Form::nesterov:
+        return mgt::make_element_update<SgdNesterov>("sgd (Nesterov)", at);
+    }
+    return nullptr;
   }
 
   double learning_rate() const override { return lr_; }
@@ -95,6 +98,19 @@ class Sgd final : public mgt::Optimizer {
   }
 
  private:
+  enum class Form { plain, weight_decay, momentum, nesterov };
+  // Decided on the float values the updates use.
+  Form form() const {
+    if (static_cast<float>(momentum_) == 0.0f)
+      return static_cast<float>(weight_decay_) == 0.0f ? Form::plain : Form::weight_decay;
+    return nesterov_ ? Form::nesterov : Form::momentum;
+  }
+  static SgdScalars scalars_of(double lr, double momentum, double weight_decay, int64_t update) {
+    const auto mu = static_cast<float>(momentum);
+    return {static_cast<float>(lr), static_cast<float>(weight_decay), mu, update == 1 ? 0.0f : mu};
+  }
+  SgdScalars scalars(double lr, int64_t update) const { return scalars_of(lr, momentum_, weight_decay_, update); }
+
   double lr_;
   double momentum_;
   double weight_decay_;

@@ -1,20 +1,69 @@
 #include "command_line_config.hpp"
 
+#include <cstdlib>
+
 #include "mgtrain/error.hpp"
+
+namespace po = boost::program_options;
 
 namespace mgt::cli {
 
-Config config_from_command_line(const std::string& ini_file,
-                                const boost::program_options::parsed_options& parsed) {
+namespace {
+
+// "--section.key=value" or "--section.key": a long option whose name holds a dot.
+bool is_override(const std::string& arg) {
+  if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) return false;
+  const auto eq = arg.find('=');
+  const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+  return name.find('.') != std::string::npos;
+}
+
+}  // namespace
+
+RunCommandLine parse_run_command_line(const std::string& command, const std::vector<std::string>& args,
+                                      const po::options_description& desc) {
+  RunCommandLine out;
+  std::vector<std::string> options;
+  for (const auto& arg : args) (is_override(arg) ? out.overrides : options).push_back(arg);
+  try {
+    out.parsed.emplace(po::command_line_parser(options).options(desc).allow_unregistered().run());
+    po::store(*out.parsed, out.vm);
+    po::notify(out.vm);
+  } catch (const po::error& e) {
+    out.error = command + ": " + e.what() + " (see mgtrain " + command + " --help)";
+  }
+  return out;
+}
+
+Config config_from_command_line(const std::string& ini_file, const RunCommandLine& command_line) {
+  if (!command_line.error.empty()) throw ConfigError(command_line.error);
   Config config = Config::from_ini_file(ini_file);
-  for (const auto& opt : parsed.options) {
+  for (const auto& opt : command_line.parsed->options) {
     if (!opt.unregistered) continue;
     const std::string token = opt.original_tokens.empty() ? opt.string_key : opt.original_tokens[0];
-    if (opt.string_key.find('.') == std::string::npos || opt.value.size() != 1)
-      throw ConfigError("unexpected argument '" + token + "'; config overrides are written --section.key=value");
-    config.set(opt.string_key, opt.value[0], "command line");
+    throw ConfigError("unexpected argument '" + token +
+                      "'; config overrides are written --section.key=value");
+  }
+  for (const auto& arg : command_line.overrides) {
+    const auto eq = arg.find('=');
+    if (eq == std::string::npos)
+      throw ConfigError("unexpected argument '" + arg + "'; config overrides are written --section.key=value "
+                        "(--section.key= sets the empty value)");
+    config.set(arg.substr(2, eq - 2), arg.substr(eq + 1), "command line");
   }
   return config;
+}
+
+int launch_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    const char* value = std::getenv(name);
+    char* end = nullptr;
+    if (value && *value) {
+      const long rank = std::strtol(value, &end, 10);
+      if (*end == '\0' && rank >= 0) return static_cast<int>(rank);
+    }
+  }
+  return 0;
 }
 
 }  // namespace mgt::cli

@@ -3,15 +3,36 @@
 // of --config, then each --section.key=value on the command line over it.
 #include <boost/program_options.hpp>
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "mgtrain/config.hpp"
 
 namespace mgt::cli {
 
-// `parsed` was parsed with allow_unregistered(): its unregistered options are the overrides.
-// Throws ConfigError naming an argument that is not one.
-Config config_from_command_line(const std::string& ini_file,
-                                const boost::program_options::parsed_options& parsed);
+// A command line of a command that takes a config, parsed before MPI starts. Under mpirun every
+// rank parses the same line, so a syntax error is kept here rather than thrown: the caller raises
+// it once MPI is up, inside agree(), and the lowest rank alone reports it.
+struct RunCommandLine {
+  std::optional<boost::program_options::parsed_options> parsed;  // the options but the overrides
+  boost::program_options::variables_map vm;
+  std::vector<std::string> overrides;  // every "--section.key[=value]", in the order given
+  std::string error;                   // "" when the line parsed
+};
+
+// Takes the `--section.key=value` overrides out (boost refuses "--section.key=" with nothing after
+// the '=', which must set the key to the empty value) and parses the rest with `desc`, allowing
+// unregistered options so they can be reported as misspelt overrides.
+RunCommandLine parse_run_command_line(const std::string& command, const std::vector<std::string>& args,
+                                      const boost::program_options::options_description& desc);
+
+// The INI file, then each override over it: "--data.test=" sets data.test to the empty value, as
+// `test =` in the file does. Throws ConfigError naming an argument that is not an override.
+Config config_from_command_line(const std::string& ini_file, const RunCommandLine& command_line);
+
+// This process's rank as the launcher (mpirun, srun) announced it, for an error printed before or
+// without MPI: 0 when not launched as one of several ranks.
+int launch_rank();
 
 }  // namespace mgt::cli

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "command_line_config.hpp"
 #include "checkpoint_compare.hpp"
 #include "core_keys.hpp"
 #include "datasets/convert.hpp"
@@ -98,8 +99,8 @@ int exec_doctor(char** argv) {
   if (ec) self = argv[0];
   const std::string doctor = (self.parent_path() / "mgtrain-doctor").string();
   execv(doctor.c_str(), argv);
-  std::fprintf(stderr, "mgtrain: error: [rank 0] doctor: cannot run '%s': %s (it is installed next to "
-               "mgtrain)\n", doctor.c_str(), std::strerror(errno));
+  std::fprintf(stderr, "mgtrain: error: [rank %d] doctor: cannot run '%s': %s (it is installed next to "
+               "mgtrain)\n", launch_rank(), doctor.c_str(), std::strerror(errno));
   return 1;
 }
 

@@ -618,30 +618,39 @@ int run_doctor(int argc, char** argv, const std::vector<std::string>& args) {
        "a GPU with more memory than this in use by other processes counts as busy")
       ("config", po::value<std::string>(), "the run's INI file (and --section.key=value overrides)")
       ("plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory (repeatable)");
-  const auto parsed = po::command_line_parser(args).options(desc).allow_unregistered().run();
-  po::variables_map vm;
-  po::store(parsed, vm);
-  po::notify(vm);
-  const auto overrides = po::collect_unrecognized(parsed.options, po::include_positional);
-  if (!vm.count("config") && !overrides.empty())
-    throw po::error("unexpected argument '" + overrides.front() + "' (config overrides need --config FILE)");
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
+  // Errors in the command line are raised once MPI is up (agree): rank 0 alone reports them.
+  RunCommandLine command_line = parse_run_command_line("doctor", args, desc);
+  const po::variables_map& vm = command_line.vm;
+  if (command_line.error.empty()) {
+    auto overrides = command_line.overrides;
+    for (const auto& arg : po::collect_unrecognized(command_line.parsed->options, po::include_positional))
+      overrides.push_back(arg);
+    if (!vm.count("config") && !overrides.empty())
+      command_line.error = "doctor: unexpected argument '" + overrides.front() +
+                           "' (config overrides need --config FILE) (see mgtrain doctor --help)";
+    else if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return 0;
+    } else if (!(vm["busy-gib"].as<double>() >= 0.0)) {
+      command_line.error = "doctor: --busy-gib must be >= 0";
+    }
   }
-  const double busy_gib = vm["busy-gib"].as<double>();
-  if (!(busy_gib >= 0.0)) throw ConfigError("doctor: --busy-gib must be >= 0");
 
   MpiRuntime mpi(&argc, &argv);
   auto comm = make_mpi_communicator();
   try {
+    agree(*comm, [&] {
+      if (!command_line.error.empty()) throw ConfigError(command_line.error);
+    });
+    const double busy_gib = vm["busy-gib"].as<double>();
     // This rank's role in the run, and so its place among the training ranks of its node.
     std::optional<RankPlan> plan;
     if (vm.count("config")) {
       const std::vector<std::string> plugin_paths =
           vm.count("plugin-path") ? vm["plugin-path"].as<std::vector<std::string>>() : std::vector<std::string>{};
       agree(*comm, [&] {
-        plan = plan_rank(*comm, config_from_command_line(vm["config"].as<std::string>(), parsed), plugin_paths);
+        plan = plan_rank(*comm, config_from_command_line(vm["config"].as<std::string>(), command_line),
+                         plugin_paths);
       });
     }
     const NodePlace place = gather_training_place(*comm, !plan || plan->trains);

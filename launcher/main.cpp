@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "command_line_config.hpp"
 #include "commands.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/version.hpp"
@@ -59,15 +60,16 @@ int main(int argc, char** argv) {
     if (command == "compare") return mgt::cli::run_compare(args);
     if (command == "report") return mgt::cli::run_report(args);
     if (command == "config-keys") return mgt::cli::run_config_keys(args);
-    std::fprintf(stderr, "mgtrain: error: [rank 0] unknown command '%s' (expected train, eval, data, "
-                 "compare, report, plugins or config-keys; see mgtrain --help)\n", command.c_str());
+    std::fprintf(stderr, "mgtrain: error: [rank %d] unknown command '%s' (expected train, eval, data, "
+                 "compare, report, plugins or config-keys; see mgtrain --help)\n", mgt::cli::launch_rank(),
+                 command.c_str());
     return 2;
   } catch (const po::error& e) {
-    std::fprintf(stderr, "mgtrain: error: [rank 0] %s: %s (see mgtrain %s --help)\n", command.c_str(),
-                 e.what(), command.c_str());
+    std::fprintf(stderr, "mgtrain: error: [rank %d] %s: %s (see mgtrain %s --help)\n",
+                 mgt::cli::launch_rank(), command.c_str(), e.what(), command.c_str());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "mgtrain: error: [rank 0] %s\n", e.what());
+    std::fprintf(stderr, "mgtrain: error: [rank %d] %s\n", mgt::cli::launch_rank(), e.what());
     return 1;
   }
 }

@@ -34,15 +34,14 @@ void add_run_options(po::options_description& desc) {
 
 // Parses the command line, starts MPI, builds the config (file plus --section.key=value
 // overrides, agreed by all ranks) and runs `body` on every rank. Errors before step 1 end every
-// rank cleanly (exit 2); later ones end the job (exit 1).
-int run_under_mpi(int argc, char** argv, const std::vector<std::string>& args,
-                  const po::options_description& desc,
+// rank cleanly (exit 2); later ones end the job (exit 1). A command-line error is raised only once
+// MPI is up, inside agree(): every rank finds it, and rank 0 alone reports it, with its own rank.
+int run_under_mpi(int argc, char** argv, const std::string& command,
+                  const std::vector<std::string>& args, const po::options_description& desc,
                   const std::function<void(Communicator&, TrainOptions&, const po::variables_map&)>& body) {
-  const auto parsed = po::command_line_parser(args).options(desc).allow_unregistered().run();
-  po::variables_map vm;
-  po::store(parsed, vm);
-  po::notify(vm);
-  if (vm.count("help")) {
+  const RunCommandLine command_line = parse_run_command_line(command, args, desc);
+  const po::variables_map& vm = command_line.vm;
+  if (command_line.error.empty() && vm.count("help")) {
     std::cout << desc << "\n";
     return 0;
   }
@@ -53,8 +52,9 @@ int run_under_mpi(int argc, char** argv, const std::vector<std::string>& args,
     TrainOptions options;
     if (vm.count("plugin-path")) options.plugin_paths = vm["plugin-path"].as<std::vector<std::string>>();
     agree(*comm, [&] {
+      if (!command_line.error.empty()) throw ConfigError(command_line.error);
       if (!vm.count("config")) throw ConfigError("--config FILE is required");
-      options.config = config_from_command_line(vm["config"].as<std::string>(), parsed);
+      options.config = config_from_command_line(vm["config"].as<std::string>(), command_line);
     });
     body(*comm, options, vm);
     return 0;
@@ -120,8 +120,9 @@ int run_train(int argc, char** argv, const std::vector<std::string>& args) {
   desc.add_options()("resume", po::value<std::string>(),
                      "'latest' (newest in checkpoint.dir) or a checkpoint path");
   bool stopped_by_signal = false;
-  const int rc = run_under_mpi(argc, argv, args, desc, [&](Communicator& comm, TrainOptions& options,
-                                                           const po::variables_map& vm) {
+  const int rc = run_under_mpi(argc, argv, "train", args, desc, [&](Communicator& comm,
+                                                                    TrainOptions& options,
+                                                                    const po::variables_map& vm) {
     if (vm.count("resume")) options.resume = vm["resume"].as<std::string>();
     install_stop_handlers();
     const TrainResult r = train(comm, std::move(options), std::cout);
@@ -147,8 +148,8 @@ int run_bench(int argc, char** argv, const std::vector<std::string>& args) {
       ("allreduce-iterations", po::value<int64_t>()->default_value(50), "all-reduce timing iterations")
       ("repeat", po::value<int64_t>()->default_value(1),
        "alternate the one-rank and all-rank runs this many times and report medians (noisy machines)");
-  return run_under_mpi(argc, argv, args, desc, [](Communicator& comm, TrainOptions& options,
-                                                  const po::variables_map& vm) {
+  return run_under_mpi(argc, argv, "bench", args, desc, [](Communicator& comm, TrainOptions& options,
+                                                           const po::variables_map& vm) {
     const auto steps = vm["steps"].as<int64_t>(), warmup = vm["warmup"].as<int64_t>();
     const auto iterations = vm["allreduce-iterations"].as<int64_t>();
     if (steps <= 0 || warmup < 0 || iterations <= 0)
@@ -194,8 +195,9 @@ int run_verify(int argc, char** argv, const std::vector<std::string>& args) {
       ("steps", po::value<int64_t>()->default_value(20), "steps of each run")
       ("world-size", po::value<int>()->default_value(0), "also run on the first M ranks alone");
   bool pass = true;
-  const int rc = run_under_mpi(argc, argv, args, desc, [&](Communicator& comm, TrainOptions& options,
-                                                           const po::variables_map& vm) {
+  const int rc = run_under_mpi(argc, argv, "verify", args, desc, [&](Communicator& comm,
+                                                                     TrainOptions& options,
+                                                                     const po::variables_map& vm) {
     pass = mgt::run_verify(comm, options, vm["steps"].as<int64_t>(), vm["world-size"].as<int>(), std::cout);
   });
   return rc != 0 ? rc : (pass ? 0 : 1);

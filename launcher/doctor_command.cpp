@@ -30,6 +30,8 @@
 #include "mgtrain/version.hpp"
 #include "mpi_communicator.hpp"
 #include "nvml.hpp"
+#include "plugin_keys.hpp"
+#include "plugin_loader.hpp"
 #include "trainer.hpp"
 
 #ifdef MGTRAIN_HAVE_CUDA
@@ -649,8 +651,10 @@ int run_doctor(int argc, char** argv, const std::vector<std::string>& args) {
       const std::vector<std::string> plugin_paths =
           vm.count("plugin-path") ? vm["plugin-path"].as<std::vector<std::string>>() : std::vector<std::string>{};
       agree(*comm, [&] {
-        plan = plan_rank(*comm, config_from_command_line(vm["config"].as<std::string>(), command_line),
-                         plugin_paths);
+        Config config = config_from_command_line(vm["config"].as<std::string>(), command_line);
+        PluginRegistry registry(plugin_paths);
+        drop_keys_of_unchosen_plugins(registry, config);
+        plan = plan_rank(*comm, std::move(config), plugin_paths);
       });
     }
     const NodePlace place = gather_training_place(*comm, !plan || plan->trains);

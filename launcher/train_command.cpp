@@ -14,6 +14,8 @@
 #include "commands.hpp"
 #include "json_line.hpp"
 #include "mpi_communicator.hpp"
+#include "plugin_keys.hpp"
+#include "plugin_loader.hpp"
 #include "stop_signal.hpp"
 #include "trainer.hpp"
 #include "verify.hpp"
@@ -36,6 +38,7 @@ void add_run_options(po::options_description& desc) {
 // overrides, agreed by all ranks) and runs `body` on every rank. Errors before step 1 end every
 // rank cleanly (exit 2); later ones end the job (exit 1). A command-line error is raised only once
 // MPI is up, inside agree(): every rank finds it, and rank 0 alone reports it, with its own rank.
+// Keys of plugins the config does not choose are dropped, with one note from rank 0.
 int run_under_mpi(int argc, char** argv, const std::string& command,
                   const std::vector<std::string>& args, const po::options_description& desc,
                   const std::function<void(Communicator&, TrainOptions&, const po::variables_map&)>& body) {
@@ -51,11 +54,18 @@ int run_under_mpi(int argc, char** argv, const std::string& command,
   try {
     TrainOptions options;
     if (vm.count("plugin-path")) options.plugin_paths = vm["plugin-path"].as<std::vector<std::string>>();
+    std::string note;
     agree(*comm, [&] {
       if (!command_line.error.empty()) throw ConfigError(command_line.error);
       if (!vm.count("config")) throw ConfigError("--config FILE is required");
       options.config = config_from_command_line(vm["config"].as<std::string>(), command_line);
+      PluginRegistry registry(options.plugin_paths);
+      note = drop_keys_of_unchosen_plugins(registry, options.config);
     });
+    if (comm->rank() == 0 && !note.empty()) {
+      std::fprintf(stderr, "mgtrain: note: %s\n", note.c_str());
+      std::fflush(stderr);
+    }
     body(*comm, options, vm);
     return 0;
   } catch (const StartupError& e) {

@@ -144,6 +144,7 @@ std::vector<PluginCandidate> PluginRegistry::scan() {
       }
       if (c.refusal.empty() && shadowed) c.refusal = "shadowed by an earlier directory in the search path";
       c.usable = c.refusal.empty();
+      if (c.usable) c.config_keys.assign(d->config_keys, d->config_keys + d->config_key_count);
       out.push_back(c);
       if (c.usable) pin_for_process_lifetime(library);
     }

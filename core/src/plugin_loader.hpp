@@ -18,6 +18,7 @@ struct PluginCandidate {
   std::string kind, name, version, description;
   bool usable = false;
   std::string refusal;  // why it was refused, when !usable
+  std::vector<ConfigKey> config_keys;  // when usable; the library stays loaded, so they stay valid
 };
 
 class PluginRegistry {

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "mgtrain/error.hpp"
+#include "plugin_keys.hpp"
 #include "plugin_loader.hpp"
 
 using namespace mgt;
@@ -98,4 +99,27 @@ TEST(Plugins, SearchOrderPutsCommandLineThenEnvironmentFirst) {
   EXPECT_EQ(dirs[1], "/env/a");
   EXPECT_EQ(dirs[2], "/env/b");
   EXPECT_EQ(dirs.back(), MGTRAIN_BINARY_DIR "/plugins");
+}
+
+TEST(Plugins, KeysOfAnotherPluginOfTheKindAreDroppedWithANote) {
+  PluginRegistry registry;
+  Config config = Config::from_string(
+      "[model]\nname = mlp\n[optimizer]\nname = adam\nlr = 0.01\nmomentum = 0.9\nnesterov = true\n"
+      "[sync]\nbucket_mb = 4\n", "run.ini");
+  const std::string note = drop_keys_of_unchosen_plugins(registry, config);
+  EXPECT_EQ(note, "ignoring config keys of plugins not chosen: optimizer.momentum, optimizer.nesterov "
+                  "(optimizer sgd, not the chosen optimizer adam)");
+  EXPECT_FALSE(config.has("optimizer.momentum"));
+  EXPECT_FALSE(config.has("optimizer.nesterov"));
+  EXPECT_TRUE(config.has("optimizer.lr"));
+  EXPECT_TRUE(config.has("sync.bucket_mb"));  // the default sync strategy's own key
+  EXPECT_TRUE(registry.loaded_summary().find("sgd") == std::string::npos) << registry.loaded_summary();
+}
+
+TEST(Plugins, AKeyOfNoPluginStaysForValidationToRefuse) {
+  PluginRegistry registry;
+  Config config =
+      Config::from_string("[model]\nname = mlp\nhiden = 64\n[optimizer]\nname = sgd\n", "run.ini");
+  EXPECT_EQ(drop_keys_of_unchosen_plugins(registry, config), "");
+  EXPECT_TRUE(config.has("model.hiden"));
 }

@@ -38,6 +38,8 @@ class Config {
 
   void set(const std::string& key, const std::string& value, const std::string& source);
   bool has(const std::string& key) const;
+  // Removes the key if set: a key of a plugin that the config does not choose.
+  void erase(const std::string& key) { values_.erase(key); }
   const std::map<std::string, ConfigValue>& values() const { return values_; }
 
   // Fills defaults from the table, then checks every value against its key's type. Throws

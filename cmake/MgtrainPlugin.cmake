@@ -11,6 +11,53 @@
 # <build>/plugins (one directory to pass as --plugin-path) and installs into
 # <prefix>/${CMAKE_INSTALL_LIBDIR}/mgtrain/plugins, which the loader searches when that prefix is
 # mgtrain's own.
+# Out of tree, the first call checks that this project's compiler uses the C++ standard library
+# (and ABI) mgtrain was built against, which is what the loader compares; the compiler may differ.
+
+# mgtrain_cxx_stdlib_id(<var> <include dir>): the C++ standard library of this project's compiler
+# as the plugin loader compares it (MGT_STDLIB_ID of mgtrain/build_fingerprint.hpp under the include
+# dir, e.g. libstdc++-12-cxx11abi1), with CMAKE_CXX_FLAGS; empty when the probe does not compile.
+function(mgtrain_cxx_stdlib_id var include_dir)
+  set(dir ${CMAKE_BINARY_DIR}/CMakeFiles/mgtrain_stdlib_probe)
+  file(WRITE ${dir}/probe.cpp
+    "#include <mgtrain/build_fingerprint.hpp>\n"
+    "const char mgtrain_probe[] = \"MGTRAIN_STDLIB_ID=[\" MGT_STDLIB_ID \"]\";\n"
+    "int main(int argc, char**) { return mgtrain_probe[argc]; }\n")
+  try_compile(probe_ok ${dir}/build SOURCES ${dir}/probe.cpp
+    CMAKE_FLAGS "-DINCLUDE_DIRECTORIES=${include_dir}" CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON
+    COPY_FILE ${dir}/probe.bin)
+  set(id "")
+  if(probe_ok)
+    file(STRINGS ${dir}/probe.bin line REGEX "MGTRAIN_STDLIB_ID=\\[[A-Za-z0-9+_.-]*\\]" LIMIT_COUNT 1)
+    string(REGEX REPLACE ".*MGTRAIN_STDLIB_ID=\\[([A-Za-z0-9+_.-]*)\\].*" "\\1" id "${line}")
+  endif()
+  set(${var} "${id}" PARENT_SCOPE)
+endfunction()
+
+# Warns once per project when this compiler's standard library differs from mgtrain's.
+function(_mgtrain_check_stdlib)
+  get_property(checked GLOBAL PROPERTY _MGTRAIN_STDLIB_CHECKED)
+  if(checked OR NOT MGTRAIN_CXX_STDLIB_ID OR NOT MGTRAIN_INCLUDE_DIR)
+    return()
+  endif()
+  set_property(GLOBAL PROPERTY _MGTRAIN_STDLIB_CHECKED TRUE)
+  mgtrain_cxx_stdlib_id(ours "${MGTRAIN_INCLUDE_DIR}")
+  string(CONCAT theirs "mgtrain was built by ${MGTRAIN_CXX_COMPILER_ID} ${MGTRAIN_CXX_COMPILER_VERSION} "
+                       "against the C++ standard library ${MGTRAIN_CXX_STDLIB_ID}")
+  string(CONCAT here "this project's ${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION}")
+  if(NOT ours)
+    message(WARNING "${theirs}; the standard library of ${here} could not be determined (the probe with "
+                    "mgtrain/build_fingerprint.hpp did not compile): mgtrain refuses a plugin on another one")
+  elseif(NOT ours STREQUAL MGTRAIN_CXX_STDLIB_ID)
+    message(WARNING "${theirs}, ${here} uses ${ours}: mgtrain will refuse these plugins. Use a compiler on "
+                    "the same standard library, major version and ABI (-D_GLIBCXX_USE_CXX11_ABI, "
+                    "-stdlib=libc++ change it); the compiler itself may differ")
+  elseif(NOT CMAKE_CXX_COMPILER_ID STREQUAL MGTRAIN_CXX_COMPILER_ID)
+    message(STATUS "mgtrain: ${here} uses ${ours}, the standard library mgtrain was built against "
+                   "(by ${MGTRAIN_CXX_COMPILER_ID}): compatible")
+  endif()
+endfunction()
+
 function(mgtrain_add_plugin kind name)
   cmake_parse_arguments(ARG "NO_INSTALL" "OUTPUT_DIRECTORY;INSTALL_DESTINATION;TARGET" "SOURCES;LIBRARIES" ${ARGN})
   if(NOT kind MATCHES "^(model|optimizer|sync)$")
@@ -50,6 +97,9 @@ function(mgtrain_add_plugin kind name)
   set_target_properties(${target} PROPERTIES PREFIX "lib" SUFFIX ".so" CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
   target_compile_features(${target} PRIVATE cxx_std_20)
+  if(NOT in_tree)
+    _mgtrain_check_stdlib()
+  endif()
 
   if(ARG_OUTPUT_DIRECTORY)
     set(output_dir ${ARG_OUTPUT_DIRECTORY})

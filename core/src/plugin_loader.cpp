@@ -33,6 +33,23 @@ std::string file_name_for(const std::string& kind, const std::string& name) {
   return "libmgtrain-" + kind + "-" + name + ".so";
 }
 
+// Why a plugin with this build fingerprint cannot share objects with this mgtrain, or "". Only the
+// standard library and its ABI matter ("libstdc++-12-cxx11abi1"): a plugin built by clang against
+// the libstdc++ that gcc built mgtrain against is compatible; the compiler is only named.
+std::string fingerprint_mismatch(const std::string& fingerprint) {
+  auto split = [](const std::string& f) {
+    const auto slash = f.find('/');
+    return slash == std::string::npos ? std::pair<std::string, std::string>{"unknown", f}
+                                      : std::pair{f.substr(0, slash), f.substr(slash + 1)};
+  };
+  const auto [compiler, stdlib] = split(fingerprint);
+  const auto [own_compiler, own_stdlib] = split(MGT_BUILD_FINGERPRINT);
+  if (stdlib == own_stdlib) return "";
+  return "was built against the C++ standard library " + stdlib + " (compiler " + compiler +
+         "), this mgtrain against " + own_stdlib + " (compiler " + own_compiler +
+         "): standard-library objects cross the plugin boundary, so the library and its ABI must match";
+}
+
 // Opens a candidate and checks it; returns the reason it is refused, or "" when usable.
 std::string open_and_check(const std::string& path, boost::dll::shared_library& library,
                            const PluginDescriptor** descriptor) {
@@ -49,9 +66,8 @@ std::string open_and_check(const std::string& path, boost::dll::shared_library& 
   if (d.abi_version != MGTRAIN_PLUGIN_ABI_VERSION)
     return "was built for plugin ABI version " + std::to_string(d.abi_version) +
            ", this mgtrain expects ABI version " + std::to_string(MGTRAIN_PLUGIN_ABI_VERSION);
-  if (std::string(d.build_fingerprint) != MGT_BUILD_FINGERPRINT)
-    return std::string("was built with ") + d.build_fingerprint + ", this mgtrain with " +
-           MGT_BUILD_FINGERPRINT;
+  const std::string refusal = fingerprint_mismatch(d.build_fingerprint);
+  if (!refusal.empty()) return refusal;
   if (!d.create) return "has no factory function";
   return "";
 }

@@ -123,3 +123,18 @@ TEST(Plugins, AKeyOfNoPluginStaysForValidationToRefuse) {
   EXPECT_EQ(drop_keys_of_unchosen_plugins(registry, config), "");
   EXPECT_TRUE(config.has("model.hiden"));
 }
+
+TEST(Plugins, AcceptsAFingerprintThatDiffersOnlyInTheCompiler) {
+  PluginRegistry registry({kTestPlugins + "/fingerprint"});
+  EXPECT_EQ(load_error(registry, "model", "othercompiler"), "");
+  EXPECT_EQ(std::string(registry.load("model", "othercompiler").build_fingerprint),
+            std::string("othercc-99/") + MGT_STDLIB_ID);
+}
+
+TEST(Plugins, RefusesAnotherStandardLibraryNamingBoth) {
+  PluginRegistry registry({kTestPlugins + "/fingerprint"});
+  const auto msg = load_error(registry, "model", "otherstdlib");
+  EXPECT_NE(msg.find("libmgtrain-model-otherstdlib.so"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("standard library libc++-99000-abi1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::string("this mgtrain against ") + MGT_STDLIB_ID), std::string::npos) << msg;
+}

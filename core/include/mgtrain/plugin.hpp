@@ -1,12 +1,13 @@
 #pragma once
 // The plugin ABI. A plugin is a shared library libmgtrain-<kind>-<name>.so exporting one symbol,
 // `mgtrain_plugin_descriptor`. The loader reads abi_version first and refuses a mismatch before
-// touching any other field; it also refuses a kind mismatch or a build fingerprint (compiler and
-// standard library) that differs from the core's, naming the file and both values.
+// touching any other field; it also refuses a kind mismatch or a build fingerprint whose standard
+// library differs from the core's (mgtrain/build_fingerprint.hpp), naming the file and both values.
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
 
+#include "mgtrain/build_fingerprint.hpp"
 #include "mgtrain/config.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/model.hpp"
@@ -24,24 +25,6 @@
 #define MGTRAIN_PLUGIN_ABI_VERSION 5u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
-#define MGT_STRINGIFY_IMPL(x) #x
-#define MGT_STRINGIFY(x) MGT_STRINGIFY_IMPL(x)
-// C++ classes cross the boundary, so the compiler family and standard library must match.
-#if defined(__clang__)
-#define MGT_COMPILER_ID "clang-" MGT_STRINGIFY(__clang_major__)
-#elif defined(__GNUC__)
-#define MGT_COMPILER_ID "gcc-" MGT_STRINGIFY(__GNUC__)
-#else
-#define MGT_COMPILER_ID "unknown"
-#endif
-#if defined(_GLIBCXX_RELEASE)
-#define MGT_STDLIB_ID "libstdc++-" MGT_STRINGIFY(_GLIBCXX_RELEASE) \
-  "-cxx11abi" MGT_STRINGIFY(_GLIBCXX_USE_CXX11_ABI)
-#else
-#define MGT_STDLIB_ID "stdlib-unknown"
-#endif
-#define MGT_BUILD_FINGERPRINT MGT_COMPILER_ID "/" MGT_STDLIB_ID
-
 namespace mgt {
 
 extern "C" {
@@ -51,7 +34,7 @@ struct PluginDescriptor {
   const char* name;
   const char* version;
   const char* description;    // one line
-  const char* build_fingerprint;
+  const char* build_fingerprint;  // MGT_BUILD_FINGERPRINT: "<compiler>/<standard library>"
   const ConfigKey* config_keys;  // the plugin's keys, full "section.key" names
   size_t config_key_count;
   // Returns a new Model*, Optimizer* or SyncStrategy* (by kind) built from the plugin's section.

@@ -88,8 +88,12 @@ PluginRegistry::PluginRegistry(std::vector<std::string> cli_paths) {
   const fs::path library_dir =
       fs::weakly_canonical(boost::dll::this_line_location().parent_path().string(), canonical_error);
   dirs_.push_back((library_dir / "mgtrain" / "plugins").string());
-#ifdef MGTRAIN_PLUGIN_BUILD_DIR
-  dirs_.push_back(MGTRAIN_PLUGIN_BUILD_DIR);
+#if defined(MGTRAIN_PLUGIN_BUILD_DIR) && defined(MGTRAIN_BUILD_LIBRARY_DIR)
+  // The build tree's plugins only for the build tree's own libmgtrain: an installed one must not
+  // see (or list as shadowed) the plugins of the tree it was installed from.
+  std::error_code build_error;
+  if (!canonical_error && fs::weakly_canonical(MGTRAIN_BUILD_LIBRARY_DIR, build_error) == library_dir)
+    dirs_.push_back(MGTRAIN_PLUGIN_BUILD_DIR);
 #endif
   // Keep the first occurrence of each directory.
   std::vector<std::string> unique;

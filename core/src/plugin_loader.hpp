@@ -1,6 +1,7 @@
 #pragma once
 // Finds, loads and checks plugins (Boost.DLL). Search order: --plugin-path, MGTRAIN_PLUGIN_PATH,
-// the install's lib/mgtrain/plugins, the build tree. Libraries stay loaded for the process's life.
+// the install's lib/mgtrain/plugins, the build tree (only for the build tree's own libmgtrain).
+// Libraries stay loaded for the process's life.
 #include <memory>
 #include <string>
 #include <vector>

@@ -41,15 +41,19 @@ nm -D --defined-only "$so" | grep -q ' mgtrain_plugin_descriptor$' || fail "$so 
 
 # 3. The installed launcher lists the new plugin and the installed built-in ones.
 "$PREFIX/bin/mgtrain" plugins --plugin-path "$PLUGIN_DIR" >plugins.txt 2>&1 || { cat plugins.txt; fail "mgtrain plugins"; }
-# Search order: --plugin-path, then the install's lib/mgtrain/plugins, before the build-tree
-# fallback. The loader prints the install's directory as found from libmgtrain's own path
-# (<prefix>/bin/../lib/...), so paths are compared after resolving them.
+# Search order: --plugin-path, then the install's lib/mgtrain/plugins, and nothing of the build
+# tree it was installed from. The loader prints the install's directory as found from libmgtrain's
+# own path (<prefix>/bin/../lib/...), so paths are compared after resolving them.
 canon() { realpath -m "$1"; }
 mapfile -t dirs < <(sed -n '/^search path:/,/^KIND/p' plugins.txt | sed -n 's/^  //p')
 [[ ${#dirs[@]} -ge 2 && $(canon "${dirs[0]}") == "$(canon "$PLUGIN_DIR")" ]] ||
   { cat plugins.txt; fail "--plugin-path is not searched first"; }
 [[ $(canon "${dirs[1]}") == "$(canon "$PREFIX/lib/mgtrain/plugins")" ]] ||
   { cat plugins.txt; fail "the install's lib/mgtrain/plugins is not searched second"; }
+for d in "${dirs[@]}"; do
+  [[ $(canon "$d") != "$(canon "$BUILD/plugins")" ]] ||
+    { cat plugins.txt; fail "the installed mgtrain searches the build tree: $d"; }
+done
 line=$(grep -E '^optimizer +signsgd ' plugins.txt) || { cat plugins.txt; fail "the new plugin is not listed"; }
 [[ $(awk '{print $3}' <<<"$line") == 1.0.0 &&
    $(canon "$(awk '{print $4}' <<<"$line")") == "$(canon "$so")" ]] ||
@@ -60,14 +64,16 @@ for kn in "model mlp" "model cnn" "optimizer sgd" "optimizer adam" "sync allredu
   [[ $(canon "$(awk '{print $4}' <<<"$line")") == "$(canon "$PREFIX/lib/mgtrain/plugins/libmgtrain-$kind-$name.so")" ]] ||
     { cat plugins.txt; fail "built-in $kind '$name' not taken from the prefix: $line"; }
 done
-# Every usable plugin comes from the plugin dir or the prefix; build-tree copies are only shadowed.
+# Every usable plugin comes from the plugin dir or the prefix, and nothing is refused (not even as
+# shadowed: the build tree's copies are not looked at).
 while read -r path; do
   path=$(canon "$path")
   [[ $path == "$(canon "$PLUGIN_DIR")/"* || $path == "$(canon "$PREFIX")/"* ]] ||
     { cat plugins.txt; fail "plugin used from outside the install: $path"; }
 done < <(awk '/^(model|optimizer|sync) / {print $4}' plugins.txt)
-! grep '^refused:' plugins.txt | grep -v 'shadowed by an earlier directory' ||
-  { cat plugins.txt; fail "a plugin was refused"; }
+! grep '^refused:' plugins.txt || { cat plugins.txt; fail "a plugin was refused"; }
+"$PREFIX/bin/mgtrain" plugins >plugins-plain.txt 2>&1 || { cat plugins-plain.txt; fail "mgtrain plugins"; }
+! grep -e '^refused:' -e "$BUILD/plugins" plugins-plain.txt || { cat plugins-plain.txt; fail "the installed mgtrain looked at the build tree"; }
 
 # 4. A short training run with the installed launcher and the new optimizer, np=2.
 write_config run.ini

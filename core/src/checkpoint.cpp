@@ -1,6 +1,7 @@
 // Checkpoint files (README.md, "Checkpoints"). Layout, format_version 1:
 //   /                  attributes step, epoch, batch_in_epoch (int64), seed (uint64), world_size,
-//                      format_version (int64), mgtrain_version, plugins, config (UTF-8 strings)
+//                      format_version (int64), mgtrain_version, plugins, config (UTF-8 strings),
+//                      plugin_paths (UTF-8 string, optional: absent from older checkpoints)
 //   /params/<name>     float32, the parameter's shape; attribute crc32 (zlib) of its bytes
 //   /optimizer         attribute optimizer_steps; one group per state buffer ("momentum", ...)
 //   /optimizer/<buffer>/<name>   float32 per parameter, same shapes, crc32 each
@@ -262,6 +263,10 @@ CheckpointMeta read_meta(const H5Context& h5, hid_t file) {
   meta.world_size = read_int_attr<int64_t>(h5, file, root, "world_size", H5T_NATIVE_INT64);
   meta.mgtrain_version = read_string_attr(h5, file, root, "mgtrain_version");
   meta.plugins = read_string_attr(h5, file, root, "plugins");
+  // Written since the attribute was added; a checkpoint from before has none.
+  const htri_t has_paths = H5Aexists(file, "plugin_paths");
+  h5.check(static_cast<herr_t>(has_paths), "cannot read attribute 'plugin_paths'");
+  if (has_paths > 0) meta.plugin_paths = read_string_attr(h5, file, root, "plugin_paths");
   meta.config_ini = read_string_attr(h5, file, root, "config");
   return meta;
 }
@@ -342,6 +347,7 @@ FileImage build_image(const std::string& path, const std::string& image_name,
       h5::write_attr_int64(root, "world_size", meta.world_size);
       h5::write_attr_utf8(root, "mgtrain_version", meta.mgtrain_version);
       h5::write_attr_utf8(root, "plugins", meta.plugins);
+      h5::write_attr_utf8(root, "plugin_paths", meta.plugin_paths);
       h5::write_attr_utf8(root, "config", meta.config_ini);
     });
 

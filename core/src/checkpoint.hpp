@@ -17,6 +17,7 @@ struct CheckpointMeta {
   int64_t world_size = 1;       // at save
   std::string mgtrain_version;
   std::string plugins;          // PluginRegistry::loaded_summary()
+  std::string plugin_paths;     // PluginRegistry::loaded_paths(): where `mgtrain eval` looks last
   std::string config_ini;       // the full resolved config
 };
 

@@ -1,6 +1,7 @@
 #include "evaluate.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "checkpoint.hpp"
 #include "datasets/sharded_reader.hpp"
@@ -48,8 +49,10 @@ EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string&
   const CheckpointMeta stored = read_checkpoint_meta(checkpoint);
   Config config = Config::from_string(stored.config_ini, checkpoint + " (stored config)");
   PluginRegistry registry(plugin_paths);
+  registry.add_recorded_paths(stored.plugin_paths, "the checkpoint's run");
   ParameterStore store;
   auto model = build_model(registry, config, store);
+  for (const auto& note : registry.notes()) std::fprintf(stderr, "mgtrain: note: %s\n", note.c_str());
   load_checkpoint(checkpoint, store, nullptr);
   return evaluate_model(*model, data_path, config.get_string("data.x_name"), config.get_string("data.y_name"),
                         batch);

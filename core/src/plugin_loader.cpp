@@ -110,18 +110,21 @@ const PluginDescriptor& PluginRegistry::load(const std::string& kind, const std:
   for (const auto& dir : dirs_) {
     const fs::path path = fs::path(dir) / file;
     std::error_code ec;
-    if (!fs::exists(path, ec)) continue;
-    auto loaded = std::make_shared<Loaded>();
-    loaded->path = path.string();
-    std::string refusal = open_and_check(loaded->path, loaded->library, &loaded->descriptor);
-    if (refusal.empty() && loaded->descriptor->kind != kind)
-      refusal = "is a '" + std::string(loaded->descriptor->kind) + "' plugin, expected '" + kind + "'";
-    if (refusal.empty() && loaded->descriptor->name != name)
-      refusal = "names itself '" + std::string(loaded->descriptor->name) + "', expected '" + name + "'";
-    if (!refusal.empty()) throw PluginError("plugin '" + loaded->path + "' " + refusal);
-    pin_for_process_lifetime(loaded->library);
-    loaded_.push_back(loaded);
-    return *loaded->descriptor;
+    if (fs::exists(path, ec)) return load_from(path.string(), kind, name);
+  }
+  // Last, where a checkpoint's run found it (`mgtrain eval` of a run that had a --plugin-path).
+  std::string recorded_missing;
+  for (const auto& [plugin, path] : recorded_) {
+    if (plugin != kind + ":" + name) continue;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) {
+      recorded_missing = "; nor at " + path + ", where " + recorded_origin_ + " loaded it";
+      continue;
+    }
+    const PluginDescriptor& d = load_from(path, kind, name);
+    notes_.push_back(kind + " plugin '" + name + "' is in no directory of the search path; loaded " + path +
+                     ", where " + recorded_origin_ + " loaded it (--plugin-path overrides)");
+    return d;
   }
 
   std::string available;
@@ -130,7 +133,48 @@ const PluginDescriptor& PluginRegistry::load(const std::string& kind, const std:
   std::string searched;
   for (const auto& d : dirs_) searched += (searched.empty() ? "" : ":") + d;
   throw PluginError("unknown " + kind + " plugin '" + name + "': no " + file + " in " + searched +
-                    "; available " + kind + " plugins: " + (available.empty() ? "none" : available));
+                    recorded_missing + "; available " + kind + " plugins: " +
+                    (available.empty() ? "none" : available));
+}
+
+// Opens the library at `path`, checks it is the plugin asked for and keeps it loaded.
+const PluginDescriptor& PluginRegistry::load_from(const std::string& path, const std::string& kind,
+                                                  const std::string& name) {
+  auto loaded = std::make_shared<Loaded>();
+  loaded->path = path;
+  std::string refusal = open_and_check(loaded->path, loaded->library, &loaded->descriptor);
+  if (refusal.empty() && loaded->descriptor->kind != kind)
+    refusal = "is a '" + std::string(loaded->descriptor->kind) + "' plugin, expected '" + kind + "'";
+  if (refusal.empty() && loaded->descriptor->name != name)
+    refusal = "names itself '" + std::string(loaded->descriptor->name) + "', expected '" + name + "'";
+  if (!refusal.empty()) throw PluginError("plugin '" + loaded->path + "' " + refusal);
+  pin_for_process_lifetime(loaded->library);
+  loaded_.push_back(loaded);
+  return *loaded->descriptor;
+}
+
+void PluginRegistry::add_recorded_paths(const std::string& paths, const std::string& origin) {
+  recorded_origin_ = origin;
+  std::stringstream ss(paths);
+  std::string item;
+  while (std::getline(ss, item, ';')) {
+    const auto eq = item.find('=');
+    if (eq != std::string::npos && eq + 1 < item.size())
+      recorded_.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+  }
+}
+
+std::string PluginRegistry::loaded_paths() const {
+  std::string out;
+  for (const auto& l : loaded_) {
+    std::error_code ec;
+    fs::path path = fs::absolute(l->path, ec);
+    if (!ec) path = fs::weakly_canonical(path, ec);
+    if (!out.empty()) out += ";";
+    out += std::string(l->descriptor->kind) + ":" + l->descriptor->name + "=" +
+           (ec ? l->path : path.string());
+  }
+  return out;
 }
 
 std::vector<PluginCandidate> PluginRegistry::scan() {

@@ -43,12 +43,26 @@ class PluginRegistry {
   // "kind:name@version;..." of every loaded plugin, in load order; compared across ranks and
   // stored in checkpoints.
   std::string loaded_summary() const;
+  // "kind:name=<absolute path>;..." of every loaded plugin's library, in load order: stored in
+  // checkpoints so that `mgtrain eval` finds a plugin the run took from a --plugin-path.
+  std::string loaded_paths() const;
+
+  // Libraries a checkpoint's run loaded (a loaded_paths() text), tried for a plugin that is in no
+  // directory of the search path. `origin` says whose they are, for notes() and errors.
+  void add_recorded_paths(const std::string& paths, const std::string& origin);
+  // One line per plugin taken from a recorded path rather than the search path.
+  const std::vector<std::string>& notes() const { return notes_; }
 
  private:
   struct Loaded;
   void* create(const std::string& kind, const std::string& name, const Config& config);
+  const PluginDescriptor& load_from(const std::string& path, const std::string& kind,
+                                    const std::string& name);
   std::vector<std::string> dirs_;
   std::vector<std::shared_ptr<Loaded>> loaded_;
+  std::vector<std::pair<std::string, std::string>> recorded_;  // "kind:name", library path
+  std::string recorded_origin_;
+  std::vector<std::string> notes_;
 };
 
 }  // namespace mgt

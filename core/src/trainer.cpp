@@ -473,6 +473,7 @@ class Trainer {
     meta_.world_size = comm_.size();
     meta_.mgtrain_version = MGTRAIN_VERSION;
     meta_.plugins = registry_.loaded_summary();
+    meta_.plugin_paths = registry_.loaded_paths();
     meta_.config_ini = config_.to_ini();
     result_.gradient_floats = store_.flat_size();
     result_.device = device_kind_name(device_->kind());

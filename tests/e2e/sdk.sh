@@ -97,6 +97,16 @@ awk -v a="$first_loss" -v b="$final_loss" 'BEGIN { exit !(b < 0.9 * a) }' ||
 # From ln(10) = 2.30 at initialisation, 50 steps must have learnt something.
 awk -v b="$final_loss" 'BEGIN { exit !(b < 1.5) }' || { cat train.log; fail "final loss $final_loss is not below 1.5"; }
 
+# 4b. `mgtrain eval` of that checkpoint without --plugin-path: the checkpoint names the library the
+# run loaded, which eval loads when the search path has no signsgd, and says so.
+"$PREFIX/bin/mgtrain" eval --checkpoint "$checkpoint" --data "$DATA_DIR/test.h5" >eval.log 2>eval.err ||
+  { cat eval.log eval.err; fail "eval without --plugin-path"; }
+grep -q '^accuracy ' eval.log || { cat eval.log eval.err; fail "eval printed no accuracy"; }
+grep -qF "mgtrain: note: optimizer plugin 'signsgd' is in no directory of the search path; loaded $(canon "$so")" eval.err ||
+  { cat eval.err; fail "eval did not say it loaded signsgd from the checkpoint's path"; }
+h5dump -a /plugin_paths "$checkpoint" | grep -qF "optimizer:signsgd=$(canon "$so")" ||
+  { h5dump -a /plugin_paths "$checkpoint"; fail "the checkpoint does not record signsgd's path"; }
+
 # 5. Installed into mgtrain's own prefix, the plugin is found with no --plugin-path.
 cmake --install "$PLUGIN_BUILD" --prefix "$PREFIX" >install-plugin.log 2>&1 || { cat install-plugin.log; fail "install examples/plugin"; }
 "$PREFIX/bin/mgtrain" plugins >plugins-installed.txt 2>&1 || { cat plugins-installed.txt; fail "mgtrain plugins"; }

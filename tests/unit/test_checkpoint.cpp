@@ -72,6 +72,7 @@ mgt::CheckpointMeta make_meta(int64_t step) {
   meta.world_size = 4;
   meta.mgtrain_version = "0.1.0";
   meta.plugins = "model:mlp@1.0.0;optimizer:sgd@1.0.0;sync:allreduce@1.0.0";
+  meta.plugin_paths = "optimizer:sgd=/opt/plugins/libmgtrain-optimizer-sgd.so";
   meta.config_ini = "[optimizer]\nlr = 0.1\nmomentum = 0.9\n\n[train]\nseed = 42\n";
   return meta;
 }
@@ -171,6 +172,7 @@ TEST_F(CheckpointTest, RoundTripRestoresParametersStateAndMeta) {
     EXPECT_EQ(m.world_size, expected.world_size);
     EXPECT_EQ(m.mgtrain_version, expected.mgtrain_version);
     EXPECT_EQ(m.plugins, expected.plugins);
+    EXPECT_EQ(m.plugin_paths, expected.plugin_paths);
     EXPECT_EQ(m.config_ini, expected.config_ini);
   }
 }
@@ -205,8 +207,8 @@ TEST_F(CheckpointTest, ReadableByH5dump) {
   EXPECT_NE(header.find("DATASPACE  SIMPLE { ( 3, 4 ) / ( 3, 4 ) }"), std::string::npos) << header;
   EXPECT_NE(header.find("H5T_IEEE_F32LE"), std::string::npos) << header;
   for (const char* attr : {"step", "epoch", "batch_in_epoch", "seed", "world_size",
-                           "mgtrain_version", "plugins", "config", "format_version", "crc32",
-                           "optimizer_steps"})
+                           "mgtrain_version", "plugins", "plugin_paths", "config", "format_version",
+                           "crc32", "optimizer_steps"})
     EXPECT_NE(header.find("ATTRIBUTE \"" + std::string(attr) + "\""), std::string::npos) << attr;
 
   const std::string config = run("/usr/bin/h5dump -a /config '" + path + "' 2>&1");

@@ -138,3 +138,28 @@ TEST(Plugins, RefusesAnotherStandardLibraryNamingBoth) {
   EXPECT_NE(msg.find("standard library libc++-99000-abi1"), std::string::npos) << msg;
   EXPECT_NE(msg.find(std::string("this mgtrain against ") + MGT_STDLIB_ID), std::string::npos) << msg;
 }
+
+TEST(Plugins, ARecordedPathIsTriedLastAndSaidSo) {
+  const std::string path = kTestPlugins + "/fingerprint/libmgtrain-model-othercompiler.so";
+  PluginRegistry registry;
+  registry.add_recorded_paths(
+      "model:othercompiler=" + path + ";optimizer:gone=/nowhere/libmgtrain-optimizer-gone.so",
+      "the checkpoint's run");
+  EXPECT_EQ(load_error(registry, "model", "othercompiler"), "");
+  ASSERT_EQ(registry.notes().size(), 1u);
+  EXPECT_EQ(registry.notes()[0],
+            "model plugin 'othercompiler' is in no directory of the search path; loaded " + path +
+                ", where the checkpoint's run loaded it (--plugin-path overrides)");
+  EXPECT_EQ(registry.loaded_paths(), "model:othercompiler=" + path);
+  const auto msg = load_error(registry, "optimizer", "gone");
+  EXPECT_NE(msg.find("nor at /nowhere/libmgtrain-optimizer-gone.so, where the checkpoint's run loaded it"),
+            std::string::npos) << msg;
+}
+
+TEST(Plugins, TheSearchPathWinsOverARecordedPath) {
+  PluginRegistry registry;
+  registry.add_recorded_paths("model:mlp=/elsewhere/libmgtrain-model-mlp.so", "the checkpoint's run");
+  registry.load("model", "mlp");
+  EXPECT_TRUE(registry.notes().empty());
+  EXPECT_EQ(registry.loaded_paths().find("/elsewhere"), std::string::npos) << registry.loaded_paths();
+}

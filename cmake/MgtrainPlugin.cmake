@@ -11,6 +11,8 @@
 # <build>/plugins (one directory to pass as --plugin-path) and installs into
 # <prefix>/${CMAKE_INSTALL_LIBDIR}/mgtrain/plugins, which the loader searches when that prefix is
 # mgtrain's own.
+# Without a build type (a plain `cmake -S . -B build`) the plugin gets the Release flags: an
+# unoptimised plugin slows every step of every run that loads it.
 # Out of tree, the first call checks that this project's compiler uses the C++ standard library
 # (and ABI) mgtrain was built against, which is what the loader compares; the compiler may differ.
 
@@ -97,6 +99,13 @@ function(mgtrain_add_plugin kind name)
   set_target_properties(${target} PROPERTIES PREFIX "lib" SUFFIX ".so" CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
   target_compile_features(${target} PRIVATE cxx_std_20)
+  get_property(multi_config GLOBAL PROPERTY GENERATOR_IS_MULTI_CONFIG)
+  if(NOT multi_config AND NOT CMAKE_BUILD_TYPE)
+    separate_arguments(release_flags UNIX_COMMAND "${CMAKE_CXX_FLAGS_RELEASE}")
+    target_compile_options(${target} PRIVATE "$<$<STREQUAL:$<CONFIG>,>:${release_flags}>")
+    message(STATUS "mgtrain_add_plugin(${kind} ${name}): CMAKE_BUILD_TYPE is empty; building it with the "
+                   "Release flags (${CMAKE_CXX_FLAGS_RELEASE}) (set CMAKE_BUILD_TYPE to choose)")
+  endif()
   if(NOT in_tree)
     _mgtrain_check_stdlib()
   endif()

@@ -107,6 +107,31 @@ grep -qF "mgtrain: note: optimizer plugin 'signsgd' is in no directory of the se
 h5dump -a /plugin_paths "$checkpoint" | grep -qF "optimizer:signsgd=$(canon "$so")" ||
   { h5dump -a /plugin_paths "$checkpoint"; fail "the checkpoint does not record signsgd's path"; }
 
+# 4c. A plugin project with no build type, built by clang when it is installed (gcc built mgtrain,
+# on the same libstdc++): Release flags by default, no refusal, and it trains.
+CXX_OTHER=$(command -v clang++-14 || command -v clang++ || command -v c++)
+mkdir -p other-src
+cat >other-src/CMakeLists.txt <<CMAKE
+cmake_minimum_required(VERSION 3.20)
+project(other_compiler_plugin LANGUAGES CXX)
+find_package(mgtrain 0.1 REQUIRED)
+mgtrain_add_plugin(optimizer signsgd SOURCES $SRC/examples/plugin/signsgd.cpp)
+CMAKE
+CXX=$CXX_OTHER cmake -S other-src -B other-build -DCMAKE_PREFIX_PATH="$PREFIX" >other-configure.log 2>&1 ||
+  { cat other-configure.log; fail "configure a plugin with $CXX_OTHER"; }
+grep -q "mgtrain_add_plugin(optimizer signsgd): CMAKE_BUILD_TYPE is empty; building it with the Release flags" \
+  other-configure.log || { cat other-configure.log; fail "no default to Release flags without a build type"; }
+! grep -q "will refuse" other-configure.log || { cat other-configure.log; fail "a warning about the compiler"; }
+cmake --build other-build -- VERBOSE=1 >other-build.log 2>&1 || { cat other-build.log; fail "build with $CXX_OTHER"; }
+grep 'signsgd.cpp' other-build.log | grep -q -- '-O3' || { cat other-build.log; fail "the plugin was not built with -O3"; }
+"$PREFIX/bin/mgtrain" plugins --plugin-path other-build/plugins >plugins-other.txt 2>&1
+grep -qE "^optimizer +signsgd .*other-build/plugins" plugins-other.txt ||
+  { cat plugins-other.txt; fail "the plugin built by $CXX_OTHER is not usable"; }
+timeout --kill-after=10 300 mpirun -np 2 --oversubscribe "$PREFIX/bin/mgtrain" train --config run.ini \
+  --plugin-path other-build/plugins --optimizer.name=signsgd --optimizer.lr=0.001 --train.max_steps=5 \
+  --checkpoint.dir="$WORK/ckpt-other" >train-other.log 2>&1 || { cat train-other.log; fail "training with the $CXX_OTHER plugin"; }
+echo "plugin built by $CXX_OTHER: accepted and trained"
+
 # 5. Installed into mgtrain's own prefix, the plugin is found with no --plugin-path.
 cmake --install "$PLUGIN_BUILD" --prefix "$PREFIX" >install-plugin.log 2>&1 || { cat install-plugin.log; fail "install examples/plugin"; }
 "$PREFIX/bin/mgtrain" plugins >plugins-installed.txt 2>&1 || { cat plugins-installed.txt; fail "mgtrain plugins"; }

@@ -20,7 +20,10 @@ for f in bin/mgtrain lib/libmgtrain.so include/mgtrain/plugin.hpp include/mgtrai
          lib/cmake/mgtrain/mgtrainConfig.cmake lib/cmake/mgtrain/mgtrainConfigVersion.cmake \
          lib/cmake/mgtrain/mgtrainTargets.cmake lib/cmake/mgtrain/MgtrainPlugin.cmake \
          lib/mgtrain/plugins/libmgtrain-model-mlp.so lib/mgtrain/plugins/libmgtrain-optimizer-sgd.so \
-         lib/mgtrain/plugins/libmgtrain-sync-allreduce.so; do
+         lib/mgtrain/plugins/libmgtrain-sync-allreduce.so share/mgtrain/examples/plugin/signsgd.cpp \
+         share/mgtrain/examples/plugin/CMakeLists.txt share/mgtrain/examples/builtin/models/mlp/mlp.cpp \
+         share/mgtrain/examples/builtin/models/cnn/cnn.cpp share/mgtrain/examples/builtin/sync/allreduce/allreduce.cpp \
+         share/mgtrain/examples/builtin/sync/grad_accum/grad_accum.cpp; do
   [[ -e $PREFIX/$f ]] || fail "not installed: $PREFIX/$f"
 done
 ! ls "$PREFIX"/lib/mgtrain/plugins | grep -E 'badabi|wrongkind|nosymbol' || fail "test plugins were installed"

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mgtrain/plugin.hpp"  // the descriptor macros; includes config, error and optimizer
+#include "mgtrain/update_rule.hpp"
 
 namespace {
 
@@ -23,7 +24,17 @@ const mgt::ConfigKey kSignSgdKeys[] = {
      "decoupled weight decay: p -= lr * weight_decay * p"},
 };
 
-inline float sign(float x) { return static_cast<float>((x > 0.0f) - (x < 0.0f)); }
+// The update of one element, written once (mgtrain/update_rule.hpp): step() below runs it on the
+// host, and mgtrain compiles the same text for a GPU, so this optimizer trains on every device.
+// In the body only float arithmetic and C math functions: both compilers see it.
+MGT_UPDATE_SCALARS(SignSgdScalars, float lr; float decay; float keep;)
+MGT_ELEMENT_UPDATE(SignSgdPlain, SignSgdScalars, 0,
+                   const float sign = (grad > 0.0f ? 1.0f : 0.0f) - (grad < 0.0f ? 1.0f : 0.0f);
+                   param -= s.lr * sign + s.decay * param;)
+MGT_ELEMENT_UPDATE(Signum, SignSgdScalars, 1,
+                   state0 = s.keep * state0 + (1.0f - s.keep) * grad;
+                   const float sign = (state0 > 0.0f ? 1.0f : 0.0f) - (state0 < 0.0f ? 1.0f : 0.0f);
+                   param -= s.lr * sign + s.decay * param;)
 
 class SignSgd final : public mgt::Optimizer {
  public:
@@ -42,23 +53,24 @@ class SignSgd final : public mgt::Optimizer {
     if (momentum_ > 0.0) momentum_buf_.assign(size, 0.0f);
   }
 
-  void step(float* __restrict params, const float* __restrict grads, size_t size) override {
+  void step(float* params, const float* grads, size_t size) override {
     MGT_CHECK(size == size_, mgt::Error,
               "signsgd: step over " + std::to_string(size) + " floats, set up for " + std::to_string(size_));
-    const auto lr = static_cast<float>(lr_);
-    const auto decay = static_cast<float>(lr_ * weight_decay_);
-    if (momentum_ == 0.0) {
-      for (size_t i = 0; i < size; ++i) params[i] -= lr * sign(grads[i]) + decay * params[i];
-    } else {
-      // The first step takes the gradient itself (no bias towards the zero-filled buffer).
-      const float keep = step_count_ == 0 ? 0.0f : static_cast<float>(momentum_);
-      float* __restrict m = momentum_buf_.data();
-      for (size_t i = 0; i < size; ++i) {
-        m[i] = keep * m[i] + (1.0f - keep) * grads[i];
-        params[i] -= lr * sign(m[i]) + decay * params[i];
-      }
-    }
     ++step_count_;  // saved in checkpoints and restored on resume
+    float* state[] = {momentum_buf_.data()};
+    if (momentum_ == 0.0)
+      mgt::run_element_update<SignSgdPlain>(params, grads, state, scalars(lr_, step_count_), size);
+    else
+      mgt::run_element_update<Signum>(params, grads, state, scalars(lr_, step_count_), size);
+  }
+
+  // The same update for mgtrain's executors (the GPU path), with the scalars of update number t.
+  std::unique_ptr<mgt::ElementwiseUpdate> element_update() const override {
+    const auto at = [momentum = momentum_, wd = weight_decay_](double lr, int64_t t) {
+      return scalars_of(lr, momentum, wd, t);
+    };
+    if (momentum_ == 0.0) return mgt::make_element_update<SignSgdPlain>("signsgd", at);
+    return mgt::make_element_update<Signum>("signum", at);
   }
 
   double learning_rate() const override { return lr_; }
@@ -71,6 +83,13 @@ class SignSgd final : public mgt::Optimizer {
   }
 
  private:
+  // The first update takes the gradient itself (no bias towards the zero-filled buffer).
+  static SignSgdScalars scalars_of(double lr, double momentum, double weight_decay, int64_t update) {
+    return {static_cast<float>(lr), static_cast<float>(lr * weight_decay),
+            update == 1 ? 0.0f : static_cast<float>(momentum)};
+  }
+  SignSgdScalars scalars(double lr, int64_t update) const { return scalars_of(lr, momentum_, weight_decay_, update); }
+
   double lr_;
   double momentum_;
   double weight_decay_;

@@ -1,37 +1,11 @@
 #pragma once
-// The GPU path lives in its own library, libmgtrain-gpu.so (kernels/cuda), next to libmgtrain.so
-// and loaded only by a rank that trains on a GPU: cuBLAS, cuDNN and NCCL add more than 150 MB of
-// resident memory to any process that loads them, GPU or not. This is what the core sees of it.
-#include <cstdint>
+// Finding and opening libmgtrain-gpu.so, whose interface is kernels/gpu_runtime.hpp.
 #include <memory>
 #include <string>
 
-#include "kernels/backend.hpp"
-#include "mgtrain/communicator.hpp"
+#include "kernels/gpu_runtime.hpp"
 
 namespace mgt {
-
-struct GpuDeviceInfo {
-  int index = -1;          // as CUDA_VISIBLE_DEVICES numbers them
-  std::string name;        // "NVIDIA H200"
-  std::string pci_bus_id;  // 00000000:1A:00.0
-  double total_mb = 0, free_mb = 0;  // when the runtime opened it
-  double used_by_others_mb = -1;     // in use before this process touched it (NVML); -1: unknown
-};
-
-// One rank's GPU: the backend the compiled step runs on, and the NCCL communicator.
-class GpuRuntime {
- public:
-  virtual ~GpuRuntime() = default;
-  virtual kernels::Backend& backend() = 0;
-  virtual const GpuDeviceInfo& device() const = 0;
-  // The `nccl` communicator over the ranks of `host`, ordered with the backend's compute stream.
-  // Collective: every rank of `host` must call it.
-  virtual std::unique_ptr<Communicator> make_communicator(Communicator& host) = 0;
-  // Throws CommError (marking it failed, to be aborted when destroyed) when NCCL reports `comm`,
-  // made by make_communicator, as failed; returns otherwise, and for any other communicator.
-  virtual void raise_if_failed(Communicator& comm) = 0;
-};
 
 // GPUs this process can use: 0 with the reason when the library was not built or not found, or
 // CUDA finds no device. Never throws.
@@ -42,8 +16,3 @@ int visible_gpus(std::string* why);
 std::unique_ptr<GpuRuntime> open_gpu_runtime(int device);
 
 }  // namespace mgt
-
-// The library's entry points, looked up by name (C linkage, so the names are stable).
-#define MGTRAIN_GPU_LIBRARY "libmgtrain-gpu.so"
-#define MGTRAIN_GPU_COUNT_SYMBOL "mgtrain_gpu_device_count"
-#define MGTRAIN_GPU_OPEN_SYMBOL "mgtrain_gpu_open"

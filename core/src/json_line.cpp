@@ -5,7 +5,7 @@
 
 #include "bench.hpp"
 #include "evaluate.hpp"
-#include "nvml.hpp"
+#include "kernels/gpu_runtime.hpp"
 #include "trainer.hpp"
 
 namespace mgt {

@@ -96,7 +96,7 @@ void TrainingDevice::open(Communicator& comm, bool trains) {
                                                info.total_mb, /*threshold_mb=*/1024.0);
         if (!busy.empty()) warning_ += (warning_.empty() ? "" : "; ") + busy;
       }
-      monitor_ = std::make_unique<GpuMonitor>(info.pci_bus_id, config_.get_real("metrics.gpu_sample_s"));
+      gpu_->start_sampling(config_.get_real("metrics.gpu_sample_s"));
       return;
     }
   }
@@ -122,7 +122,6 @@ void TrainingDevice::fall_back_to_cpu() {
   params_.reset();
   device_comm_owned_.reset();
   device_comm_ = nullptr;
-  monitor_.reset();
   gpu_.reset();
   cpu_backend_.reset();
   kind_ = DeviceKind::cpu;
@@ -219,6 +218,6 @@ CompiledStep& TrainingDevice::compile(const SequentialModel& model, Optimizer& o
   }
 }
 
-GpuSample TrainingDevice::gpu_sample() const { return monitor_ ? monitor_->latest() : GpuSample{}; }
+GpuSample TrainingDevice::gpu_sample() const { return gpu_ ? gpu_->gpu_sample() : GpuSample{}; }
 
 }  // namespace mgt

@@ -1,7 +1,7 @@
 #pragma once
 // Where one rank trains, for the length of a run: the CPU path (the SDK layers, as always), or a
 // compiled step (compiled_step.hpp) on this rank's GPU, bound from its node-local rank, with NCCL
-// between the ranks and NVML sampling the GPU; or that compiled step on the CPU backend, which
+// between the ranks and the GPU library sampling the GPU (NVML); or that compiled step on the CPU backend, which
 // checks the GPU path's program on machines without a GPU.
 #include <memory>
 #include <optional>
@@ -10,7 +10,6 @@
 #include "compiled_step.hpp"
 #include "gpu_runtime.hpp"
 #include "mgtrain/config.hpp"
-#include "nvml.hpp"
 
 namespace mgt {
 
@@ -76,7 +75,6 @@ class TrainingDevice {
   Communicator* device_comm_ = nullptr;
   std::unique_ptr<DeviceParameters> params_;
   std::unique_ptr<CompiledStep> step_;
-  std::unique_ptr<GpuMonitor> monitor_;
 };
 
 }  // namespace mgt

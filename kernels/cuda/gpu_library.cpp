@@ -1,14 +1,14 @@
-// The entry points of libmgtrain-gpu.so, which the core loads by name (core/src/gpu_runtime.hpp)
-// when a rank trains on a GPU.
+// The entry points of libmgtrain-gpu.so, which the runtime loads by name (core/src/gpu_runtime.hpp)
+// when a rank trains on a GPU; the interface is kernels/gpu_runtime.hpp.
 #include <cstdio>
 #include <cstring>
 #include <string>
 
-#include "gpu_runtime.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/nccl_communicator.hpp"
+#include "kernels/cuda/nvml.hpp"
 #include "kernels/cuda/runtime.hpp"
-#include "nvml.hpp"
+#include "kernels/gpu_runtime.hpp"
 
 namespace mgt::cuda {
 
@@ -38,10 +38,15 @@ class CudaGpuRuntime final : public GpuRuntime {
     return make_nccl_communicator(host, compute_stream(*backend_), info_.index);
   }
   void raise_if_failed(Communicator& comm) override { cuda::raise_if_failed(comm); }
+  void start_sampling(double interval_s) override {
+    monitor_ = std::make_unique<GpuMonitor>(info_.pci_bus_id, interval_s);
+  }
+  GpuSample gpu_sample() const override { return monitor_ ? monitor_->latest() : GpuSample{}; }
 
  private:
   GpuDeviceInfo info_;
   std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<GpuMonitor> monitor_;  // last: its thread stops before the rest goes
 };
 
 }  // namespace

@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "json_line.hpp"
+#include "kernels/cuda/nvml.hpp"
 #include "mgtrain/error.hpp"
-#include "nvml.hpp"
 #include "report.hpp"
 
 using namespace mgt;

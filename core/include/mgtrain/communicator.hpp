@@ -7,17 +7,19 @@
 #include <memory>
 #include <string>
 
+#include "mgtrain/export.hpp"
+
 namespace mgt {
 
 // A non-blocking operation in flight.
-class CommRequest {
+class MGT_API CommRequest {
  public:
   virtual ~CommRequest() = default;
   virtual bool test() = 0;  // true when complete; drives progress
   virtual void wait() = 0;  // blocks up to the communicator's deadline
 };
 
-class Communicator {
+class MGT_API Communicator {
  public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;

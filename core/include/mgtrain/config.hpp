@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "mgtrain/export.hpp"
+
 namespace mgt {
 
 enum class KeyType { string, path, integer, positive_integer, non_negative_integer, real,
@@ -22,7 +24,7 @@ struct ConfigKey {
   const char* choices = nullptr;  // KeyType::choice: the allowed values, "abort|skip"
 };
 
-const char* key_type_name(KeyType type);
+MGT_API const char* key_type_name(KeyType type);
 
 // Where a value came from, for error messages ("run.ini", "command line", "default").
 struct ConfigValue {
@@ -30,7 +32,7 @@ struct ConfigValue {
   std::string source;
 };
 
-class Config {
+class MGT_API Config {
  public:
   // Parses an INI file: `[section]` headers, `key = value`, `#` or `;` comments.
   static Config from_ini_file(const std::string& path);
@@ -63,7 +65,7 @@ class Config {
 };
 
 // A plugin's view of its own section: `section("model").get_int("hidden")` reads model.hidden.
-class ConfigSection {
+class MGT_API ConfigSection {
  public:
   ConfigSection(const Config& config, std::string section)
       : config_(&config), section_(std::move(section)) {}

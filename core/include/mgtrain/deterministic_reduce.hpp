@@ -20,12 +20,13 @@
 #include <vector>
 
 #include "mgtrain/communicator.hpp"
+#include "mgtrain/export.hpp"
 #include "mgtrain/parameters.hpp"
 #include "mgtrain/tensor.hpp"
 
 namespace mgt {
 
-class DeterministicReducer final : public WeightGradientSink {
+class MGT_API DeterministicReducer final : public WeightGradientSink {
  public:
   // Throws ConfigError unless the world size and shards_per_rank are powers of two. Registers
   // itself as the store's weight-gradient sink.

@@ -5,21 +5,23 @@
 #include <stdexcept>
 #include <string>
 
+#include "mgtrain/export.hpp"
+
 namespace mgt {
 
-class Error : public std::runtime_error {
+class MGT_API Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
-class ConfigError : public Error { using Error::Error; };
-class DataError : public Error { using Error::Error; };
-class PluginError : public Error { using Error::Error; };
-class CommError : public Error { using Error::Error; };
-class CudaError : public Error { using Error::Error; };
+class MGT_API ConfigError : public Error { using Error::Error; };
+class MGT_API DataError : public Error { using Error::Error; };
+class MGT_API PluginError : public Error { using Error::Error; };
+class MGT_API CommError : public Error { using Error::Error; };
+class MGT_API CudaError : public Error { using Error::Error; };
 // A device allocation that did not fit: the GPU path may retry with a smaller micro-batch.
-class OutOfMemoryError : public CudaError { using CudaError::CudaError; };
-class IoError : public Error { using Error::Error; };
+class MGT_API OutOfMemoryError : public CudaError { using CudaError::CudaError; };
+class MGT_API IoError : public Error { using Error::Error; };
 
 }  // namespace mgt
 

@@ -10,11 +10,12 @@
 #include <vector>
 
 #include "mgtrain/communicator.hpp"
+#include "mgtrain/export.hpp"
 #include "mgtrain/parameters.hpp"
 
 namespace mgt {
 
-class GradientBuckets {
+class MGT_API GradientBuckets {
  public:
   void setup(Communicator& comm, ParameterStore& store, size_t bucket_bytes, bool overlap);
   // Starts every bucket whose gradients are now all final; advances those in flight.

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "mgtrain/export.hpp"
 #include "mgtrain/ops.hpp"
 #include "mgtrain/parameters.hpp"
 #include "mgtrain/tensor.hpp"
@@ -33,7 +34,7 @@ struct StepContext {
 // What an executor hands a layer when it plans it for an input shape: the operations, and memory
 // of the executor's (device memory on a GPU) for the layer's own buffers (a dropout mask, bf16
 // copies of its operands), zero-filled and kept until the layer is planned again.
-class LayerPlanner {
+class MGT_API LayerPlanner {
  public:
   virtual ~LayerPlanner() = default;
   virtual Ops& ops() = 0;
@@ -57,7 +58,7 @@ struct LayerRun {
 // A layer is written once, over Ops, and every executor runs it: the CPU path, deterministic
 // mode and the GPU path. Its tensors are views of the executor's memory: a layer passes their
 // pointers to the ops and never dereferences them.
-class Layer {
+class MGT_API Layer {
  public:
   virtual ~Layer() = default;
   const std::string& name() const { return name_; }
@@ -108,7 +109,7 @@ class Layer {
 // Plans layers on the CPU in host memory, for a model plugin that drives layers itself on the host
 // and for tests: forward and backward then run with host_ops(). The memory lives as long as the
 // planner; plan a layer again (with a new planner) when its input shape changes.
-class HostLayerPlanner final : public LayerPlanner {
+class MGT_API HostLayerPlanner final : public LayerPlanner {
  public:
   HostLayerPlanner();
   ~HostLayerPlanner() override;
@@ -121,26 +122,26 @@ class HostLayerPlanner final : public LayerPlanner {
 };
 
 // y = x W^T + b; x is [B, in] (higher-rank input is flattened), W is [out, in].
-std::unique_ptr<Layer> make_linear(const std::string& name, int64_t in_features,
+MGT_API std::unique_ptr<Layer> make_linear(const std::string& name, int64_t in_features,
                                    int64_t out_features, Init weight_init = Init::he_uniform);
 // NCHW convolution, square kernel, weight [out_c, in_c, k, k], bias [out_c].
-std::unique_ptr<Layer> make_conv2d(const std::string& name, int64_t in_channels,
+MGT_API std::unique_ptr<Layer> make_conv2d(const std::string& name, int64_t in_channels,
                                    int64_t out_channels, int64_t kernel, int64_t stride = 1,
                                    int64_t padding = 0);
-std::unique_ptr<Layer> make_max_pool2d(const std::string& name, int64_t kernel, int64_t stride);
-std::unique_ptr<Layer> make_relu(const std::string& name);
-std::unique_ptr<Layer> make_flatten(const std::string& name);
+MGT_API std::unique_ptr<Layer> make_max_pool2d(const std::string& name, int64_t kernel, int64_t stride);
+MGT_API std::unique_ptr<Layer> make_relu(const std::string& name);
+MGT_API std::unique_ptr<Layer> make_flatten(const std::string& name);
 // Inverted dropout; the mask is a function of (seed, step, global sample, element).
-std::unique_ptr<Layer> make_dropout(const std::string& name, float probability);
+MGT_API std::unique_ptr<Layer> make_dropout(const std::string& name, float probability);
 
 // Mean softmax cross-entropy over the batch. Writes d(loss_sum * grad_scale)/d(logits) into
 // grad_logits: with grad_scale = 1/global_batch, summing the ranks' gradients gives the gradient
 // of the global mean loss. Returns the *sum* of per-sample losses. Labels outside
 // [0, classes) raise DataError.
-double softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor& grad_logits,
+MGT_API double softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor& grad_logits,
                              float grad_scale);
 
 // Number of rows whose arg-max logit equals the label.
-int64_t count_correct(const Tensor& logits, const int32_t* labels);
+MGT_API int64_t count_correct(const Tensor& logits, const int32_t* labels);
 
 }  // namespace mgt

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "mgtrain/export.hpp"
 #include "mgtrain/layers.hpp"
 #include "mgtrain/parameters.hpp"
 
@@ -14,7 +15,7 @@ namespace mgt {
 // strategy can start communicating them while the rest of backward runs.
 using GradientsReady = std::function<void(const std::vector<ParamHandle>&)>;
 
-class Model {
+class MGT_API Model {
  public:
   virtual ~Model() = default;
   // Declares every parameter into the store (called once, before finalize).
@@ -37,7 +38,7 @@ class Model {
 
 // Layers applied in order, run on the CPU in host memory by the same executor that runs them on
 // a GPU (the compiled step); activations are planned on the first batch of a shape and reused.
-class SequentialModel : public Model {
+class MGT_API SequentialModel : public Model {
  public:
   SequentialModel();
   ~SequentialModel() override;

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "mgtrain/export.hpp"
+
 namespace mgt {
 
 // NCHW 2-D convolution: square kernel, symmetric padding.
@@ -29,7 +31,7 @@ struct Conv2dShape {
 
 // One convolution's plan for a fixed batch size (oneDNN primitives, cuDNN descriptors and
 // algorithms), made once so that a step creates nothing.
-class ConvOp {
+class MGT_API ConvOp {
  public:
   virtual ~ConvOp() = default;
   // y = conv(x, w) + bias (bias may be null)
@@ -43,7 +45,7 @@ class ConvOp {
 };
 
 // Max pooling (no padding) for a fixed input shape.
-class MaxPoolOp {
+class MGT_API MaxPoolOp {
  public:
   virtual ~MaxPoolOp() = default;
   virtual void forward(const float* x, float* y) = 0;
@@ -58,7 +60,7 @@ enum class UnaryOp { relu, sigmoid, tanh, exp, log, sqrt, reciprocal, square, ab
 // Element-wise functions of two tensors of the same size.
 enum class BinaryOp { add, subtract, multiply, divide, maximum, minimum };
 
-class Ops {
+class MGT_API Ops {
  public:
   virtual ~Ops() = default;
 
@@ -123,7 +125,7 @@ class Ops {
 // The CPU's operations on host memory, as the CPU path runs them, for a model plugin that drives
 // layers itself on the host and for tests; uniform() draws for step `step` (the step of the latest
 // call that named one). One set per thread: plans hold oneDNN state not shared between threads.
-Ops& host_ops(int64_t step);
-Ops& host_ops();
+MGT_API Ops& host_ops(int64_t step);
+MGT_API Ops& host_ops();
 
 }  // namespace mgt

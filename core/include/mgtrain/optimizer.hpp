@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "mgtrain/export.hpp"
 #include "mgtrain/parameters.hpp"
 #include "mgtrain/update_rule.hpp"
 
@@ -17,7 +18,7 @@ struct OptimizerStateBuffer {
   float* data;       // `size` floats, parameter i at params[i].offset - range begin
 };
 
-class Optimizer {
+class MGT_API Optimizer {
  public:
   virtual ~Optimizer() = default;
   // Allocates state for `size` floats of the flat buffer (zero-filled).

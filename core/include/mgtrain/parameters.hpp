@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "mgtrain/export.hpp"
 #include "mgtrain/tensor.hpp"
 
 namespace mgt {
@@ -34,14 +35,14 @@ using ParamHandle = size_t;
 // per micro-shard. When a call holds all of the step's shards, dy and x must stay valid until the
 // step's gradient is reduced (the layer's output gradient and input, untouched until the next
 // forward), and are read in place instead of copied.
-class WeightGradientSink {
+class MGT_API WeightGradientSink {
  public:
   virtual ~WeightGradientSink() = default;
   virtual void add_linear(ParamHandle weight, ParamHandle bias, const float* dy, const float* x, int64_t rows,
                           int64_t out, int64_t in, int64_t shards) = 0;
 };
 
-class ParameterStore {
+class MGT_API ParameterStore {
  public:
   // Declares a parameter before finalize(); returns its handle. Names must be unique.
   ParamHandle declare(const std::string& name, const Shape& shape, Init init, int64_t fan_in);

@@ -7,25 +7,27 @@
 #include <string_view>
 #include <vector>
 
+#include "mgtrain/export.hpp"
+
 namespace mgt::rng {
 
 // Stable 64-bit hash of a purpose string (FNV-1a), e.g. a parameter's canonical name.
-uint64_t purpose_hash(std::string_view purpose);
+MGT_API uint64_t purpose_hash(std::string_view purpose);
 
 // Four 32-bit words for one 128-bit counter under a 64-bit key.
-std::array<uint32_t, 4> philox(uint64_t key, uint64_t counter_hi, uint64_t counter_lo);
+MGT_API std::array<uint32_t, 4> philox(uint64_t key, uint64_t counter_hi, uint64_t counter_lo);
 
 // Key for (seed, purpose).
-uint64_t make_key(uint64_t seed, uint64_t purpose);
+MGT_API uint64_t make_key(uint64_t seed, uint64_t purpose);
 
 // Uniform float in [0, 1) for element `index` of the stream (key, stream).
-float uniform(uint64_t key, uint64_t stream, uint64_t index);
+MGT_API float uniform(uint64_t key, uint64_t stream, uint64_t index);
 
 // Fills out[i] = uniform in [lo, hi) for i in [0, n), elements first_index.. of the stream.
-void fill_uniform(float* out, size_t n, float lo, float hi, uint64_t key, uint64_t stream,
+MGT_API void fill_uniform(float* out, size_t n, float lo, float hi, uint64_t key, uint64_t stream,
                   uint64_t first_index = 0);
 
 // The epoch's permutation of [0, n): a pure function of (seed, epoch).
-std::vector<int64_t> epoch_permutation(uint64_t seed, int64_t epoch, int64_t n);
+MGT_API std::vector<int64_t> epoch_permutation(uint64_t seed, int64_t epoch, int64_t n);
 
 }  // namespace mgt::rng

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mgtrain/communicator.hpp"
+#include "mgtrain/export.hpp"
 #include "mgtrain/optimizer.hpp"
 #include "mgtrain/parameters.hpp"
 
@@ -20,7 +21,7 @@ struct ServeContext {
   int64_t log_every = 50;                                // steps between records
 };
 
-class SyncStrategy {
+class MGT_API SyncStrategy {
  public:
   virtual ~SyncStrategy() = default;
   // Called once after the parameter store is finalized, before step 1.

@@ -8,14 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "mgtrain/export.hpp"
+
 namespace mgt {
 
 using Shape = std::vector<int64_t>;
 
-int64_t shape_numel(const Shape& shape);
-std::string shape_string(const Shape& shape);  // "[128, 1, 28, 28]"
+MGT_API int64_t shape_numel(const Shape& shape);
+MGT_API std::string shape_string(const Shape& shape);  // "[128, 1, 28, 28]"
 
-class Tensor {
+class MGT_API Tensor {
  public:
   Tensor() = default;
   explicit Tensor(Shape shape);  // owning, zero-filled

@@ -21,6 +21,8 @@
 #include <string>
 #include <utility>
 
+#include "mgtrain/export.hpp"
+
 namespace mgt {
 
 // At most this many state buffers per element (AdamW uses two).
@@ -51,7 +53,7 @@ inline constexpr int kMaxUpdateStates = 4;
 
 // An update made from such a rule, for an executor: its scalars at a step, the loop on the host,
 // and its source for a device's compiler.
-class ElementwiseUpdate {
+class MGT_API ElementwiseUpdate {
  public:
   virtual ~ElementwiseUpdate() = default;
   // A name for messages ("adamw").

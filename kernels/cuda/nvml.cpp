@@ -1,4 +1,4 @@
-#include "nvml.hpp"
+#include "kernels/cuda/nvml.hpp"
 
 #include <dlfcn.h>
 

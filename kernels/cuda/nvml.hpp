@@ -1,5 +1,6 @@
 #pragma once
-// NVML, loaded at run time, and a background monitor of one GPU built on it. A machine without the
+// NVML, loaded at run time, and a background monitor of one GPU built on it: part of the GPU
+// library (and of mgtrain-doctor), not of the runtime, which asks the GPU library for samples. A machine without the
 // NVIDIA driver has no libnvidia-ml, and that must not stop mgtrain from starting: nothing links
 // NVML, and without it every query answers "unknown" instead of failing.
 #include <chrono>
@@ -10,6 +11,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+
+#include "kernels/gpu_runtime.hpp"
 
 namespace mgt {
 
@@ -73,13 +76,6 @@ class Nvml {
   Status (*utilization_)(Device, UtilizationRates*) = nullptr;
   Status (*temperature_)(Device, int, unsigned*) = nullptr;  // sensor: nvmlTemperatureSensors_t
   Status (*nvlink_state_)(Device, unsigned, int*) = nullptr;  // link, nvmlEnableState_t (1 = up)
-};
-
-// One reading of a GPU. valid: NVML found the GPU and read its memory; a figure it could not read
-// on a valid sample (utilisation on a MIG instance, say) is NaN.
-struct GpuSample {
-  bool valid = false;
-  double util_percent = 0, memory_used_mb = 0, memory_total_mb = 0, temperature_c = 0;
 };
 
 // Reads the GPU at this PCI address now; invalid when NVML is absent or does not know it.

@@ -10,6 +10,7 @@
 #include "kernels/backend.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/layers.hpp"
+#include "mgtrain/model.hpp"
 #include "mgtrain/ops.hpp"
 #include "mgtrain/rng.hpp"
 
@@ -76,6 +77,31 @@ TEST(Ops, ALayerRunOnAnotherShapeThanPlannedIsRefused) {
     EXPECT_NE(std::string(e.what()).find("planned for input [2, 4] but runs on [5, 4]"), std::string::npos) << e.what();
   }
   EXPECT_THROW(layer->plan(planner, {2, 5}), mgt::ConfigError);  // the wrong width, named at plan time
+}
+
+// A layer of one's own that declares a parameter but leaves it out of param_handles() would train
+// it never: refused when the model is declared.
+TEST(Ops, AParameterNotListedInParamHandlesIsRefused) {
+  class Forgetful final : public mgt::Layer {
+   public:
+    Forgetful() : Layer("forgetful") {}
+    void declare(mgt::ParameterStore& store) override { store.declare("forgetful.scale", {4}, mgt::Init::zeros, 1); }
+    mgt::Shape output_shape(const mgt::Shape& input) const override { return input; }
+    void forward(const mgt::LayerRun&, const mgt::Tensor&, mgt::Tensor&) override {}
+    void backward(const mgt::LayerRun&, const mgt::Tensor&, const mgt::Tensor&, const mgt::Tensor&,
+                  mgt::Tensor*) override {}
+  };
+  mgt::SequentialModel model;
+  model.add(mgt::make_linear("fc", 4, 4));
+  model.add(std::make_unique<Forgetful>());
+  mgt::ParameterStore store;
+  try {
+    model.declare(store);
+    FAIL() << "no error";
+  } catch (const mgt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("declares 'forgetful.scale' but does not list it"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -36,7 +36,24 @@ void SequentialModel::add(std::unique_ptr<Layer> layer) {
 }
 
 void SequentialModel::declare(ParameterStore& store) {
-  for (auto& layer : layers_) layer->declare(store);
+  // The executor announces a layer's param_handles() as final after its backward: a parameter a
+  // layer declares but does not list would never reach the sync strategy.
+  for (auto& layer : layers_) {
+    const size_t before = store.params().size();
+    layer->declare(store);
+    std::vector<char> listed(store.params().size() - before, 0);
+    for (ParamHandle h : layer->param_handles()) {
+      MGT_CHECK(h >= before && h < store.params().size(), Error,
+                "layer '" + layer->name() + "': param_handles() lists handle " + std::to_string(h) +
+                    ", which it did not declare");
+      listed[h - before] = 1;
+    }
+    for (size_t i = 0; i < listed.size(); ++i)
+      MGT_CHECK(listed[i], Error,
+                "layer '" + layer->name() + "' declares '" + store.params()[before + i].name +
+                    "' but does not list it in param_handles(): its gradient would never reach the sync "
+                    "strategy");
+  }
   store_ = &store;
 }
 

@@ -215,15 +215,15 @@ for model in mlp cnn; do
   echo "  $model batch 1024: mgtrain $(bench_rate "$out/bench-$model-1024.log"), PyTorch $(bench_rate "$out/pytorch-$model-1024.log") samples/s"
 done
 
-echo "== out of memory: a micro-batch too large for an 80 MB cap on the step's GPU memory, refused clearly, then halved"
+echo "== out of memory: a micro-batch too large for a 65 MB cap on the step's GPU memory, refused clearly, then halved"
 # MGTRAIN_TEST_DEVICE_MEMORY_MB: the test-only cap; the same run on the CPU backend needs 2 passes.
 big=(--train.global_batch=8192 --train.max_steps=2 --train.log_every=1 --checkpoint.dir="$work/big")
-MGTRAIN_TEST_DEVICE_MEMORY_MB=80 mgt 120 train --config "$work/mlp.ini" --train.device=gpu "${big[@]}" >"$out/oom-error.log" 2>&1
+MGTRAIN_TEST_DEVICE_MEMORY_MB=65 mgt 120 train --config "$work/mlp.ini" --train.device=gpu "${big[@]}" >"$out/oom-error.log" 2>&1
 rc=$?
 grep 'mgtrain: error' "$out/oom-error.log" | head -3
 [[ $rc -ne 0 ]] && grep -q 'out of device memory on rank 0: the micro-batch of 8192 rows' "$out/oom-error.log" ||
   fail "no clear out-of-memory error (exit $rc, log oom-error.log)"
-MGTRAIN_TEST_DEVICE_MEMORY_MB=80 mgt 300 train --config "$work/mlp.ini" --train.device=gpu "${big[@]}" --gpu.on_oom=halve \
+MGTRAIN_TEST_DEVICE_MEMORY_MB=65 mgt 300 train --config "$work/mlp.ini" --train.device=gpu "${big[@]}" --gpu.on_oom=halve \
   --json >"$out/oom-halve.log" 2>&1 || { fail "gpu.on_oom = halve exited $? (log oom-halve.log)"; why oom-halve.log; }
 grep -E 'warning.*gpu.on_oom|^\{' "$out/oom-halve.log" | sed 's/^/  /'
 grep -q 'running it as 2 passes of 4096 rows' "$out/oom-halve.log" || fail "the micro-batch was not halved to 4096 rows"

@@ -6,12 +6,12 @@
 
 namespace mgt::kernels {
 
-MGT_TARGET_CLONES void relu_forward(const float* __restrict x, float* __restrict y, int64_t n) {
+// No __restrict on the ReLU loops: the layer executor runs ReLU in place (y == x, dx == dy).
+MGT_TARGET_CLONES void relu_forward(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-MGT_TARGET_CLONES void relu_backward(const float* __restrict y, const float* __restrict dy,
-                                     float* __restrict dx, int64_t n) {
+MGT_TARGET_CLONES void relu_backward(const float* y, const float* dy, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = dy[i];  // loaded unconditionally so the select vectorizes
     dx[i] = y[i] > 0.0f ? g : 0.0f;

@@ -7,14 +7,14 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void relu_forward_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+// No __restrict__: the layer executor runs ReLU in place (y == x, dx == dy).
+__global__ void relu_forward_kernel(const float* x, float* y, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-__global__ void relu_backward_kernel(const float* __restrict__ y, const float* __restrict__ dy,
-                                     float* __restrict__ dx, int64_t n) {
+__global__ void relu_backward_kernel(const float* y, const float* dy, float* dx, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;

@@ -49,19 +49,19 @@ case $1 in
     done
     ;;
   out_of_memory)
-    # A "device" of 8 MB (test-only MGTRAIN_TEST_DEVICE_MEMORY_MB): a local micro-batch of 512 rows
+    # A "device" of 6 MB (test-only MGTRAIN_TEST_DEVICE_MEMORY_MB): a local micro-batch of 512 rows
     # does not fit, one of 256 does.
     write_config run.ini
     common=(--config run.ini --train.device=compiled-cpu --train.global_batch=1024 --train.max_steps=6 --train.log_every=2)
     set +e
-    MGTRAIN_TEST_DEVICE_MEMORY_MB=8 run_np 2 120 train "${common[@]}" --checkpoint.dir="$WORK/refused" >refused.log 2>&1
+    MGTRAIN_TEST_DEVICE_MEMORY_MB=6 run_np 2 120 train "${common[@]}" --checkpoint.dir="$WORK/refused" >refused.log 2>&1
     rc=$?
     set -e
     [ $rc -ne 0 ] && [ $rc -lt 124 ] || { cat refused.log; fail "exit $rc, expected a clean failure"; }
     one_error_line refused.log | grep -q "out of device memory on rank 0: the micro-batch of 512 rows does not fit.*gpu.on_oom = halve" ||
       fail "the error does not name the micro-batch and the way out"
     no_ranks_left
-    MGTRAIN_TEST_DEVICE_MEMORY_MB=8 run_np 2 300 train "${common[@]}" --gpu.on_oom=halve --checkpoint.dir="$WORK/halved" >halved.log 2>&1 ||
+    MGTRAIN_TEST_DEVICE_MEMORY_MB=6 run_np 2 300 train "${common[@]}" --gpu.on_oom=halve --checkpoint.dir="$WORK/halved" >halved.log 2>&1 ||
       { cat halved.log; fail "gpu.on_oom = halve"; }
     grep -q "warning: \[rank 0\] the micro-batch of 512 rows does not fit .* running it as 2 passes of 256 rows" halved.log ||
       { cat halved.log; fail "no warning about the halving"; }

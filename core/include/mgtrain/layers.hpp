@@ -87,6 +87,14 @@ class MGT_API Layer {
   // True when the output is the input's memory seen in another shape (Flatten, dropout of
   // probability 0): the executor aliases the two and calls neither forward nor backward.
   virtual bool aliases_input() const { return false; }
+  // True when forward may write its output over its input and backward reads neither its input
+  // nor needs grad_in apart from grad_out (ReLU: element-wise, its backward reads the output): the
+  // executor then gives it the input's memory where the layer before does not read its own
+  // output in backward, one activation and one gradient buffer fewer.
+  virtual bool runs_in_place() const { return false; }
+  // False when backward does not read this layer's output (Linear, Conv2d), so a layer after it
+  // may run in place over that output.
+  virtual bool backward_reads_output() const { return true; }
   // True when the layer treats each row on its own, bit for bit, on `ops`: a row's output and
   // input gradient are the same in a batch of `shards` micro-shards of `shard_rows` rows as in a
   // batch of one shard; and, when the store has a WeightGradientSink, every parameter gradient

@@ -90,7 +90,7 @@ class MGT_API Ops {
   // acc[c] += sum over rows of x[r, c]
   virtual void add_column_sums(const float* x, float* acc, int64_t rows, int64_t cols) = 0;
 
-  // y = max(x, 0); dx = dy where y > 0, else 0
+  // y = max(x, 0); dx = dy where y > 0, else 0 (in place too: y may be x, dx may be dy)
   virtual void relu_forward(const float* x, float* y, int64_t n) = 0;
   virtual void relu_backward(const float* y, const float* dy, float* dx, int64_t n) = 0;
   // y = x * s element-wise

@@ -48,18 +48,26 @@ void LayerExecutor::plan(const Shape& input) {
   Planner planner(*memory_, bf16_);
   acts_.resize(n);
   grads_.resize(n);
+  // A layer runs in place over the output of the one before when that output is a buffer of its
+  // own which no backward reads: the one before does not, and none after it sees it either.
+  in_place_.assign(n, 0);
+  for (size_t i = 1; i < n; ++i)
+    in_place_[i] = !alias_[i] && !alias_[i - 1] && !in_place_[i - 1] && layers_[i]->runs_in_place() &&
+                   !layers_[i - 1]->backward_reads_output();
   Shape in = input;
   for (size_t i = 0; i < n; ++i) {
     layers_[i]->plan(planner, in);
     // An aliasing layer's view is pointed at its input on each forward.
-    float* out = alias_[i] ? nullptr : memory_->device<float>(static_cast<size_t>(shape_numel(shapes[i])));
+    float* out = alias_[i]      ? nullptr
+                 : in_place_[i] ? acts_[i - 1].data()
+                                : memory_->device<float>(static_cast<size_t>(shape_numel(shapes[i])));
     acts_[i] = Tensor::view(out, shapes[i]);
     in = shapes[i];
   }
   // grads_[i] is the input gradient of layer i + 1: the same memory as grads_[i + 1] when that
-  // layer aliases. Below the first layer with parameters no gradient is needed.
+  // layer aliases or runs in place. Below the first layer with parameters no gradient is needed.
   for (size_t i = n; i-- > 0;) {
-    if (i + 1 < n && alias_[i + 1])
+    if (i + 1 < n && (alias_[i + 1] || in_place_[i + 1]))
       grads_[i] = Tensor::view(grads_[i + 1].data(), shapes[i]);
     else if (i >= first_with_params_ || i + 1 == n)
       grads_[i] = Tensor::view(memory_->device<float>(static_cast<size_t>(shape_numel(shapes[i]))), shapes[i]);

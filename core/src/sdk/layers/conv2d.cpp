@@ -62,6 +62,7 @@ class Conv2dLayer final : public Layer {
   }
 
   std::vector<ParamHandle> param_handles() const override { return {weight_, bias_}; }
+  bool backward_reads_output() const override { return false; }
 
  private:
   Conv2dShape with_input(const Shape& input) const {

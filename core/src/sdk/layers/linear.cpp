@@ -91,6 +91,7 @@ class LinearLayer final : public Layer {
   }
 
   std::vector<ParamHandle> param_handles() const override { return {weight_, bias_}; }
+  bool backward_reads_output() const override { return false; }
   bool row_wise(const Ops& ops, int64_t shard_rows, int64_t shards) const override {
     return ops.gemm_rows_independent(shard_rows, shards, out_, in_);
   }

@@ -16,6 +16,8 @@ class ReluLayer final : public Layer {
     if (grad_in) run.ops.relu_backward(out.data(), grad_out.data(), grad_in->data(), out.numel());
   }
   bool row_wise(const Ops&, int64_t, int64_t) const override { return true; }
+  // Element-wise, and backward reads only the output.
+  bool runs_in_place() const override { return true; }
 };
 
 }  // namespace

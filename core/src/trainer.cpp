@@ -31,10 +31,9 @@
 #include "mgtrain/layers.hpp"
 #include "mgtrain/rng.hpp"
 #include "mgtrain/version.hpp"
+#include "observers/observer.hpp"
 #include "plugin_loader.hpp"
-#include "progress.hpp"
 #include "stop_signal.hpp"
-#include "tensorboard.hpp"
 
 namespace mgt {
 
@@ -499,15 +498,7 @@ class Trainer {
   }
 
   TrainResult train_loop() {
-    if (leader_ && !options_.quiet) {
-      const std::string path = metrics_path(config_, checkpoint_dir_);
-      std::error_code ec;
-      std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-      metrics_.open(path, std::ios::app);
-      if (!metrics_) throw IoError("metrics file '" + path + "' cannot be opened for writing");
-      const std::string tensorboard_dir = config_.get_string("metrics.tensorboard_dir");
-      if (!tensorboard_dir.empty()) tensorboard_.emplace(tensorboard_dir);
-    }
+    if (leader_ && !options_.quiet) add_observers();
     grad_logits_.resize(model_->output_shape(micro_shape_));
     micro_input_ = Tensor::view(nullptr, micro_shape_);
     const int64_t checkpoint_every = config_.get_int("checkpoint.every_steps");
@@ -523,9 +514,9 @@ class Trainer {
                       << ")\n" << std::flush;
 
     interval_start_ = run_start_ = Clock::now();
-    if (leader_)
-      progress_.emplace(log_, config_.get_string("train.progress"), epochs_, per_epoch_, start_step, total_steps_);
+    for (auto& o : observers_) o->on_run_start({epochs_, per_epoch_, start_step, total_steps_});
     bool stopped = false;
+    int64_t epoch = meta_.epoch;  // of the last step taken
     // An asynchronous run ends when the servers have applied all its pushes: a fast rank may take
     // over a slow one's share, up to every step of the run.
     const int64_t step_limit =
@@ -537,6 +528,7 @@ class Trainer {
       comm_.set_step(step + 1);
       train_comm_->set_step(step + 1);
       data::Batch batch = reader_->next();
+      epoch = batch.epoch;
       interval_.wait += batch.wait_seconds;
       phases_.data_wait += batch.wait_seconds;
       const double sync_before = phases_.sync;
@@ -557,9 +549,11 @@ class Trainer {
       meta_.batch_in_epoch = (batch.batch_in_epoch + 1) % per_epoch_;
       if (step % log_every_ == 0 || step == total_steps_) {
         if (compiled_) finish_compiled_steps();
-        log_interval(step, batch.epoch);
+        log_interval(step, epoch);
       }
-      if (progress_) progress_->step(step, batch.epoch);
+      for (auto& o : observers_) o->on_step_end(step, epoch);
+      if (meta_.batch_in_epoch == 0)
+        for (auto& o : observers_) o->on_epoch_end(step, epoch);
       if (stop_agreed(step)) {
         stopped = true;
         break;
@@ -580,7 +574,7 @@ class Trainer {
     }
     // The device's parameters and optimizer state, for the final checkpoint and the test set.
     if (compiled_) download_compiled_state();
-    if (progress_) progress_->finish();
+    for (auto& o : observers_) o->on_run_end({step, epoch, stopped});
     if (stopped && leader_)
       log_ << "stopped by signal " << stop_signal() << " at step " << step
            << ": writing a final checkpoint; resubmit with --resume latest to continue\n" << std::flush;
@@ -696,90 +690,57 @@ class Trainer {
     if (leader_) log_ << "warning: non-finite gradient at step " << f.step + 1 << ": step skipped\n" << std::flush;
   }
 
-  // The progress line and metrics record. Lock-step strategies average over the training ranks;
-  // asynchronous ones report rank 0's own figures, since the ranks are not at the same step.
+  // Rank 0's observers, in the order they report: the slow-rank warning and the progress output
+  // on the log, then the metrics file and TensorBoard.
+  void add_observers() {
+    observers_.push_back(make_slow_rank_warning(log_));
+    observers_.push_back(make_progress_observer(log_, config_.get_string("train.progress")));
+    observers_.push_back(make_metrics_file(metrics_path(config_, checkpoint_dir_)));
+    const std::string tensorboard_dir = config_.get_string("metrics.tensorboard_dir");
+    if (!tensorboard_dir.empty()) observers_.push_back(make_tensorboard_observer(tensorboard_dir));
+  }
+
+  // The interval's figures, for the observers. Lock-step strategies average over the training
+  // ranks; asynchronous ones report rank 0's own figures, since the ranks are not at the same step.
   void log_interval(int64_t step, int64_t epoch) {
     double sums[3] = {interval_.loss, interval_.wait, interval_.correct};
     const int ranks = train_comm_->size();
     const int reporting = sync_->lockstep() ? ranks : 1;
+    IntervalFigures f;
+    f.step = step;
+    f.epoch = epoch;
     // Each training rank's own step time, to point at a slow one.
-    std::vector<double>& step_ms = rank_step_ms_;
-    step_ms.assign(static_cast<size_t>(reporting), 0.0);
+    f.rank_step_ms.assign(static_cast<size_t>(reporting), 0.0);
     const double mine = 1e3 * interval_.busy / static_cast<double>(std::max<int64_t>(interval_.steps, 1));
     // The largest rank's memory and descriptors now: a slow leak shows as a trend over the run.
     int64_t resources[2] = {current_rss_kib(), open_file_descriptors()};
     // Each rank's GPU as NVML saw it last (GPU path only).
     const bool gpu = device_->kind() == DeviceKind::gpu;
     const GpuSample my_gpu = gpu ? device_->gpu_sample() : GpuSample{};
-    gpu_samples_.assign(static_cast<size_t>(reporting), GpuSample{});
+    if (gpu) f.gpu.assign(static_cast<size_t>(reporting), GpuSample{});
     if (sync_->lockstep()) {
       train_comm_->allreduce_sum(sums, 3);
-      train_comm_->allgather(&mine, step_ms.data(), sizeof(double));
+      train_comm_->allgather(&mine, f.rank_step_ms.data(), sizeof(double));
       train_comm_->allreduce_max(resources, 2);
-      if (gpu) train_comm_->allgather(&my_gpu, gpu_samples_.data(), sizeof(GpuSample));
+      if (gpu) train_comm_->allgather(&my_gpu, f.gpu.data(), sizeof(GpuSample));
     } else {
-      step_ms[0] = mine;
-      gpu_samples_[0] = my_gpu;
+      f.rank_step_ms[0] = mine;
+      if (gpu) f.gpu[0] = my_gpu;
     }
     const double elapsed = std::max(seconds_since(interval_start_), 1e-9);
     const double seen = static_cast<double>(interval_.samples) * reporting / ranks;
-    const double loss = sums[0] / seen;
-    const double accuracy = sums[2] / seen;
-    const double wait_share = sums[1] / reporting / elapsed;
-    const double rate = static_cast<double>(interval_.samples) / elapsed;
-    result_.final_loss = loss;
-    if (leader_) {
-      warn_if_one_rank_is_slow(step_ms);
-      if (progress_) progress_->interval(step, epoch, loss, rate, wait_share);
-      // Figures to 9 significant digits; a NaN loss (a skipped step's) is null.
-      JsonValue record;
-      record["step"] = step;
-      record["epoch"] = epoch + 1;
-      record["loss"] = json_significant(loss, 9);
-      record["accuracy"] = json_significant(accuracy, 9);
-      record["samples_per_s"] = json_significant(rate, 9);
-      record["data_wait_share"] = json_significant(wait_share, 9);
-      record["lr"] = json_significant(optimizer_->learning_rate(), 9);
-      record["time_s"] = json_significant(seconds_since(run_start_), 9);
-      record["rss_mb"] = json_significant(static_cast<double>(resources[0]) / 1024.0, 9);
-      record["open_fds"] = resources[1];
-      JsonValue& ms = record["rank_step_ms"] = JsonValue::array();
-      for (double r : step_ms) ms.push_back(json_significant(r, 9));
-      if (gpu) {
-        JsonValue& samples = record["gpu"] = JsonValue::array();
-        for (const GpuSample& g : gpu_samples_) samples.push_back(gpu_sample_json(g));
-      }
-      metrics_ << json_line(record) << "\n" << std::flush;
-      if (tensorboard_) {
-        tensorboard_->add_scalar("train/loss", step, loss);
-        tensorboard_->add_scalar("train/accuracy", step, accuracy);
-        tensorboard_->add_scalar("train/learning_rate", step, optimizer_->learning_rate());
-        tensorboard_->add_scalar("train/samples_per_s", step, rate);
-        for (size_t r = 0; r < step_ms.size(); ++r)
-          tensorboard_->add_scalar("step_time_ms/rank" + std::to_string(r), step, step_ms[r]);
-        tensorboard_->flush();
-      }
-    }
+    f.loss = sums[0] / seen;
+    f.accuracy = sums[2] / seen;
+    f.data_wait_share = sums[1] / reporting / elapsed;
+    f.samples_per_s = static_cast<double>(interval_.samples) / elapsed;
+    f.learning_rate = optimizer_->learning_rate();
+    f.time_s = seconds_since(run_start_);
+    f.rss_mb = static_cast<double>(resources[0]) / 1024.0;
+    f.open_fds = resources[1];
+    result_.final_loss = f.loss;
+    for (auto& o : observers_) o->on_interval(f);
     interval_ = Interval{};
     interval_start_ = Clock::now();
-  }
-
-  // Rank 0 says so when one rank's step time stands far above the others' (a slow node, a busy
-  // core or GPU): the whole job runs at the slowest rank's pace.
-  void warn_if_one_rank_is_slow(const std::vector<double>& step_ms) {
-    if (step_ms.size() < 2) return;
-    std::vector<double> sorted = step_ms;
-    std::sort(sorted.begin(), sorted.end());
-    const double median = sorted[(sorted.size() - 1) / 2];  // the lower one for an even count
-    const auto slowest = std::max_element(step_ms.begin(), step_ms.end());
-    if (*slowest > 1.5 * median && *slowest - median > 1.0) {
-      char line[256];
-      std::snprintf(line, sizeof(line),
-                    "warning: rank %d's step time %.1f ms is %.1fx the median %.1f ms; the job runs at "
-                    "its pace\n",
-                    static_cast<int>(slowest - step_ms.begin()), *slowest, *slowest / median, median);
-      log_ << line << std::flush;
-    }
   }
 
   // The final checkpoint (after the sync strategy brought the authoritative state to rank 0)
@@ -868,17 +829,13 @@ class Trainer {
   Tensor grad_logits_;
   Tensor micro_input_;  // a view of the current micro-batch's rows, rebound every micro-step
   const GradientsReady on_ready_ = [this](const std::vector<ParamHandle>& h) { sync_->gradients_ready(h); };
-  std::ofstream metrics_;
   StepPhases phases_;
   Interval interval_;
   Clock::time_point interval_start_, run_start_;
   TrainResult result_;
-  std::vector<double> rank_step_ms_;
-  std::vector<GpuSample> gpu_samples_;
   bool skip_nonfinite_ = false;
   int64_t nan_step_ = 0;
-  std::optional<ProgressDisplay> progress_;
-  std::optional<TensorBoardWriter> tensorboard_;
+  std::vector<std::unique_ptr<TrainingObserver>> observers_;  // rank 0's, unless quiet
 };
 
 }  // namespace

@@ -1,0 +1,56 @@
+// The metrics file: one JSON line per logging interval, what `mgtrain report` draws and scripts
+// read with sed.
+#include <filesystem>
+#include <fstream>
+
+#include "json_line.hpp"
+#include "mgtrain/error.hpp"
+#include "observers/observer.hpp"
+
+namespace mgt {
+
+namespace {
+
+// Appends each interval's figures to the file, flushed, so a run that dies keeps its lines.
+class MetricsFile final : public TrainingObserver {
+ public:
+  explicit MetricsFile(const std::string& path) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    out_.open(path, std::ios::app);
+    if (!out_) throw IoError("metrics file '" + path + "' cannot be opened for writing");
+  }
+
+  // Figures to 9 significant digits; a NaN loss (a skipped step's) is null.
+  void on_interval(const IntervalFigures& f) override {
+    JsonValue record;
+    record["step"] = f.step;
+    record["epoch"] = f.epoch + 1;
+    record["loss"] = json_significant(f.loss, 9);
+    record["accuracy"] = json_significant(f.accuracy, 9);
+    record["samples_per_s"] = json_significant(f.samples_per_s, 9);
+    record["data_wait_share"] = json_significant(f.data_wait_share, 9);
+    record["lr"] = json_significant(f.learning_rate, 9);
+    record["time_s"] = json_significant(f.time_s, 9);
+    record["rss_mb"] = json_significant(f.rss_mb, 9);
+    record["open_fds"] = f.open_fds;
+    JsonValue& ms = record["rank_step_ms"] = JsonValue::array();
+    for (double r : f.rank_step_ms) ms.push_back(json_significant(r, 9));
+    if (!f.gpu.empty()) {
+      JsonValue& samples = record["gpu"] = JsonValue::array();
+      for (const GpuSample& g : f.gpu) samples.push_back(gpu_sample_json(g));
+    }
+    out_ << json_line(record) << "\n" << std::flush;
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainingObserver> make_metrics_file(const std::string& path) {
+  return std::make_unique<MetricsFile>(path);
+}
+
+}  // namespace mgt

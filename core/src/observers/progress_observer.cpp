@@ -1,0 +1,135 @@
+// Rank 0's progress output. On a terminal: a live bar per epoch (steps, ETA, loss, samples/s)
+// redrawn a few times a second. Elsewhere (batch logs): plain lines every train.log_every steps.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ostream>
+#include <string>
+
+#include "mgtrain/error.hpp"
+#include "observers/observer.hpp"
+
+namespace mgt {
+
+namespace {
+
+// Whether the person who launched the run is watching a terminal. Under mpirun a rank's stdout is
+// a pseudo-terminal of Open MPI's even when mpirun writes to a file, so there the launcher's own
+// stdout (the parent process's) decides.
+bool output_is_terminal() {
+  if (!isatty(STDOUT_FILENO)) return false;
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE")) return true;
+  char target[256] = {};
+  const std::string link = "/proc/" + std::to_string(getppid()) + "/fd/1";
+  const ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
+  if (n <= 0) return false;
+  const std::string where(target, static_cast<size_t>(n));
+  return where.rfind("/dev/pts/", 0) == 0 || where.rfind("/dev/tty", 0) == 0;
+}
+
+// The bar, redrawn after steps and closed with a new line at each epoch's end; or a line per
+// logging interval.
+class ProgressObserver final : public TrainingObserver {
+ public:
+  // mode: "auto" (a bar when stdout is a terminal), "bar" or "lines". Throws ConfigError otherwise.
+  ProgressObserver(std::ostream& out, const std::string& mode) : out_(out) {
+    if (mode != "auto" && mode != "bar" && mode != "lines")
+      throw ConfigError("config key 'train.progress': expected auto, bar or lines, got '" + mode + "'");
+    bar_ = mode == "bar" || (mode == "auto" && output_is_terminal());
+  }
+
+  void on_run_start(const RunStart& run) override {
+    epochs_ = run.epochs;
+    per_epoch_ = std::max<int64_t>(run.steps_per_epoch, 1);
+    first_step_ = run.first_step;
+    total_ = run.total_steps;
+    start_ = Clock::now();
+  }
+
+  // Redraws the bar at most five times a second; always at the run's last step. An epoch's last
+  // step is on_epoch_end's to draw.
+  void on_step_end(int64_t step, int64_t epoch) override {
+    if (!bar_ || step % per_epoch_ == 0) return;
+    const auto now = Clock::now();
+    if (step != total_ && now - last_draw_ < std::chrono::milliseconds(200)) return;
+    last_draw_ = now;
+    draw(step, epoch);
+    if (step == total_) end_line();
+  }
+
+  void on_epoch_end(int64_t step, int64_t epoch) override {
+    if (!bar_) return;
+    last_draw_ = Clock::now();
+    draw(step, epoch);
+    end_line();
+  }
+
+  // With the figures agreed over the ranks: the bar's loss and rate, or a line.
+  void on_interval(const IntervalFigures& f) override {
+    loss_ = f.loss;
+    rate_ = f.samples_per_s;
+    has_loss_ = true;
+    if (bar_) return;
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "epoch %lld/%lld step %lld/%lld loss %.4f samples/s %.0f data-wait %.1f%%\n",
+                  static_cast<long long>(f.epoch + 1), static_cast<long long>(epochs_),
+                  static_cast<long long>(f.step), static_cast<long long>(total_), f.loss, f.samples_per_s,
+                  100.0 * f.data_wait_share);
+    out_ << line << std::flush;
+  }
+
+  // A bar left open (a run stopped within an epoch) ends its line.
+  void on_run_end(const RunEnd&) override {
+    if (line_open_) end_line();
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  void draw(int64_t step, int64_t epoch) {
+    const int64_t in_epoch = step - epoch * per_epoch_;
+    constexpr int kWidth = 30;
+    const auto filled =
+        static_cast<size_t>(kWidth * std::clamp<int64_t>(in_epoch, 0, per_epoch_) / per_epoch_);
+    std::string bar(filled, '#');
+    bar.resize(kWidth, '.');
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+    const int64_t done = std::max<int64_t>(step - first_step_, 1);
+    const auto eta =
+        static_cast<int64_t>(elapsed / static_cast<double>(done) * static_cast<double>(total_ - step));
+    char loss[32] = "-";
+    if (has_loss_) std::snprintf(loss, sizeof(loss), "%.4f", loss_);
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "\repoch %lld/%lld [%s] %lld/%lld  ETA %lld:%02lld  loss %s  %.0f samples/s ",
+                  static_cast<long long>(epoch + 1), static_cast<long long>(epochs_), bar.c_str(),
+                  static_cast<long long>(in_epoch), static_cast<long long>(per_epoch_),
+                  static_cast<long long>(eta / 60), static_cast<long long>(eta % 60), loss, rate_);
+    out_ << line << std::flush;
+    line_open_ = true;
+  }
+
+  void end_line() {
+    out_ << "\n" << std::flush;
+    line_open_ = false;
+  }
+
+  std::ostream& out_;
+  bool bar_ = false;
+  int64_t epochs_ = 0, per_epoch_ = 1, first_step_ = 0, total_ = 0;
+  double loss_ = 0, rate_ = 0;
+  bool has_loss_ = false, line_open_ = false;
+  Clock::time_point start_ = Clock::now(), last_draw_{};
+};
+
+}  // namespace
+
+std::unique_ptr<TrainingObserver> make_progress_observer(std::ostream& out, const std::string& mode) {
+  return std::make_unique<ProgressObserver>(out, mode);
+}
+
+}  // namespace mgt

@@ -1,0 +1,186 @@
+// Rank 0's observers of a run, driven as the trainer drives them: the metrics line, the progress
+// lines and bar, the slow-rank warning and TensorBoard's event file, each with the text the e2e
+// tests and people read.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "mgtrain/error.hpp"
+#include "observers/observer.hpp"
+
+using namespace mgt;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory under the system's temporary one, removed with the fixture.
+class TempDir {
+ public:
+  TempDir() : path_(fs::temp_directory_path() / ("mgtrain-observers-" + std::to_string(getpid()))) {
+    fs::remove_all(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+IntervalFigures figures(int64_t step, int64_t epoch) {
+  IntervalFigures f;
+  f.step = step;
+  f.epoch = epoch;
+  f.loss = 1.5;
+  f.accuracy = 0.25;
+  f.samples_per_s = 1234.4;
+  f.data_wait_share = 0.125;
+  f.learning_rate = 0.5;
+  f.time_s = 2.0;
+  f.rss_mb = 100.5;
+  f.open_fds = 12;
+  f.rank_step_ms = {10.0, 12.5};
+  return f;
+}
+
+// Steps first..last as the trainer reports them: an epoch ends every `per_epoch` steps.
+void run_steps(TrainingObserver& o, int64_t first, int64_t last, int64_t per_epoch) {
+  for (int64_t step = first; step <= last; ++step) {
+    const int64_t epoch = (step - 1) / per_epoch;
+    o.on_step_end(step, epoch);
+    if (step % per_epoch == 0) o.on_epoch_end(step, epoch);
+  }
+}
+
+}  // namespace
+
+TEST(MetricsFile, OneLinePerIntervalAppended) {
+  TempDir dir;
+  const fs::path path = dir.path() / "sub" / "metrics.jsonl";
+  {
+    auto metrics = make_metrics_file(path.string());  // creates the directory
+    metrics->on_interval(figures(5, 0));
+    IntervalFigures diverged = figures(10, 1);
+    diverged.loss = std::numeric_limits<double>::quiet_NaN();
+    diverged.gpu = {GpuSample{true, 93, 1024.5, 2048, 51}};
+    metrics->on_interval(diverged);
+  }
+  make_metrics_file(path.string())->on_interval(figures(15, 1));  // appends
+  std::ifstream in(path);
+  std::string first, second, third;
+  std::getline(in, first);
+  std::getline(in, second);
+  std::getline(in, third);
+  EXPECT_EQ(first,
+            R"({"step":5,"epoch":1,"loss":1.5,"accuracy":0.25,"samples_per_s":1234.4,)"
+            R"("data_wait_share":0.125,"lr":0.5,"time_s":2,"rss_mb":100.5,"open_fds":12,)"
+            R"("rank_step_ms":[10,12.5]})");
+  EXPECT_EQ(second,
+            R"({"step":10,"epoch":2,"loss":null,"accuracy":0.25,"samples_per_s":1234.4,)"
+            R"("data_wait_share":0.125,"lr":0.5,"time_s":2,"rss_mb":100.5,"open_fds":12,)"
+            R"("rank_step_ms":[10,12.5],)"
+            R"("gpu":[{"util":93,"mem_used_mb":1024.5,"mem_total_mb":2048,"temp_c":51}]})");
+  EXPECT_EQ(third.rfind(R"({"step":15,)", 0), 0u) << third;
+}
+
+TEST(MetricsFile, UnwritablePathIsNamed) {
+  TempDir dir;
+  fs::create_directories(dir.path());
+  const std::string path = dir.path().string();  // a directory, not a file
+  try {
+    make_metrics_file(path);
+    FAIL() << "a directory opened as the metrics file";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+TEST(ProgressObserver, LinesAtIntervalsOnly) {
+  std::ostringstream out;
+  auto progress = make_progress_observer(out, "lines");
+  progress->on_run_start({2, 10, 0, 20});
+  run_steps(*progress, 1, 4, 10);
+  EXPECT_EQ(out.str(), "");
+  progress->on_interval(figures(5, 0));
+  run_steps(*progress, 5, 20, 10);
+  progress->on_run_end({20, 1, false});
+  EXPECT_EQ(out.str(), "epoch 1/2 step 5/20 loss 1.5000 samples/s 1234 data-wait 12.5%\n");
+}
+
+TEST(ProgressObserver, BarEndsEachEpochAndTheRunWithANewLine) {
+  std::ostringstream out;
+  auto progress = make_progress_observer(out, "bar");
+  // 4 steps an epoch, 6 in all: the second epoch ends early, at the run's last step.
+  progress->on_run_start({2, 4, 0, 6});
+  run_steps(*progress, 1, 6, 4);
+  progress->on_run_end({6, 1, false});
+  const std::string text = out.str();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
+  EXPECT_NE(text.find("\repoch 1/2 [##############################] 4/4  ETA"), std::string::npos) << text;
+  EXPECT_NE(text.find("\repoch 2/2 [###############...............] 2/4  ETA 0:00"), std::string::npos)
+      << text;
+  EXPECT_EQ(text.back(), '\n');
+  // The line for epoch 1's end is drawn once, by the epoch's end.
+  EXPECT_EQ(text.find("] 4/4"), text.rfind("] 4/4")) << text;
+}
+
+TEST(ProgressObserver, StoppedRunClosesAnOpenBar) {
+  std::ostringstream out;
+  auto progress = make_progress_observer(out, "bar");
+  progress->on_run_start({1, 100, 0, 100});
+  run_steps(*progress, 1, 1, 100);  // the first step draws
+  progress->on_run_end({1, 0, true});
+  const std::string text = out.str();
+  EXPECT_EQ(text.back(), '\n');
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+}
+
+TEST(ProgressObserver, UnknownModeIsAConfigError) {
+  std::ostringstream out;
+  EXPECT_THROW(make_progress_observer(out, "fancy"), ConfigError);
+}
+
+TEST(SlowRankWarning, NamesTheSlowRank) {
+  std::ostringstream out;
+  auto warning = make_slow_rank_warning(out);
+  IntervalFigures f = figures(50, 0);
+  f.rank_step_ms = {10.0, 10.0, 30.0};
+  warning->on_interval(f);
+  EXPECT_EQ(out.str(),
+            "warning: rank 2's step time 30.0 ms is 3.0x the median 10.0 ms; the job runs at its pace\n");
+}
+
+TEST(SlowRankWarning, QuietWhenRanksAreClose) {
+  std::ostringstream out;
+  auto warning = make_slow_rank_warning(out);
+  IntervalFigures f = figures(50, 0);
+  f.rank_step_ms = {10.0, 14.0};  // under 1.5x the median
+  warning->on_interval(f);
+  f.rank_step_ms = {0.2, 0.9};  // 4.5x, but under a millisecond apart
+  warning->on_interval(f);
+  f.rank_step_ms = {100.0};  // one rank
+  warning->on_interval(f);
+  EXPECT_EQ(out.str(), "");
+}
+
+TEST(TensorBoardObserver, WritesOneEventFile) {
+  TempDir dir;
+  {
+    auto tensorboard = make_tensorboard_observer(dir.path().string());
+    tensorboard->on_interval(figures(5, 0));
+  }
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    ++files;
+    EXPECT_EQ(entry.path().filename().string().rfind("events.out.tfevents.", 0), 0u);
+    // The file version record, then 4 scalars and one step time per rank, each a framed Event.
+    EXPECT_GT(fs::file_size(entry.path()), 6u * 16u);
+  }
+  EXPECT_EQ(files, 1);
+}

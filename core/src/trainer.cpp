@@ -201,7 +201,9 @@ RankPlan plan_rank(Communicator& comm, Config config, const std::vector<std::str
   const auto model = build_model(registry, config, store);
   const auto sync = registry.create_sync(plugin_choice(config).sync, config);
   sync->setup(comm, store);
-  return {sync->trains(), config.get_string("train.device"), config.get_bool("gpu.allow_shared")};
+  const ServingRole* serving = sync->serving();
+  return {!serving || serving->trains(), config.get_string("train.device"),
+          config.get_bool("gpu.allow_shared")};
 }
 
 namespace {
@@ -224,7 +226,7 @@ class Trainer {
                             {"the model's parameter names and shapes", parameter_layout(store_), '\n'}});
     if (!options_.resume.empty()) resume();
     prepare_run();
-    return sync_->trains() ? train_loop() : serve();
+    return trains() ? train_loop() : serve();
   }
 
  private:
@@ -261,6 +263,7 @@ class Trainer {
       model_ = registry_.create_model(choice_.model, config_);
       optimizer_ = registry_.create_optimizer(choice_.optimizer, config_);
       sync_ = registry_.create_sync(choice_.sync, config_);
+      serving_ = sync_->serving();
       model_->declare(store_);
       store_.finalize();
       store_.initialize(seed_);
@@ -275,7 +278,7 @@ class Trainer {
     // the optimizer on its shard on the CPU and gets none); then NCCL between the GPUs for a
     // strategy that reduces device memory. The answers depend on the config alone, so every rank
     // enters these collectives together or none does.
-    agree(comm_, [&] { device_->open(comm_, device_sync || sync_->trains()); });
+    agree(comm_, [&] { device_->open(comm_, device_sync || trains()); });
     if (!device_->warning().empty())
       std::fprintf(stderr, "mgtrain: warning: [rank %d] %s\n", comm_.rank(), device_->warning().c_str());
     if (device_sync) agree(comm_, [&] { device_->connect(comm_); });
@@ -286,9 +289,9 @@ class Trainer {
       } else if (device_->compiled()) {
         device_->parameters(store_);
       }
-      optimizer_->setup(sync_->trains() ? store_.flat_size() : sync_->serve_size());
+      optimizer_->setup(trains() ? store_.flat_size() : serving_->serve_size());
       accum_ = sync_->accumulation_steps();
-      const int64_t train_world = sync_->train_world(comm_);
+      const int64_t train_world = this->train_world();
       if (global_batch_ % (train_world * accum_) != 0)
         throw ConfigError("train.global_batch = " + std::to_string(global_batch_) +
                           " is not divisible by training ranks x accumulation steps = " +
@@ -301,7 +304,7 @@ class Trainer {
                              ? accum_
                              : 1;
       const std::string train_path = config_.get_string("data.train");
-      if (!sync_->trains()) {
+      if (!trains()) {
         // A serving rank reads no data; it needs only the epoch length, for the schedule.
         per_epoch_ = data::open_dataset_info(train_path, config_.get_string("data.x_name"),
                                              config_.get_string("data.y_name")).num_samples /
@@ -356,7 +359,7 @@ class Trainer {
     o.bf16 = config_.get_string("gpu.precision") == "bf16";
     o.timeout_s = config_.get_real("comm.timeout_s");
     o.seed = seed_;
-    o.first_sample = sync_->train_rank(comm_) * reader_->local_batch();
+    o.first_sample = train_rank() * reader_->local_batch();
     o.rank = comm_.rank();
     // Two steps in flight keep the GPU from waiting for the host between steps. The update of the
     // second is then set before the first is known to have applied its own, exact unless a step is
@@ -372,7 +375,7 @@ class Trainer {
     ro.x_name = config_.get_string("data.x_name");
     ro.y_name = config_.get_string("data.y_name");
     ro.global_batch = global_batch_;
-    ro.rank = sync_->train_rank(comm_);
+    ro.rank = train_rank();
     ro.world = train_world;
     ro.seed = seed_;
     ro.prefetch_depth = static_cast<int>(config_.get_int("data.prefetch"));
@@ -404,7 +407,7 @@ class Trainer {
   // 4. Resume: rank 0 reads the checkpoint, every rank receives its state.
   void resume() {
     agree(comm_, [&] {
-      if (!sync_->lockstep())
+      if (!lockstep())
         throw ConfigError("--resume is not supported with sync.name = " + choice_.sync +
                           " yet: its optimizer state lives sharded on the serving ranks");
       if (leader_) load_resume_checkpoint();
@@ -467,7 +470,7 @@ class Trainer {
     nan_step_ = fault::nan_step(comm_.rank());
     // Training ranks among themselves: per-step figures and checkpoint barriers stay off the
     // serving ranks, which are busy serving.
-    train_comm_ = comm_.split(sync_->trains() ? 0 : 1, comm_.rank());
+    train_comm_ = comm_.split(trains() ? 0 : 1, comm_.rank());
     meta_.seed = seed_;
     meta_.world_size = comm_.size();
     meta_.mgtrain_version = MGTRAIN_VERSION;
@@ -490,9 +493,9 @@ class Trainer {
     std::error_code ec;
     std::filesystem::create_directories(main_file.parent_path(), ec);
     context.log_every = log_every_;
-    sync_->serve(*optimizer_, context);
-    sync_->gather_state(*optimizer_);
-    result_.lost_ranks = sync_->lost_ranks();
+    serving_->serve(*optimizer_, context);
+    serving_->gather_state(*optimizer_);
+    result_.lost_ranks = serving_->lost_ranks();
     if (result_.lost_ranks.empty()) comm_.barrier();  // the final checkpoint is written
     return result_;
   }
@@ -520,9 +523,9 @@ class Trainer {
     // An asynchronous run ends when the servers have applied all its pushes: a fast rank may take
     // over a slow one's share, up to every step of the run.
     const int64_t step_limit =
-        sync_->lockstep() ? total_steps_ : start_step + (total_steps_ - start_step) * train_comm_->size();
+        lockstep() ? total_steps_ : start_step + (total_steps_ - start_step) * train_comm_->size();
     const int slow_ms = fault::slowdown_ms(comm_.rank());
-    while (step < step_limit && !sync_->finished()) {
+    while (step < step_limit && !(serving_ && serving_->finished())) {
       const auto step_start = Clock::now();
       if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
       comm_.set_step(step + 1);
@@ -585,7 +588,7 @@ class Trainer {
   // Whether the run should stop now because some rank was asked to (scancel, a time limit).
   // Lock-step ranks agree every few steps, so they all stop after the same step.
   bool stop_agreed(int64_t step) {
-    if (!sync_->lockstep()) return stop_requested();
+    if (!lockstep()) return stop_requested();
     if (step % kStopCheckEvery != 0) return false;
     int64_t flag = stop_requested() ? 1 : 0;
     train_comm_->allreduce_max(&flag, 1);
@@ -596,7 +599,7 @@ class Trainer {
   // Forward, loss and backward for each micro-batch, the sync strategy, then the update.
   void run_step(data::Batch& batch, int64_t step) {
     const auto sample_numel = shape_numel(reader_->info().sample_shape);
-    const int64_t first_row = sync_->train_rank(comm_) * reader_->local_batch();
+    const int64_t first_row = train_rank() * reader_->local_batch();
     const float grad_scale = 1.0f / static_cast<float>(global_batch_);
     bool apply = false;
     // Usually one micro-batch a pass; deterministic micro-shards shards_per_pass_ at a time.
@@ -705,7 +708,7 @@ class Trainer {
   void log_interval(int64_t step, int64_t epoch) {
     double sums[3] = {interval_.loss, interval_.wait, interval_.correct};
     const int ranks = train_comm_->size();
-    const int reporting = sync_->lockstep() ? ranks : 1;
+    const int reporting = lockstep() ? ranks : 1;
     IntervalFigures f;
     f.step = step;
     f.epoch = epoch;
@@ -718,7 +721,7 @@ class Trainer {
     const bool gpu = device_->kind() == DeviceKind::gpu;
     const GpuSample my_gpu = gpu ? device_->gpu_sample() : GpuSample{};
     if (gpu) f.gpu.assign(static_cast<size_t>(reporting), GpuSample{});
-    if (sync_->lockstep()) {
+    if (lockstep()) {
       train_comm_->allreduce_sum(sums, 3);
       train_comm_->allgather(&mine, f.rank_step_ms.data(), sizeof(double));
       train_comm_->allreduce_max(resources, 2);
@@ -747,9 +750,11 @@ class Trainer {
   // and the run's figures over the training ranks.
   TrainResult finish(int64_t start_step, int64_t step) {
     const double run_seconds = seconds_since(run_start_);
-    if (!sync_->lockstep()) meta_.step = total_steps_;  // the run's length, whoever took the steps
-    sync_->gather_state(*optimizer_);
-    result_.lost_ranks = sync_->lost_ranks();
+    if (!lockstep()) meta_.step = total_steps_;  // the run's length, whoever took the steps
+    if (serving_) {
+      serving_->gather_state(*optimizer_);
+      result_.lost_ranks = serving_->lost_ranks();
+    }
     const bool all_ranks_here = result_.lost_ranks.empty();
     if (leader_ && !all_ranks_here)
       log_ << "warning: the run went on without rank(s) " << rank_list(result_.lost_ranks)
@@ -793,6 +798,12 @@ class Trainer {
     return result_;
   }
 
+  // The serving role's answers, or a replicated strategy's: every rank trains, in lock step.
+  bool trains() const { return !serving_ || serving_->trains(); }
+  bool lockstep() const { return !serving_ || serving_->lockstep(); }
+  int train_rank() const { return serving_ ? serving_->train_rank(comm_) : comm_.rank(); }
+  int train_world() const { return serving_ ? serving_->train_world(comm_) : comm_.size(); }
+
   struct Interval {
     double loss = 0, wait = 0, correct = 0;
     double busy = 0;  // this rank's seconds outside the sync strategy: compute, data wait, update
@@ -819,6 +830,7 @@ class Trainer {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<SyncStrategy> sync_;
+  ServingRole* serving_ = nullptr;  // sync_'s, or null when every rank trains
   ParameterStore store_;
   std::unique_ptr<data::ShardedReader> reader_;
   std::optional<LearningRateSchedule> schedule_;

@@ -60,7 +60,7 @@ struct TrainResult {
   StepPhases phases;        // mean per step, averaged over ranks
   size_t gradient_floats = 0;  // size of the flat gradient buffer the sync strategy reduces
   std::string device = "cpu";  // where the ranks trained: cpu, gpu or compiled-cpu (train.device)
-  // Ranks the run went on without (SyncStrategy::lost_ranks). When set, the figures are this
+  // Ranks the run went on without (ServingRole::lost_ranks). When set, the figures are this
   // rank's own and the caller must leave without MPI_Finalize, which would wait for them.
   std::vector<int> lost_ranks;
 };

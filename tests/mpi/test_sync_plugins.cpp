@@ -1,6 +1,7 @@
 // The all-reduce sync plugins under mpirun, loaded from disk: bucketed, overlapped all-reduce
 // equals one all-reduce of the whole buffer, and gradient accumulation communicates only on the
-// last micro-batch of a step.
+// last micro-batch of a step; only the parameter server has a serving role, which says which
+// ranks train.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -29,9 +30,12 @@ void fill_store(mgt::ParameterStore& store, int rank) {
 
 std::unique_ptr<mgt::SyncStrategy> make_sync(mgt::PluginRegistry& registry, const std::string& name,
                                              const std::string& extra) {
-  mgt::Config config = mgt::Config::from_string("[sync]\nname = " + name + "\n" + extra, "test");
+  // checkpoint.every_steps: the parameter server reads it (it writes no intermediate checkpoint).
+  mgt::Config config = mgt::Config::from_string(
+      "[checkpoint]\nevery_steps = 0\n[sync]\nname = " + name + "\n" + extra, "test");
   auto keys = registry.config_keys("sync", name);
   keys.push_back({"sync.name", mgt::KeyType::string, nullptr, "sync"});
+  keys.push_back({"checkpoint.every_steps", mgt::KeyType::non_negative_integer, "0", "checkpoints"});
   config.validate(keys);
   return registry.create_sync(name, config);
 }
@@ -65,6 +69,7 @@ int main(int argc, char** argv) {
     const bool apply = sync->end_backward(0);
     const int64_t buckets = comm->collective_count() - before;
     check(apply, "allreduce applies every step", rank);
+    check(sync->serving() == nullptr, "allreduce has no serving role", rank);
     check(buckets >= 3, "1 kB buckets give about one bucket per parameter here (" + std::to_string(buckets) + " all-reduces)", rank);
     check(std::memcmp(store.grads_data(), reference.grads_data(), store.flat_size() * sizeof(float)) == 0,
           "bucketed all-reduce (overlap " + overlap + ") equals one all-reduce of the whole buffer, bit for bit",
@@ -78,6 +83,7 @@ int main(int argc, char** argv) {
     auto sync = make_sync(registry, "grad_accum", "accum_steps = 4\nbucket_mb = 0.001\n");
     sync->setup(*comm, store);
     check(sync->accumulation_steps() == 4, "grad_accum reports its accumulation steps", rank);
+    check(sync->serving() == nullptr, "grad_accum has no serving role", rank);
     for (int64_t m = 0; m < 4; ++m) {
       sync->begin_micro_batch(m);
       const int64_t before = comm->collective_count();
@@ -93,6 +99,28 @@ int main(int argc, char** argv) {
     }
     check(std::memcmp(store.grads_data(), reference.grads_data(), store.flat_size() * sizeof(float)) == 0,
           "grad_accum's all-reduce equals the reference", rank);
+  }
+
+  // param_server with one server: the last rank serves the whole buffer, the others train,
+  // asynchronously. Roles only: setup does not communicate.
+  {
+    mgt::ParameterStore store;
+    fill_store(store, rank);
+    auto sync = make_sync(registry, "param_server", "servers = 1\n");
+    sync->setup(*comm, store);
+    const mgt::ServingRole* serving = sync->serving();
+    check(serving != nullptr, "param_server has a serving role", rank);
+    if (serving != nullptr) {
+      const int workers = comm->size() - 1;
+      check(serving->trains() == (rank < workers), "param_server: the last rank serves, the others train",
+            rank);
+      check(serving->train_world(*comm) == workers && serving->train_rank(*comm) == rank,
+            "param_server: the training ranks are the first size - 1", rank);
+      check(!serving->lockstep() && !serving->finished(), "param_server runs asynchronously", rank);
+      if (!serving->trains())
+        check(serving->serve_size() == store.flat_size(), "one server holds the whole buffer", rank);
+      check(serving->lost_ranks().empty(), "no rank is lost before the run", rank);
+    }
   }
 
   return mpi_check::verdict(*comm);

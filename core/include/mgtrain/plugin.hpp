@@ -22,7 +22,10 @@
 // 5: layers written once over mgt::Ops (mgtrain/ops.hpp): Layer::plan, forward and backward take
 //    a LayerRun, Layer::aliases_input; Layer::spec and LayerSpec are gone. Updates written once:
 //    Optimizer::element_update (mgtrain/update_rule.hpp) replaces Optimizer::update_rule.
-#define MGTRAIN_PLUGIN_ABI_VERSION 5u
+// 6: SyncStrategy's serving methods (trains, train_rank, train_world, serve, serve_size, lockstep,
+//    finished, gather_state, lost_ranks) moved to mgt::ServingRole (mgtrain/serving.hpp), which
+//    SyncStrategy::serving() returns.
+#define MGTRAIN_PLUGIN_ABI_VERSION 6u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
 namespace mgt {

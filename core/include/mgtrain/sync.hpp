@@ -2,24 +2,15 @@
 // The interface a sync-strategy plugin implements: how the ranks' gradients become the gradient
 // the optimizer applies (all-reduce, accumulation over micro-batches, a parameter server).
 #include <cstdint>
-#include <functional>
-#include <string>
 #include <vector>
 
 #include "mgtrain/communicator.hpp"
 #include "mgtrain/export.hpp"
 #include "mgtrain/optimizer.hpp"
 #include "mgtrain/parameters.hpp"
+#include "mgtrain/serving.hpp"
 
 namespace mgt {
-
-// What a serving rank (a parameter server) needs from the trainer.
-struct ServeContext {
-  int64_t steps_per_worker = 0;                          // the run's length, per training rank
-  std::function<double(int64_t step)> learning_rate;    // the trainer's schedule
-  std::string metrics_path;                              // where to append JSON-lines figures
-  int64_t log_every = 50;                                // steps between records
-};
 
 class MGT_API SyncStrategy {
  public:
@@ -48,28 +39,9 @@ class MGT_API SyncStrategy {
   // config only.
   virtual bool reduces_device_memory() const { return false; }
 
-  // Strategies that take some ranks out of training (a parameter server) override these.
-  // False on ranks that serve: the trainer calls serve() there instead of the training loop.
-  virtual bool trains() const { return true; }
-  // This rank's place among the training ranks, for sharding the data.
-  virtual int train_rank(const Communicator& comm) const { return comm.rank(); }
-  virtual int train_world(const Communicator& comm) const { return comm.size(); }
-  // Runs the serving side until every training rank is done; `optimizer` was set up for
-  // serve_size() floats and updates this rank's shard.
-  virtual void serve(Optimizer& optimizer, const ServeContext& context) { (void)optimizer; (void)context; }
-  virtual size_t serve_size() const { return 0; }
-  // True when the training ranks take every step together (the trainer may then combine their
-  // figures each logging interval); false for asynchronous strategies.
-  virtual bool lockstep() const { return true; }
-  // True once a training rank should stop early (asynchronous runs end on the servers' count).
-  virtual bool finished() const { return false; }
-  // On every rank after training: brings the authoritative parameters and optimizer state to
-  // rank 0's store and optimizer, for the final checkpoint. Replicated strategies do nothing.
-  virtual void gather_state(Optimizer& optimizer) { (void)optimizer; }
-  // After gather_state: ranks the run went on without (a parameter server configured to continue
-  // when a worker is lost). Non-empty means no collective over all ranks may follow: the trainer
-  // skips them, and rank 0 ends the job with MPI_Abort and status 0 instead of MPI_Finalize.
-  virtual std::vector<int> lost_ranks() const { return {}; }
+  // The serving role of a strategy that takes some ranks out of training (a parameter server),
+  // or null: every rank trains, in lock step. The strategy owns it.
+  virtual ServingRole* serving() { return nullptr; }
 };
 
 }  // namespace mgt

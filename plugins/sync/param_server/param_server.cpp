@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mgtrain/plugin.hpp"
+#include "mgtrain/serving.hpp"
 
 namespace {
 
@@ -46,7 +47,7 @@ struct Header {
 
 using Clock = std::chrono::steady_clock;
 
-class ParamServer final : public mgt::SyncStrategy {
+class ParamServer final : public mgt::SyncStrategy, public mgt::ServingRole {
  public:
   explicit ParamServer(const mgt::ConfigSection& config)
       : servers_(static_cast<int>(config.get_int("servers"))), staleness_(config.get_int("staleness")),
@@ -78,6 +79,7 @@ class ParamServer final : public mgt::SyncStrategy {
     }
   }
 
+  mgt::ServingRole* serving() override { return this; }
   bool lockstep() const override { return false; }
   bool trains() const override { return comm_->rank() < workers_; }
   int train_world(const mgt::Communicator&) const override { return workers_; }

@@ -1,0 +1,53 @@
+#pragma once
+// The serving role of a sync strategy that takes some ranks out of training (a parameter server):
+// which ranks train and which serve, the serving loop, and how such a run ends. A strategy that
+// has one returns it from SyncStrategy::serving(); every other strategy trains on all ranks in
+// lock step and needs none of this.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mgtrain/communicator.hpp"
+#include "mgtrain/export.hpp"
+#include "mgtrain/optimizer.hpp"
+
+namespace mgt {
+
+// What a serving rank (a parameter server) needs from the trainer.
+struct ServeContext {
+  int64_t steps_per_worker = 0;                          // the run's length, per training rank
+  std::function<double(int64_t step)> learning_rate;    // the trainer's schedule
+  std::string metrics_path;                              // where to append JSON-lines figures
+  int64_t log_every = 50;                                // steps between records
+};
+
+// What the trainer asks of a serving strategy, beyond what SyncStrategy asks of every one.
+class MGT_API ServingRole {
+ public:
+  virtual ~ServingRole() = default;
+  // False on ranks that serve: the trainer calls serve() there instead of the training loop.
+  virtual bool trains() const = 0;
+  // This rank's place among the training ranks, and their number, for sharding the data.
+  virtual int train_rank(const Communicator& comm) const { return comm.rank(); }
+  virtual int train_world(const Communicator& comm) const = 0;
+  // Runs the serving side until every training rank is done; `optimizer` was set up for
+  // serve_size() floats and updates this rank's shard.
+  virtual void serve(Optimizer& optimizer, const ServeContext& context) = 0;
+  virtual size_t serve_size() const = 0;
+  // True when the training ranks take every step together (the trainer may then combine their
+  // figures each logging interval); false for asynchronous strategies.
+  virtual bool lockstep() const { return true; }
+  // True once a training rank should stop early (asynchronous runs end on the servers' count).
+  virtual bool finished() const { return false; }
+  // On every rank after training: brings the authoritative parameters and optimizer state to
+  // rank 0's store and optimizer, for the final checkpoint.
+  virtual void gather_state(Optimizer& optimizer) = 0;
+  // After gather_state: ranks the run went on without (a parameter server configured to continue
+  // when a worker is lost). Non-empty means no collective over all ranks may follow: the trainer
+  // skips them, and rank 0 ends the job with MPI_Abort and status 0 instead of MPI_Finalize.
+  virtual std::vector<int> lost_ranks() const { return {}; }
+};
+
+}  // namespace mgt

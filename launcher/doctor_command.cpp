@@ -186,6 +186,7 @@ RankReport look_before_contexts(const Communicator& comm, const Nvml& nvml, cons
   return r;
 }
 
+#ifdef MGTRAIN_TEST_HOOKS
 // Test-only: MGTRAIN_TEST_DOCTOR="R:key=value,...;R:..." (R a rank or *) makes the doctor report
 // what it would find on other machines, so the verdicts can be tested without GPUs or a second
 // node. Keys: gpus (CUDA devices seen), used_gib (memory in use on the GPU before the job),
@@ -261,6 +262,10 @@ void simulate(RankReport& r) {
     }
   }
 }
+#else
+// A build without tests reports only what it finds.
+void simulate(RankReport&) {}
+#endif
 
 // Local rank 0: which of the node's GPUs reach each other peer-to-peer, and their NVLinks. NCCL
 // moves data between GPUs without it through host memory, which slows the all-reduce.

@@ -1,5 +1,7 @@
 #pragma once
-// Test-only fault injection: failures, a slow rank and NaN gradients on demand.
+// Test-only fault injection: failures, a slow rank and NaN gradients on demand. Compiled only into
+// test builds (MGTRAIN_BUILD_TESTS=ON defines MGTRAIN_TEST_HOOKS); elsewhere every hook is an
+// inline no-op and no variable below is read.
 // MGTRAIN_FAULT="RANK:STEP:PHASE:ACTION" makes rank RANK, at global step STEP (1-based), in
 // PHASE, do ACTION, so that tests can show every kind of failure ends the job cleanly, names the
 // rank, and loses no checkpoint.
@@ -22,6 +24,8 @@ enum class Phase {
   checkpoint_before_rename,
 };
 
+#ifdef MGTRAIN_TEST_HOOKS
+
 // Reads MGTRAIN_FAULT for this rank; throws ConfigError naming the variable when it is malformed.
 void configure(int rank);
 
@@ -41,5 +45,15 @@ void fire(Phase phase, int64_t step);
 inline void at(Phase phase, int64_t step) {
   if (detail::armed) detail::fire(phase, step);
 }
+
+#else
+
+// A build without tests: no faults, no slow rank, no NaN.
+inline void configure(int) {}
+inline int slowdown_ms(int) { return 0; }
+inline int64_t nan_step(int) { return 0; }
+inline void at(Phase, int64_t) {}
+
+#endif
 
 }  // namespace mgt::fault

@@ -11,8 +11,11 @@ namespace mgt {
 
 namespace {
 
-// Test-only: MGTRAIN_TEST_DEVICE_MEMORY_MB caps the device memory executors may hold in this
-// process, on any backend, so that running out of GPU memory is rehearsed on purpose.
+std::atomic<size_t> capped_device_bytes{0};
+
+#ifdef MGTRAIN_TEST_HOOKS
+// Test builds only: MGTRAIN_TEST_DEVICE_MEMORY_MB caps the device memory executors may hold in
+// this process, on any backend, so that running out of GPU memory is rehearsed on purpose.
 size_t test_device_memory_cap() {
   static const size_t cap = [] {
     const char* text = std::getenv("MGTRAIN_TEST_DEVICE_MEMORY_MB");
@@ -20,7 +23,21 @@ size_t test_device_memory_cap() {
   }();
   return cap;
 }
-std::atomic<size_t> capped_device_bytes{0};
+
+// Throws OutOfMemoryError when `bytes` more counted bytes would pass the test cap.
+void check_test_cap(size_t bytes) {
+  if (const size_t cap = test_device_memory_cap(); cap != 0 && capped_device_bytes + bytes > cap) {
+    char text[160];
+    std::snprintf(text, sizeof text, "allocation of %.1f MB with %.1f MB free of %.1f MB (MGTRAIN_TEST_DEVICE_MEMORY_MB)",
+                  static_cast<double>(bytes) / 1048576.0, static_cast<double>(cap - capped_device_bytes) / 1048576.0,
+                  static_cast<double>(cap) / 1048576.0);
+    throw OutOfMemoryError(text);
+  }
+}
+#else
+// A build without tests has no cap.
+void check_test_cap(size_t) {}
+#endif
 
 }  // namespace
 
@@ -36,13 +53,7 @@ void BackendMemory::release_all() noexcept {
 
 void* BackendMemory::device_bytes(size_t bytes) {
   if (bytes == 0) return nullptr;
-  if (const size_t cap = test_device_memory_cap(); counted_ && cap != 0 && capped_device_bytes + bytes > cap) {
-    char text[160];
-    std::snprintf(text, sizeof text, "allocation of %.1f MB with %.1f MB free of %.1f MB (MGTRAIN_TEST_DEVICE_MEMORY_MB)",
-                  static_cast<double>(bytes) / 1048576.0, static_cast<double>(cap - capped_device_bytes) / 1048576.0,
-                  static_cast<double>(cap) / 1048576.0);
-    throw OutOfMemoryError(text);
-  }
+  if (counted_) check_test_cap(bytes);
   void* p = backend_.allocate(bytes);
   device_.emplace_back(p, bytes);
   if (counted_) capped_device_bytes += bytes;

@@ -11,7 +11,7 @@ namespace mgt {
 
 class BackendMemory {
  public:
-  // counted: device allocations count against the test-only cap (MGTRAIN_TEST_DEVICE_MEMORY_MB);
+  // counted: device allocations count against the test builds' cap (MGTRAIN_TEST_DEVICE_MEMORY_MB);
   // host-side executors (the CPU path's model) are not the device being rehearsed.
   explicit BackendMemory(kernels::Backend& backend, bool counted = true) : backend_(backend), counted_(counted) {}
   ~BackendMemory() { release_all(); }

@@ -1,6 +1,6 @@
 // The CPU backend of the dispatch interface: the kernels of kernels/cpu run at once in host
 // memory. The layers run on it on the CPU path, and so does the compiled step
-// (core/src/compiled_step.hpp) with train.device = compiled-cpu, which is how the GPU path's
+// (core/src/device/compiled_step.hpp) with train.device = compiled-cpu, which is how the GPU path's
 // program is tested on machines without a GPU.
 #include <cmath>
 #include <cstdlib>

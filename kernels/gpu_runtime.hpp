@@ -2,7 +2,7 @@
 // The GPU path lives in its own library, libmgtrain-gpu.so (kernels/cuda), next to libmgtrain.so
 // and loaded only by a rank that trains on a GPU: cuBLAS, cuDNN and NCCL add more than 150 MB of
 // resident memory to any process that loads them, GPU or not. This is the interface between the
-// two: what the runtime (core/src/gpu_runtime.hpp loads the library) sees of it.
+// two: what the runtime (core/src/device/gpu_runtime.hpp loads the library) sees of it.
 #include <cstdint>
 #include <memory>
 #include <string>

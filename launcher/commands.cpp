@@ -12,14 +12,14 @@
 
 #include "commands.hpp"
 #include "command_line_config.hpp"
-#include "checkpoint_compare.hpp"
-#include "core_keys.hpp"
+#include "tools/checkpoint_compare.hpp"
+#include "runtime/core_keys.hpp"
 #include "datasets/convert.hpp"
 #include "datasets/hdf5_format.hpp"
-#include "evaluate.hpp"
-#include "json_line.hpp"
+#include "runtime/evaluate.hpp"
+#include "io/json_line.hpp"
 #include "mgtrain/error.hpp"
-#include "plugin_loader.hpp"
+#include "loader/plugin_loader.hpp"
 
 namespace po = boost::program_options;
 

@@ -24,15 +24,15 @@
 
 #include "command_line_config.hpp"
 #include "commands.hpp"
-#include "gpu_binding.hpp"
-#include "host_name.hpp"
+#include "device/gpu_binding.hpp"
+#include "runtime/host_name.hpp"
 #include "kernels/cuda/nvml.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/version.hpp"
-#include "mpi_communicator.hpp"
-#include "plugin_keys.hpp"
-#include "plugin_loader.hpp"
-#include "trainer.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "loader/plugin_keys.hpp"
+#include "loader/plugin_loader.hpp"
+#include "runtime/trainer.hpp"
 
 #ifdef MGTRAIN_HAVE_CUDA
 #include "kernels/cpu/gemm.hpp"

@@ -6,7 +6,7 @@
 
 #include "commands.hpp"
 #include "mgtrain/error.hpp"
-#include "report.hpp"
+#include "tools/report.hpp"
 
 namespace po = boost::program_options;
 

@@ -9,16 +9,16 @@
 #include <iostream>
 #include <thread>
 
-#include "bench.hpp"
+#include "tools/bench.hpp"
 #include "command_line_config.hpp"
 #include "commands.hpp"
-#include "json_line.hpp"
-#include "mpi_communicator.hpp"
-#include "plugin_keys.hpp"
-#include "plugin_loader.hpp"
-#include "stop_signal.hpp"
-#include "trainer.hpp"
-#include "verify.hpp"
+#include "io/json_line.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "loader/plugin_keys.hpp"
+#include "loader/plugin_loader.hpp"
+#include "runtime/stop_signal.hpp"
+#include "runtime/trainer.hpp"
+#include "tools/verify.hpp"
 
 namespace po = boost::program_options;
 

@@ -1,4 +1,4 @@
-// The entry points of libmgtrain-gpu.so, which the runtime loads by name (core/src/gpu_runtime.hpp)
+// The entry points of libmgtrain-gpu.so, which the runtime loads by name (core/src/device/gpu_runtime.hpp)
 // when a rank trains on a GPU; the interface is kernels/gpu_runtime.hpp.
 #include <cstdio>
 #include <cstring>

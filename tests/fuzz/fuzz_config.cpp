@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core_keys.hpp"
+#include "runtime/core_keys.hpp"
 #include "mgtrain/config.hpp"
 #include "mgtrain/error.hpp"
 

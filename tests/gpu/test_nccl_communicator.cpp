@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/src/mpi_communicator.hpp"
+#include "comm/mpi_communicator.hpp"
 #include "gpu_test.hpp"
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/device_buffer.hpp"

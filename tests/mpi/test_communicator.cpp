@@ -8,7 +8,7 @@
 
 #include "mgtrain/error.hpp"
 #include "mpi_check.hpp"
-#include "mpi_communicator.hpp"
+#include "comm/mpi_communicator.hpp"
 
 using mpi_check::check;
 

@@ -8,8 +8,8 @@
 
 #include "kernels/backend.hpp"
 #include "mpi_check.hpp"
-#include "mpi_communicator.hpp"
-#include "staged_communicator.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "comm/staged_communicator.hpp"
 
 using mpi_check::check;
 

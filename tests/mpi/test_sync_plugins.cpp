@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "core_keys.hpp"
+#include "runtime/core_keys.hpp"
 #include "mpi_check.hpp"
-#include "mpi_communicator.hpp"
-#include "plugin_loader.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "loader/plugin_loader.hpp"
 
 namespace {
 

@@ -2,7 +2,7 @@
 // deadline with one line naming the rank, step and operation (checked by watchdog.sh).
 #include <unistd.h>
 
-#include "mpi_communicator.hpp"
+#include "comm/mpi_communicator.hpp"
 
 int main(int argc, char** argv) {
   mgt::MpiRuntime mpi(&argc, &argv);

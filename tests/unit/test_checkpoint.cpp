@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "datasets/hdf5_format.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/optimizer.hpp"

@@ -3,7 +3,7 @@
 
 #include <set>
 
-#include "core_keys.hpp"
+#include "runtime/core_keys.hpp"
 #include "mgtrain/config.hpp"
 #include "mgtrain/error.hpp"
 
@@ -105,7 +105,7 @@ TEST(Config, CoreKeysHaveHelpAndUniqueNames) {
   }
 }
 
-#include "lr_schedule.hpp"
+#include "runtime/lr_schedule.hpp"
 
 TEST(Config, LearningRateSchedules) {
   const LearningRateSchedule constant("constant", 0.1, 0, 100);

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "gpu_binding.hpp"
+#include "device/gpu_binding.hpp"
 #include "mgtrain/error.hpp"
 
 using namespace mgt;

@@ -10,11 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench.hpp"
-#include "evaluate.hpp"
-#include "json_line.hpp"
-#include "report.hpp"
-#include "trainer.hpp"
+#include "tools/bench.hpp"
+#include "runtime/evaluate.hpp"
+#include "io/json_line.hpp"
+#include "tools/report.hpp"
+#include "runtime/trainer.hpp"
 
 using namespace mgt;
 

@@ -11,10 +11,10 @@
 #include <limits>
 #include <thread>
 
-#include "json_line.hpp"
+#include "io/json_line.hpp"
 #include "kernels/cuda/nvml.hpp"
 #include "mgtrain/error.hpp"
-#include "report.hpp"
+#include "tools/report.hpp"
 
 using namespace mgt;
 using Clock = std::chrono::steady_clock;

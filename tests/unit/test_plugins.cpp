@@ -5,8 +5,8 @@
 #include <cstdlib>
 
 #include "mgtrain/error.hpp"
-#include "plugin_keys.hpp"
-#include "plugin_loader.hpp"
+#include "loader/plugin_keys.hpp"
+#include "loader/plugin_loader.hpp"
 
 using namespace mgt;
 

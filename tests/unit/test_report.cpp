@@ -15,7 +15,7 @@
 #include <sstream>
 
 #include "mgtrain/error.hpp"
-#include "report.hpp"
+#include "tools/report.hpp"
 
 using namespace mgt;
 namespace fs = std::filesystem;

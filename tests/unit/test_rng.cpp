@@ -58,7 +58,7 @@ TEST(Rng, UniformIsRoughlyUniform) {
   EXPECT_NEAR(mean, 0.5, 0.01);
 }
 
-#include "sha256.hpp"
+#include "tools/sha256.hpp"
 
 TEST(Rng, Sha256MatchesPublishedVectors) {
   mgt::Sha256 empty;

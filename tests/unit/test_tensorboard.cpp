@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "mgtrain/error.hpp"
-#include "tensorboard.hpp"
+#include "observers/tensorboard.hpp"
 
 using namespace mgt;
 namespace fs = std::filesystem;

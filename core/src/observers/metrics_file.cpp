@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "json_line.hpp"
+#include "io/json_line.hpp"
 #include "mgtrain/error.hpp"
 #include "observers/observer.hpp"
 

@@ -1,7 +1,7 @@
 // TensorBoard's view of a run: each interval's figures as scalars in an event file
 // (tensorboard.cpp writes the file).
 #include "observers/observer.hpp"
-#include "tensorboard.hpp"
+#include "observers/tensorboard.hpp"
 
 namespace mgt {
 

@@ -1,4 +1,4 @@
-#include "fault_injection.hpp"
+#include "testing/fault_injection.hpp"
 
 #include <unistd.h>
 

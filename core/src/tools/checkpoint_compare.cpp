@@ -1,4 +1,4 @@
-#include "checkpoint_compare.hpp"
+#include "tools/checkpoint_compare.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <map>
 #include <ostream>
 
-#include "checkpoint.hpp"
+#include "checkpoint/checkpoint.hpp"
 
 namespace mgt {
 

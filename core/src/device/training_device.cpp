@@ -1,4 +1,4 @@
-#include "training_device.hpp"
+#include "device/training_device.hpp"
 
 #include <dlfcn.h>
 
@@ -6,9 +6,9 @@
 #include <exception>
 #include <vector>
 
-#include "gpu_binding.hpp"
-#include "host_name.hpp"
-#include "staged_communicator.hpp"
+#include "device/gpu_binding.hpp"
+#include "runtime/host_name.hpp"
+#include "comm/staged_communicator.hpp"
 #include "mgtrain/error.hpp"
 
 namespace mgt {

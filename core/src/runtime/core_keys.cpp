@@ -1,4 +1,4 @@
-#include "core_keys.hpp"
+#include "runtime/core_keys.hpp"
 
 namespace mgt {
 

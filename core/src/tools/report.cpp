@@ -1,5 +1,5 @@
 // `mgtrain report`: metrics.jsonl -> one self-contained SVG (no fonts, scripts or links outside).
-#include "report.hpp"
+#include "tools/report.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "bench.hpp"
+#include "tools/bench.hpp"
 
 #include <mpi.h>
 
@@ -6,8 +6,8 @@
 #include <chrono>
 #include <ostream>
 
-#include "mpi_communicator.hpp"
-#include "plugin_loader.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "loader/plugin_loader.hpp"
 
 namespace mgt {
 

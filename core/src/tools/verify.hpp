@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <iosfwd>
 
-#include "trainer.hpp"
+#include "runtime/trainer.hpp"
 
 namespace mgt {
 

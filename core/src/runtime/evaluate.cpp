@@ -1,12 +1,12 @@
-#include "evaluate.hpp"
+#include "runtime/evaluate.hpp"
 
 #include <algorithm>
 #include <cstdio>
 
-#include "checkpoint.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "datasets/sharded_reader.hpp"
-#include "plugin_loader.hpp"
-#include "trainer.hpp"
+#include "loader/plugin_loader.hpp"
+#include "runtime/trainer.hpp"
 
 namespace mgt {
 

@@ -1,10 +1,10 @@
-#include "plugin_keys.hpp"
+#include "loader/plugin_keys.hpp"
 
 #include <map>
 #include <set>
 #include <vector>
 
-#include "core_keys.hpp"
+#include "runtime/core_keys.hpp"
 #include "mgtrain/error.hpp"
 
 namespace mgt {

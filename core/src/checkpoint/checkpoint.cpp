@@ -7,7 +7,7 @@
 //   /optimizer/<buffer>/<name>   float32 per parameter, same shapes, crc32 each
 // All HDF5 calls hold data::hdf5_mutex(): the library here is not thread-safe and the prefetch
 // thread reads data files concurrently.
-#include "checkpoint.hpp"
+#include "checkpoint/checkpoint.hpp"
 
 #include <fcntl.h>
 #include <hdf5.h>
@@ -30,7 +30,7 @@
 
 #include "datasets/hdf5_format.hpp"
 #include "datasets/hdf5_util.hpp"
-#include "fault_injection.hpp"
+#include "testing/fault_injection.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/tensor.hpp"
 

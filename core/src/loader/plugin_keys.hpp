@@ -4,7 +4,7 @@
 #include <string>
 
 #include "mgtrain/config.hpp"
-#include "plugin_loader.hpp"
+#include "loader/plugin_loader.hpp"
 
 namespace mgt {
 

@@ -6,7 +6,7 @@
 #include <iosfwd>
 #include <vector>
 
-#include "trainer.hpp"
+#include "runtime/trainer.hpp"
 
 namespace mgt {
 

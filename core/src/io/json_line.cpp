@@ -1,12 +1,12 @@
-#include "json_line.hpp"
+#include "io/json_line.hpp"
 
 #include <charconv>
 #include <cmath>
 
-#include "bench.hpp"
-#include "evaluate.hpp"
+#include "tools/bench.hpp"
+#include "runtime/evaluate.hpp"
 #include "kernels/gpu_runtime.hpp"
-#include "trainer.hpp"
+#include "runtime/trainer.hpp"
 
 namespace mgt {
 

@@ -1,4 +1,4 @@
-#include "gpu_binding.hpp"
+#include "device/gpu_binding.hpp"
 
 #include <cmath>
 #include <cstdint>

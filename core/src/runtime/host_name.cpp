@@ -1,4 +1,4 @@
-#include "host_name.hpp"
+#include "runtime/host_name.hpp"
 
 #include <unistd.h>
 

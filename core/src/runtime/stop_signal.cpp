@@ -1,4 +1,4 @@
-#include "stop_signal.hpp"
+#include "runtime/stop_signal.hpp"
 
 #include <csignal>
 #include <initializer_list>

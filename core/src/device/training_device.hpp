@@ -7,8 +7,8 @@
 #include <optional>
 #include <string>
 
-#include "compiled_step.hpp"
-#include "gpu_runtime.hpp"
+#include "device/compiled_step.hpp"
+#include "device/gpu_runtime.hpp"
 #include "mgtrain/config.hpp"
 
 namespace mgt {

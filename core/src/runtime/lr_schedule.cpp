@@ -1,4 +1,4 @@
-#include "lr_schedule.hpp"
+#include "runtime/lr_schedule.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "tensorboard.hpp"
+#include "observers/tensorboard.hpp"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <system_error>
 
-#include "host_name.hpp"
+#include "runtime/host_name.hpp"
 #include "mgtrain/error.hpp"
 
 namespace mgt {

@@ -1,4 +1,4 @@
-#include "trainer.hpp"
+#include "runtime/trainer.hpp"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -17,23 +17,23 @@
 #include <sstream>
 #include <thread>
 
-#include "checkpoint.hpp"
-#include "core_keys.hpp"
-#include "training_device.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "runtime/core_keys.hpp"
+#include "device/training_device.hpp"
 #include "datasets/sharded_reader.hpp"
-#include "evaluate.hpp"
-#include "fault_injection.hpp"
-#include "json_line.hpp"
-#include "lr_schedule.hpp"
-#include "mpi_communicator.hpp"
+#include "runtime/evaluate.hpp"
+#include "testing/fault_injection.hpp"
+#include "io/json_line.hpp"
+#include "runtime/lr_schedule.hpp"
+#include "comm/mpi_communicator.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/pointwise.hpp"
 #include "mgtrain/layers.hpp"
 #include "mgtrain/rng.hpp"
 #include "mgtrain/version.hpp"
 #include "observers/observer.hpp"
-#include "plugin_loader.hpp"
-#include "stop_signal.hpp"
+#include "loader/plugin_loader.hpp"
+#include "runtime/stop_signal.hpp"
 
 namespace mgt {
 

@@ -1,4 +1,4 @@
-#include "staged_communicator.hpp"
+#include "comm/staged_communicator.hpp"
 
 #include <cstdlib>
 #include <vector>

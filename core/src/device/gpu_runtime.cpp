@@ -1,4 +1,4 @@
-#include "gpu_runtime.hpp"
+#include "device/gpu_runtime.hpp"
 
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>

@@ -1,4 +1,4 @@
-#include "sha256.hpp"
+#include "tools/sha256.hpp"
 
 #include <openssl/evp.h>
 

@@ -1,4 +1,4 @@
-#include "mpi_communicator.hpp"
+#include "comm/mpi_communicator.hpp"
 
 #include <mpi.h>
 #include <sched.h>

@@ -1,4 +1,4 @@
-#include "compiled_step.hpp"
+#include "device/compiled_step.hpp"
 
 #include <atomic>
 #include <cstdio>

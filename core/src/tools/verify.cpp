@@ -1,4 +1,4 @@
-#include "verify.hpp"
+#include "tools/verify.hpp"
 
 #include <unistd.h>
 
@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <ostream>
 
-#include "checkpoint.hpp"
-#include "mpi_communicator.hpp"
-#include "sha256.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "tools/sha256.hpp"
 
 namespace mgt {
 

@@ -3,6 +3,7 @@
 
 #include <zlib.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -11,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
-#include <unistd.h>
 
 #include "datasets/hdf5_format.hpp"
 #include "datasets/hdf5_util.hpp"
@@ -83,8 +83,7 @@ class SampleFileWriter {
     tmp_ = (p.parent_path() / name).string();
     h5::silence_errors();
     file_ = h5::file(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-    if (!file_)
-      throw IoError("output file '" + out + "' could not be created (" + tmp_ + "): " + h5::error_text());
+    if (!file_) throw IoError("output file '" + out + "' could not be created (" + tmp_ + "): " + h5::error_text());
 
     std::vector<hsize_t> dims{static_cast<hsize_t>(n)}, chunk{static_cast<hsize_t>(pick_chunk_rows(chunk_rows, n))};
     for (int64_t d : sample_shape) {
@@ -94,8 +93,8 @@ class SampleFileWriter {
     h5::Id xs = h5::space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
     h5::Id xp = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
     H5Pset_chunk(xp.get(), static_cast<int>(chunk.size()), chunk.data());
-    x_ = h5::dataset(H5Dcreate2(file_.get(), "/x", u8 ? H5T_STD_U8LE : H5T_IEEE_F32LE, xs.get(),
-                                H5P_DEFAULT, xp.get(), H5P_DEFAULT));
+    x_ = h5::dataset(H5Dcreate2(file_.get(), "/x", u8 ? H5T_STD_U8LE : H5T_IEEE_F32LE, xs.get(), H5P_DEFAULT, xp.get(),
+                                H5P_DEFAULT));
     const hsize_t yn = static_cast<hsize_t>(n), ychunk = std::min<hsize_t>(yn, 4096);
     h5::Id ys = h5::space(H5Screate_simple(1, &yn, nullptr));
     h5::Id yp = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
@@ -129,8 +128,8 @@ class SampleFileWriter {
     H5Sselect_hyperslab(file_space_.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
     // Same rank as the file: HDF5 then maps whole hyperslabs to chunks instead of every element.
     h5::Id ms = h5::space(H5Screate_simple(static_cast<int>(rank_), count.data(), nullptr));
-    if (H5Dwrite(x_.get(), u8_ ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, ms.get(), file_space_.get(),
-                 H5P_DEFAULT, data) < 0)
+    if (H5Dwrite(x_.get(), u8_ ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, ms.get(), file_space_.get(), H5P_DEFAULT, data) <
+        0)
       fail("writing rows " + std::to_string(row0) + ".." + std::to_string(row0 + rows - 1) + " of /x");
   }
 
@@ -142,8 +141,8 @@ class SampleFileWriter {
     h5::Id space = h5::space(H5Screate_simple(1, &n, nullptr));
     h5::Id plist = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
     H5Pset_chunk(plist.get(), 1, &chunk);
-    h5::Id crc = h5::dataset(H5Dcreate2(file_.get(), kRowChecksums, H5T_STD_U32LE, space.get(), H5P_DEFAULT,
-                                        plist.get(), H5P_DEFAULT));
+    h5::Id crc = h5::dataset(
+        H5Dcreate2(file_.get(), kRowChecksums, H5T_STD_U32LE, space.get(), H5P_DEFAULT, plist.get(), H5P_DEFAULT));
     if (!crc || H5Dwrite(crc.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, row_crc_.data()) < 0)
       fail(std::string("writing /") + kRowChecksums);
     h5::write_attr_strings(crc.get(), "datasets", {"x", "y"});
@@ -160,7 +159,8 @@ class SampleFileWriter {
     file_.reset();
     std::error_code ec;
     std::filesystem::rename(tmp_, out_, ec);
-    if (ec) throw IoError("output file '" + out_ + "' could not be written (rename from " + tmp_ + "): " + ec.message());
+    if (ec)
+      throw IoError("output file '" + out_ + "' could not be written (rename from " + tmp_ + "): " + ec.message());
     committed_ = true;
   }
 
@@ -257,17 +257,18 @@ void convert_idx(const std::string& images, const std::string& labels, const std
   std::vector<uint8_t> raw_labels(static_cast<size_t>(n));
   const size_t got_labels = ls.read(raw_labels.data(), raw_labels.size());
   if (static_cast<int64_t>(got_labels) != n)
-    throw DataError("IDX file '" + labels + "' is truncated: header says " + std::to_string(n) +
-                    " labels, found " + std::to_string(got_labels));
+    throw DataError("IDX file '" + labels + "' is truncated: header says " + std::to_string(n) + " labels, found " +
+                    std::to_string(got_labels));
 
   IdxStream is(images);
   const auto dims = is.header(3, "images");
   if (dims[0] != n)
-    throw DataError("IDX file '" + images + "' has " + std::to_string(dims[0]) + " images but labels file '" +
-                    labels + "' has " + std::to_string(n) + " labels; expected the same count");
+    throw DataError("IDX file '" + images + "' has " + std::to_string(dims[0]) + " images but labels file '" + labels +
+                    "' has " + std::to_string(n) + " labels; expected the same count");
   if (n < 1) throw DataError("IDX file '" + images + "' has 0 images, expected at least 1");
   const int64_t h = dims[1], w = dims[2], row_bytes = h * w;
-  if (row_bytes < 1) throw DataError("IDX file '" + images + "' has empty images (" + std::to_string(h) + "x" + std::to_string(w) + ")");
+  if (row_bytes < 1)
+    throw DataError("IDX file '" + images + "' has empty images (" + std::to_string(h) + "x" + std::to_string(w) + ")");
 
   std::vector<int32_t> y(raw_labels.begin(), raw_labels.end());
   int64_t num_classes = 0;
@@ -306,8 +307,8 @@ void convert_idx(const std::string& images, const std::string& labels, const std
   h5::write_attr_int64(writer.root(), "num_classes", num_classes);
   if (!class_names.empty()) h5::write_attr_strings(writer.root(), "class_names", class_names);
   h5::write_attr_string(writer.root(), "source",
-                        "IDX images '" + images + "'" + (is.gzip() ? " (gzip)" : "") + ", labels '" + labels +
-                            "'" + (ls.gzip() ? " (gzip)" : ""));
+                        "IDX images '" + images + "'" + (is.gzip() ? " (gzip)" : "") + ", labels '" + labels + "'" +
+                            (ls.gzip() ? " (gzip)" : ""));
   h5::write_attr_double(writer.x(), "mean", mean);
   h5::write_attr_double(writer.x(), "std", sd);
   writer.commit();
@@ -379,9 +380,11 @@ void convert_csv(const std::string& csv, const std::string& out, int label_colum
         throw DataError(where + ": label column " + std::to_string(label_column) + " is out of range, the file has " +
                         std::to_string(ncols) + " columns");
       if (ncols - 1 != numel)
-        throw DataError(where + " has " + std::to_string(ncols - 1) + " feature columns (plus the label), but sample shape " +
-                        shape_string(sample_shape) + " needs " + std::to_string(numel));
-      const bool numeric = std::all_of(fields.begin(), fields.end(), [&](std::string_view f) { return parse_number(f, v); });
+        throw DataError(where + " has " + std::to_string(ncols - 1) +
+                        " feature columns (plus the label), but sample shape " + shape_string(sample_shape) +
+                        " needs " + std::to_string(numel));
+      const bool numeric =
+          std::all_of(fields.begin(), fields.end(), [&](std::string_view f) { return parse_number(f, v); });
       if (!numeric) {
         header = true;
         continue;

@@ -33,7 +33,7 @@ void convert_idx(const std::string& images, const std::string& labels, const std
 // Features are stored as uint8 when every value is an integer in [0, 255] (so the reader scales
 // them by 1/255 like image pixels), as float32 otherwise. mean and std attributes are written as
 // for IDX (over the scaled values for uint8). Throws DataError naming the file and line.
-void convert_csv(const std::string& csv, const std::string& out, int label_column,
-                 const Shape& sample_shape, int64_t chunk_rows = 0);
+void convert_csv(const std::string& csv, const std::string& out, int label_column, const Shape& sample_shape,
+                 int64_t chunk_rows = 0);
 
 }  // namespace mgt::data

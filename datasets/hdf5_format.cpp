@@ -41,12 +41,10 @@ void check_file(const std::string& path) {
   if (!probe) throw DataError(file_prefix(path) + " is not readable: " + std::strerror(errno));
   char first = 0;
   if (!probe.read(&first, 1)) throw DataError(file_prefix(path) + " is empty, expected an HDF5 file");
-  if (H5Fis_hdf5(path.c_str()) <= 0)
-    throw DataError(file_prefix(path) + " is not an HDF5 file (no HDF5 signature)");
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw DataError(file_prefix(path) + " is not an HDF5 file (no HDF5 signature)");
 }
 
-h5::Id open_dataset(hid_t file, const std::string& path, const std::string& name, const char* role,
-                    hid_t dapl) {
+h5::Id open_dataset(hid_t file, const std::string& path, const std::string& name, const char* role, hid_t dapl) {
   const std::string obj = h5::object_path(name);
   if (H5Lexists(file, obj.c_str(), H5P_DEFAULT) <= 0)
     throw DataError(where(path, name) + " does not exist (expected the " + role + ")");
@@ -78,8 +76,7 @@ void require_labels_stored(hid_t y, int64_t n, const std::string& what) {
     const hsize_t stored = H5Dget_storage_size(y);
     if (stored != static_cast<hsize_t>(n) * label_bytes)
       throw DataError(what + " stores " + std::to_string(stored) + " bytes, expected " +
-                      std::to_string(static_cast<hsize_t>(n) * label_bytes) + " for " +
-                      std::to_string(n) + " labels");
+                      std::to_string(static_cast<hsize_t>(n) * label_bytes) + " for " + std::to_string(n) + " labels");
     return;
   }
   if (layout != H5D_CHUNKED) return;
@@ -92,8 +89,7 @@ void require_labels_stored(hid_t y, int64_t n, const std::string& what) {
   h5::Id space = h5::space(H5Dget_space(y));
   const hsize_t expected = (static_cast<hsize_t>(n) + chunk - 1) / chunk;
   hsize_t listed = 0;
-  if (H5Dget_num_chunks(y, space.get(), &listed) < 0)
-    throw DataError(what + " could not be read: " + h5::error_text());
+  if (H5Dget_num_chunks(y, space.get(), &listed) < 0) throw DataError(what + " could not be read: " + h5::error_text());
   if (listed < expected)
     throw DataError(what + " stores " + std::to_string(listed) + " of its " + std::to_string(expected) +
                     " chunks (created but never all written)");
@@ -110,8 +106,8 @@ void require_labels_stored(hid_t y, int64_t n, const std::string& what) {
       throw DataError(what + " has no stored chunk for rows from " + std::to_string(row) +
                       " (created but never written)");
     if (!filtered && size != chunk * label_bytes)
-      throw DataError(what + " stores " + std::to_string(size) + " bytes for the chunk at row " +
-                      std::to_string(row) + ", expected " + std::to_string(chunk * label_bytes));
+      throw DataError(what + " stores " + std::to_string(size) + " bytes for the chunk at row " + std::to_string(row) +
+                      ", expected " + std::to_string(chunk * label_bytes));
   }
 }
 
@@ -139,8 +135,8 @@ void for_each_label_block(hid_t y, int64_t n, const std::string& what, F&& f) {
 namespace h5 {
 
 // Opens /row_crc32 when it covers this x and y; it must then be [N] of an unsigned 32-bit type.
-void open_row_checksums(Opened& o, const std::string& path, const std::string& x_name,
-                        const std::string& y_name, DatasetInfo& info) {
+void open_row_checksums(Opened& o, const std::string& path, const std::string& x_name, const std::string& y_name,
+                        DatasetInfo& info) {
   const std::string obj = object_path(kRowChecksums);
   if (H5Lexists(o.file.get(), obj.c_str(), H5P_DEFAULT) <= 0) return;
   Id crc = dataset(H5Dopen2(o.file.get(), obj.c_str(), H5P_DEFAULT));
@@ -160,8 +156,8 @@ void open_row_checksums(Opened& o, const std::string& path, const std::string& x
   info.row_checksums = true;
 }
 
-Opened open_validated(const std::string& path, const std::string& x_name, const std::string& y_name,
-                      DatasetInfo& info, hid_t x_dapl) {
+Opened open_validated(const std::string& path, const std::string& x_name, const std::string& y_name, DatasetInfo& info,
+                      hid_t x_dapl) {
   silence_errors();
   check_file(path);
   Opened o;
@@ -244,8 +240,8 @@ Opened open_validated(const std::string& path, const std::string& x_name, const 
     if ((have_nc = read_attr_int64(h, "num_classes", nc))) break;
   if (have_nc) {
     if (nc < 1 || nc > kMaxClasses)
-      throw DataError(file_prefix(path) + ": attribute 'num_classes' is " + std::to_string(nc) +
-                      ", expected 1 to " + std::to_string(kMaxClasses));
+      throw DataError(file_prefix(path) + ": attribute 'num_classes' is " + std::to_string(nc) + ", expected 1 to " +
+                      std::to_string(kMaxClasses));
     info.num_classes = nc;
   } else if (!info.class_names.empty()) {
     info.num_classes = static_cast<int64_t>(info.class_names.size());
@@ -261,17 +257,16 @@ Opened open_validated(const std::string& path, const std::string& x_name, const 
                            }
                          });
     if (lo < 0)
-      throw DataError(where(path, y_name) + " row " + std::to_string(lo_row) + " has label " +
-                      std::to_string(lo) + ", expected a class index >= 0");
+      throw DataError(where(path, y_name) + " row " + std::to_string(lo_row) + " has label " + std::to_string(lo) +
+                      ", expected a class index >= 0");
     if (hi >= kMaxClasses)
-      throw DataError(where(path, y_name) + " has label " + std::to_string(hi) +
-                      ", expected a class index below " + std::to_string(kMaxClasses));
+      throw DataError(where(path, y_name) + " has label " + std::to_string(hi) + ", expected a class index below " +
+                      std::to_string(kMaxClasses));
     info.num_classes = int64_t{hi} + 1;
   }
   if (!info.class_names.empty() && static_cast<int64_t>(info.class_names.size()) != info.num_classes)
-    throw DataError(file_prefix(path) + ": attribute 'class_names' has " +
-                    std::to_string(info.class_names.size()) + " names, expected " +
-                    std::to_string(info.num_classes) + " (num_classes)");
+    throw DataError(file_prefix(path) + ": attribute 'class_names' has " + std::to_string(info.class_names.size()) +
+                    " names, expected " + std::to_string(info.num_classes) + " (num_classes)");
 
   open_row_checksums(o, path, x_name, y_name, info);
 
@@ -280,8 +275,8 @@ Opened open_validated(const std::string& path, const std::string& x_name, const 
   const bool has_sd = find_double("std", sd);
   if (has_mean && has_sd) {
     if (!(sd > 0) || !std::isfinite(sd) || !std::isfinite(mean))
-      throw DataError(file_prefix(path) + ": attributes mean = " + std::to_string(mean) + ", std = " +
-                      std::to_string(sd) + ", expected finite values with std > 0");
+      throw DataError(file_prefix(path) + ": attributes mean = " + std::to_string(mean) +
+                      ", std = " + std::to_string(sd) + ", expected finite values with std > 0");
     info.normalized_attrs = true;
     info.mean = static_cast<float>(mean);
     info.stddev = static_cast<float>(sd);
@@ -298,8 +293,7 @@ uint32_t row_crc32_label(uint32_t crc_of_row, int32_t label) {
   return static_cast<uint32_t>(crc32(crc_of_row, le, 4));
 }
 
-DatasetInfo open_dataset_info(const std::string& path, const std::string& x_name,
-                              const std::string& y_name) {
+DatasetInfo open_dataset_info(const std::string& path, const std::string& x_name, const std::string& y_name) {
   std::lock_guard lock(hdf5_mutex());
   DatasetInfo info;
   h5::open_validated(path, x_name, y_name, info);
@@ -334,8 +328,8 @@ std::string filters_of(hid_t dset) {
     unsigned flags = 0, cd[8] = {0};
     size_t ncd = 8;
     char name[64] = {0};
-    const H5Z_filter_t f = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd, cd,
-                                          sizeof(name), name, nullptr);
+    const H5Z_filter_t f =
+        H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd, cd, sizeof(name), name, nullptr);
     if (!out.empty()) out += ", ";
     out += f == H5Z_FILTER_DEFLATE && ncd > 0 ? "deflate level " + std::to_string(cd[0]) : std::string(name);
   }
@@ -351,9 +345,12 @@ std::string layout_of(hid_t dset) {
       H5Pget_chunk(dcpl.get(), static_cast<int>(c.size()), c.data());
       return "chunks " + shape_string(Shape(c.begin(), c.end())) + ", " + filters_of(dset);
     }
-    case H5D_CONTIGUOUS: return "contiguous (not chunked)";
-    case H5D_COMPACT: return "compact";
-    default: return "virtual or unknown layout";
+    case H5D_CONTIGUOUS:
+      return "contiguous (not chunked)";
+    case H5D_COMPACT:
+      return "compact";
+    default:
+      return "virtual or unknown layout";
   }
 }
 
@@ -379,10 +376,14 @@ std::vector<std::string> attrs_of(hid_t obj) {
 std::string human_bytes(uintmax_t b) {
   std::ostringstream o;
   o << std::fixed << std::setprecision(1);
-  if (b >= (1u << 30)) o << static_cast<double>(b) / (1u << 30) << " GiB";
-  else if (b >= (1u << 20)) o << static_cast<double>(b) / (1u << 20) << " MiB";
-  else if (b >= (1u << 10)) o << static_cast<double>(b) / (1u << 10) << " KiB";
-  else o << b << " bytes";
+  if (b >= (1u << 30))
+    o << static_cast<double>(b) / (1u << 30) << " GiB";
+  else if (b >= (1u << 20))
+    o << static_cast<double>(b) / (1u << 20) << " MiB";
+  else if (b >= (1u << 10))
+    o << static_cast<double>(b) / (1u << 10) << " KiB";
+  else
+    o << b << " bytes";
   return o.str();
 }
 
@@ -404,15 +405,15 @@ std::string inspect(const std::string& path, const std::string& x_name, const st
   if (!ec) out << " (" << human_bytes(size) << ")";
   out << "\n";
   out << "samples:       " << info.num_samples << "\n";
-  out << "sample shape:  " << shape_of(info.sample_shape) << " (" << shape_numel(info.sample_shape)
-      << " values)\n";
-  out << "x:             '" << h5::object_path(x_name) << "' " << info.x_type << " " << shape_of(full)
-      << ", " << layout_of(o.x.get()) << "\n";
-  out << "y:             '" << h5::object_path(y_name) << "' " << info.y_type << " ["
-      << info.num_samples << "], " << layout_of(o.y.get()) << "\n";
+  out << "sample shape:  " << shape_of(info.sample_shape) << " (" << shape_numel(info.sample_shape) << " values)\n";
+  out << "x:             '" << h5::object_path(x_name) << "' " << info.x_type << " " << shape_of(full) << ", "
+      << layout_of(o.x.get()) << "\n";
+  out << "y:             '" << h5::object_path(y_name) << "' " << info.y_type << " [" << info.num_samples << "], "
+      << layout_of(o.y.get()) << "\n";
   out << "checksums:     "
-      << (info.row_checksums ? std::string("'/") + kRowChecksums + "', CRC-32 per row, verified on every read\n"
-                             : std::string("none (damage to the rows goes unnoticed; `mgtrain data convert` adds them)\n"));
+      << (info.row_checksums
+              ? std::string("'/") + kRowChecksums + "', CRC-32 per row, verified on every read\n"
+              : std::string("none (damage to the rows goes unnoticed; `mgtrain data convert` adds them)\n"));
   if (info.normalized_attrs)
     out << "normalisation: mean " << info.mean << ", std " << info.stddev
         << (info.x_type == "uint8" ? " (of values scaled to [0, 1]; the reader applies x/255 then (x-mean)/std)\n"
@@ -424,15 +425,16 @@ std::string inspect(const std::string& path, const std::string& x_name, const st
   for (const auto& n : info.class_names) width = std::max(width, n.size());
   for (size_t c = 0; c < counts.size(); ++c) {
     out << "  " << std::setw(4) << c << "  ";
-    if (!info.class_names.empty()) out << std::left << std::setw(static_cast<int>(width)) << info.class_names[c] << std::right << "  ";
+    if (!info.class_names.empty())
+      out << std::left << std::setw(static_cast<int>(width)) << info.class_names[c] << std::right << "  ";
     out << std::setw(10) << counts[c] << "  (" << std::fixed << std::setprecision(2)
         << 100.0 * static_cast<double>(counts[c]) / static_cast<double>(info.num_samples) << "%)\n";
     out.unsetf(std::ios::fixed);
     out << std::setprecision(6);
   }
   out << "attributes:\n";
-  const std::pair<std::string, hid_t> owners[] = {{"/", o.file.get()}, {h5::object_path(x_name), o.x.get()},
-                                                   {h5::object_path(y_name), o.y.get()}};
+  const std::pair<std::string, hid_t> owners[] = {
+      {"/", o.file.get()}, {h5::object_path(x_name), o.x.get()}, {h5::object_path(y_name), o.y.get()}};
   for (const auto& [name, obj] : owners) {
     h5::Id g = obj == o.file.get() ? h5::group(H5Gopen2(obj, "/", H5P_DEFAULT)) : h5::Id();
     for (const auto& line : attrs_of(g ? g.get() : obj)) out << "  " << name << ": " << line << "\n";

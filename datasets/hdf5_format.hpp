@@ -29,14 +29,14 @@ struct DatasetInfo {
   std::string path, x_name, y_name;  // names as given ("x"), not "/x"
   Shape sample_shape;                // per sample, e.g. {1, 28, 28}
   int64_t num_samples = 0;
-  std::string x_type;                // "uint8" or "float32"
-  std::string y_type;                // the stored integer type, e.g. "int32"
-  int64_t num_classes = 0;           // attribute num_classes, else max(y) + 1
-  bool normalized_attrs = false;     // mean and std attributes present
-  float mean = 0.0f, stddev = 1.0f;  // over pixels scaled to [0, 1] for uint8 files
+  std::string x_type;                    // "uint8" or "float32"
+  std::string y_type;                    // the stored integer type, e.g. "int32"
+  int64_t num_classes = 0;               // attribute num_classes, else max(y) + 1
+  bool normalized_attrs = false;         // mean and std attributes present
+  float mean = 0.0f, stddev = 1.0f;      // over pixels scaled to [0, 1] for uint8 files
   std::vector<std::string> class_names;  // empty when the file has none
-  Shape x_chunk;                     // chunk dims of x, empty when x is not chunked
-  bool row_checksums = false;        // /row_crc32 covers this x and y
+  Shape x_chunk;                         // chunk dims of x, empty when x is not chunked
+  bool row_checksums = false;            // /row_crc32 covers this x and y
 };
 
 // Opens and validates a data file: it exists and is readable HDF5; x and y exist and are
@@ -53,7 +53,6 @@ std::vector<int64_t> class_counts(const DatasetInfo& info);
 
 // Multi-line, human-readable summary for `mgtrain data inspect`: path, N, sample shape, x type,
 // classes with per-class counts, normalisation, chunking and all attributes.
-std::string inspect(const std::string& path, const std::string& x_name = "x",
-                    const std::string& y_name = "y");
+std::string inspect(const std::string& path, const std::string& x_name = "x", const std::string& y_name = "y");
 
 }  // namespace mgt::data

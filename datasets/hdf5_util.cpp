@@ -47,9 +47,7 @@ std::string error_desc() {
   return e.desc.empty() ? std::string("HDF5 error") : e.desc;
 }
 
-std::string object_path(const std::string& name) {
-  return !name.empty() && name[0] == '/' ? name : "/" + name;
-}
+std::string object_path(const std::string& name) { return !name.empty() && name[0] == '/' ? name : "/" + name; }
 
 std::string type_name(hid_t t) {
   switch (H5Tget_class(t)) {
@@ -57,17 +55,28 @@ std::string type_name(hid_t t) {
       const bool is_signed = H5Tget_sign(t) == H5T_SGN_2;
       return std::string(is_signed ? "int" : "uint") + std::to_string(8 * H5Tget_size(t));
     }
-    case H5T_FLOAT: return "float" + std::to_string(8 * H5Tget_size(t));
-    case H5T_STRING: return "string";
-    case H5T_COMPOUND: return "compound";
-    case H5T_ENUM: return "enum";
-    case H5T_ARRAY: return "array";
-    case H5T_VLEN: return "vlen";
-    case H5T_BITFIELD: return "bitfield";
-    case H5T_OPAQUE: return "opaque";
-    case H5T_REFERENCE: return "reference";
-    case H5T_TIME: return "time";
-    default: return "unknown";
+    case H5T_FLOAT:
+      return "float" + std::to_string(8 * H5Tget_size(t));
+    case H5T_STRING:
+      return "string";
+    case H5T_COMPOUND:
+      return "compound";
+    case H5T_ENUM:
+      return "enum";
+    case H5T_ARRAY:
+      return "array";
+    case H5T_VLEN:
+      return "vlen";
+    case H5T_BITFIELD:
+      return "bitfield";
+    case H5T_OPAQUE:
+      return "opaque";
+    case H5T_REFERENCE:
+      return "reference";
+    case H5T_TIME:
+      return "time";
+    default:
+      return "unknown";
   }
 }
 
@@ -94,8 +103,7 @@ Shape dims_of(hid_t space) {
 
 Id utf8_string_type() {
   Id t = type(H5Tcopy(H5T_C_S1));
-  if (t && (H5Tset_size(t.get(), H5T_VARIABLE) < 0 || H5Tset_cset(t.get(), H5T_CSET_UTF8) < 0))
-    t.reset();
+  if (t && (H5Tset_size(t.get(), H5T_VARIABLE) < 0 || H5Tset_cset(t.get(), H5T_CSET_UTF8) < 0)) t.reset();
   return t;
 }
 
@@ -170,8 +178,7 @@ bool read_attr_double(hid_t obj, const char* name, double& value) {
   Id a = attr(H5Aopen(obj, name, H5P_DEFAULT));
   Id t = type(H5Aget_type(a.get()));
   const auto cls = H5Tget_class(t.get());
-  if ((cls != H5T_FLOAT && cls != H5T_INTEGER) || !plain_number(t.get()) || attr_points(a.get()) != 1)
-    return false;
+  if ((cls != H5T_FLOAT && cls != H5T_INTEGER) || !plain_number(t.get()) || attr_points(a.get()) != 1) return false;
   return H5Aread(a.get(), H5T_NATIVE_DOUBLE, &value) >= 0;
 }
 

@@ -118,7 +118,7 @@ struct Opened {
   Id file, x, y;
   Id row_crc;  // the row checksums of x and y, when the file has them (info.row_checksums)
 };
-Opened open_validated(const std::string& path, const std::string& x_name, const std::string& y_name,
-                      DatasetInfo& info, hid_t x_dapl = H5P_DEFAULT);
+Opened open_validated(const std::string& path, const std::string& x_name, const std::string& y_name, DatasetInfo& info,
+                      hid_t x_dapl = H5P_DEFAULT);
 
 }  // namespace mgt::data::h5

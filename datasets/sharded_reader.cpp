@@ -2,10 +2,10 @@
 #include "datasets/sharded_reader.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -40,7 +40,7 @@ size_t chunk_cache_slots(size_t cache_bytes, size_t chunk_bytes) {
 
 struct ShardedReader::Impl {
   struct Slot {
-    Tensor x;  // local_batch * numel floats, allocated once (a view of `memory` when it is set)
+    Tensor x;                      // local_batch * numel floats, allocated once (a view of `memory` when it is set)
     std::shared_ptr<void> memory;  // from ReaderOptions::allocate_slot
     std::vector<int32_t> y;
     int64_t rows = 0, epoch = 0, batch = 0;
@@ -64,8 +64,8 @@ struct ShardedReader::Impl {
 
   // Owned by the prefetch thread while it runs.
   std::vector<Slot> slots;
-  std::vector<unsigned char> raw;                   // local * numel * (1 or 4) bytes, file order
-  std::vector<std::pair<int64_t, int64_t>> order;   // (file row, position in batch), sorted by row
+  std::vector<unsigned char> raw;                  // local * numel * (1 or 4) bytes, file order
+  std::vector<std::pair<int64_t, int64_t>> order;  // (file row, position in batch), sorted by row
   std::vector<hsize_t> ycoords;
   std::vector<int32_t> yraw;
   std::vector<uint32_t> crcraw;  // the rows' stored checksums, when the file has them
@@ -135,10 +135,10 @@ struct ShardedReader::Impl {
   }
 
   std::string rows_error(int64_t lo, int64_t hi, int64_t epoch, int64_t batch, const std::string& dataset) {
-    const std::string rows = lo == hi ? "row " + std::to_string(lo) : "rows " + std::to_string(lo) + ".." + std::to_string(hi);
-    return "data file '" + opt.path + "': reading " + rows +
-           " of dataset '" + h5::object_path(dataset) + "' failed (epoch " + std::to_string(epoch) + ", batch " +
-           std::to_string(batch) + "): " + h5::error_text();
+    const std::string rows =
+        lo == hi ? "row " + std::to_string(lo) : "rows " + std::to_string(lo) + ".." + std::to_string(hi);
+    return "data file '" + opt.path + "': reading " + rows + " of dataset '" + h5::object_path(dataset) +
+           "' failed (epoch " + std::to_string(epoch) + ", batch " + std::to_string(batch) + "): " + h5::error_text();
   }
 
   void fill(Slot& s, int64_t epoch, int64_t batch) {
@@ -169,7 +169,8 @@ struct ShardedReader::Impl {
       const auto [row, pos] = order[static_cast<size_t>(j)];
       float* dst = s.x.data() + pos * numel;
       const unsigned char* src = raw.data() + static_cast<size_t>(j * numel) * elem;
-      if (info.row_checksums) verify_row(row, src, numel * elem, yraw[static_cast<size_t>(j)], crcraw[static_cast<size_t>(j)], epoch, batch);
+      if (info.row_checksums)
+        verify_row(row, src, numel * elem, yraw[static_cast<size_t>(j)], crcraw[static_cast<size_t>(j)], epoch, batch);
       if (u8) {
         for (int64_t i = 0; i < numel; ++i) dst[i] = lut[src[i]];
       } else {
@@ -185,17 +186,16 @@ struct ShardedReader::Impl {
     }
   }
 
-  void verify_row(int64_t row, const unsigned char* bytes, int64_t size, int32_t label, uint32_t stored,
-                  int64_t epoch, int64_t batch) {
-    const uint32_t computed =
-        row_crc32_label(static_cast<uint32_t>(crc32(0, bytes, static_cast<uInt>(size))), label);
+  void verify_row(int64_t row, const unsigned char* bytes, int64_t size, int32_t label, uint32_t stored, int64_t epoch,
+                  int64_t batch) {
+    const uint32_t computed = row_crc32_label(static_cast<uint32_t>(crc32(0, bytes, static_cast<uInt>(size))), label);
     if (computed == stored) return;
     char sums[64];
     std::snprintf(sums, sizeof sums, "stored 0x%08x, computed 0x%08x", stored, computed);
-    throw DataError("data file '" + opt.path + "': row " + std::to_string(row) + " of '" +
-                    h5::object_path(opt.x_name) + "' and '" + h5::object_path(opt.y_name) +
-                    "' fails its checksum (" + sums + "; epoch " + std::to_string(epoch) + ", batch " +
-                    std::to_string(batch) + "): the file is damaged, convert or copy it again");
+    throw DataError("data file '" + opt.path + "': row " + std::to_string(row) + " of '" + h5::object_path(opt.x_name) +
+                    "' and '" + h5::object_path(opt.y_name) + "' fails its checksum (" + sums + "; epoch " +
+                    std::to_string(epoch) + ", batch " + std::to_string(batch) +
+                    "): the file is damaged, convert or copy it again");
   }
 
   // The whole file into all_x, all_y and all_crc, each dataset in one read.
@@ -205,7 +205,8 @@ struct ShardedReader::Impl {
     all_x.resize(static_cast<size_t>(n * numel) * (u8 ? 1 : 4));
     all_y.resize(static_cast<size_t>(n));
     all_crc.resize(info.row_checksums ? static_cast<size_t>(n) : 0);
-    if (H5Dread(file.x.get(), u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, all_x.data()) < 0)
+    if (H5Dread(file.x.get(), u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, all_x.data()) <
+        0)
       throw DataError(rows_error(0, n - 1, 0, 0, opt.x_name) + " (data.in_memory)");
     if (H5Dread(file.y.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, all_y.data()) < 0)
       throw DataError(rows_error(0, n - 1, 0, 0, opt.y_name) + " (data.in_memory)");
@@ -261,7 +262,8 @@ struct ShardedReader::Impl {
         throw DataError(rows_error(first, last, epoch, batch, opt.x_name));
     }
     // Labels: one point selection of the same rows.
-    for (int64_t j = 0; j < rows; ++j) ycoords[static_cast<size_t>(j)] = static_cast<hsize_t>(order[static_cast<size_t>(j)].first);
+    for (int64_t j = 0; j < rows; ++j)
+      ycoords[static_cast<size_t>(j)] = static_cast<hsize_t>(order[static_cast<size_t>(j)].first);
     const hsize_t mstart = 0, mcount = static_cast<hsize_t>(rows);
     if (H5Sselect_elements(y_fspace.get(), H5S_SELECT_SET, static_cast<size_t>(rows), ycoords.data()) < 0 ||
         H5Sselect_hyperslab(y_mspace.get(), H5S_SELECT_SET, &mstart, nullptr, &mcount, nullptr) < 0 ||
@@ -292,8 +294,8 @@ void ShardedReader::init(const ReaderOptions& options) {
   if (o.global_batch < 1)
     throw ConfigError("train.global_batch = " + std::to_string(o.global_batch) + " is invalid, expected at least 1");
   if (o.global_batch % o.world != 0)
-    throw ConfigError("train.global_batch = " + std::to_string(o.global_batch) + " is not divisible by the world size " +
-                      std::to_string(o.world));
+    throw ConfigError("train.global_batch = " + std::to_string(o.global_batch) +
+                      " is not divisible by the world size " + std::to_string(o.world));
   if (o.prefetch_depth < 1)
     throw ConfigError("data.prefetch_depth = " + std::to_string(o.prefetch_depth) + " is invalid, expected at least 1");
 
@@ -305,7 +307,8 @@ void ShardedReader::init(const ReaderOptions& options) {
     { h5::Opened p = h5::open_validated(o.path, o.x_name, o.y_name, probe); }
     const int64_t numel = shape_numel(probe.sample_shape);
     const size_t elem = probe.x_type == "uint8" ? 1 : 4;
-    const size_t chunk_bytes = probe.x_chunk.empty() ? numel * elem : static_cast<size_t>(shape_numel(probe.x_chunk)) * elem;
+    const size_t chunk_bytes =
+        probe.x_chunk.empty() ? numel * elem : static_cast<size_t>(shape_numel(probe.x_chunk)) * elem;
     h5::Id dapl = h5::plist(H5Pcreate(H5P_DATASET_ACCESS));
     H5Pset_chunk_cache(dapl.get(), chunk_cache_slots(o.chunk_cache_bytes, chunk_bytes), o.chunk_cache_bytes, 0.75);
     d.file = h5::open_validated(o.path, o.x_name, o.y_name, d.info, dapl.get());
@@ -322,8 +325,8 @@ void ShardedReader::init(const ReaderOptions& options) {
   d.numel = shape_numel(d.info.sample_shape);
   d.local = o.global_batch / o.world;
   if (o.drop_last && d.n < o.global_batch)
-    throw DataError("data file '" + o.path + "' has " + std::to_string(d.n) + " samples, fewer than one global batch of " +
-                    std::to_string(o.global_batch));
+    throw DataError("data file '" + o.path + "' has " + std::to_string(d.n) +
+                    " samples, fewer than one global batch of " + std::to_string(o.global_batch));
   d.bpe = o.drop_last ? d.n / o.global_batch : (d.n + o.global_batch - 1) / o.global_batch;
   d.u8 = d.info.x_type == "uint8";
   if (d.info.normalized_attrs) {
@@ -376,7 +379,8 @@ void ShardedReader::start(int64_t epoch, int64_t batch_in_epoch) {
   Impl& d = *impl_;
   if (epoch < 0 || batch_in_epoch < 0 || batch_in_epoch > d.bpe)
     throw DataError("data file '" + d.opt.path + "': cannot start at epoch " + std::to_string(epoch) + ", batch " +
-                    std::to_string(batch_in_epoch) + "; expected epoch >= 0 and 0 <= batch <= " + std::to_string(d.bpe));
+                    std::to_string(batch_in_epoch) +
+                    "; expected epoch >= 0 and 0 <= batch <= " + std::to_string(d.bpe));
   if (batch_in_epoch == d.bpe) {
     batch_in_epoch = 0;
     ++epoch;

@@ -35,7 +35,7 @@ struct ReaderOptions {
   uint64_t seed = 0;
   bool shuffle = true;
   bool drop_last = true;
-  int prefetch_depth = 3;              // batches kept ready ahead of the one the caller holds
+  int prefetch_depth = 3;                // batches kept ready ahead of the one the caller holds
   size_t chunk_cache_bytes = 64u << 20;  // HDF5 chunk cache of x (H5Pset_chunk_cache)
   ReadMode read_mode = ReadMode::Runs;
   // Reads the whole file into memory once (data.in_memory) and takes each batch's rows from there:
@@ -48,9 +48,9 @@ struct ReaderOptions {
 };
 
 struct Batch {
-  Tensor x;               // VIEW of a prefetch slot: [rows, sample_shape...], float32, normalised
+  Tensor x;                    // VIEW of a prefetch slot: [rows, sample_shape...], float32, normalised
   const int32_t* y = nullptr;  // rows labels, in the same order
-  int64_t rows = 0;       // local_batch(), fewer (possibly 0) only in the last batch without drop_last
+  int64_t rows = 0;            // local_batch(), fewer (possibly 0) only in the last batch without drop_last
   int64_t epoch = 0;
   int64_t batch_in_epoch = 0;
   int64_t first_sample = 0;  // position of this rank's first row within the global batch (rank*local_batch)

@@ -69,15 +69,13 @@ class Backend : public Ops {
   // which throws when the communication has failed (NCCL's asynchronous error), so such a
   // failure need not wait out the deadline. Nothing is allocated unless it gives up.
   virtual void mark_done(int slot) = 0;
-  virtual void wait_done(int slot, double timeout_s, int64_t step,
-                         const std::function<void()>& check_peers = {}) = 0;
+  virtual void wait_done(int slot, double timeout_s, int64_t step, const std::function<void()>& check_peers = {}) = 0;
 
   // Softmax cross-entropy of one micro-batch: writes grad = (softmax - onehot) * grad_scale, adds
   // the rows' loss sum to *loss_sum and their count of correct arg-maxes to *correct. row_loss is
   // scratch of `rows` doubles.
-  virtual void softmax_xent(const float* logits, const int32_t* labels, float* grad, double* row_loss,
-                            int64_t rows, int64_t classes, float grad_scale, double* loss_sum,
-                            int64_t* correct) = 0;
+  virtual void softmax_xent(const float* logits, const int32_t* labels, float* grad, double* row_loss, int64_t rows,
+                            int64_t classes, float grad_scale, double* loss_sum, int64_t* correct) = 0;
   // *flag = 1 when any element is NaN or Inf (never cleared here).
   virtual void flag_nonfinite(const float* x, size_t n, int32_t* flag) = 0;
   // The optimizer's update on this backend; throws CudaError naming the update when a GPU's

@@ -46,9 +46,12 @@ class CpuConv final : public ConvOp {
 class CpuConvBf16 final : public ConvOp {
  public:
   CpuConvBf16(const Conv2dShape& shape, int64_t batch)
-      : shape_(shape), batch_(batch), in_(size(batch * shape.in_channels * shape.height * shape.width)),
+      : shape_(shape),
+        batch_(batch),
+        in_(size(batch * shape.in_channels * shape.height * shape.width)),
         out_(size(batch * shape.out_channels * shape.out_height() * shape.out_width())),
-        w_(size(shape.out_channels * shape.in_channels * shape.kernel * shape.kernel)), dw_(w_.size()) {}
+        w_(size(shape.out_channels * shape.in_channels * shape.kernel * shape.kernel)),
+        dw_(w_.size()) {}
   void forward(const float* x, const float* w, const float* bias, float* y) override {
     round_to_bf16(x, in_.data(), in_.size());
     round_to_bf16(w, w_.data(), w_.size());
@@ -96,7 +99,11 @@ class CpuConvBf16 final : public ConvOp {
 class CpuMaxPool final : public MaxPoolOp {
  public:
   CpuMaxPool(int64_t planes, int64_t h, int64_t w, int64_t kernel, int64_t stride)
-      : planes_(planes), h_(h), w_(w), kernel_(kernel), stride_(stride),
+      : planes_(planes),
+        h_(h),
+        w_(w),
+        kernel_(kernel),
+        stride_(stride),
         argmax_(static_cast<size_t>(planes * ((h - kernel) / stride + 1) * ((w - kernel) / stride + 1))) {}
   void forward(const float* x, float* y) override {
     max_pool2d_forward(x, y, argmax_.data(), planes_, h_, w_, kernel_, stride_);
@@ -148,8 +155,8 @@ class CpuBackend final : public Backend {
   void mark_done(int) override {}
   void wait_done(int, double, int64_t, const std::function<void()>&) override {}
 
-  void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
+  void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+            const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
     sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
   void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
@@ -191,8 +198,8 @@ class CpuBackend final : public Backend {
                                            int64_t kernel, int64_t stride) override {
     return std::make_unique<CpuMaxPool>(batch * channels, height, width, kernel, stride);
   }
-  void softmax_xent(const float* logits, const int32_t* labels, float* grad, double*, int64_t rows,
-                    int64_t classes, float grad_scale, double* loss_sum, int64_t* correct) override {
+  void softmax_xent(const float* logits, const int32_t* labels, float* grad, double*, int64_t rows, int64_t classes,
+                    float grad_scale, double* loss_sum, int64_t* correct) override {
     *loss_sum += softmax_cross_entropy(logits, labels, grad, rows, classes, grad_scale);
     *correct += count_correct(logits, labels, rows, classes);
   }
@@ -203,6 +210,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<UpdateOp> make_update(const ElementwiseUpdate& update) override {
     return std::make_unique<CpuUpdate>(update);
   }
+
  private:
   const int64_t no_step_ = 0;
   const int64_t* step_ = &no_step_;

@@ -20,9 +20,9 @@ struct GpuSample {
 };
 
 struct GpuDeviceInfo {
-  int index = -1;          // as CUDA_VISIBLE_DEVICES numbers them
-  std::string name;        // "NVIDIA H200"
-  std::string pci_bus_id;  // 00000000:1A:00.0
+  int index = -1;                    // as CUDA_VISIBLE_DEVICES numbers them
+  std::string name;                  // "NVIDIA H200"
+  std::string pci_bus_id;            // 00000000:1A:00.0
   double total_mb = 0, free_mb = 0;  // when the runtime opened it
   double used_by_others_mb = -1;     // in use before this process touched it (NVML); -1: unknown
 };

@@ -41,13 +41,13 @@ Config config_from_command_line(const std::string& ini_file, const RunCommandLin
   for (const auto& opt : command_line.parsed->options) {
     if (!opt.unregistered) continue;
     const std::string token = opt.original_tokens.empty() ? opt.string_key : opt.original_tokens[0];
-    throw ConfigError("unexpected argument '" + token +
-                      "'; config overrides are written --section.key=value");
+    throw ConfigError("unexpected argument '" + token + "'; config overrides are written --section.key=value");
   }
   for (const auto& arg : command_line.overrides) {
     const auto eq = arg.find('=');
     if (eq == std::string::npos)
-      throw ConfigError("unexpected argument '" + arg + "'; config overrides are written --section.key=value "
+      throw ConfigError("unexpected argument '" + arg +
+                        "'; config overrides are written --section.key=value "
                         "(--section.key= sets the empty value)");
     config.set(arg.substr(2, eq - 2), arg.substr(eq + 1), "command line");
   }

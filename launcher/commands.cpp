@@ -10,16 +10,16 @@
 #include <iostream>
 #include <sstream>
 
-#include "commands.hpp"
 #include "command_line_config.hpp"
-#include "tools/checkpoint_compare.hpp"
-#include "runtime/core_keys.hpp"
+#include "commands.hpp"
 #include "datasets/convert.hpp"
 #include "datasets/hdf5_format.hpp"
-#include "runtime/evaluate.hpp"
 #include "io/json_line.hpp"
-#include "mgtrain/error.hpp"
 #include "loader/plugin_loader.hpp"
+#include "mgtrain/error.hpp"
+#include "runtime/core_keys.hpp"
+#include "runtime/evaluate.hpp"
+#include "tools/checkpoint_compare.hpp"
 
 namespace po = boost::program_options;
 
@@ -39,14 +39,12 @@ po::variables_map parse(const std::vector<std::string>& args, const po::options_
 }
 
 std::vector<std::string> plugin_paths(const po::variables_map& vm) {
-  return vm.count("plugin-path") ? vm["plugin-path"].as<std::vector<std::string>>()
-                                 : std::vector<std::string>{};
+  return vm.count("plugin-path") ? vm["plugin-path"].as<std::vector<std::string>>() : std::vector<std::string>{};
 }
 
 std::string require(const po::variables_map& vm, const char* name, const char* command) {
   if (!vm.count(name))
-    throw ConfigError(std::string(command) + ": --" + name + " is required (see mgtrain " + command +
-                      " --help)");
+    throw ConfigError(std::string(command) + ": --" + name + " is required (see mgtrain " + command + " --help)");
   return vm[name].as<std::string>();
 }
 
@@ -68,13 +66,11 @@ Shape parse_shape(const std::string& text) {
 
 int run_eval(const std::vector<std::string>& args) {
   po::options_description desc("usage: mgtrain eval --checkpoint FILE --data FILE [options]\noptions");
-  desc.add_options()
-      ("help", "show this help")
-      ("checkpoint", po::value<std::string>(), "checkpoint file (step-<N>.h5)")
-      ("data", po::value<std::string>(), "HDF5 data file to evaluate on")
-      ("batch", po::value<int64_t>()->default_value(1000), "samples per forward pass")
-      ("json", po::bool_switch(), "print one JSON line")
-      ("plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory");
+  desc.add_options()("help", "show this help")("checkpoint", po::value<std::string>(), "checkpoint file (step-<N>.h5)")(
+      "data", po::value<std::string>(), "HDF5 data file to evaluate on")(
+      "batch", po::value<int64_t>()->default_value(1000), "samples per forward pass")("json", po::bool_switch(),
+                                                                                      "print one JSON line")(
+      "plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory");
   const auto vm = parse(args, desc);
   if (vm.count("help")) {
     std::cout << desc << "\n";
@@ -99,8 +95,10 @@ int exec_doctor(char** argv) {
   if (ec) self = argv[0];
   const std::string doctor = (self.parent_path() / "mgtrain-doctor").string();
   execv(doctor.c_str(), argv);
-  std::fprintf(stderr, "mgtrain: error: [rank %d] doctor: cannot run '%s': %s (it is installed next to "
-               "mgtrain)\n", launch_rank(), doctor.c_str(), std::strerror(errno));
+  std::fprintf(stderr,
+               "mgtrain: error: [rank %d] doctor: cannot run '%s': %s (it is installed next to "
+               "mgtrain)\n",
+               launch_rank(), doctor.c_str(), std::strerror(errno));
   return 1;
 }
 
@@ -117,9 +115,9 @@ int run_data(const std::vector<std::string>& args) {
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (sub == "inspect") {
     po::options_description desc("usage: mgtrain data inspect FILE.h5\noptions");
-    desc.add_options()("help", "show this help")("file", po::value<std::string>(), "HDF5 data file")
-        ("x-name", po::value<std::string>()->default_value("x"), "samples dataset")
-        ("y-name", po::value<std::string>()->default_value("y"), "labels dataset");
+    desc.add_options()("help", "show this help")("file", po::value<std::string>(), "HDF5 data file")(
+        "x-name", po::value<std::string>()->default_value("x"), "samples dataset")(
+        "y-name", po::value<std::string>()->default_value("y"), "labels dataset");
     po::positional_options_description positional;
     positional.add("file", 1);
     const auto vm = parse(rest, desc, &positional);
@@ -133,15 +131,13 @@ int run_data(const std::vector<std::string>& args) {
   }
   if (sub == "convert") {
     po::options_description desc("usage: mgtrain data convert (IDX | CSV) --out FILE.h5\noptions");
-    desc.add_options()
-        ("help", "show this help")
-        ("images", po::value<std::string>(), "IDX images file (gzip or plain)")
-        ("labels", po::value<std::string>(), "IDX labels file (gzip or plain)")
-        ("class-names", po::value<std::string>(), "comma-separated class names to store")
-        ("csv", po::value<std::string>(), "CSV file, one sample per row")
-        ("label-column", po::value<int>()->default_value(0), "CSV column holding the label")
-        ("shape", po::value<std::string>(), "CSV sample shape, e.g. 1,28,28 or 784")
-        ("out", po::value<std::string>(), "HDF5 file to write");
+    desc.add_options()("help", "show this help")("images", po::value<std::string>(), "IDX images file (gzip or plain)")(
+        "labels", po::value<std::string>(), "IDX labels file (gzip or plain)")("class-names", po::value<std::string>(),
+                                                                               "comma-separated class names to store")(
+        "csv", po::value<std::string>(), "CSV file, one sample per row")(
+        "label-column", po::value<int>()->default_value(0), "CSV column holding the label")(
+        "shape", po::value<std::string>(), "CSV sample shape, e.g. 1,28,28 or 784")("out", po::value<std::string>(),
+                                                                                    "HDF5 file to write");
     const auto vm = parse(rest, desc);
     if (vm.count("help")) {
       std::cout << desc << "\n";
@@ -158,8 +154,7 @@ int run_data(const std::vector<std::string>& args) {
         std::string item;
         while (std::getline(ss, item, ',')) names.push_back(item);
       }
-      data::convert_idx(require(vm, "images", "data convert"), require(vm, "labels", "data convert"),
-                        out, names);
+      data::convert_idx(require(vm, "images", "data convert"), require(vm, "labels", "data convert"), out, names);
     } else {
       throw ConfigError("data convert: give --images and --labels (IDX) or --csv and --shape (CSV)");
     }
@@ -171,8 +166,8 @@ int run_data(const std::vector<std::string>& args) {
 
 int run_plugins(const std::vector<std::string>& args) {
   po::options_description desc("usage: mgtrain plugins [--plugin-path DIR]\noptions");
-  desc.add_options()("help", "show this help")
-      ("plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory");
+  desc.add_options()("help", "show this help")("plugin-path", po::value<std::vector<std::string>>()->composing(),
+                                               "extra plugin directory");
   const auto vm = parse(args, desc);
   if (vm.count("help")) {
     std::cout << desc << "\n";
@@ -196,10 +191,10 @@ int run_plugins(const std::vector<std::string>& args) {
 
 int run_compare(const std::vector<std::string>& args) {
   po::options_description desc("usage: mgtrain compare A.h5 B.h5 [--rtol R]\noptions");
-  desc.add_options()("help", "show this help")("a", po::value<std::string>(), "first checkpoint")
-      ("b", po::value<std::string>(), "second checkpoint")
-      ("rtol", po::value<double>()->default_value(0.0),
-       "tolerance relative to each tensor's largest value (0: bit for bit)");
+  desc.add_options()("help", "show this help")("a", po::value<std::string>(), "first checkpoint")(
+      "b", po::value<std::string>(), "second checkpoint")(
+      "rtol", po::value<double>()->default_value(0.0),
+      "tolerance relative to each tensor's largest value (0: bit for bit)");
   po::positional_options_description positional;
   positional.add("a", 1).add("b", 1);
   const auto vm = parse(args, desc, &positional);
@@ -207,14 +202,16 @@ int run_compare(const std::vector<std::string>& args) {
     std::cout << desc << "\n";
     return 0;
   }
-  return compare_checkpoints(require(vm, "a", "compare"), require(vm, "b", "compare"),
-                             vm["rtol"].as<double>(), std::cout) ? 0 : 1;
+  return compare_checkpoints(require(vm, "a", "compare"), require(vm, "b", "compare"), vm["rtol"].as<double>(),
+                             std::cout)
+             ? 0
+             : 1;
 }
 
 int run_config_keys(const std::vector<std::string>& args) {
   po::options_description desc("usage: mgtrain config-keys [--plugin-path DIR]\noptions");
-  desc.add_options()("help", "show this help")
-      ("plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory");
+  desc.add_options()("help", "show this help")("plugin-path", po::value<std::vector<std::string>>()->composing(),
+                                               "extra plugin directory");
   const auto vm = parse(args, desc);
   if (vm.count("help")) {
     std::cout << desc << "\n";
@@ -227,7 +224,9 @@ int run_config_keys(const std::vector<std::string>& args) {
       for (const char* c = k.choices; *c; ++c) type += *c == '|' ? std::string(", ") : std::string(1, *c);
     }
     std::printf("| `%s` | %s | %s | %s | %s |\n", k.key, type.c_str(),
-                !k.default_value ? "required" : *k.default_value ? (std::string("`") + k.default_value + "`").c_str() : "(empty)",
+                !k.default_value   ? "required"
+                : *k.default_value ? (std::string("`") + k.default_value + "`").c_str()
+                                   : "(empty)",
                 owner.c_str(), k.help);
   };
   std::printf("| key | type | default | from | meaning |\n|---|---|---|---|---|\n");

@@ -6,8 +6,8 @@
 // has. No GPU at all is the CPU fallback, not a problem; GPUs without peer access are a note.
 // Given the run's config (--config), it binds the GPUs as that run would: a parameter server's
 // serving ranks take none, so only the training ranks count against a node's GPUs.
-#include <boost/program_options.hpp>
 #include <mpi.h>
+#include <boost/program_options.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -22,16 +22,16 @@
 #include <string>
 #include <vector>
 
+#include "comm/mpi_communicator.hpp"
 #include "command_line_config.hpp"
 #include "commands.hpp"
 #include "device/gpu_binding.hpp"
-#include "runtime/host_name.hpp"
 #include "kernels/cuda/nvml.hpp"
-#include "mgtrain/error.hpp"
-#include "mgtrain/version.hpp"
-#include "comm/mpi_communicator.hpp"
 #include "loader/plugin_keys.hpp"
 #include "loader/plugin_loader.hpp"
+#include "mgtrain/error.hpp"
+#include "mgtrain/version.hpp"
+#include "runtime/host_name.hpp"
 #include "runtime/trainer.hpp"
 
 #ifdef MGTRAIN_HAVE_CUDA
@@ -66,13 +66,13 @@ struct RankReport {
   // Its place among its node's training ranks; -1 when it serves (a parameter server under
   // --config) and takes no GPU.
   int32_t training_index = 0;
-  int32_t device = -1;       // the one it would use, training_index % device_count
-  int32_t nvml_gpus = -1;    // GPUs NVML sees on the node; -1: NVML not available
+  int32_t device = -1;                                   // the one it would use, training_index % device_count
+  int32_t nvml_gpus = -1;                                // GPUs NVML sees on the node; -1: NVML not available
   int32_t driver = 0, runtime = 0, cudnn = 0, nccl = 0;  // CUDA's encodings; 0: unknown
-  int32_t kernels_ok = 0;    // 1: a ReLU and an sgemm on the GPU matched the CPU; -1: they failed
+  int32_t kernels_ok = 0;  // 1: a ReLU and an sgemm on the GPU matched the CPU; -1: they failed
   int32_t memory_from_nvml = 0;
-  int32_t simulated = 0;     // set by MGTRAIN_TEST_DOCTOR: no device calls
-  int64_t memory_used_before = -1;  // bytes in use on the GPU before this job touched it (NVML)
+  int32_t simulated = 0;                        // set by MGTRAIN_TEST_DOCTOR: no device calls
+  int64_t memory_used_before = -1;              // bytes in use on the GPU before this job touched it (NVML)
   int64_t memory_used = -1, memory_total = -1;  // bytes, after this rank's context exists
   char host[64] = {};
   char gpu_name[96] = {};
@@ -80,7 +80,7 @@ struct RankReport {
   char nvml_driver[32] = {};  // e.g. 570.124.06
   char mpi_library[256] = {};
   char no_gpu_reason[256] = {};
-  char error[256] = {};       // a call that failed while looking
+  char error[256] = {};  // a call that failed while looking
   // Local rank 0 only: how its node's GPUs reach each other. peer[i][j] = 1 when GPU i can access
   // GPU j's memory directly (NVLink or PCIe peer-to-peer), 0 when not; nvlinks[i] = NVLinks up on
   // GPU i, -1 when NVML cannot say.
@@ -354,8 +354,8 @@ Verdict judge(const std::vector<RankReport>& reports, double busy_gib, const std
 
   for (const auto& r : reports)
     if (r.error[0])
-      v.problems.push_back("rank " + std::to_string(r.rank) + " on " + r.host + ", GPU " +
-                           std::to_string(r.device) + ": " + r.error);
+      v.problems.push_back("rank " + std::to_string(r.rank) + " on " + r.host + ", GPU " + std::to_string(r.device) +
+                           ": " + r.error);
 
   // Ranks sharing a GPU. Grouped by PCI address, not CUDA's index: where each rank is given its
   // own GPU (CUDA_VISIBLE_DEVICES per rank, as Slurm does), every rank calls its GPU 0.
@@ -381,8 +381,8 @@ Verdict judge(const std::vector<RankReport>& reports, double busy_gib, const std
     for (const auto& key : order) {
       const auto& on = on_gpu[key];
       if (on.size() < 2) continue;
-      shared += (shared.empty() ? "" : "; ") + std::string("GPU ") + std::to_string(on[0]->device) +
-                " (" + key + ") by ranks";
+      shared += (shared.empty() ? "" : "; ") + std::string("GPU ") + std::to_string(on[0]->device) + " (" + key +
+                ") by ranks";
       for (size_t i = 0; i < on.size(); ++i) shared += (i ? ", " : " ") + std::to_string(on[i]->rank);
     }
     if (shared.empty() || on_cpu) {
@@ -396,15 +396,14 @@ Verdict judge(const std::vector<RankReport>& reports, double busy_gib, const std
       const std::string gpu_count = std::to_string(gpus) + " GPU" + (gpus > 1 ? "s" : "");
       if (serving == 0)
         v.problems.push_back(host + ": " + std::to_string(training) + " ranks but " + gpu_count +
-                             ", so ranks share a GPU: " + shared + ". Start at most " +
-                             std::to_string(gpus) + " rank" + (gpus > 1 ? "s" : "") +
-                             " per node (mpirun --map-by ppr:" + std::to_string(gpus) + ":node)");
+                             ", so ranks share a GPU: " + shared + ". Start at most " + std::to_string(gpus) + " rank" +
+                             (gpus > 1 ? "s" : "") + " per node (mpirun --map-by ppr:" + std::to_string(gpus) +
+                             ":node)");
       else  // the serving ranks take no GPU, so the advice counts the training ranks
         v.problems.push_back(host + ": " + std::to_string(training) + " training ranks (and " +
                              std::to_string(serving) + " serving, without a GPU) but " + gpu_count +
-                             ", so ranks share a GPU: " + shared + ". Start at most " +
-                             std::to_string(gpus) + " training rank" + (gpus > 1 ? "s" : "") +
-                             " per node");
+                             ", so ranks share a GPU: " + shared + ". Start at most " + std::to_string(gpus) +
+                             " training rank" + (gpus > 1 ? "s" : "") + " per node");
     }
     // GPUs the driver shows but CUDA cannot use (a driver older than the CUDA runtime, say).
     int nvml_gpus = -1;
@@ -412,11 +411,10 @@ Verdict judge(const std::vector<RankReport>& reports, double busy_gib, const std
     if (visible == 0 && nvml_gpus > 0) {
       const std::string count = std::to_string(nvml_gpus) + " GPU" + (nvml_gpus > 1 ? "s" : "");
       if (ranks.front()->built_with_cuda)
-        v.problems.push_back(host + ": the driver shows " + count + " but CUDA cannot use them: " +
-                             ranks.front()->no_gpu_reason);
+        v.problems.push_back(host + ": the driver shows " + count +
+                             " but CUDA cannot use them: " + ranks.front()->no_gpu_reason);
       else
-        v.notes.push_back(host + " has " + count +
-                          " but mgtrain was built without CUDA (cmake -DMGTRAIN_CUDA=ON)");
+        v.notes.push_back(host + " has " + count + " but mgtrain was built without CUDA (cmake -DMGTRAIN_CUDA=ON)");
     }
   }
   if (!with_gpu.empty() && !without_gpu.empty())
@@ -429,12 +427,12 @@ Verdict judge(const std::vector<RankReport>& reports, double busy_gib, const std
     std::string (*value)(const RankReport&);
   };
   const Field fields[] = {
-      {"mgtrain's CUDA support", [](const RankReport& r) {
-         return std::string(r.built_with_cuda ? "built with CUDA" : "built without CUDA");
-       }},
+      {"mgtrain's CUDA support",
+       [](const RankReport& r) { return std::string(r.built_with_cuda ? "built with CUDA" : "built without CUDA"); }},
       {"NVIDIA driver", [](const RankReport& r) { return std::string(r.nvml_driver); }},
 #ifdef MGTRAIN_HAVE_CUDA
-      {"CUDA version of the driver", [](const RankReport& r) {
+      {"CUDA version of the driver",
+       [](const RankReport& r) {
          return r.device_count > 0 ? "CUDA " + cuda::cuda_version_string(r.driver) : std::string();
        }},
       {"CUDA runtime", [](const RankReport& r) { return cuda::cuda_version_string(r.runtime); }},
@@ -473,19 +471,19 @@ Verdict judge(const std::vector<RankReport>& reports, double busy_gib, const std
   std::set<std::pair<std::string, int>> reported;
   for (const auto& r : reports) {
     if (on_cpu || r.device < 0 || !reported.insert({r.host, r.device}).second) continue;
-    const std::string gpu = std::string(r.host) + " GPU " + std::to_string(r.device) + " (" +
-                            r.gpu_name + ", " + r.pci_bus_id + ")";
+    const std::string gpu =
+        std::string(r.host) + " GPU " + std::to_string(r.device) + " (" + r.gpu_name + ", " + r.pci_bus_id + ")";
     if (r.memory_from_nvml && r.memory_used_before > busy_gib * kGiB) {
-      v.problems.push_back(gpu + " is busy: " + gib(r.memory_used_before) + " GiB of " +
-                           gib(r.memory_total) + " GiB in use by other processes before this job "
-                           "started (threshold " + gib(static_cast<int64_t>(busy_gib * kGiB)) +
-                           " GiB, --busy-gib)");
+      v.problems.push_back(gpu + " is busy: " + gib(r.memory_used_before) + " GiB of " + gib(r.memory_total) +
+                           " GiB in use by other processes before this job "
+                           "started (threshold " +
+                           gib(static_cast<int64_t>(busy_gib * kGiB)) + " GiB, --busy-gib)");
     } else if (!r.memory_from_nvml && r.memory_used >= 0) {
       const int own = ranks_per_gpu[{r.host, r.device}];
       const double others = r.memory_used / kGiB - own;
       if (others > busy_gib)
-        v.problems.push_back(gpu + " looks busy: " + gib(r.memory_used) + " GiB in use with " +
-                             std::to_string(own) + " rank(s) of this job on it (cudaMemGetInfo; "
+        v.problems.push_back(gpu + " looks busy: " + gib(r.memory_used) + " GiB in use with " + std::to_string(own) +
+                             " rank(s) of this job on it (cudaMemGetInfo; "
                              "NVML, which tells other processes apart, is not available)");
     }
   }
@@ -515,12 +513,10 @@ void print_report(const std::vector<RankReport>& reports, const Verdict& verdict
 #ifdef MGTRAIN_HAVE_CUDA
   const auto compiled = cuda::compiled_versions();
   build = "built with CUDA " + cuda::cuda_version_string(compiled.runtime) + ", cuDNN " +
-          cuda::cudnn_version_string(compiled.cudnn) + ", NCCL " +
-          cuda::nccl_version_string(compiled.nccl);
+          cuda::cudnn_version_string(compiled.cudnn) + ", NCCL " + cuda::nccl_version_string(compiled.nccl);
 #endif
   std::printf("mgtrain %s doctor: %zu rank%s on %zu node%s; %s\n", MGTRAIN_VERSION, reports.size(),
-              reports.size() > 1 ? "s" : "", hosts.size(), hosts.size() > 1 ? "s" : "",
-              build.c_str());
+              reports.size() > 1 ? "s" : "", hosts.size(), hosts.size() > 1 ? "s" : "", build.c_str());
 
   std::vector<std::vector<std::string>> rows = {
       {"RANK", "HOST", "LOCAL", "GPU", "MEMORY USED/TOTAL", "DRIVER", "CUDA", "CUDNN", "NCCL", "MPI"}};
@@ -542,9 +538,8 @@ void print_report(const std::vector<RankReport>& reports, const Verdict& verdict
     nccl = cuda::nccl_version_string(r.nccl);
 #endif
     if (r.nvml_driver[0]) driver = std::string(r.nvml_driver) + (driver == "-" ? "" : " (" + driver + ")");
-    rows.push_back({std::to_string(r.rank), r.host,
-                    std::to_string(r.local_rank) + "/" + std::to_string(r.local_size), gpu, memory,
-                    driver, runtime, cudnn, nccl, short_mpi_version(r.mpi_library)});
+    rows.push_back({std::to_string(r.rank), r.host, std::to_string(r.local_rank) + "/" + std::to_string(r.local_size),
+                    gpu, memory, driver, runtime, cudnn, nccl, short_mpi_version(r.mpi_library)});
   }
   std::vector<size_t> widths(rows.front().size(), 0);
   for (const auto& row : rows)
@@ -563,8 +558,7 @@ void print_report(const std::vector<RankReport>& reports, const Verdict& verdict
     cuda_memory |= !r.memory_from_nvml && r.memory_used >= 0;
   }
   if (nvml_memory) std::printf("memory: in use on the GPU before this job started (NVML)\n");
-  if (cuda_memory)
-    std::printf("* memory from cudaMemGetInfo, including this job's contexts (NVML not available)\n");
+  if (cuda_memory) std::printf("* memory from cudaMemGetInfo, including this job's contexts (NVML not available)\n");
   std::printf("MPI library: %s\n", first.mpi_library);
   std::vector<const RankReport*> serving;
   for (const auto& r : reports)
@@ -593,13 +587,11 @@ void print_report(const std::vector<RankReport>& reports, const Verdict& verdict
   const std::string fallback =
       verdict.cpu_fallback.empty()
           ? std::string()
-          : "CPU fallback: no usable GPU on any node, so each rank trains on the CPU (" +
-                verdict.cpu_fallback + ")";
+          : "CPU fallback: no usable GPU on any node, so each rank trains on the CPU (" + verdict.cpu_fallback + ")";
   if (verdict.problems.empty()) {
     std::printf("verdict: OK%s%s\n", fallback.empty() ? "" : ", ", fallback.c_str());
   } else {
-    std::printf("verdict: %zu problem%s:\n", verdict.problems.size(),
-                verdict.problems.size() > 1 ? "s" : "");
+    std::printf("verdict: %zu problem%s:\n", verdict.problems.size(), verdict.problems.size() > 1 ? "s" : "");
     for (const auto& p : verdict.problems) std::printf("  - %s\n", p.c_str());
     if (!fallback.empty()) std::printf("note: %s\n", fallback.c_str());
   }
@@ -614,17 +606,17 @@ int run_doctor(int argc, char** argv, const std::vector<std::string>& args) {
       "usage: mpirun -np N mgtrain doctor [--busy-gib G] [--config FILE [--section.key=value ...]]\n"
       "Launched like training. Each rank reports its host, node-local rank, GPU and its memory,\n"
       "driver, CUDA runtime, cuDNN, NCCL and MPI library versions; rank 0 prints a row per rank,\n"
-      "the peer-to-peer access and NVLinks between each node's GPUs, and a verdict naming each problem: more ranks on a node than GPUs, versions differing\n"
+      "the peer-to-peer access and NVLinks between each node's GPUs, and a verdict naming each problem: more ranks on "
+      "a node than GPUs, versions differing\n"
       "between ranks, a GPU in use by another job, GPUs that CUDA cannot use. No GPU at all is\n"
       "the CPU fallback. Given the run's config, GPUs are bound as that run would bind them: a\n"
       "parameter server's serving ranks take none. Exits 0 when nothing is wrong, 1 when something\n"
       "is, 2 when the config is.\noptions");
-  desc.add_options()
-      ("help", "show this help")
-      ("busy-gib", po::value<double>()->default_value(1.0),
-       "a GPU with more memory than this in use by other processes counts as busy")
-      ("config", po::value<std::string>(), "the run's INI file (and --section.key=value overrides)")
-      ("plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory (repeatable)");
+  desc.add_options()("help", "show this help")(
+      "busy-gib", po::value<double>()->default_value(1.0),
+      "a GPU with more memory than this in use by other processes counts as busy")(
+      "config", po::value<std::string>(), "the run's INI file (and --section.key=value overrides)")(
+      "plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory (repeatable)");
   // Errors in the command line are raised once MPI is up (agree): rank 0 alone reports them.
   RunCommandLine command_line = parse_run_command_line("doctor", args, desc);
   const po::variables_map& vm = command_line.vm;

@@ -16,8 +16,8 @@ int main(int argc, char** argv) {
   try {
     return mgt::cli::run_doctor(argc, argv, args);
   } catch (const boost::program_options::error& e) {
-    std::fprintf(stderr, "mgtrain: error: [rank %d] doctor: %s (see mgtrain doctor --help)\n",
-                 mgt::cli::launch_rank(), e.what());
+    std::fprintf(stderr, "mgtrain: error: [rank %d] doctor: %s (see mgtrain doctor --help)\n", mgt::cli::launch_rank(),
+                 e.what());
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mgtrain: error: [rank %d] %s\n", mgt::cli::launch_rank(), e.what());

@@ -17,7 +17,8 @@ namespace po = boost::program_options;
 namespace {
 
 void print_usage(std::ostream& out) {
-  out << "mgtrain " << MGTRAIN_VERSION << " - data-parallel neural-network training over MPI\n\n"
+  out << "mgtrain " << MGTRAIN_VERSION
+      << " - data-parallel neural-network training over MPI\n\n"
          "usage: mgtrain <command> [options]\n\n"
          "commands:\n"
          "  train --config FILE [--section.key=value ...]   train (launch with mpirun/srun)\n"
@@ -60,13 +61,14 @@ int main(int argc, char** argv) {
     if (command == "compare") return mgt::cli::run_compare(args);
     if (command == "report") return mgt::cli::run_report(args);
     if (command == "config-keys") return mgt::cli::run_config_keys(args);
-    std::fprintf(stderr, "mgtrain: error: [rank %d] unknown command '%s' (expected train, eval, data, "
-                 "compare, report, plugins or config-keys; see mgtrain --help)\n", mgt::cli::launch_rank(),
-                 command.c_str());
+    std::fprintf(stderr,
+                 "mgtrain: error: [rank %d] unknown command '%s' (expected train, eval, data, "
+                 "compare, report, plugins or config-keys; see mgtrain --help)\n",
+                 mgt::cli::launch_rank(), command.c_str());
     return 2;
   } catch (const po::error& e) {
-    std::fprintf(stderr, "mgtrain: error: [rank %d] %s: %s (see mgtrain %s --help)\n",
-                 mgt::cli::launch_rank(), command.c_str(), e.what(), command.c_str());
+    std::fprintf(stderr, "mgtrain: error: [rank %d] %s: %s (see mgtrain %s --help)\n", mgt::cli::launch_rank(),
+                 command.c_str(), e.what(), command.c_str());
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mgtrain: error: [rank %d] %s\n", mgt::cli::launch_rank(), e.what());

@@ -5,19 +5,19 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
-#include <new>
 #include <iostream>
+#include <new>
 #include <thread>
 
-#include "tools/bench.hpp"
+#include "comm/mpi_communicator.hpp"
 #include "command_line_config.hpp"
 #include "commands.hpp"
 #include "io/json_line.hpp"
-#include "comm/mpi_communicator.hpp"
 #include "loader/plugin_keys.hpp"
 #include "loader/plugin_loader.hpp"
 #include "runtime/stop_signal.hpp"
 #include "runtime/trainer.hpp"
+#include "tools/bench.hpp"
 #include "tools/verify.hpp"
 
 namespace po = boost::program_options;
@@ -27,11 +27,10 @@ namespace mgt::cli {
 namespace {
 
 void add_run_options(po::options_description& desc) {
-  desc.add_options()
-      ("help", "show this help")
-      ("config", po::value<std::string>(), "INI file with the run's configuration")
-      ("json", po::bool_switch(), "end with one JSON line from rank 0")
-      ("plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory (repeatable)");
+  desc.add_options()("help", "show this help")("config", po::value<std::string>(),
+                                               "INI file with the run's configuration")(
+      "json", po::bool_switch(), "end with one JSON line from rank 0")(
+      "plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory (repeatable)");
 }
 
 // Parses the command line, starts MPI, builds the config (file plus --section.key=value
@@ -39,8 +38,8 @@ void add_run_options(po::options_description& desc) {
 // rank cleanly (exit 2); later ones end the job (exit 1). A command-line error is raised only once
 // MPI is up, inside agree(): every rank finds it, and rank 0 alone reports it, with its own rank.
 // Keys of plugins the config does not choose are dropped, with one note from rank 0.
-int run_under_mpi(int argc, char** argv, const std::string& command,
-                  const std::vector<std::string>& args, const po::options_description& desc,
+int run_under_mpi(int argc, char** argv, const std::string& command, const std::vector<std::string>& args,
+                  const po::options_description& desc,
                   const std::function<void(Communicator&, TrainOptions&, const po::variables_map&)>& body) {
   const RunCommandLine command_line = parse_run_command_line(command, args, desc);
   const po::variables_map& vm = command_line.vm;
@@ -73,9 +72,11 @@ int run_under_mpi(int argc, char** argv, const std::string& command,
     if (e.report()) std::fprintf(stderr, "mgtrain: error: [rank %d] %s\n", comm->rank(), e.what());
     return 2;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "mgtrain: error: [rank %d] out of host memory: lower the micro-batch "
+    std::fprintf(stderr,
+                 "mgtrain: error: [rank %d] out of host memory: lower the micro-batch "
                  "(sync.name = grad_accum with more sync.accum_steps keeps the global batch) or "
-                 "data.prefetch\n", comm->rank());
+                 "data.prefetch\n",
+                 comm->rank());
     std::fflush(stderr);
     if (comm->size() > 1) comm->abort(1);
     return 1;
@@ -93,8 +94,8 @@ void print_result(const TrainResult& r, int world_size, bool json) {
   if (json) {
     std::printf("%s\n", train_result_json(r, world_size).c_str());
   } else {
-    std::printf("done: %lld steps, %.0f samples/s, final loss %.4f, checkpoint %s\n",
-                static_cast<long long>(r.steps), r.samples_per_s, r.final_loss, r.checkpoint.c_str());
+    std::printf("done: %lld steps, %.0f samples/s, final loss %.4f, checkpoint %s\n", static_cast<long long>(r.steps),
+                r.samples_per_s, r.final_loss, r.checkpoint.c_str());
   }
   std::fflush(stdout);
 }
@@ -107,15 +108,19 @@ void print_result(const TrainResult& r, int world_size, bool json) {
 [[noreturn]] void end_job_without(Communicator& comm, const std::vector<int>& lost) {
   std::fflush(nullptr);
   if (comm.rank() == 0) {
-    std::fprintf(stderr, "mgtrain: the run is complete without rank(s) %s; ending the job with MPI_Abort "
-                 "and status 0, since MPI_Finalize would wait for them\n", rank_list(lost).c_str());
+    std::fprintf(stderr,
+                 "mgtrain: the run is complete without rank(s) %s; ending the job with MPI_Abort "
+                 "and status 0, since MPI_Finalize would wait for them\n",
+                 rank_list(lost).c_str());
     std::fflush(stderr);
     comm.abort(0);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(comm.timeout_seconds());
   while (std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  std::fprintf(stderr, "mgtrain: error: [rank %d] rank 0 did not end the job within %.0f s after the run "
-               "(comm.timeout_s)\n", comm.rank(), comm.timeout_seconds());
+  std::fprintf(stderr,
+               "mgtrain: error: [rank %d] rank 0 did not end the job within %.0f s after the run "
+               "(comm.timeout_s)\n",
+               comm.rank(), comm.timeout_seconds());
   std::fflush(stderr);
   std::_Exit(1);
 }
@@ -127,19 +132,17 @@ int run_train(int argc, char** argv, const std::vector<std::string>& args) {
       "usage: mgtrain train --config FILE [--section.key=value ...] [options]\n"
       "Any config key can be given on the command line as --section.key=value.\noptions");
   add_run_options(desc);
-  desc.add_options()("resume", po::value<std::string>(),
-                     "'latest' (newest in checkpoint.dir) or a checkpoint path");
+  desc.add_options()("resume", po::value<std::string>(), "'latest' (newest in checkpoint.dir) or a checkpoint path");
   bool stopped_by_signal = false;
-  const int rc = run_under_mpi(argc, argv, "train", args, desc, [&](Communicator& comm,
-                                                                    TrainOptions& options,
-                                                                    const po::variables_map& vm) {
-    if (vm.count("resume")) options.resume = vm["resume"].as<std::string>();
-    install_stop_handlers();
-    const TrainResult r = train(comm, std::move(options), std::cout);
-    if (r.stopped) stopped_by_signal = true;
-    if (comm.rank() == 0) print_result(r, comm.size(), vm["json"].as<bool>());
-    if (!r.lost_ranks.empty()) end_job_without(comm, r.lost_ranks);
-  });
+  const int rc = run_under_mpi(argc, argv, "train", args, desc,
+                               [&](Communicator& comm, TrainOptions& options, const po::variables_map& vm) {
+                                 if (vm.count("resume")) options.resume = vm["resume"].as<std::string>();
+                                 install_stop_handlers();
+                                 const TrainResult r = train(comm, std::move(options), std::cout);
+                                 if (r.stopped) stopped_by_signal = true;
+                                 if (comm.rank() == 0) print_result(r, comm.size(), vm["json"].as<bool>());
+                                 if (!r.lost_ranks.empty()) end_job_without(comm, r.lost_ranks);
+                               });
   // Stopped by scancel or a time limit: the final checkpoint is written, but the run is not
   // done, which the exit status tells the scheduler (128 + SIGTERM, as if killed by it).
   return rc == 0 && stopped_by_signal ? 143 : rc;
@@ -152,46 +155,47 @@ int run_bench(int argc, char** argv, const std::vector<std::string>& args) {
       "rank, the time split of a step, and the gradient all-reduce's bus bandwidth next to raw\n"
       "MPI_Allreduce on the same buffer size.\noptions");
   add_run_options(desc);
-  desc.add_options()
-      ("steps", po::value<int64_t>()->default_value(200), "timed steps")
-      ("warmup", po::value<int64_t>()->default_value(20), "untimed steps first")
-      ("allreduce-iterations", po::value<int64_t>()->default_value(50), "all-reduce timing iterations")
-      ("repeat", po::value<int64_t>()->default_value(1),
-       "alternate the one-rank and all-rank runs this many times and report medians (noisy machines)");
-  return run_under_mpi(argc, argv, "bench", args, desc, [](Communicator& comm, TrainOptions& options,
-                                                           const po::variables_map& vm) {
-    const auto steps = vm["steps"].as<int64_t>(), warmup = vm["warmup"].as<int64_t>();
-    const auto iterations = vm["allreduce-iterations"].as<int64_t>();
-    if (steps <= 0 || warmup < 0 || iterations <= 0)
-      throw ConfigError("bench: --steps and --allreduce-iterations must be positive, --warmup >= 0");
-    const auto repeats = vm["repeat"].as<int64_t>();
-    if (repeats <= 0) throw ConfigError("bench: --repeat must be positive");
-    const BenchResult b = mgt::run_bench(comm, options, steps, warmup, iterations, repeats);
-    std::string runs;
-    for (double s : b.scaling_runs) {
-      if (!runs.empty()) runs += ",";
-      runs += std::to_string(s);
-    }
-    if (comm.rank() != 0) return;
-    const auto& p = b.run.phases;
-    if (vm["json"].as<bool>()) {
-      std::printf("%s\n", bench_result_json(b, comm.size(), steps, repeats).c_str());
-    } else {
-      std::printf("ranks %d, %lld timed steps\n", comm.size(), static_cast<long long>(steps));
-      std::printf("  samples/s            %.0f (one rank alone: %.0f; scaling efficiency %.1f%%)%s\n",
-                  b.run.samples_per_s, b.samples_per_s_np1, 100.0 * b.scaling_efficiency,
-                  repeats > 1 ? (", medians of " + std::to_string(repeats) + " alternating runs: " + runs).c_str() : "");
-      std::printf("  step time, ms        forward+backward %.3f, communication not hidden %.3f, "
-                  "data wait %.3f, optimizer %.3f\n",
-                  1e3 * p.compute, 1e3 * p.sync, 1e3 * p.data_wait, 1e3 * p.optimizer);
-      std::printf("  gradient all-reduce  %.2f MB: %.3f ms, bus bandwidth %.2f GB/s "
-                  "(raw MPI_Allreduce %.3f ms, %.2f GB/s)\n",
-                  b.gradient_bytes / 1e6, b.allreduce_ms, b.allreduce_busbw_gbs, b.mpi_allreduce_ms,
-                  b.mpi_busbw_gbs);
-      std::printf("  peak RSS per rank    %.1f MB\n", b.run.peak_rss_mb);
-    }
-    std::fflush(stdout);
-  });
+  desc.add_options()("steps", po::value<int64_t>()->default_value(200), "timed steps")(
+      "warmup", po::value<int64_t>()->default_value(20), "untimed steps first")(
+      "allreduce-iterations", po::value<int64_t>()->default_value(50), "all-reduce timing iterations")(
+      "repeat", po::value<int64_t>()->default_value(1),
+      "alternate the one-rank and all-rank runs this many times and report medians (noisy machines)");
+  return run_under_mpi(
+      argc, argv, "bench", args, desc, [](Communicator& comm, TrainOptions& options, const po::variables_map& vm) {
+        const auto steps = vm["steps"].as<int64_t>(), warmup = vm["warmup"].as<int64_t>();
+        const auto iterations = vm["allreduce-iterations"].as<int64_t>();
+        if (steps <= 0 || warmup < 0 || iterations <= 0)
+          throw ConfigError("bench: --steps and --allreduce-iterations must be positive, --warmup >= 0");
+        const auto repeats = vm["repeat"].as<int64_t>();
+        if (repeats <= 0) throw ConfigError("bench: --repeat must be positive");
+        const BenchResult b = mgt::run_bench(comm, options, steps, warmup, iterations, repeats);
+        std::string runs;
+        for (double s : b.scaling_runs) {
+          if (!runs.empty()) runs += ",";
+          runs += std::to_string(s);
+        }
+        if (comm.rank() != 0) return;
+        const auto& p = b.run.phases;
+        if (vm["json"].as<bool>()) {
+          std::printf("%s\n", bench_result_json(b, comm.size(), steps, repeats).c_str());
+        } else {
+          std::printf("ranks %d, %lld timed steps\n", comm.size(), static_cast<long long>(steps));
+          std::printf(
+              "  samples/s            %.0f (one rank alone: %.0f; scaling efficiency %.1f%%)%s\n", b.run.samples_per_s,
+              b.samples_per_s_np1, 100.0 * b.scaling_efficiency,
+              repeats > 1 ? (", medians of " + std::to_string(repeats) + " alternating runs: " + runs).c_str() : "");
+          std::printf(
+              "  step time, ms        forward+backward %.3f, communication not hidden %.3f, "
+              "data wait %.3f, optimizer %.3f\n",
+              1e3 * p.compute, 1e3 * p.sync, 1e3 * p.data_wait, 1e3 * p.optimizer);
+          std::printf(
+              "  gradient all-reduce  %.2f MB: %.3f ms, bus bandwidth %.2f GB/s "
+              "(raw MPI_Allreduce %.3f ms, %.2f GB/s)\n",
+              b.gradient_bytes / 1e6, b.allreduce_ms, b.allreduce_busbw_gbs, b.mpi_allreduce_ms, b.mpi_busbw_gbs);
+          std::printf("  peak RSS per rank    %.1f MB\n", b.run.peak_rss_mb);
+        }
+        std::fflush(stdout);
+      });
 }
 
 int run_verify(int argc, char** argv, const std::vector<std::string>& args) {
@@ -201,15 +205,13 @@ int run_verify(int argc, char** argv, const std::vector<std::string>& args) {
       "parameters, and with --world-size that M ranks give them too (needs sync.deterministic).\n"
       "Prints the parameter hashes and PASS or FAIL; exits 1 on FAIL.\noptions");
   add_run_options(desc);
-  desc.add_options()
-      ("steps", po::value<int64_t>()->default_value(20), "steps of each run")
-      ("world-size", po::value<int>()->default_value(0), "also run on the first M ranks alone");
+  desc.add_options()("steps", po::value<int64_t>()->default_value(20), "steps of each run")(
+      "world-size", po::value<int>()->default_value(0), "also run on the first M ranks alone");
   bool pass = true;
-  const int rc = run_under_mpi(argc, argv, "verify", args, desc, [&](Communicator& comm,
-                                                                     TrainOptions& options,
-                                                                     const po::variables_map& vm) {
-    pass = mgt::run_verify(comm, options, vm["steps"].as<int64_t>(), vm["world-size"].as<int>(), std::cout);
-  });
+  const int rc = run_under_mpi(
+      argc, argv, "verify", args, desc, [&](Communicator& comm, TrainOptions& options, const po::variables_map& vm) {
+        pass = mgt::run_verify(comm, options, vm["steps"].as<int64_t>(), vm["world-size"].as<int>(), std::cout);
+      });
   return rc != 0 ? rc : (pass ? 0 : 1);
 }
 

@@ -12,6 +12,8 @@ packages=(
   # JSON lines out and in (header-only); SHA-256 for `mgtrain verify`
   nlohmann-json3-dev libssl-dev
   dataset-fashion-mnist
+  # the format check (scripts/check_format.sh, .clang-format)
+  clang-format
   # the TensorBoard read-back test: a venv for the tensorboard package from PyPI
   python3 python3-venv
   # the Slurm test: a real one-node cluster (libpmix-dev: Slurm's PMIx plugin loads libpmix.so)

@@ -27,6 +27,8 @@ const mgt::ConfigKey kSignSgdKeys[] = {
 // The update of one element, written once (mgtrain/update_rule.hpp): step() below runs it on the
 // host, and mgtrain compiles the same text for a GPU, so this optimizer trains on every device.
 // In the body only float arithmetic and C math functions: both compilers see it.
+// One statement per line, as the updates read.
+// clang-format off
 MGT_UPDATE_SCALARS(SignSgdScalars, float lr; float decay; float keep;)
 MGT_ELEMENT_UPDATE(SignSgdPlain, SignSgdScalars, 0,
                    const float sign = (grad > 0.0f ? 1.0f : 0.0f) - (grad < 0.0f ? 1.0f : 0.0f);
@@ -35,6 +37,7 @@ MGT_ELEMENT_UPDATE(Signum, SignSgdScalars, 1,
                    state0 = s.keep * state0 + (1.0f - s.keep) * grad;
                    const float sign = (state0 > 0.0f ? 1.0f : 0.0f) - (state0 < 0.0f ? 1.0f : 0.0f);
                    param -= s.lr * sign + s.decay * param;)
+// clang-format on
 
 class SignSgd final : public mgt::Optimizer {
  public:

@@ -40,10 +40,10 @@ class SwishLayer final : public mgt::Layer {
     if (!grad_in) return;
     const int64_t n = in.numel();
     mgt::Ops& ops = run.ops;
-    ops.affine(gate_, slope_, n, -1.0f, 1.0f);                                // 1 - s
-    ops.binary(mgt::BinaryOp::multiply, in.data(), slope_, slope_, n);         // x (1 - s)
-    ops.affine(slope_, slope_, n, 1.0f, 1.0f);                                // 1 + x (1 - s)
-    ops.binary(mgt::BinaryOp::multiply, gate_, slope_, slope_, n);             // s (1 + x (1 - s))
+    ops.affine(gate_, slope_, n, -1.0f, 1.0f);                          // 1 - s
+    ops.binary(mgt::BinaryOp::multiply, in.data(), slope_, slope_, n);  // x (1 - s)
+    ops.affine(slope_, slope_, n, 1.0f, 1.0f);                          // 1 + x (1 - s)
+    ops.binary(mgt::BinaryOp::multiply, gate_, slope_, slope_, n);      // s (1 + x (1 - s))
     ops.binary(mgt::BinaryOp::multiply, grad_out.data(), slope_, grad_in->data(), n);
   }
 
@@ -75,5 +75,5 @@ class SwishMlp final : public mgt::SequentialModel {
 
 }  // namespace
 
-MGT_MODEL_PLUGIN("swish_mlp", "1.0.0", "MLP with a Swish activation of its own, written once over mgt::Ops",
-                 kKeys, SwishMlp)
+MGT_MODEL_PLUGIN("swish_mlp", "1.0.0", "MLP with a Swish activation of its own, written once over mgt::Ops", kKeys,
+                 SwishMlp)

@@ -30,8 +30,8 @@ void round_to_bf16(const float* x, float* y, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] = from_bf16(to_bf16(x[i]));
 }
 
-void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
-               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
+               const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   // The operands widened to FP32 (exactly), then the FP32 GEMM. The buffers keep their size
   // between calls, so a step allocates nothing after the first.
   thread_local std::vector<float> wide_a, wide_b;

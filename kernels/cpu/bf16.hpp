@@ -16,7 +16,7 @@ void to_bf16(const float* x, uint16_t* y, size_t n);
 void round_to_bf16(const float* x, float* y, size_t n);
 
 // Row-major, as sgemm: C = alpha * op(A) op(B) + beta * C with A and B in bf16.
-void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
-               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
+               const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 }  // namespace mgt::kernels

@@ -94,9 +94,8 @@ struct Conv2d::Impl {
 
   void reset(const Conv2dShape& s, int64_t b, bool with_bias) {
     MGT_CHECK(s.out_height() > 0 && s.out_width() > 0, Error,
-              "conv2d: input " + std::to_string(s.height) + "x" + std::to_string(s.width) +
-                  " is smaller than kernel " + std::to_string(s.kernel) + " with padding " +
-                  std::to_string(s.padding));
+              "conv2d: input " + std::to_string(s.height) + "x" + std::to_string(s.width) + " is smaller than kernel " +
+                  std::to_string(s.kernel) + " with padding " + std::to_string(s.padding));
     shape = s;
     batch = b;
     has_bias = with_bias;
@@ -113,9 +112,8 @@ struct Conv2d::Impl {
     strides = {s.stride, s.stride};
     pad = {s.padding, s.padding};
     auto& eng = cpu_engine();
-    dnnl::convolution_forward::desc d(
-        dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src_any,
-        weights_any, with_bias ? bias : memory::desc(), dst_any, strides, pad, pad);
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src_any,
+                                      weights_any, with_bias ? bias : memory::desc(), dst_any, strides, pad, pad);
     fwd_pd = dnnl::convolution_forward::primitive_desc(d, user_scratchpad(), eng);
     f_src.init(src, fwd_pd.src_desc());
     f_w.init(weights, fwd_pd.weights_desc());
@@ -136,9 +134,7 @@ struct Conv2d::Impl {
   }
 
   // Whichever backward port was created second borrowed the other's buffer.
-  bool ddst_shared() const {
-    return (d_dst.shares && bwd_data.ready) || (w_ddst.shares && bwd_weights.ready);
-  }
+  bool ddst_shared() const { return (d_dst.shares && bwd_data.ready) || (w_ddst.shares && bwd_weights.ready); }
 
   void ensure(const Conv2dShape& s, int64_t b, bool with_bias) {
     if (batch != b || !(shape == s) || has_bias != with_bias || !fwd.ready) reset(s, b, with_bias);
@@ -147,8 +143,8 @@ struct Conv2d::Impl {
   void ensure_bwd_data() {
     if (bwd_data.ready) return;
     auto& eng = cpu_engine();
-    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, src_any,
-                                            weights_any, dst_any, strides, pad, pad);
+    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, src_any, weights_any, dst_any, strides,
+                                            pad, pad);
     dnnl::convolution_backward_data::primitive_desc pd(d, user_scratchpad(), eng, fwd_pd);
     d_dst.init(dst, pd.diff_dst_desc(), false, bwd_weights.ready ? &w_ddst : nullptr);
     d_w.init(weights, pd.weights_desc());
@@ -164,9 +160,8 @@ struct Conv2d::Impl {
   void ensure_bwd_weights(bool with_bias) {
     if (bwd_weights.ready && bwd_has_bias == with_bias) return;
     auto& eng = cpu_engine();
-    dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, src_any,
-                                               weights_any, with_bias ? bias : memory::desc(),
-                                               dst_any, strides, pad, pad);
+    dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, src_any, weights_any,
+                                               with_bias ? bias : memory::desc(), dst_any, strides, pad, pad);
     dnnl::convolution_backward_weights::primitive_desc pd(d, user_scratchpad(), eng, fwd_pd);
     w_src.init(src, pd.src_desc(), false, &f_src);
     w_ddst.init(dst, pd.diff_dst_desc(), false, bwd_data.ready ? &d_dst : nullptr);
@@ -190,8 +185,7 @@ struct Conv2d::Impl {
 Conv2d::Conv2d() : impl_(std::make_unique<Impl>()) {}
 Conv2d::~Conv2d() = default;
 
-void Conv2d::forward(const Conv2dShape& s, int64_t batch, const float* x, const float* w,
-                     const float* bias, float* y) {
+void Conv2d::forward(const Conv2dShape& s, int64_t batch, const float* x, const float* w, const float* bias, float* y) {
   auto& m = *impl_;
   m.ensure(s, batch, bias != nullptr);
   m.f_src.set(x);
@@ -207,8 +201,7 @@ void Conv2d::forward(const Conv2dShape& s, int64_t batch, const float* x, const 
   cpu_stream().wait();
 }
 
-void Conv2d::backward_data(const Conv2dShape& s, int64_t batch, const float* dy, const float* w,
-                           float* dx) {
+void Conv2d::backward_data(const Conv2dShape& s, int64_t batch, const float* dy, const float* w, float* dx) {
   auto& m = *impl_;
   if (m.batch != batch || !(m.shape == s) || !m.fwd.ready) m.reset(s, batch, m.has_bias);
   m.ensure_bwd_data();
@@ -223,8 +216,8 @@ void Conv2d::backward_data(const Conv2dShape& s, int64_t batch, const float* dy,
   cpu_stream().wait();
 }
 
-void Conv2d::backward_weights(const Conv2dShape& s, int64_t batch, const float* x, const float* dy,
-                              float* dw, float* dbias, bool accumulate) {
+void Conv2d::backward_weights(const Conv2dShape& s, int64_t batch, const float* x, const float* dy, float* dw,
+                              float* dbias, bool accumulate) {
   auto& m = *impl_;
   if (m.batch != batch || !(m.shape == s) || !m.fwd.ready) m.reset(s, batch, m.has_bias);
   m.ensure_bwd_weights(dbias != nullptr);

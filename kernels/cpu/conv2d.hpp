@@ -19,15 +19,13 @@ class Conv2d {
   Conv2d& operator=(const Conv2d&) = delete;
 
   // y[B, OC, OH, OW] = conv(x[B, IC, H, W], w[OC, IC, K, K]) + bias[OC] (bias may be null).
-  void forward(const Conv2dShape& s, int64_t batch, const float* x, const float* w,
-               const float* bias, float* y);
+  void forward(const Conv2dShape& s, int64_t batch, const float* x, const float* w, const float* bias, float* y);
   // dx = conv^T(dy, w); overwrites dx.
-  void backward_data(const Conv2dShape& s, int64_t batch, const float* dy, const float* w,
-                     float* dx);
+  void backward_data(const Conv2dShape& s, int64_t batch, const float* dy, const float* w, float* dx);
   // dw += dW(x, dy), dbias += sum of dy over batch and space (dbias may be null); with
   // accumulate = false they are written instead.
-  void backward_weights(const Conv2dShape& s, int64_t batch, const float* x, const float* dy,
-                        float* dw, float* dbias, bool accumulate = true);
+  void backward_weights(const Conv2dShape& s, int64_t batch, const float* x, const float* dy, float* dw, float* dbias,
+                        bool accumulate = true);
 
  private:
   struct Impl;

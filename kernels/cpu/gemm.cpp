@@ -14,15 +14,14 @@
 
 namespace mgt::kernels {
 
-void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha,
-                                          a, lda, b, ldb, beta, c, ldc);
+  const dnnl_status_t status =
+      dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   if (status != dnnl_success)
     throw Error("dnnl_sgemm failed with status " + std::to_string(static_cast<int>(status)) +
-                " for m=" + std::to_string(m) + " n=" + std::to_string(n) +
-                " k=" + std::to_string(k));
+                " for m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k));
 }
 
 namespace {
@@ -51,8 +50,7 @@ bool rows_independent_measured(int64_t shard_rows, int64_t shards, int64_t out, 
     sgemm(false, true, shard_rows, out, in, 1.0f, x.data() + s * shard_rows * in, in, w.data(), in, 1.0f, y_s, out);
     sgemm(false, false, shard_rows, in, out, 1.0f, dy.data() + s * shard_rows * out, out, w.data(), in, 0.0f,
           dx_part.data(), in);
-    if (std::memcmp(dx_part.data(), dx.data() + s * shard_rows * in, dx_part.size() * sizeof(float)) != 0)
-      return false;
+    if (std::memcmp(dx_part.data(), dx.data() + s * shard_rows * in, dx_part.size() * sizeof(float)) != 0) return false;
   }
   return std::memcmp(y_part.data(), y.data(), y.size() * sizeof(float)) == 0;
 }
@@ -70,8 +68,7 @@ bool sgemm_rows_independent(int64_t shard_rows, int64_t shards, int64_t out, int
 }
 
 void set_cpu_threads(int threads) {
-  MGT_CHECK(threads >= 1, ConfigError,
-            "cpu threads must be at least 1, got " + std::to_string(threads));
+  MGT_CHECK(threads >= 1, ConfigError, "cpu threads must be at least 1, got " + std::to_string(threads));
   omp_set_num_threads(threads);
 }
 

@@ -5,8 +5,8 @@
 
 namespace mgt::kernels {
 
-void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // Whether sgemm gives every row of a linear layer's forward (y = b + x W^T, W [out, in]) and input
 // gradient (dx = dy W) the same bits when the rows come as one batch of shards x shard_rows as

@@ -22,16 +22,14 @@ void broadcast_rows(const float* __restrict bias, float* __restrict y, int64_t r
   for (int64_t r = 0; r < rows; ++r) std::memcpy(y + r * cols, bias, sizeof(float) * cols);
 }
 
-MGT_TARGET_CLONES void add_column_sums(const float* __restrict x, float* __restrict acc,
-                                       int64_t rows, int64_t cols) {
+MGT_TARGET_CLONES void add_column_sums(const float* __restrict x, float* __restrict acc, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * cols;
     for (int64_t c = 0; c < cols; ++c) acc[c] += row[c];
   }
 }
 
-MGT_TARGET_CLONES void multiply(const float* __restrict x, const float* __restrict s,
-                                float* __restrict y, int64_t n) {
+MGT_TARGET_CLONES void multiply(const float* __restrict x, const float* __restrict s, float* __restrict y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s[i];
 }
 

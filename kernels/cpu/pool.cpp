@@ -6,9 +6,8 @@
 
 namespace mgt::kernels {
 
-MGT_TARGET_CLONES void max_pool2d_forward(const float* __restrict x, float* __restrict y,
-                                          int32_t* __restrict argmax, int64_t planes, int64_t h,
-                                          int64_t w, int64_t kernel, int64_t stride) {
+MGT_TARGET_CLONES void max_pool2d_forward(const float* __restrict x, float* __restrict y, int32_t* __restrict argmax,
+                                          int64_t planes, int64_t h, int64_t w, int64_t kernel, int64_t stride) {
   const int64_t oh = (h - kernel) / stride + 1, ow = (w - kernel) / stride + 1;
   for (int64_t p = 0; p < planes; ++p) {
     const float* xp = x + p * h * w;
@@ -71,9 +70,8 @@ MGT_TARGET_CLONES void max_pool2d_forward(const float* __restrict x, float* __re
   }
 }
 
-void max_pool2d_backward(const float* __restrict dy, const int32_t* __restrict argmax,
-                         float* __restrict dx, int64_t planes, int64_t h, int64_t w, int64_t kernel,
-                         int64_t stride) {
+void max_pool2d_backward(const float* __restrict dy, const int32_t* __restrict argmax, float* __restrict dx,
+                         int64_t planes, int64_t h, int64_t w, int64_t kernel, int64_t stride) {
   const int64_t oh = (h - kernel) / stride + 1, ow = (w - kernel) / stride + 1;
   if (kernel != stride) {
     // Windows overlap or leave gaps: clear, then accumulate.

@@ -10,14 +10,12 @@ namespace mgt::kernels {
 void check_labels(const int32_t* labels, int64_t rows, int64_t classes) {
   for (int64_t r = 0; r < rows; ++r)
     MGT_CHECK(labels[r] >= 0 && labels[r] < classes, DataError,
-              "label out of range in row " + std::to_string(r) + " of the batch: label " +
-                  std::to_string(labels[r]) + ", expected 0 <= label < " + std::to_string(classes) +
-                  " (the number of classes)");
+              "label out of range in row " + std::to_string(r) + " of the batch: label " + std::to_string(labels[r]) +
+                  ", expected 0 <= label < " + std::to_string(classes) + " (the number of classes)");
 }
 
-double softmax_cross_entropy(const float* __restrict logits, const int32_t* __restrict labels,
-                             float* __restrict grad, int64_t rows, int64_t classes,
-                             float grad_scale) {
+double softmax_cross_entropy(const float* __restrict logits, const int32_t* __restrict labels, float* __restrict grad,
+                             int64_t rows, int64_t classes, float grad_scale) {
   double total = 0.0;
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = logits + r * classes;

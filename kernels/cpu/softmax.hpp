@@ -10,8 +10,8 @@ namespace mgt::kernels {
 // gradient is written, by the CPU path and by the compiled step (whose kernels cannot raise one).
 void check_labels(const int32_t* labels, int64_t rows, int64_t classes);
 
-double softmax_cross_entropy(const float* logits, const int32_t* labels, float* grad, int64_t rows,
-                             int64_t classes, float grad_scale);
+double softmax_cross_entropy(const float* logits, const int32_t* labels, float* grad, int64_t rows, int64_t classes,
+                             float grad_scale);
 int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows, int64_t classes);
 
 }  // namespace mgt::kernels

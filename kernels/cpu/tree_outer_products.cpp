@@ -123,8 +123,10 @@ __attribute__((target("avx512f"))) void tree_block(const float* dy_t, const floa
   for (int k = 0; k < Rows; ++k)
     for (int v = 0; v < kBlockVectors; ++v) {
       float* d = dst + (o0 + k) * in + i0 + 16 * v;
-      if (Tail) _mm512_mask_storeu_ps(d, mask[v], level_sum[top][k][v]);
-      else _mm512_storeu_ps(d, level_sum[top][k][v]);
+      if (Tail)
+        _mm512_mask_storeu_ps(d, mask[v], level_sum[top][k][v]);
+      else
+        _mm512_storeu_ps(d, level_sum[top][k][v]);
     }
 }
 
@@ -132,12 +134,20 @@ template <bool Tail>
 __attribute__((target("avx512f"))) void tree_stripe(const float* dy_t, const float* x, int64_t shards, int64_t rows,
                                                     int64_t out, int64_t in, int64_t i0, float* dst) {
   int64_t o0 = 0;
-  for (; o0 + kBlockRows <= out; o0 += kBlockRows) tree_block<kBlockRows, Tail>(dy_t, x, shards, rows, out, in, o0, i0, dst);
+  for (; o0 + kBlockRows <= out; o0 += kBlockRows)
+    tree_block<kBlockRows, Tail>(dy_t, x, shards, rows, out, in, o0, i0, dst);
   switch (out - o0) {
-    case 3: tree_block<3, Tail>(dy_t, x, shards, rows, out, in, o0, i0, dst); break;
-    case 2: tree_block<2, Tail>(dy_t, x, shards, rows, out, in, o0, i0, dst); break;
-    case 1: tree_block<1, Tail>(dy_t, x, shards, rows, out, in, o0, i0, dst); break;
-    default: break;
+    case 3:
+      tree_block<3, Tail>(dy_t, x, shards, rows, out, in, o0, i0, dst);
+      break;
+    case 2:
+      tree_block<2, Tail>(dy_t, x, shards, rows, out, in, o0, i0, dst);
+      break;
+    case 1:
+      tree_block<1, Tail>(dy_t, x, shards, rows, out, in, o0, i0, dst);
+      break;
+    default:
+      break;
   }
 }
 

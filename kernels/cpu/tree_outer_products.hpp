@@ -13,8 +13,8 @@ namespace mgt::kernels {
 // the inputs, the row count and the shard count: never on blocking, threads or the instruction
 // set, and half the shards' tree plus the other half's equals the whole tree (how ranks combine
 // their subtrees).
-void tree_outer_products(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out,
-                         int64_t in, float* dst);
+void tree_outer_products(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out, int64_t in,
+                         float* dst);
 
 // dst[c] = tree sum over shards s (a power of two) of the column sums of dy_s [rows, cols] (at
 // dy + s * rows * cols), each leaf summed over its rows in order from +0, the tree the balanced
@@ -23,7 +23,7 @@ void tree_column_sums(const float* dy, int64_t shards, int64_t rows, int64_t col
 
 // The same sum written plainly (one output at a time, std::fma), for tests and for CPUs without
 // AVX-512, where tree_outer_products uses it.
-void tree_outer_products_reference(const float* dy, const float* x, int64_t shards, int64_t rows,
-                                   int64_t out, int64_t in, float* dst);
+void tree_outer_products_reference(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out,
+                                   int64_t in, float* dst);
 
 }  // namespace mgt::kernels

@@ -45,7 +45,10 @@ class CudaConv final : public kernels::ConvOp {
 class CudaConvBf16 final : public kernels::ConvOp {
  public:
   CudaConvBf16(CudnnHandle& cudnn, const kernels::Conv2dShape& s, int64_t batch)
-      : stream_(cudnn.stream()), batch_(batch), channels_(s.out_channels), plane_(s.out_height() * s.out_width()),
+      : stream_(cudnn.stream()),
+        batch_(batch),
+        channels_(s.out_channels),
+        plane_(s.out_height() * s.out_width()),
         n_in_(static_cast<size_t>(batch * s.in_channels * s.height * s.width)),
         n_out_(static_cast<size_t>(batch * channels_ * plane_)),
         n_w_(static_cast<size_t>(s.out_channels * s.in_channels * s.kernel * s.kernel)) {
@@ -150,7 +153,8 @@ class Graph final : public kernels::RecordedStep {
 // The optimizer's element update, compiled for this GPU from the plugin's source.
 class CudaUpdate final : public kernels::UpdateOp {
  public:
-  CudaUpdate(const ElementwiseUpdate& update, int device, cudaStream_t stream) : kernel_(update, device), stream_(stream) {}
+  CudaUpdate(const ElementwiseUpdate& update, int device, cudaStream_t stream)
+      : kernel_(update, device), stream_(stream) {}
   void run(float* params, const float* grads, float* const* state, const void* scalars, size_t n,
            const int32_t* skip) override {
     kernel_.run(params, grads, state, scalars, n, skip, stream_);

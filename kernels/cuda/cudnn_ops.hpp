@@ -99,8 +99,8 @@ class ConvPlan {
 // non-finite activation reaches the loss and the step's check instead of vanishing.
 class MaxPoolPlan {
  public:
-  MaxPoolPlan(CudnnHandle& cudnn, int64_t batch, int64_t channels, int64_t height, int64_t width,
-              int64_t kernel, int64_t stride);
+  MaxPoolPlan(CudnnHandle& cudnn, int64_t batch, int64_t channels, int64_t height, int64_t width, int64_t kernel,
+              int64_t stride);
   ~MaxPoolPlan();
   MaxPoolPlan(const MaxPoolPlan&) = delete;
   MaxPoolPlan& operator=(const MaxPoolPlan&) = delete;

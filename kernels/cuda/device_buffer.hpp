@@ -18,11 +18,8 @@ class DeviceBuffer {
 
  public:
   DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t count)
-      : data_(static_cast<T*>(device_malloc(count * sizeof(T)))), size_(count) {}
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
-    upload(host.data(), host.size());
-  }
+  explicit DeviceBuffer(size_t count) : data_(static_cast<T*>(device_malloc(count * sizeof(T)))), size_(count) {}
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host.data(), host.size()); }
   ~DeviceBuffer() { device_free(data_); }
 
   DeviceBuffer(DeviceBuffer&& other) noexcept
@@ -64,8 +61,8 @@ class DeviceBuffer {
  private:
   void check_count(size_t count, const char* what) const {
     MGT_CHECK(count <= size_, Error,
-              std::string("device buffer ") + what + " of " + std::to_string(count) +
-                  " elements, the buffer holds " + std::to_string(size_));
+              std::string("device buffer ") + what + " of " + std::to_string(count) + " elements, the buffer holds " +
+                  std::to_string(size_));
   }
 
   T* data_ = nullptr;

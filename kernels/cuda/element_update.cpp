@@ -43,7 +43,8 @@ struct ElementUpdateKernel::Impl {
   cudaKernel_t kernel = nullptr;
 };
 
-ElementUpdateKernel::ElementUpdateKernel(const ElementwiseUpdate& update, int device) : impl_(std::make_unique<Impl>()) {
+ElementUpdateKernel::ElementUpdateKernel(const ElementwiseUpdate& update, int device)
+    : impl_(std::make_unique<Impl>()) {
   impl_->states = update.states();
   const std::string source = update.device_source() + kKernel;
   const DeviceProperties props = device_properties(device);

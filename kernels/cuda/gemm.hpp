@@ -28,12 +28,10 @@ class BlasHandle {
 
 // The same with A and B in bfloat16 (raw 16-bit patterns), C and the accumulation in FP32: the
 // GEMMs of bf16 mixed precision, on tensor cores.
-void gemm_bf16(BlasHandle& blas, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-               float alpha, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
-               float* c, int64_t ldc);
+void gemm_bf16(BlasHandle& blas, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-void sgemm(BlasHandle& blas, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-           float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
-           float* c, int64_t ldc);
+void sgemm(BlasHandle& blas, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 }  // namespace mgt::cuda

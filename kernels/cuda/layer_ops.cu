@@ -14,16 +14,16 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void broadcast_rows_kernel(const float* __restrict__ bias, float* __restrict__ y,
-                                      int64_t total, int64_t cols) {
+__global__ void broadcast_rows_kernel(const float* __restrict__ bias, float* __restrict__ y, int64_t total,
+                                      int64_t cols) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride)
     y[i] = bias[i % cols];
 }
 
 // A thread per column walks the rows in order, the CPU loop's order for each column.
-__global__ void column_sums_kernel(const float* __restrict__ x, float* __restrict__ out,
-                                   int64_t rows, int64_t cols, bool accumulate) {
+__global__ void column_sums_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t rows, int64_t cols,
+                                   bool accumulate) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols; c += stride) {
     float acc = accumulate ? out[c] : 0.0f;
@@ -38,8 +38,8 @@ __global__ void column_sums_kernel(const float* __restrict__ x, float* __restric
 // then combines the shares, the same way on every run.
 constexpr int kChannelThreads = 1024;
 __global__ void __launch_bounds__(kChannelThreads)
-    channel_sums_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t batch,
-                        int64_t channels, int64_t plane, bool accumulate) {
+    channel_sums_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t batch, int64_t channels,
+                        int64_t plane, bool accumulate) {
   __shared__ float partial[kChannelThreads];
   const int64_t c = blockIdx.x;
   const int64_t lanes = plane < 1 ? 1 : (plane < kChannelThreads ? plane : kChannelThreads);
@@ -55,8 +55,7 @@ __global__ void __launch_bounds__(kChannelThreads)
   partial[threadIdx.x] = acc;
   __syncthreads();
   for (int half = kChannelThreads / 2; half > 0; half >>= 1) {
-    if (threadIdx.x < half)
-      partial[threadIdx.x] = __fadd_rn(partial[threadIdx.x], partial[threadIdx.x + half]);
+    if (threadIdx.x < half) partial[threadIdx.x] = __fadd_rn(partial[threadIdx.x], partial[threadIdx.x + half]);
     __syncthreads();
   }
   if (threadIdx.x == 0) out[c] = accumulate ? __fadd_rn(out[c], partial[0]) : partial[0];
@@ -74,8 +73,7 @@ __global__ void round_to_bf16_kernel(const float* x, float* y, int64_t n) {
     y[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
 }
 
-__global__ void from_bf16_kernel(const uint16_t* __restrict__ x, float* __restrict__ y, int64_t n,
-                                 bool accumulate) {
+__global__ void from_bf16_kernel(const uint16_t* __restrict__ x, float* __restrict__ y, int64_t n, bool accumulate) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float v = __bfloat162float(__ushort_as_bfloat16(x[i]));
@@ -101,8 +99,7 @@ __global__ void add_batch_loss_kernel(const double* __restrict__ row_loss, int64
   *loss_sum += batch;
 }
 
-__global__ void flag_nonfinite_kernel(const float* __restrict__ x, int64_t n,
-                                      int32_t* __restrict__ flag) {
+__global__ void flag_nonfinite_kernel(const float* __restrict__ x, int64_t n, int32_t* __restrict__ flag) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   bool bad = false;
   // The exponent bits, which are all ones exactly for NaN and the infinities, whatever the
@@ -113,8 +110,8 @@ __global__ void flag_nonfinite_kernel(const float* __restrict__ x, int64_t n,
   if (bad) *flag = 1;
 }
 
-__global__ void multiply_kernel(const float* __restrict__ x, const float* __restrict__ s,
-                                float* __restrict__ y, int64_t n) {
+__global__ void multiply_kernel(const float* __restrict__ x, const float* __restrict__ s, float* __restrict__ y,
+                                int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     y[i] = __fmul_rn(x[i], s[i]);
@@ -125,36 +122,32 @@ __global__ void multiply_kernel(const float* __restrict__ x, const float* __rest
 void broadcast_rows(const float* bias, float* y, int64_t rows, int64_t cols, Stream stream) {
   if (rows <= 0 || cols <= 0) return;
   const int64_t total = rows * cols;
-  broadcast_rows_kernel<<<detail::grid_blocks(total, kThreads), kThreads, 0, stream>>>(bias, y,
-                                                                                       total, cols);
+  broadcast_rows_kernel<<<detail::grid_blocks(total, kThreads), kThreads, 0, stream>>>(bias, y, total, cols);
   MGT_CUDA_CHECK_LAUNCH("broadcast_rows");
 }
 
-void column_sums(const float* x, float* out, int64_t rows, int64_t cols, bool accumulate,
-                 Stream stream) {
+void column_sums(const float* x, float* out, int64_t rows, int64_t cols, bool accumulate, Stream stream) {
   if (cols <= 0) return;
   if (rows < 0) rows = 0;
-  column_sums_kernel<<<detail::grid_blocks(cols, kThreads), kThreads, 0, stream>>>(x, out, rows,
-                                                                                   cols, accumulate);
+  column_sums_kernel<<<detail::grid_blocks(cols, kThreads), kThreads, 0, stream>>>(x, out, rows, cols, accumulate);
   MGT_CUDA_CHECK_LAUNCH("column_sums");
 }
 
-void channel_sums(const float* x, float* out, int64_t batch, int64_t channels, int64_t plane,
-                  bool accumulate, Stream stream) {
-  MGT_CHECK(channels <= INT_MAX, Error,
-            "channel sums on the GPU take at most " + std::to_string(INT_MAX) + " channels, got " +
-                std::to_string(channels));
+void channel_sums(const float* x, float* out, int64_t batch, int64_t channels, int64_t plane, bool accumulate,
+                  Stream stream) {
+  MGT_CHECK(
+      channels <= INT_MAX, Error,
+      "channel sums on the GPU take at most " + std::to_string(INT_MAX) + " channels, got " + std::to_string(channels));
   if (channels <= 0) return;
   if (batch < 0) batch = 0;
   if (plane < 0) plane = 0;
-  channel_sums_kernel<<<static_cast<unsigned>(channels), kChannelThreads, 0, stream>>>(
-      x, out, batch, channels, plane, accumulate);
+  channel_sums_kernel<<<static_cast<unsigned>(channels), kChannelThreads, 0, stream>>>(x, out, batch, channels, plane,
+                                                                                       accumulate);
   MGT_CUDA_CHECK_LAUNCH("channel_sums");
 }
 
-void softmax_xent_accumulate(const float* logits, const int32_t* labels, float* grad,
-                             double* row_loss, int64_t rows, int64_t classes, float grad_scale,
-                             double* loss_sum, int64_t* correct, Stream stream) {
+void softmax_xent_accumulate(const float* logits, const int32_t* labels, float* grad, double* row_loss, int64_t rows,
+                             int64_t classes, float grad_scale, double* loss_sum, int64_t* correct, Stream stream) {
   static_assert(sizeof(int64_t) == sizeof(unsigned long long),
                 "the correct count is added to as a 64-bit unsigned integer");
   MGT_CHECK(loss_sum != nullptr && correct != nullptr, Error,
@@ -170,8 +163,7 @@ void softmax_xent_accumulate(const float* logits, const int32_t* labels, float* 
 void flag_nonfinite(const float* x, size_t n, int32_t* flag, Stream stream) {
   if (n == 0) return;
   const auto count = static_cast<int64_t>(n);
-  flag_nonfinite_kernel<<<detail::grid_blocks(count, kThreads), kThreads, 0, stream>>>(x, count,
-                                                                                       flag);
+  flag_nonfinite_kernel<<<detail::grid_blocks(count, kThreads), kThreads, 0, stream>>>(x, count, flag);
   MGT_CUDA_CHECK_LAUNCH("flag_nonfinite");
 }
 
@@ -196,12 +188,12 @@ void from_bf16(const uint16_t* x, float* y, size_t n, bool accumulate, Stream st
   MGT_CUDA_CHECK_LAUNCH("from_bf16");
 }
 
-void from_bf16_add_channel_bias(const uint16_t* x, const float* bias, float* y, int64_t batch,
-                                int64_t channels, int64_t plane, Stream stream) {
+void from_bf16_add_channel_bias(const uint16_t* x, const float* bias, float* y, int64_t batch, int64_t channels,
+                                int64_t plane, Stream stream) {
   const int64_t n = batch * channels * plane;
   if (n <= 0) return;
-  from_bf16_channel_bias_kernel<<<detail::grid_blocks(n, kThreads), kThreads, 0, stream>>>(x, bias, y, n,
-                                                                                            channels, plane);
+  from_bf16_channel_bias_kernel<<<detail::grid_blocks(n, kThreads), kThreads, 0, stream>>>(x, bias, y, n, channels,
+                                                                                           plane);
   MGT_CUDA_CHECK_LAUNCH("from_bf16_add_channel_bias");
 }
 

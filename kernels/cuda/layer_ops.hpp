@@ -16,22 +16,21 @@ void broadcast_rows(const float* bias, float* y, int64_t rows, int64_t cols, Str
 
 // out[c] (+)= sum over r of x[r, c], rows added in order 0..rows-1 onto out[c] (accumulate) or
 // onto 0: bit for bit what kernels::add_column_sums gives.
-void column_sums(const float* x, float* out, int64_t rows, int64_t cols, bool accumulate,
-                 Stream stream = nullptr);
+void column_sums(const float* x, float* out, int64_t rows, int64_t cols, bool accumulate, Stream stream = nullptr);
 
 // out[c] (+)= sum of x[b, c, :] over batch and plane for NCHW x of `plane` = H * W elements per
 // channel: the bias gradient of a convolution, in one fixed tree order per channel.
-void channel_sums(const float* x, float* out, int64_t batch, int64_t channels, int64_t plane,
-                  bool accumulate, Stream stream = nullptr);
+void channel_sums(const float* x, float* out, int64_t batch, int64_t channels, int64_t plane, bool accumulate,
+                  Stream stream = nullptr);
 
 // Softmax cross-entropy of one micro-batch, as softmax_cross_entropy (softmax.hpp) computes it
 // (grad = (softmax - onehot) * grad_scale, row_loss [rows] doubles of scratch), that also adds the
 // batch's loss, its rows summed in order as sum_row_losses does, to *loss_sum and the number of
 // rows whose arg-max (the first maximum, as kernels::count_correct) is the label to *correct. The
 // totals stay on the device, so the step need not wait for them. All pointers device memory.
-void softmax_xent_accumulate(const float* logits, const int32_t* labels, float* grad,
-                             double* row_loss, int64_t rows, int64_t classes, float grad_scale,
-                             double* loss_sum, int64_t* correct, Stream stream = nullptr);
+void softmax_xent_accumulate(const float* logits, const int32_t* labels, float* grad, double* row_loss, int64_t rows,
+                             int64_t classes, float grad_scale, double* loss_sum, int64_t* correct,
+                             Stream stream = nullptr);
 
 // Sets *flag = 1 when any of x[0..n) is NaN or infinite; never clears it, so one flag gathers a
 // whole step's checks.
@@ -46,8 +45,8 @@ void round_to_bf16(const float* x, float* y, size_t n, Stream stream = nullptr);
 void from_bf16(const uint16_t* x, float* y, size_t n, bool accumulate, Stream stream = nullptr);
 // y[b, c, :] = x[b, c, :] widened from bf16, + bias[c] in FP32 (bias may be null): a bf16
 // convolution's output with its FP32 bias, for NCHW tensors of `plane` elements per channel.
-void from_bf16_add_channel_bias(const uint16_t* x, const float* bias, float* y, int64_t batch,
-                                int64_t channels, int64_t plane, Stream stream = nullptr);
+void from_bf16_add_channel_bias(const uint16_t* x, const float* bias, float* y, int64_t batch, int64_t channels,
+                                int64_t plane, Stream stream = nullptr);
 
 // y = x * s element-wise (dropout applied with its scales).
 void multiply(const float* x, const float* s, float* y, int64_t n, Stream stream = nullptr);

@@ -16,12 +16,12 @@
 
 // MGT_NCCL_CHECK with NCCL's own account of the failure (ncclGetLastError), which names the peer,
 // transport or argument at fault where the status alone says only "system error".
-#define MGT_NCCL_COMM_CHECK(call, comm)                                                       \
-  do {                                                                                        \
-    const ncclResult_t mgt_nccl_status_ = (call);                                             \
-    if (mgt_nccl_status_ != ncclSuccess)                                                      \
-      ::mgt::cuda::detail::raise_error("NCCL", #call, __FILE__, __LINE__, nullptr,            \
-                                       nccl_error_text(mgt_nccl_status_, comm).c_str());      \
+#define MGT_NCCL_COMM_CHECK(call, comm)                                                  \
+  do {                                                                                   \
+    const ncclResult_t mgt_nccl_status_ = (call);                                        \
+    if (mgt_nccl_status_ != ncclSuccess)                                                 \
+      ::mgt::cuda::detail::raise_error("NCCL", #call, __FILE__, __LINE__, nullptr,       \
+                                       nccl_error_text(mgt_nccl_status_, comm).c_str()); \
   } while (0)
 
 namespace mgt::cuda {
@@ -46,8 +46,8 @@ std::string seconds_text(double seconds) {
 }
 
 std::string overdue_message(const std::string& what, int64_t step, double timeout_s, int rank) {
-  return what + " at step " + std::to_string(step) + " did not finish within " +
-         seconds_text(timeout_s) + " s on rank " + std::to_string(rank) +
+  return what + " at step " + std::to_string(step) + " did not finish within " + seconds_text(timeout_s) +
+         " s on rank " + std::to_string(rank) +
          ": its device work is still pending; a peer rank is stuck or gone, or a kernel hangs "
          "(comm.timeout_s)";
 }
@@ -58,8 +58,8 @@ enum class WaitEnd { done, timed_out, nccl_failed };
 // Polls each stream until its work is done, `comm` (when not null) reports an asynchronous error,
 // or `timeout_s` passes. Sleeping between polls leaves the core to the rank's other threads (the
 // prefetcher) and to oversubscribed peers. A failed query throws CudaError.
-WaitEnd poll_streams(std::initializer_list<cudaStream_t> streams, double timeout_s,
-                     ncclComm_t comm, ncclResult_t* nccl_error) {
+WaitEnd poll_streams(std::initializer_list<cudaStream_t> streams, double timeout_s, ncclComm_t comm,
+                     ncclResult_t* nccl_error) {
   const auto deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   const auto nccl_failed = [&] {
@@ -284,9 +284,9 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override {
     // NCCL_SPLIT_NOCOLOR and MPI_UNDEFINED (no communicator for this rank) have no place in the
     // interface: every caller gets a communicator.
-    MGT_CHECK(color >= 0, CommError,
-              "nccl split on rank " + std::to_string(rank()) + ": color " + std::to_string(color) +
-                  ", expected 0 or more");
+    MGT_CHECK(
+        color >= 0, CommError,
+        "nccl split on rank " + std::to_string(rank()) + ": color " + std::to_string(color) + ", expected 0 or more");
     require_live("split");
     auto sub = std::make_unique<NcclCommunicator>(host_.split(color, key), *this);
     // NCCL orders the new ranks by key, ties by rank here, as MPI_Comm_split does; the NCCL ranks
@@ -295,9 +295,8 @@ class NcclCommunicator final : public Communicator {
     int sub_rank = -1;
     MGT_NCCL_COMM_CHECK(ncclCommUserRank(sub->comm_, &sub_rank), sub->comm_);
     MGT_CHECK(sub_rank == sub->rank(), CommError,
-              "nccl split on rank " + std::to_string(rank()) + ": NCCL rank " +
-                  std::to_string(sub_rank) + " in the new communicator, expected the host's rank " +
-                  std::to_string(sub->rank()));
+              "nccl split on rank " + std::to_string(rank()) + ": NCCL rank " + std::to_string(sub_rank) +
+                  " in the new communicator, expected the host's rank " + std::to_string(sub->rank()));
     return sub;
   }
 
@@ -334,8 +333,8 @@ class NcclCommunicator final : public Communicator {
 
   void require_live(const char* op) const {
     MGT_CHECK(!failed_, CommError,
-              std::string("nccl ") + op + " at step " + std::to_string(step_) + " on rank " +
-                  std::to_string(rank()) + ": the communicator failed at an earlier error");
+              std::string("nccl ") + op + " at step " + std::to_string(step_) + " on rank " + std::to_string(rank()) +
+                  ": the communicator failed at an earlier error");
   }
 
   // The communication stream starts after the work enqueued on `compute` so far.
@@ -408,8 +407,7 @@ void raise_if_failed(Communicator& comm) {
   if (auto* nccl = dynamic_cast<NcclCommunicator*>(&comm)) nccl->raise_if_failed();
 }
 
-void wait_with_deadline(Stream stream, double timeout_s, const std::string& what, int rank,
-                        int64_t step) {
+void wait_with_deadline(Stream stream, double timeout_s, const std::string& what, int rank, int64_t step) {
   ncclResult_t unused = ncclSuccess;
   if (poll_streams({stream}, timeout_s, nullptr, &unused) == WaitEnd::timed_out)
     throw CommError(overdue_message(what, step, timeout_s, rank));

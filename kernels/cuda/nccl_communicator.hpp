@@ -63,7 +63,6 @@ void raise_if_failed(Communicator& comm);
 // throws mgt::CommError "<what> at step <step> did not finish within <timeout_s> s on rank
 // <rank>: ...". A failed query (a device error) throws mgt::CudaError. Must not be called on a
 // stream being captured.
-void wait_with_deadline(Stream stream, double timeout_s, const std::string& what, int rank,
-                        int64_t step);
+void wait_with_deadline(Stream stream, double timeout_s, const std::string& what, int rank, int64_t step);
 
 }  // namespace mgt::cuda

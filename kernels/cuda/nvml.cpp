@@ -24,8 +24,7 @@ F symbol(void* lib, const char* name) {
 // A wait far past any run's length stands for "never": the clock's arithmetic must not overflow.
 std::chrono::milliseconds checked_interval(double interval_s) {
   if (!std::isfinite(interval_s) || interval_s <= 0.0)
-    throw ConfigError("GPU monitor interval must be a positive number of seconds, got " +
-                      std::to_string(interval_s));
+    throw ConfigError("GPU monitor interval must be a positive number of seconds, got " + std::to_string(interval_s));
   const double ms = std::min(interval_s, 1e7) * 1e3;
   return std::chrono::milliseconds(std::max<long long>(1, std::llround(ms)));
 }
@@ -91,8 +90,7 @@ bool Nvml::memory(const std::string& pci_bus_id, Memory& out) const {
 bool Nvml::utilization(const std::string& pci_bus_id, Utilization& out) const {
   Device device = nullptr;
   UtilizationRates rates{};
-  if (!utilization_ || !this->device(pci_bus_id, device) || utilization_(device, &rates) != 0)
-    return false;
+  if (!utilization_ || !this->device(pci_bus_id, device) || utilization_(device, &rates) != 0) return false;
   out = {static_cast<int>(rates.gpu), static_cast<int>(rates.memory)};
   return true;
 }
@@ -100,8 +98,7 @@ bool Nvml::utilization(const std::string& pci_bus_id, Utilization& out) const {
 bool Nvml::temperature(const std::string& pci_bus_id, int& celsius) const {
   Device device = nullptr;
   unsigned value = 0;
-  if (!temperature_ || !this->device(pci_bus_id, device) ||
-      temperature_(device, kTemperatureGpu, &value) != 0)
+  if (!temperature_ || !this->device(pci_bus_id, device) || temperature_(device, kTemperatureGpu, &value) != 0)
     return false;
   celsius = static_cast<int>(value);
   return true;
@@ -140,8 +137,7 @@ GpuSample read_gpu_sample(const Nvml& nvml, const std::string& pci_bus_id) {
   return s;
 }
 
-GpuMonitor::GpuMonitor(const std::string& pci_bus_id, double interval_s)
-    : interval_(checked_interval(interval_s)) {
+GpuMonitor::GpuMonitor(const std::string& pci_bus_id, double interval_s) : interval_(checked_interval(interval_s)) {
   if (pci_bus_id.empty()) return;
   nvml_ = std::make_unique<Nvml>();
   if (!nvml_->ok()) return;
@@ -149,8 +145,7 @@ GpuMonitor::GpuMonitor(const std::string& pci_bus_id, double interval_s)
   start([nvml, pci_bus_id] { return read_gpu_sample(*nvml, pci_bus_id); });
 }
 
-GpuMonitor::GpuMonitor(std::function<GpuSample()> read, double interval_s)
-    : interval_(checked_interval(interval_s)) {
+GpuMonitor::GpuMonitor(std::function<GpuSample()> read, double interval_s) : interval_(checked_interval(interval_s)) {
   if (read) start(std::move(read));
 }
 

@@ -74,7 +74,7 @@ class Nvml {
   Status (*memory_v2_)(Device, MemoryV2*) = nullptr;
   Status (*driver_)(char*, unsigned) = nullptr;
   Status (*utilization_)(Device, UtilizationRates*) = nullptr;
-  Status (*temperature_)(Device, int, unsigned*) = nullptr;  // sensor: nvmlTemperatureSensors_t
+  Status (*temperature_)(Device, int, unsigned*) = nullptr;   // sensor: nvmlTemperatureSensors_t
   Status (*nvlink_state_)(Device, unsigned, int*) = nullptr;  // link, nvmlEnableState_t (1 = up)
 };
 

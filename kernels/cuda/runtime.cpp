@@ -10,16 +10,16 @@ namespace mgt::cuda {
 
 namespace detail {
 
-void raise_error(const char* library, const char* call, const char* file, int line,
-                 const char* name, const char* text) {
+void raise_error(const char* library, const char* call, const char* file, int line, const char* name,
+                 const char* text) {
   std::string where = file;
 #ifdef MGTRAIN_SOURCE_DIR
   // __FILE__ is absolute in a CMake build; the path inside the source tree is what helps a reader.
   const std::string root = MGTRAIN_SOURCE_DIR;
   if (where.rfind(root, 0) == 0) where.erase(0, root.size());
 #endif
-  std::string message = std::string(library) + " call " + call + " failed at " + where + ":" +
-                        std::to_string(line) + ": " + (text ? text : "unknown error");
+  std::string message = std::string(library) + " call " + call + " failed at " + where + ":" + std::to_string(line) +
+                        ": " + (text ? text : "unknown error");
   if (name && *name) message += std::string(" (") + name + ")";
   throw CudaError(message);
 }
@@ -36,8 +36,8 @@ int device_count(std::string* why) noexcept {
     }
     cudaGetLastError();  // leave no error behind for the next check
     if (why) {
-      const std::string detail = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(status) +
-                                 ", " + cudaGetErrorName(status);
+      const std::string detail =
+          std::string("cudaGetDeviceCount: ") + cudaGetErrorString(status) + ", " + cudaGetErrorName(status);
       int driver = 0;
       // 0 means the runtime found no driver library at all, which its error text does not say.
       if (cudaDriverGetVersion(&driver) == cudaSuccess && driver == 0)
@@ -104,8 +104,8 @@ void* device_malloc(size_t bytes) {
                     static_cast<double>(total_bytes) / 1048576.0);
       throw OutOfMemoryError(text);
     }
-    detail::raise_error("CUDA", ("cudaMalloc of " + std::to_string(bytes) + " bytes").c_str(),
-                        __FILE__, __LINE__, cudaGetErrorName(status), cudaGetErrorString(status));
+    detail::raise_error("CUDA", ("cudaMalloc of " + std::to_string(bytes) + " bytes").c_str(), __FILE__, __LINE__,
+                        cudaGetErrorName(status), cudaGetErrorString(status));
   }
   return ptr;
 }

@@ -11,9 +11,8 @@ namespace mgt::cuda {
 // Writes grad [rows, classes] and row_loss [rows] (device arrays; labels on the device too).
 // Labels must be valid, as on the CPU (the caller checks them on the host); a row whose label is
 // not gets a NaN loss and an unshifted gradient rather than a read out of bounds.
-void softmax_cross_entropy(const float* logits, const int32_t* labels, float* grad,
-                           double* row_loss, int64_t rows, int64_t classes, float grad_scale,
-                           Stream stream = nullptr);
+void softmax_cross_entropy(const float* logits, const int32_t* labels, float* grad, double* row_loss, int64_t rows,
+                           int64_t classes, float grad_scale, Stream stream = nullptr);
 
 // The sum of row_loss in row order, on the host, as the CPU kernel sums it; waits for `stream`.
 double sum_row_losses(const double* row_loss, int64_t rows, Stream stream = nullptr);

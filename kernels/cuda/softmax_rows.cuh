@@ -14,15 +14,21 @@ namespace mgt::cuda::detail {
 
 struct SoftmaxMaxOp {
   template <typename T>
-  __device__ T operator()(T a, T b) const { return a > b ? a : b; }
+  __device__ T operator()(T a, T b) const {
+    return a > b ? a : b;
+  }
 };
 struct SoftmaxMinOp {
   template <typename T>
-  __device__ T operator()(T a, T b) const { return a < b ? a : b; }
+  __device__ T operator()(T a, T b) const {
+    return a < b ? a : b;
+  }
 };
 struct SoftmaxSumOp {
   template <typename T>
-  __device__ T operator()(T a, T b) const { return a + b; }
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 
 // Every thread of the block gets the reduction of its threads' values, combined in the same
@@ -46,9 +52,8 @@ __device__ T softmax_block_reduce(T v, Op op) {
 // arg-max (the first maximum, as kernels::count_correct picks it) is its label adds one to it:
 // an integer sum, the same whatever order the rows finish in.
 template <int kThreads>
-__global__ void softmax_xent_kernel(const float* __restrict__ logits,
-                                    const int32_t* __restrict__ labels, float* __restrict__ grad,
-                                    double* __restrict__ row_loss, int64_t classes,
+__global__ void softmax_xent_kernel(const float* __restrict__ logits, const int32_t* __restrict__ labels,
+                                    float* __restrict__ grad, double* __restrict__ row_loss, int64_t classes,
                                     float grad_scale, unsigned long long* __restrict__ correct) {
   const int64_t row = blockIdx.x;
   const float* x = logits + row * classes;
@@ -79,8 +84,8 @@ __global__ void softmax_xent_kernel(const float* __restrict__ logits,
     if (threadIdx.x == 0 && valid && first == label) atomicAdd(correct, 1ull);
   }
   if (threadIdx.x == 0)
-    row_loss[row] = valid ? log(static_cast<double>(sum)) - static_cast<double>(x[label] - mx)
-                          : static_cast<double>(NAN);
+    row_loss[row] =
+        valid ? log(static_cast<double>(sum)) - static_cast<double>(x[label] - mx) : static_cast<double>(NAN);
   // Rounded step by step as the CPU loop is (no fused multiply-add).
   const float scale = __fdiv_rn(grad_scale, sum);
   for (int64_t c = threadIdx.x; c < classes; c += kThreads) {
@@ -91,23 +96,19 @@ __global__ void softmax_xent_kernel(const float* __restrict__ logits,
 }
 
 // Checks the sizes and launches the row kernel on `stream`; `correct` may be null.
-inline void launch_softmax_xent(const float* logits, const int32_t* labels, float* grad,
-                                double* row_loss, int64_t rows, int64_t classes, float grad_scale,
-                                unsigned long long* correct, Stream stream) {
-  MGT_CHECK(classes > 0, Error,
-            "softmax cross-entropy expects at least one class, got " + std::to_string(classes));
+inline void launch_softmax_xent(const float* logits, const int32_t* labels, float* grad, double* row_loss, int64_t rows,
+                                int64_t classes, float grad_scale, unsigned long long* correct, Stream stream) {
+  MGT_CHECK(classes > 0, Error, "softmax cross-entropy expects at least one class, got " + std::to_string(classes));
   MGT_CHECK(rows <= INT_MAX, Error,
-            "softmax cross-entropy on the GPU takes at most " + std::to_string(INT_MAX) +
-                " rows, got " + std::to_string(rows));
+            "softmax cross-entropy on the GPU takes at most " + std::to_string(INT_MAX) + " rows, got " +
+                std::to_string(rows));
   if (rows <= 0) return;
   const auto blocks = static_cast<unsigned>(rows);
   // A warp per row covers the usual handful of classes; wide rows get 256 threads.
   if (classes <= 32) {
-    softmax_xent_kernel<32><<<blocks, 32, 0, stream>>>(logits, labels, grad, row_loss, classes,
-                                                       grad_scale, correct);
+    softmax_xent_kernel<32><<<blocks, 32, 0, stream>>>(logits, labels, grad, row_loss, classes, grad_scale, correct);
   } else {
-    softmax_xent_kernel<256><<<blocks, 256, 0, stream>>>(logits, labels, grad, row_loss, classes,
-                                                         grad_scale, correct);
+    softmax_xent_kernel<256><<<blocks, 256, 0, stream>>>(logits, labels, grad, row_loss, classes, grad_scale, correct);
   }
   MGT_CUDA_CHECK_LAUNCH("softmax_cross_entropy");
 }

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core_keys.hpp"
 #include "mgtrain/config.hpp"
 #include "mgtrain/error.hpp"
+#include "runtime/core_keys.hpp"
 
 namespace {
 
@@ -45,15 +45,25 @@ void read_all(const mgt::Config& c, const std::vector<mgt::ConfigKey>& keys) {
     switch (k.type) {
       case mgt::KeyType::string:
       case mgt::KeyType::path:
-      case mgt::KeyType::choice: (void)c.get_string(k.key); break;
+      case mgt::KeyType::choice:
+        (void)c.get_string(k.key);
+        break;
       case mgt::KeyType::integer:
       case mgt::KeyType::positive_integer:
-      case mgt::KeyType::non_negative_integer: (void)c.get_int(k.key); break;
+      case mgt::KeyType::non_negative_integer:
+        (void)c.get_int(k.key);
+        break;
       case mgt::KeyType::real:
       case mgt::KeyType::positive_real:
-      case mgt::KeyType::non_negative_real: (void)c.get_real(k.key); break;
-      case mgt::KeyType::boolean: (void)c.get_bool(k.key); break;
-      case mgt::KeyType::integer_list: (void)c.get_int_list(k.key); break;
+      case mgt::KeyType::non_negative_real:
+        (void)c.get_real(k.key);
+        break;
+      case mgt::KeyType::boolean:
+        (void)c.get_bool(k.key);
+        break;
+      case mgt::KeyType::integer_list:
+        (void)c.get_int_list(k.key);
+        break;
     }
   }
 }

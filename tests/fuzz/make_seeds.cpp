@@ -37,8 +37,8 @@ h5::Id create(const std::string& name, bool latest = false) {
 
 enum class Layout { contiguous, compact, chunked, deflate };
 
-void dataset(hid_t file, const char* name, hid_t file_type, hid_t mem_type, std::vector<hsize_t> dims,
-             const void* data, Layout layout, hid_t* out = nullptr) {
+void dataset(hid_t file, const char* name, hid_t file_type, hid_t mem_type, std::vector<hsize_t> dims, const void* data,
+             Layout layout, hid_t* out = nullptr) {
   h5::Id s = h5::space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
   h5::Id p = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
   if (layout == Layout::compact) H5Pset_layout(p.get(), H5D_COMPACT);
@@ -54,8 +54,10 @@ void dataset(hid_t file, const char* name, hid_t file_type, hid_t mem_type, std:
   hid_t d = H5Dcreate2(file, name, file_type, s.get(), H5P_DEFAULT, p.get(), H5P_DEFAULT);
   check(d >= 0, std::string("creating ") + name);
   if (data) check(H5Dwrite(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0, std::string("writing ") + name);
-  if (out) *out = d;
-  else H5Dclose(d);
+  if (out)
+    *out = d;
+  else
+    H5Dclose(d);
 }
 
 void csv_seed(const std::string& name, const std::string& text, const mgt::Shape& shape) {

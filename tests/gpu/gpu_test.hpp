@@ -34,8 +34,8 @@ inline std::vector<float> random_floats(size_t n, unsigned seed, float lo = -1.0
 // Each element within rtol of the largest magnitude in `expected` (a norm-wise relative error:
 // element-wise it would fail on values that cancel to near zero). Reports the worst element and
 // how many differ at all, so a device run shows whether the two agree bit for bit.
-inline void expect_close(const std::vector<float>& actual, const std::vector<float>& expected,
-                         double rtol, const std::string& what) {
+inline void expect_close(const std::vector<float>& actual, const std::vector<float>& expected, double rtol,
+                         const std::string& what) {
   ASSERT_EQ(actual.size(), expected.size()) << what;
   double scale = 0.0;
   for (const float e : expected) scale = std::max(scale, std::fabs(static_cast<double>(e)));
@@ -50,11 +50,11 @@ inline void expect_close(const std::vector<float>& actual, const std::vector<flo
       worst_at = i;
     }
     if (!(diff <= tol) && ++failures <= 5)
-      ADD_FAILURE() << what << " element " << i << ": GPU " << actual[i] << ", CPU " << expected[i]
-                    << ", difference " << diff << " > tolerance " << tol;
+      ADD_FAILURE() << what << " element " << i << ": GPU " << actual[i] << ", CPU " << expected[i] << ", difference "
+                    << diff << " > tolerance " << tol;
   }
-  std::printf("  %s: %zu of %zu elements differ, largest difference %.3g (element %zu), tolerance %.3g\n",
-              what.c_str(), differing, actual.size(), worst, worst_at, tol);
+  std::printf("  %s: %zu of %zu elements differ, largest difference %.3g (element %zu), tolerance %.3g\n", what.c_str(),
+              differing, actual.size(), worst, worst_at, tol);
   EXPECT_EQ(failures, 0u) << what;
 }
 

@@ -42,15 +42,13 @@ struct ConvCase {
 
 std::string conv_name(const ConvCase& c) {
   const auto& s = c.shape;
-  return "conv b" + std::to_string(c.batch) + " " + std::to_string(s.in_channels) + "x" +
-         std::to_string(s.height) + "x" + std::to_string(s.width) + "->" +
-         std::to_string(s.out_channels) + " k" + std::to_string(s.kernel) + " s" +
-         std::to_string(s.stride) + " p" + std::to_string(s.padding);
+  return "conv b" + std::to_string(c.batch) + " " + std::to_string(s.in_channels) + "x" + std::to_string(s.height) +
+         "x" + std::to_string(s.width) + "->" + std::to_string(s.out_channels) + " k" + std::to_string(s.kernel) +
+         " s" + std::to_string(s.stride) + " p" + std::to_string(s.padding);
 }
 
 std::vector<ConvCase> conv_cases() {
-  auto shape = [](int64_t ic, int64_t oc, int64_t k, int64_t stride, int64_t pad, int64_t h,
-                  int64_t w) {
+  auto shape = [](int64_t ic, int64_t oc, int64_t k, int64_t stride, int64_t pad, int64_t h, int64_t w) {
     Conv2dShape s;
     s.in_channels = ic;
     s.out_channels = oc;
@@ -62,12 +60,12 @@ std::vector<ConvCase> conv_cases() {
     return s;
   };
   return {
-      {shape(1, 8, 5, 1, 2, 28, 28), 4},    // an MNIST first layer, "same" padding
-      {shape(8, 16, 3, 1, 1, 14, 14), 3},   // 3x3 "same": the shape Winograd and FFT target
-      {shape(3, 6, 3, 2, 1, 17, 17), 2},    // strided, odd input
-      {shape(4, 5, 3, 1, 0, 9, 11), 5},     // no padding, not square
-      {shape(6, 4, 1, 1, 0, 7, 7), 3},      // 1x1
-      {shape(2, 3, 4, 3, 2, 10, 13), 2},    // even kernel, stride larger than padding
+      {shape(1, 8, 5, 1, 2, 28, 28), 4},   // an MNIST first layer, "same" padding
+      {shape(8, 16, 3, 1, 1, 14, 14), 3},  // 3x3 "same": the shape Winograd and FFT target
+      {shape(3, 6, 3, 2, 1, 17, 17), 2},   // strided, odd input
+      {shape(4, 5, 3, 1, 0, 9, 11), 5},    // no padding, not square
+      {shape(6, 4, 1, 1, 0, 7, 7), 3},     // 1x1
+      {shape(2, 3, 4, 3, 2, 10, 13), 2},   // even kernel, stride larger than padding
   };
 }
 
@@ -91,8 +89,7 @@ TEST_F(GpuCudnnOps, ConvolutionMatchesCpu) {
     mgt::cuda::ConvPlan plan(cudnn, s, c.batch);
     std::printf("  %s: workspace %zu bytes, algorithms %s\n", what.c_str(), plan.workspace_bytes(),
                 plan.algorithms().c_str());
-    DeviceBuffer<float> d_x(x), d_w(w), d_bias(bias), d_dy(dy), d_y(ny), d_dx(nx), d_dw(nw),
-        d_db(s.out_channels);
+    DeviceBuffer<float> d_x(x), d_w(w), d_bias(bias), d_dy(dy), d_y(ny), d_dx(nx), d_dw(nw), d_db(s.out_channels);
 
     // Forward, with and without bias.
     std::vector<float> y(ny);
@@ -118,8 +115,7 @@ TEST_F(GpuCudnnOps, ConvolutionMatchesCpu) {
     std::vector<float> dw(nw), db(s.out_channels);
     cpu.backward_weights(s, c.batch, x.data(), dy.data(), dw.data(), db.data(), false);
     d_dw.upload(std::vector<float>(nw, std::numeric_limits<float>::quiet_NaN()).data(), nw);
-    d_db.upload(std::vector<float>(s.out_channels, std::numeric_limits<float>::quiet_NaN()).data(),
-                s.out_channels);
+    d_db.upload(std::vector<float>(s.out_channels, std::numeric_limits<float>::quiet_NaN()).data(), s.out_channels);
     plan.backward_weights(d_x.data(), d_dy.data(), d_dw.data(), d_db.data(), false);
     mgt::cuda::synchronize();
     expect_close(d_dw.to_host(), dw, kConvRtol, what + " weight gradient");
@@ -157,8 +153,8 @@ TEST_F(GpuCudnnOps, ConvolutionRepeatsBitForBit) {
   const int64_t nx = batch * s.in_channels * s.height * s.width;
   const int64_t ny = batch * s.out_channels * s.out_height() * s.out_width();
   const int64_t nw = s.out_channels * s.in_channels * s.kernel * s.kernel;
-  DeviceBuffer<float> d_x(random_floats(nx, 21)), d_w(random_floats(nw, 22)),
-      d_b(random_floats(s.out_channels, 23)), d_dy(random_floats(ny, 24));
+  DeviceBuffer<float> d_x(random_floats(nx, 21)), d_w(random_floats(nw, 22)), d_b(random_floats(s.out_channels, 23)),
+      d_dy(random_floats(ny, 24));
   std::vector<std::vector<float>> results[2];
   for (auto& r : results) {
     mgt::cuda::ConvPlan plan(cudnn, s, batch);
@@ -246,14 +242,14 @@ std::vector<float> distinct_floats(size_t n, unsigned seed) {
 
 TEST_F(GpuCudnnOps, MaxPoolMatchesCpu) {
   mgt::cuda::CudnnHandle cudnn;
-  struct PoolCase { int64_t batch, channels, height, width, kernel, stride; };
-  for (const PoolCase c : {PoolCase{4, 3, 28, 28, 2, 2}, PoolCase{2, 5, 15, 17, 2, 2},
-                           PoolCase{3, 2, 13, 13, 3, 2}, PoolCase{2, 4, 9, 10, 3, 3},
-                           PoolCase{1, 1, 5, 5, 5, 1}, PoolCase{2, 3, 8, 8, 2, 1}}) {
-    const std::string what = "max pool b" + std::to_string(c.batch) + " " +
-                             std::to_string(c.channels) + "x" + std::to_string(c.height) + "x" +
-                             std::to_string(c.width) + " k" + std::to_string(c.kernel) + " s" +
-                             std::to_string(c.stride);
+  struct PoolCase {
+    int64_t batch, channels, height, width, kernel, stride;
+  };
+  for (const PoolCase c : {PoolCase{4, 3, 28, 28, 2, 2}, PoolCase{2, 5, 15, 17, 2, 2}, PoolCase{3, 2, 13, 13, 3, 2},
+                           PoolCase{2, 4, 9, 10, 3, 3}, PoolCase{1, 1, 5, 5, 5, 1}, PoolCase{2, 3, 8, 8, 2, 1}}) {
+    const std::string what = "max pool b" + std::to_string(c.batch) + " " + std::to_string(c.channels) + "x" +
+                             std::to_string(c.height) + "x" + std::to_string(c.width) + " k" +
+                             std::to_string(c.kernel) + " s" + std::to_string(c.stride);
     const int64_t planes = c.batch * c.channels;
     const int64_t oh = (c.height - c.kernel) / c.stride + 1, ow = (c.width - c.kernel) / c.stride + 1;
     const int64_t nx = planes * c.height * c.width, ny = planes * oh * ow;
@@ -261,10 +257,9 @@ TEST_F(GpuCudnnOps, MaxPoolMatchesCpu) {
     const auto dy = random_floats(ny, 42);
     std::vector<float> y(ny), dx(nx);
     std::vector<int32_t> argmax(ny);
-    mgt::kernels::max_pool2d_forward(x.data(), y.data(), argmax.data(), planes, c.height, c.width,
-                                     c.kernel, c.stride);
-    mgt::kernels::max_pool2d_backward(dy.data(), argmax.data(), dx.data(), planes, c.height,
-                                      c.width, c.kernel, c.stride);
+    mgt::kernels::max_pool2d_forward(x.data(), y.data(), argmax.data(), planes, c.height, c.width, c.kernel, c.stride);
+    mgt::kernels::max_pool2d_backward(dy.data(), argmax.data(), dx.data(), planes, c.height, c.width, c.kernel,
+                                      c.stride);
 
     mgt::cuda::MaxPoolPlan plan(cudnn, c.batch, c.channels, c.height, c.width, c.kernel, c.stride);
     EXPECT_EQ(plan.out_height(), oh) << what;

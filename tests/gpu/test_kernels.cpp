@@ -77,21 +77,23 @@ TEST_F(GpuKernels, ReluMatchesCpu) {
 }
 
 TEST_F(GpuKernels, SoftmaxCrossEntropyMatchesCpu) {
-  struct Shape { int64_t rows, classes; };
+  struct Shape {
+    int64_t rows, classes;
+  };
   for (const Shape s : {Shape{1, 1}, Shape{7, 10}, Shape{128, 10}, Shape{33, 1000}, Shape{5, 4097}}) {
     const auto logits = random_floats(s.rows * s.classes, 4, -8.0f, 8.0f);
     std::vector<int32_t> labels(s.rows);
     for (int64_t r = 0; r < s.rows; ++r) labels[r] = static_cast<int32_t>((r * 7919) % s.classes);
     const float grad_scale = 1.0f / static_cast<float>(s.rows);
     std::vector<float> grad(logits.size());
-    const double loss = mgt::kernels::softmax_cross_entropy(logits.data(), labels.data(), grad.data(),
-                                                            s.rows, s.classes, grad_scale);
+    const double loss =
+        mgt::kernels::softmax_cross_entropy(logits.data(), labels.data(), grad.data(), s.rows, s.classes, grad_scale);
 
     DeviceBuffer<float> d_logits(logits), d_grad(logits.size());
     DeviceBuffer<int32_t> d_labels(labels);
     DeviceBuffer<double> d_row_loss(s.rows);
-    mgt::cuda::softmax_cross_entropy(d_logits.data(), d_labels.data(), d_grad.data(),
-                                     d_row_loss.data(), s.rows, s.classes, grad_scale);
+    mgt::cuda::softmax_cross_entropy(d_logits.data(), d_labels.data(), d_grad.data(), d_row_loss.data(), s.rows,
+                                     s.classes, grad_scale);
     const double gpu_loss = mgt::cuda::sum_row_losses(d_row_loss.data(), s.rows);
     const std::string what = std::to_string(s.rows) + "x" + std::to_string(s.classes);
     EXPECT_NEAR(gpu_loss, loss, 1e-5 * std::max(1.0, std::fabs(loss))) << what << " loss";
@@ -104,8 +106,8 @@ TEST_F(GpuKernels, SoftmaxCrossEntropyBadLabelGivesNaNNotACrash) {
   DeviceBuffer<float> d_logits(random_floats(rows * classes, 5)), d_grad(rows * classes);
   DeviceBuffer<int32_t> d_labels(std::vector<int32_t>{1, 3});
   DeviceBuffer<double> d_row_loss(rows);
-  mgt::cuda::softmax_cross_entropy(d_logits.data(), d_labels.data(), d_grad.data(), d_row_loss.data(),
-                                   rows, classes, 1.0f);
+  mgt::cuda::softmax_cross_entropy(d_logits.data(), d_labels.data(), d_grad.data(), d_row_loss.data(), rows, classes,
+                                   1.0f);
   const auto row_loss = d_row_loss.to_host();
   EXPECT_TRUE(std::isfinite(row_loss[0]));
   EXPECT_TRUE(std::isnan(row_loss[1]));
@@ -113,7 +115,9 @@ TEST_F(GpuKernels, SoftmaxCrossEntropyBadLabelGivesNaNNotACrash) {
 
 TEST_F(GpuKernels, SgemmMatchesCpuInEveryLayout) {
   mgt::cuda::BlasHandle blas;
-  struct Case { int64_t m, n, k; };
+  struct Case {
+    int64_t m, n, k;
+  };
   for (const Case c : {Case{1, 1, 1}, Case{64, 10, 784}, Case{128, 256, 33}, Case{37, 300, 129}}) {
     for (const bool ta : {false, true}) {
       for (const bool tb : {false, true}) {
@@ -124,13 +128,11 @@ TEST_F(GpuKernels, SgemmMatchesCpuInEveryLayout) {
         auto expected = random_floats(c.m * ldc, 8);
         DeviceBuffer<float> d_a(a), d_b(b), d_c(expected);
         const float alpha = 0.75f, beta = -0.5f;
-        mgt::kernels::sgemm(ta, tb, c.m, c.n, c.k, alpha, a.data(), lda, b.data(), ldb, beta,
-                            expected.data(), ldc);
-        mgt::cuda::sgemm(blas, ta, tb, c.m, c.n, c.k, alpha, d_a.data(), lda, d_b.data(), ldb, beta,
-                         d_c.data(), ldc);
+        mgt::kernels::sgemm(ta, tb, c.m, c.n, c.k, alpha, a.data(), lda, b.data(), ldb, beta, expected.data(), ldc);
+        mgt::cuda::sgemm(blas, ta, tb, c.m, c.n, c.k, alpha, d_a.data(), lda, d_b.data(), ldb, beta, d_c.data(), ldc);
         expect_close(d_c.to_host(), expected, 1e-4,
-                     "sgemm " + std::string(ta ? "T" : "N") + (tb ? "T" : "N") + " m=" +
-                         std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k));
+                     "sgemm " + std::string(ta ? "T" : "N") + (tb ? "T" : "N") + " m=" + std::to_string(c.m) +
+                         " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k));
       }
     }
   }
@@ -142,8 +144,8 @@ TEST_F(GpuKernels, Bf16RoundingMatchesCpu) {
   auto x = random_floats(100003, 12, -3.0f, 3.0f);
   x[0] = 0.0f;
   x[1] = -0.0f;
-  x[2] = 1e-40f;  // subnormal
-  x[3] = 3.4e38f;  // rounds to infinity
+  x[2] = 1e-40f;       // subnormal
+  x[3] = 3.4e38f;      // rounds to infinity
   x[4] = 1.00390625f;  // 1 + 2^-8: a tie, to even
   x[5] = 1.01171875f;  // 1 + 3 * 2^-8: a tie, to even (up)
   std::vector<uint16_t> expected(x.size());
@@ -164,7 +166,9 @@ TEST_F(GpuKernels, Bf16RoundingMatchesCpu) {
 
 TEST_F(GpuKernels, Bf16GemmMatchesCpuInEveryLayout) {
   mgt::cuda::BlasHandle blas;
-  struct Case { int64_t m, n, k; };
+  struct Case {
+    int64_t m, n, k;
+  };
   for (const Case c : {Case{64, 10, 784}, Case{128, 256, 33}, Case{37, 300, 129}}) {
     for (const bool ta : {false, true}) {
       for (const bool tb : {false, true}) {
@@ -177,10 +181,11 @@ TEST_F(GpuKernels, Bf16GemmMatchesCpuInEveryLayout) {
         DeviceBuffer<uint16_t> d_a(a), d_b(b);
         DeviceBuffer<float> d_c(expected);
         mgt::kernels::gemm_bf16(ta, tb, c.m, c.n, c.k, 1.0f, a.data(), lda, b.data(), ldb, 1.0f, expected.data(), ldc);
-        mgt::cuda::gemm_bf16(blas, ta, tb, c.m, c.n, c.k, 1.0f, d_a.data(), lda, d_b.data(), ldb, 1.0f, d_c.data(), ldc);
+        mgt::cuda::gemm_bf16(blas, ta, tb, c.m, c.n, c.k, 1.0f, d_a.data(), lda, d_b.data(), ldb, 1.0f, d_c.data(),
+                             ldc);
         expect_close(d_c.to_host(), expected, 1e-5,
-                     "gemm_bf16 " + std::string(ta ? "T" : "N") + (tb ? "T" : "N") + " m=" +
-                         std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k));
+                     "gemm_bf16 " + std::string(ta ? "T" : "N") + (tb ? "T" : "N") + " m=" + std::to_string(c.m) +
+                         " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k));
       }
     }
   }

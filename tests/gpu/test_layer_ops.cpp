@@ -30,9 +30,7 @@ struct Shape {
   int64_t rows, cols;
 };
 
-std::string shape_name(const Shape& s) {
-  return std::to_string(s.rows) + "x" + std::to_string(s.cols);
-}
+std::string shape_name(const Shape& s) { return std::to_string(s.rows) + "x" + std::to_string(s.cols); }
 
 // Sizes around a warp, a block and the grid cap, and a single row or column.
 const std::vector<Shape> kShapes = {{1, 1}, {7, 10}, {64, 33}, {300, 257}, {1, 5000}, {2049, 3}};
@@ -73,10 +71,12 @@ TEST_F(GpuLayerOps, ColumnSumsMatchCpuBitForBit) {
 }
 
 TEST_F(GpuLayerOps, ChannelSumsMatchAPlainSum) {
-  struct Case { int64_t batch, channels, plane; };
+  struct Case {
+    int64_t batch, channels, plane;
+  };
   for (const Case c : {Case{1, 1, 1}, Case{4, 8, 784}, Case{3, 16, 49}, Case{32, 3, 1}, Case{2, 5, 1000}}) {
-    const std::string what = "channel sums b" + std::to_string(c.batch) + " c" +
-                             std::to_string(c.channels) + " plane " + std::to_string(c.plane);
+    const std::string what = "channel sums b" + std::to_string(c.batch) + " c" + std::to_string(c.channels) +
+                             " plane " + std::to_string(c.plane);
     const auto x = random_floats(c.batch * c.channels * c.plane, 5);
     const auto start = random_floats(c.channels, 6);
     std::vector<float> fresh(c.channels), acc(c.channels);
@@ -121,8 +121,8 @@ TEST_F(GpuLayerOps, SoftmaxXentAccumulateMatchesCpu) {
     }
     const float grad_scale = 1.0f / static_cast<float>(rows);
     std::vector<float> grad(logits.size());
-    const double loss = mgt::kernels::softmax_cross_entropy(logits.data(), labels.data(), grad.data(),
-                                                            rows, classes, grad_scale);
+    const double loss =
+        mgt::kernels::softmax_cross_entropy(logits.data(), labels.data(), grad.data(), rows, classes, grad_scale);
     const int64_t correct = mgt::kernels::count_correct(logits.data(), labels.data(), rows, classes);
     if (rows > 1 && classes > 2) {
       EXPECT_GT(correct, 0) << what;
@@ -133,9 +133,8 @@ TEST_F(GpuLayerOps, SoftmaxXentAccumulateMatchesCpu) {
     DeviceBuffer<int32_t> d_labels(labels);
     DeviceBuffer<double> d_row_loss(rows), d_loss_sum(std::vector<double>{0.25});
     DeviceBuffer<int64_t> d_correct(std::vector<int64_t>{3});
-    mgt::cuda::softmax_xent_accumulate(d_logits.data(), d_labels.data(), d_grad.data(),
-                                       d_row_loss.data(), rows, classes, grad_scale,
-                                       d_loss_sum.data(), d_correct.data());
+    mgt::cuda::softmax_xent_accumulate(d_logits.data(), d_labels.data(), d_grad.data(), d_row_loss.data(), rows,
+                                       classes, grad_scale, d_loss_sum.data(), d_correct.data());
     mgt::cuda::synchronize();
     // The batch's rows are summed in order, exactly as sum_row_losses does on the host.
     const double batch_loss = mgt::cuda::sum_row_losses(d_row_loss.data(), rows);
@@ -145,9 +144,8 @@ TEST_F(GpuLayerOps, SoftmaxXentAccumulateMatchesCpu) {
     expect_close(d_grad.to_host(), grad, 1e-5, what + " gradient");
 
     // A second micro-batch adds on.
-    mgt::cuda::softmax_xent_accumulate(d_logits.data(), d_labels.data(), d_grad.data(),
-                                       d_row_loss.data(), rows, classes, grad_scale,
-                                       d_loss_sum.data(), d_correct.data());
+    mgt::cuda::softmax_xent_accumulate(d_logits.data(), d_labels.data(), d_grad.data(), d_row_loss.data(), rows,
+                                       classes, grad_scale, d_loss_sum.data(), d_correct.data());
     mgt::cuda::synchronize();
     EXPECT_EQ(d_loss_sum.to_host()[0], (0.25 + batch_loss) + batch_loss) << what;
     EXPECT_EQ(d_correct.to_host()[0], 3 + 2 * correct) << what;
@@ -158,18 +156,17 @@ TEST_F(GpuLayerOps, SoftmaxXentAccumulateCountsAsTheCpuWithNaN) {
   // The CPU's arg-max keeps index 0 when logit 0 is NaN and passes over NaN elsewhere.
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const int64_t rows = 3, classes = 4;
-  const std::vector<float> logits = {nan, 1.0f, 2.0f, 0.0f,    // arg-max 0
-                                     0.0f, nan, 3.0f, 1.0f,    // arg-max 2
-                                     nan, nan, nan, nan};      // arg-max 0
+  const std::vector<float> logits = {nan,  1.0f, 2.0f, 0.0f,  // arg-max 0
+                                     0.0f, nan,  3.0f, 1.0f,  // arg-max 2
+                                     nan,  nan,  nan,  nan};  // arg-max 0
   for (const std::vector<int32_t>& labels : {std::vector<int32_t>{0, 2, 0}, std::vector<int32_t>{2, 1, 3}}) {
     const int64_t expected = mgt::kernels::count_correct(logits.data(), labels.data(), rows, classes);
     DeviceBuffer<float> d_logits(logits), d_grad(logits.size());
     DeviceBuffer<int32_t> d_labels(labels);
     DeviceBuffer<double> d_row_loss(rows), d_loss_sum(std::vector<double>{0.0});
     DeviceBuffer<int64_t> d_correct(std::vector<int64_t>{0});
-    mgt::cuda::softmax_xent_accumulate(d_logits.data(), d_labels.data(), d_grad.data(),
-                                       d_row_loss.data(), rows, classes, 1.0f, d_loss_sum.data(),
-                                       d_correct.data());
+    mgt::cuda::softmax_xent_accumulate(d_logits.data(), d_labels.data(), d_grad.data(), d_row_loss.data(), rows,
+                                       classes, 1.0f, d_loss_sum.data(), d_correct.data());
     mgt::cuda::synchronize();
     EXPECT_EQ(d_correct.to_host()[0], expected) << "labels " << labels[0] << labels[1] << labels[2];
     EXPECT_TRUE(std::isnan(d_loss_sum.to_host()[0]));
@@ -177,8 +174,7 @@ TEST_F(GpuLayerOps, SoftmaxXentAccumulateCountsAsTheCpuWithNaN) {
 }
 
 TEST_F(GpuLayerOps, FlagNonfiniteFindsNaNAndInfinityAndNeverClears) {
-  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
-                            std::numeric_limits<float>::infinity(),
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                             -std::numeric_limits<float>::infinity()};
   // Past the grid cap (65535 blocks of 256), so the grid-stride loop's tail is covered.
   for (const size_t n : {size_t{1}, size_t{1000}, size_t{65535} * 256 + 7}) {

@@ -39,7 +39,8 @@ class MpiEnvironment : public ::testing::Environment {
   std::unique_ptr<mgt::MpiRuntime> mpi_;
 };
 
-[[maybe_unused]] ::testing::Environment* const mpi_environment = ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
+[[maybe_unused]] ::testing::Environment* const mpi_environment =
+    ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
 
 void expect_contains(const std::string& text, const std::string& part) {
   EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
@@ -303,7 +304,8 @@ TEST_F(NcclCommunicatorTest, BarrierPastItsDeadlineFailsAndNamesStepAndRank) {
     comm_->allreduce_sum(data.data(), 1);
     ADD_FAILURE() << "expected mgt::CommError after the failure";
   } catch (const mgt::CommError& e) {
-    expect_contains(e.what(), "nccl allreduce (floats) at step 12 on rank 0: the communicator failed at an earlier error");
+    expect_contains(e.what(),
+                    "nccl allreduce (floats) at step 12 on rank 0: the communicator failed at an earlier error");
   }
   sync();
 }

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "gpu_test.hpp"
-#include "kernels/cuda/device_buffer.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/cuda/device_buffer.hpp"
 #include "mgtrain/config.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/optimizer.hpp"
@@ -65,8 +65,7 @@ class GpuOptimizers : public mgt::test::GpuTest {
 };
 
 // The plugin on the host and its element update on the GPU, from the same start for kSteps steps.
-void expect_gpu_update_matches_plugin(const std::string& name, const std::string& ini,
-                                      const std::vector<float>& start,
+void expect_gpu_update_matches_plugin(const std::string& name, const std::string& ini, const std::vector<float>& start,
                                       const std::vector<std::vector<float>>& grads) {
   auto host = make_plugin(name, ini);
   host->setup(kSize);
@@ -115,8 +114,8 @@ void expect_gpu_update_matches_plugin(const std::string& name, const std::string
 }
 
 TEST_F(GpuOptimizers, SgdMatchesPluginBitForBit) {
-  for (const char* extra : {"", "weight_decay = 0.01\n", "momentum = 0.9\n",
-                            "momentum = 0.9\nnesterov = true\nweight_decay = 0.001\n"})
+  for (const char* extra :
+       {"", "weight_decay = 0.01\n", "momentum = 0.9\n", "momentum = 0.9\nnesterov = true\nweight_decay = 0.001\n"})
     expect_gpu_update_matches_plugin("sgd", std::string("[optimizer]\nlr = 0.05\n") + extra, params_, grads_);
 }
 

@@ -47,7 +47,10 @@ cudaError_t failing_call() { return cudaErrorInvalidValue; }
 
 TEST(CudaRuntime, CudaCheckNamesCallFileLineAndText) {
   int line = 0;
-  const std::string msg = cuda_error_message([&] { line = __LINE__; MGT_CUDA_CHECK(failing_call()); });
+  const std::string msg = cuda_error_message([&] {
+    line = __LINE__;
+    MGT_CUDA_CHECK(failing_call());
+  });
   expect_contains(msg, "CUDA call failing_call() failed at ");
   // Relative to the source tree, not the absolute path of this checkout.
   expect_contains(msg, " tests/gpu/test_runtime_no_device.cpp:" + std::to_string(line) + ": ");
@@ -133,8 +136,7 @@ TEST(CudaRuntime, LoadedLibrariesMatchTheHeadersMajorVersion) {
   EXPECT_EQ(loaded.runtime / 1000, compiled.runtime / 1000);
   EXPECT_EQ(loaded.cudnn / 10000, compiled.cudnn / 10000);
   EXPECT_EQ(loaded.nccl / 10000, compiled.nccl / 10000);
-  std::printf("  runtime %s, driver %s, cuDNN %s, NCCL %s\n",
-              mgt::cuda::cuda_version_string(loaded.runtime).c_str(),
+  std::printf("  runtime %s, driver %s, cuDNN %s, NCCL %s\n", mgt::cuda::cuda_version_string(loaded.runtime).c_str(),
               mgt::cuda::cuda_version_string(loaded.driver).c_str(),
               mgt::cuda::cudnn_version_string(loaded.cudnn).c_str(),
               mgt::cuda::nccl_version_string(loaded.nccl).c_str());

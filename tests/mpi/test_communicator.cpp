@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/mpi_communicator.hpp"
 #include "mgtrain/error.hpp"
 #include "mpi_check.hpp"
-#include "comm/mpi_communicator.hpp"
 
 using mpi_check::check;
 

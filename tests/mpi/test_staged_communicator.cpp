@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.hpp"
-#include "mpi_check.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/staged_communicator.hpp"
+#include "kernels/backend.hpp"
+#include "mpi_check.hpp"
 
 using mpi_check::check;
 

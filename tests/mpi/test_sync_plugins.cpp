@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core_keys.hpp"
-#include "mpi_check.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "loader/plugin_loader.hpp"
+#include "mpi_check.hpp"
+#include "runtime/core_keys.hpp"
 
 namespace {
 
@@ -31,8 +31,8 @@ void fill_store(mgt::ParameterStore& store, int rank) {
 std::unique_ptr<mgt::SyncStrategy> make_sync(mgt::PluginRegistry& registry, const std::string& name,
                                              const std::string& extra) {
   // checkpoint.every_steps: the parameter server reads it (it writes no intermediate checkpoint).
-  mgt::Config config = mgt::Config::from_string(
-      "[checkpoint]\nevery_steps = 0\n[sync]\nname = " + name + "\n" + extra, "test");
+  mgt::Config config =
+      mgt::Config::from_string("[checkpoint]\nevery_steps = 0\n[sync]\nname = " + name + "\n" + extra, "test");
   auto keys = registry.config_keys("sync", name);
   keys.push_back({"sync.name", mgt::KeyType::string, nullptr, "sync"});
   keys.push_back({"checkpoint.every_steps", mgt::KeyType::non_negative_integer, "0", "checkpoints"});
@@ -70,10 +70,10 @@ int main(int argc, char** argv) {
     const int64_t buckets = comm->collective_count() - before;
     check(apply, "allreduce applies every step", rank);
     check(sync->serving() == nullptr, "allreduce has no serving role", rank);
-    check(buckets >= 3, "1 kB buckets give about one bucket per parameter here (" + std::to_string(buckets) + " all-reduces)", rank);
+    check(buckets >= 3,
+          "1 kB buckets give about one bucket per parameter here (" + std::to_string(buckets) + " all-reduces)", rank);
     check(std::memcmp(store.grads_data(), reference.grads_data(), store.flat_size() * sizeof(float)) == 0,
-          "bucketed all-reduce (overlap " + overlap + ") equals one all-reduce of the whole buffer, bit for bit",
-          rank);
+          "bucketed all-reduce (overlap " + overlap + ") equals one all-reduce of the whole buffer, bit for bit", rank);
   }
 
   // grad_accum with k = 4: three silent micro-steps, then the same all-reduce path.
@@ -91,8 +91,9 @@ int main(int argc, char** argv) {
       const bool apply = sync->end_backward(m);
       const int64_t used = comm->collective_count() - before;
       if (m < 3) {
-        check(!apply && used == 0, "micro-step " + std::to_string(m) + " makes no communication (" +
-                                       std::to_string(used) + " collectives)", rank);
+        check(!apply && used == 0,
+              "micro-step " + std::to_string(m) + " makes no communication (" + std::to_string(used) + " collectives)",
+              rank);
       } else {
         check(apply && used >= 3, "the last micro-step all-reduces and applies", rank);
       }
@@ -112,8 +113,7 @@ int main(int argc, char** argv) {
     check(serving != nullptr, "param_server has a serving role", rank);
     if (serving != nullptr) {
       const int workers = comm->size() - 1;
-      check(serving->trains() == (rank < workers), "param_server: the last rank serves, the others train",
-            rank);
+      check(serving->trains() == (rank < workers), "param_server: the last rank serves, the others train", rank);
       check(serving->train_world(*comm) == workers && serving->train_rank(*comm) == rank,
             "param_server: the training ranks are the first size - 1", rank);
       check(!serving->lockstep() && !serving->finished(), "param_server runs asynchronously", rank);

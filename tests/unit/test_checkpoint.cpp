@@ -33,9 +33,7 @@ namespace {
 class TestOptimizer : public mgt::Optimizer {
  public:
   explicit TestOptimizer(std::vector<std::string> names = {"momentum"}) : names_(std::move(names)) {}
-  void setup(size_t size) override {
-    buffers_.assign(names_.size(), std::vector<float>(size, 0.0f));
-  }
+  void setup(size_t size) override { buffers_.assign(names_.size(), std::vector<float>(size, 0.0f)); }
   void step(float*, const float*, size_t) override { ++step_count_; }
   double learning_rate() const override { return 0.1; }
   void set_learning_rate(double) override {}
@@ -81,8 +79,7 @@ class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("mgtrain-ckpt-" + std::to_string(::getpid()) + "-" + info->name());
+    dir_ = fs::temp_directory_path() / ("mgtrain-ckpt-" + std::to_string(::getpid()) + "-" + info->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -142,8 +139,7 @@ TEST_F(CheckpointTest, RoundTripRestoresParametersStateAndMeta) {
   saved_opt.setup(saved->flat_size());
   fill_state(saved_opt, *saved);
   saved_opt.set_step_count(120);
-  const std::string path =
-      mgt::write_checkpoint(ckdir(), make_meta(120), *saved, &saved_opt, 0);
+  const std::string path = mgt::write_checkpoint(ckdir(), make_meta(120), *saved, &saved_opt, 0);
   EXPECT_EQ(path, (fs::path(ckdir()) / "step-120.h5").string());
   ASSERT_TRUE(fs::exists(path));
   EXPECT_EQ(read_text(fs::path(ckdir()) / "latest"), "step-120.h5\n");
@@ -155,10 +151,8 @@ TEST_F(CheckpointTest, RoundTripRestoresParametersStateAndMeta) {
 
   for (const auto& p : saved->params())
     for (size_t i = 0; i < p.numel; ++i) {
-      EXPECT_EQ(loaded->params_data()[p.offset + i], saved->params_data()[p.offset + i])
-          << p.name << "[" << i << "]";
-      EXPECT_EQ(loaded_opt.state_buffers()[0].data[p.offset + i],
-                saved->params_data()[p.offset + i] * 2.0f)
+      EXPECT_EQ(loaded->params_data()[p.offset + i], saved->params_data()[p.offset + i]) << p.name << "[" << i << "]";
+      EXPECT_EQ(loaded_opt.state_buffers()[0].data[p.offset + i], saved->params_data()[p.offset + i] * 2.0f)
           << "momentum " << p.name << "[" << i << "]";
     }
   EXPECT_EQ(loaded_opt.step_count(), 120);
@@ -206,9 +200,8 @@ TEST_F(CheckpointTest, ReadableByH5dump) {
   const std::string header = run("/usr/bin/h5dump -H -A '" + path + "' 2>&1");
   EXPECT_NE(header.find("DATASPACE  SIMPLE { ( 3, 4 ) / ( 3, 4 ) }"), std::string::npos) << header;
   EXPECT_NE(header.find("H5T_IEEE_F32LE"), std::string::npos) << header;
-  for (const char* attr : {"step", "epoch", "batch_in_epoch", "seed", "world_size",
-                           "mgtrain_version", "plugins", "plugin_paths", "config", "format_version",
-                           "crc32", "optimizer_steps"})
+  for (const char* attr : {"step", "epoch", "batch_in_epoch", "seed", "world_size", "mgtrain_version", "plugins",
+                           "plugin_paths", "config", "format_version", "crc32", "optimizer_steps"})
     EXPECT_NE(header.find("ATTRIBUTE \"" + std::string(attr) + "\""), std::string::npos) << attr;
 
   const std::string config = run("/usr/bin/h5dump -a /config '" + path + "' 2>&1");
@@ -256,8 +249,7 @@ TEST_F(CheckpointTest, ShapeMismatchNamesParameterAndBothShapes) {
   auto store = make_store(0.0f, {5, 4});
   const std::string msg = error_message<mgt::DataError>([&] { mgt::load_checkpoint(path, *store, nullptr); });
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
-  EXPECT_NE(msg.find("'fc1.weight' has shape [3, 4], the model expects [5, 4]"), std::string::npos)
-      << msg;
+  EXPECT_NE(msg.find("'fc1.weight' has shape [3, 4], the model expects [5, 4]"), std::string::npos) << msg;
 }
 
 TEST_F(CheckpointTest, MissingAndExtraParametersAreErrors) {
@@ -301,8 +293,7 @@ TEST_F(CheckpointTest, KeepTwoLeavesTheNewestTwo) {
 
 TEST_F(CheckpointTest, KeepZeroKeepsAll) {
   for (int64_t step : {1, 2, 3}) write(step, 0);
-  EXPECT_EQ(listing(ckdir()),
-            (std::vector<std::string>{"latest", "step-1.h5", "step-2.h5", "step-3.h5"}));
+  EXPECT_EQ(listing(ckdir()), (std::vector<std::string>{"latest", "step-1.h5", "step-2.h5", "step-3.h5"}));
 }
 
 TEST_F(CheckpointTest, NoTemporaryFilesAfterWrite) {
@@ -314,8 +305,7 @@ TEST_F(CheckpointTest, NoTemporaryFilesAfterWrite) {
 
 TEST_F(CheckpointTest, ResolveResume) {
   std::string msg = error_message<mgt::IoError>([&] { mgt::resolve_resume(ckdir(), "latest"); });
-  EXPECT_NE(msg.find("--resume latest: no checkpoint in '" + ckdir() + "' (no " + ckdir() +
-                     "/latest file)"),
+  EXPECT_NE(msg.find("--resume latest: no checkpoint in '" + ckdir() + "' (no " + ckdir() + "/latest file)"),
             std::string::npos)
       << msg;
   const std::string missing = (dir_ / "nope" / "step-5.h5").string();
@@ -351,8 +341,8 @@ TEST_F(CheckpointTest, UncreatableDirectoryIsIoErrorAndPreviousCheckpointSurvive
   TestOptimizer opt;
   opt.setup(store->flat_size());
   const std::string bad_dir = blocker + "/ckpt";
-  const std::string msg = error_message<mgt::IoError>(
-      [&] { mgt::write_checkpoint(bad_dir, make_meta(20), *store, &opt, 1); });
+  const std::string msg =
+      error_message<mgt::IoError>([&] { mgt::write_checkpoint(bad_dir, make_meta(20), *store, &opt, 1); });
   EXPECT_NE(msg.find(bad_dir), std::string::npos) << msg;
   EXPECT_NE(msg.find("Not a directory"), std::string::npos) << msg;
   EXPECT_TRUE(fs::exists(previous));
@@ -367,8 +357,8 @@ TEST_F(CheckpointTest, FailedWriteLeavesPreviousCheckpointAndLatest) {
   auto store = make_store(2.0f);
   TestOptimizer opt;
   opt.setup(store->flat_size());
-  const std::string msg = error_message<mgt::IoError>(
-      [&] { mgt::write_checkpoint(ckdir(), make_meta(20), *store, &opt, 1); });
+  const std::string msg =
+      error_message<mgt::IoError>([&] { mgt::write_checkpoint(ckdir(), make_meta(20), *store, &opt, 1); });
   EXPECT_NE(msg.find("step-20.h5"), std::string::npos) << msg;
   EXPECT_EQ(read_text(fs::path(ckdir()) / "latest"), "step-10.h5\n");
   EXPECT_EQ(listing(ckdir()), (std::vector<std::string>{"latest", "step-10.h5", "step-20.h5"}))
@@ -427,8 +417,8 @@ TEST(CheckpointLeftovers, TemporariesOfAKilledWriteAreRemovedCheckpointsKept) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   auto touch = [&](const std::string& name) { std::ofstream(dir / name) << "x"; };
-  for (const char* name : {".step-40.h5.tmp-123", ".latest.tmp-123", "step-20.h5", "latest", "metrics.jsonl",
-                           ".hidden-user-file"})
+  for (const char* name :
+       {".step-40.h5.tmp-123", ".latest.tmp-123", "step-20.h5", "latest", "metrics.jsonl", ".hidden-user-file"})
     touch(name);
   EXPECT_EQ(mgt::remove_leftover_temporaries(dir.string()), 2);
   EXPECT_FALSE(std::filesystem::exists(dir / ".step-40.h5.tmp-123"));

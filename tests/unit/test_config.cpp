@@ -3,9 +3,9 @@
 
 #include <set>
 
-#include "runtime/core_keys.hpp"
 #include "mgtrain/config.hpp"
 #include "mgtrain/error.hpp"
+#include "runtime/core_keys.hpp"
 
 using namespace mgt;
 
@@ -28,7 +28,8 @@ std::string error_of(Config c) {
 }  // namespace
 
 TEST(Config, ParsesSectionsCommentsAndOverrides) {
-  Config c = Config::from_string("# run\n[model]\nname = mlp  # inline\nhidden=64,32\n\n[optimizer]\n; x\nlr = 0.5\n", "run.ini");
+  Config c = Config::from_string("# run\n[model]\nname = mlp  # inline\nhidden=64,32\n\n[optimizer]\n; x\nlr = 0.5\n",
+                                 "run.ini");
   c.set("optimizer.lr", "0.25", "command line");
   c.validate(kKeys);
   EXPECT_EQ(c.get_string("model.name"), "mlp");
@@ -72,7 +73,8 @@ TEST(Config, NegativeAndNonNumericLearningRateAreRefused) {
     c.set("optimizer.lr", bad, "command line");
     const auto msg = error_of(c);
     EXPECT_NE(msg.find("'optimizer.lr' (command line): expected a positive number, got '" + std::string(bad) + "'"),
-              std::string::npos) << msg;
+              std::string::npos)
+        << msg;
   }
 }
 

@@ -69,7 +69,8 @@ std::vector<uint8_t> gzip_stored(const std::vector<uint8_t>& in) {
     out.push_back(static_cast<uint8_t>(len >> 8));
     out.push_back(static_cast<uint8_t>(~len));
     out.push_back(static_cast<uint8_t>(~len >> 8));
-    out.insert(out.end(), in.begin() + static_cast<std::ptrdiff_t>(pos), in.begin() + static_cast<std::ptrdiff_t>(pos + len));
+    out.insert(out.end(), in.begin() + static_cast<std::ptrdiff_t>(pos),
+               in.begin() + static_cast<std::ptrdiff_t>(pos + len));
     pos += len;
   } while (pos < in.size());
   for (uint32_t v : {crc, static_cast<uint32_t>(in.size())})
@@ -89,8 +90,8 @@ void write_idx(const std::string& path, uint32_t magic, const std::vector<uint32
   bytes.insert(bytes.end(), data.begin(), data.end());
   if (gz) bytes = gzip_stored(bytes);
   {
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                                 static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   }
 }
 
@@ -104,7 +105,7 @@ struct H5Spec {
   std::vector<hsize_t> y_dims;
   std::vector<int32_t> y;
   hid_t y_file_type = H5T_STD_I32LE;
-  int64_t num_classes = -1;  // attribute on the root when >= 0
+  int64_t num_classes = -1;         // attribute on the root when >= 0
   double mean = NAN, stddev = NAN;  // attributes on x when set
   hsize_t chunk_rows = 16;
   bool deflate = false;
@@ -639,8 +640,7 @@ TEST(DataReader, NormalisesUint8WithMeanAndStd) {
       // Invert the normalisation of the first pixel to find the row, then check all four.
       const auto v0 = static_cast<int>(std::lround((p[0] * 0.5f + 0.25f) * 255.0f));
       const int row = v0 / 6;
-      for (int k = 0; k < 4; ++k)
-        EXPECT_FLOAT_EQ(p[k], (static_cast<float>(row * 6 + k) / 255.0f - 0.25f) / 0.5f);
+      for (int k = 0; k < 4; ++k) EXPECT_FLOAT_EQ(p[k], (static_cast<float>(row * 6 + k) / 255.0f - 0.25f) / 0.5f);
       EXPECT_EQ(b.y[j], row % 4);
     }
   }
@@ -660,7 +660,7 @@ TEST(DataReader, ReadAndLabelErrorsReachNextAsDataError) {
   EXPECT_EQ(rows_of(reader.next()).front(), 0);
   expect_data_error([&] { reader.next(); }, {o.path, "row 17 has label 9"});
   expect_data_error([&] { reader.next(); }, {o.path, "row 17"});  // stays failed
-  reader.start(0, 2);  // a fresh start past the bad batch works
+  reader.start(0, 2);                                             // a fresh start past the bad batch works
   EXPECT_EQ(rows_of(reader.next()).front(), 20);
 }
 
@@ -781,8 +781,7 @@ TEST(DataFashion, ConvertsTheRealTrainFile) {
   if (!fs::exists(src + "train-images-idx3-ubyte.gz")) GTEST_SKIP() << "Fashion-MNIST not installed";
   TempDir dir;
   const std::string out = dir.file("fashion-train.h5");
-  convert_idx(src + "train-images-idx3-ubyte.gz", src + "train-labels-idx1-ubyte.gz", out,
-              fashion_mnist_class_names());
+  convert_idx(src + "train-images-idx3-ubyte.gz", src + "train-labels-idx1-ubyte.gz", out, fashion_mnist_class_names());
   const DatasetInfo info = open_dataset_info(out);
   EXPECT_EQ(info.num_samples, 60000);
   EXPECT_EQ(info.sample_shape, (Shape{1, 28, 28}));

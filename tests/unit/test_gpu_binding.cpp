@@ -42,8 +42,7 @@ TEST(GpuBinding, SharedGpusWrapWithAWarningWhenAllowed) {
   for (int local = 0; local < 4; ++local) {
     const GpuChoice c = choose_gpu(8 + local, local, 4, 2, "gpu03", 2, true);
     EXPECT_EQ(c.device, local % 2);
-    EXPECT_NE(c.warning.find("rank " + std::to_string(8 + local) + " (local rank " +
-                             std::to_string(local) + ")"),
+    EXPECT_NE(c.warning.find("rank " + std::to_string(8 + local) + " (local rank " + std::to_string(local) + ")"),
               std::string::npos)
         << c.warning;
     EXPECT_NE(c.warning.find("GPU " + std::to_string(local % 2)), std::string::npos) << c.warning;
@@ -53,8 +52,7 @@ TEST(GpuBinding, SharedGpusWrapWithAWarningWhenAllowed) {
             "4 ranks on node 0 (host gpu01) but 2 visible GPUs: rank 2 (local rank 2) shares GPU 0 "
             "with local rank 0 (gpu.allow_shared = true), so each has part of its speed and memory");
   // Three ranks on one GPU: both others are named.
-  EXPECT_NE(choose_gpu(1, 1, 3, 0, "gpu01", 1, true).warning.find("with local ranks 0 and 2"),
-            std::string::npos);
+  EXPECT_NE(choose_gpu(1, 1, 3, 0, "gpu01", 1, true).warning.find("with local ranks 0 and 2"), std::string::npos);
 }
 
 TEST(GpuBinding, SharedGpusAreRefusedUnlessAllowed) {
@@ -92,7 +90,7 @@ TEST(GpuBinding, NoVisibleGpuChoosesNone) {
 }
 
 TEST(GpuBinding, ImpossibleNodeLayoutsThrow) {
-  EXPECT_THROW(choose_gpu(0, 4, 4, 0, "h", 4, false), Error);   // local rank past the node
+  EXPECT_THROW(choose_gpu(0, 4, 4, 0, "h", 4, false), Error);  // local rank past the node
   EXPECT_THROW(choose_gpu(0, -1, 4, 0, "h", 4, false), Error);
   EXPECT_THROW(choose_gpu(0, 0, 0, 0, "h", 4, false), Error);
   EXPECT_THROW(choose_gpu(0, 0, 1, 0, "h", -1, false), Error);

@@ -30,8 +30,8 @@ std::vector<float> random_vector(size_t n, unsigned seed) {
 }
 
 // C = alpha * op(A) op(B) + beta * C, row-major, in double.
-void naive_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void naive_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       double acc = 0.0;
@@ -74,17 +74,16 @@ TEST_P(KernelGemm, MatchesNaiveTripleLoop) {
     for (int64_t j = n; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], expected[i * ldc + j]);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllTransposes, KernelGemm,
-    ::testing::Values(GemmCase{false, false, 7, 13, 5}, GemmCase{false, true, 7, 13, 5},
-                      GemmCase{true, false, 7, 13, 5}, GemmCase{true, true, 7, 13, 5},
-                      GemmCase{false, false, 64, 33, 129}, GemmCase{false, true, 128, 10, 784},
-                      GemmCase{true, false, 100, 784, 32}, GemmCase{true, true, 1, 17, 3}),
-    [](const ::testing::TestParamInfo<GemmCase>& info) {
-      const GemmCase& c = info.param;
-      return std::string(c.ta ? "T" : "N") + (c.tb ? "T" : "N") + "_" + std::to_string(c.m) + "x" +
-             std::to_string(c.n) + "x" + std::to_string(c.k);
-    });
+INSTANTIATE_TEST_SUITE_P(AllTransposes, KernelGemm,
+                         ::testing::Values(GemmCase{false, false, 7, 13, 5}, GemmCase{false, true, 7, 13, 5},
+                                           GemmCase{true, false, 7, 13, 5}, GemmCase{true, true, 7, 13, 5},
+                                           GemmCase{false, false, 64, 33, 129}, GemmCase{false, true, 128, 10, 784},
+                                           GemmCase{true, false, 100, 784, 32}, GemmCase{true, true, 1, 17, 3}),
+                         [](const ::testing::TestParamInfo<GemmCase>& info) {
+                           const GemmCase& c = info.param;
+                           return std::string(c.ta ? "T" : "N") + (c.tb ? "T" : "N") + "_" + std::to_string(c.m) + "x" +
+                                  std::to_string(c.n) + "x" + std::to_string(c.k);
+                         });
 
 TEST(KernelGemm, BetaZeroIgnoresGarbageInC) {
   const int64_t m = 4, n = 6, k = 3;
@@ -107,12 +106,11 @@ struct ConvCase {
   int64_t batch, ic, oc, h, w, k, stride, pad;
 };
 void PrintTo(const ConvCase& c, std::ostream* os) {
-  *os << "batch " << c.batch << " ic " << c.ic << " oc " << c.oc << " " << c.h << "x" << c.w
-      << " k " << c.k << " stride " << c.stride << " pad " << c.pad;
+  *os << "batch " << c.batch << " ic " << c.ic << " oc " << c.oc << " " << c.h << "x" << c.w << " k " << c.k
+      << " stride " << c.stride << " pad " << c.pad;
 }
 
-void naive_conv_forward(const ConvCase& c, const float* x, const float* wt, const float* bias,
-                        float* y) {
+void naive_conv_forward(const ConvCase& c, const float* x, const float* wt, const float* bias, float* y) {
   const int64_t oh = (c.h + 2 * c.pad - c.k) / c.stride + 1;
   const int64_t ow = (c.w + 2 * c.pad - c.k) / c.stride + 1;
   for (int64_t b = 0; b < c.batch; ++b)
@@ -125,16 +123,15 @@ void naive_conv_forward(const ConvCase& c, const float* x, const float* wt, cons
               for (int64_t kj = 0; kj < c.k; ++kj) {
                 const int64_t yi = i * c.stride - c.pad + ki, xj = j * c.stride - c.pad + kj;
                 if (yi < 0 || yi >= c.h || xj < 0 || xj >= c.w) continue;
-                acc += double(x[((b * c.ic + ci) * c.h + yi) * c.w + xj]) *
-                       wt[((o * c.ic + ci) * c.k + ki) * c.k + kj];
+                acc += double(x[((b * c.ic + ci) * c.h + yi) * c.w + xj]) * wt[((o * c.ic + ci) * c.k + ki) * c.k + kj];
               }
           y[((b * c.oc + o) * oh + i) * ow + j] = static_cast<float>(acc);
         }
 }
 
 // The adjoints of the direct convolution, written as the same loop nest scattering backwards.
-void naive_conv_backward(const ConvCase& c, const float* x, const float* wt, const float* dy,
-                         float* dx, float* dw, float* db) {
+void naive_conv_backward(const ConvCase& c, const float* x, const float* wt, const float* dy, float* dx, float* dw,
+                         float* db) {
   const int64_t oh = (c.h + 2 * c.pad - c.k) / c.stride + 1;
   const int64_t ow = (c.w + 2 * c.pad - c.k) / c.stride + 1;
   std::fill(dx, dx + c.batch * c.ic * c.h * c.w, 0.0f);
@@ -212,17 +209,14 @@ TEST_P(KernelConv, BackwardMatchesDirectAdjoint) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, KernelConv,
-                         ::testing::Values(ConvCase{2, 3, 4, 7, 6, 3, 1, 1},
-                                           ConvCase{3, 2, 5, 9, 8, 3, 2, 1},
-                                           ConvCase{1, 1, 8, 28, 28, 5, 1, 2},
-                                           ConvCase{2, 4, 3, 6, 6, 2, 2, 0},
+                         ::testing::Values(ConvCase{2, 3, 4, 7, 6, 3, 1, 1}, ConvCase{3, 2, 5, 9, 8, 3, 2, 1},
+                                           ConvCase{1, 1, 8, 28, 28, 5, 1, 2}, ConvCase{2, 4, 3, 6, 6, 2, 2, 0},
                                            ConvCase{2, 16, 32, 12, 12, 3, 1, 0}),
                          [](const ::testing::TestParamInfo<ConvCase>& info) {
                            const ConvCase& c = info.param;
-                           return "b" + std::to_string(c.batch) + "_ic" + std::to_string(c.ic) +
-                                  "_oc" + std::to_string(c.oc) + "_" + std::to_string(c.h) + "x" +
-                                  std::to_string(c.w) + "_k" + std::to_string(c.k) + "_s" +
-                                  std::to_string(c.stride) + "_p" + std::to_string(c.pad);
+                           return "b" + std::to_string(c.batch) + "_ic" + std::to_string(c.ic) + "_oc" +
+                                  std::to_string(c.oc) + "_" + std::to_string(c.h) + "x" + std::to_string(c.w) + "_k" +
+                                  std::to_string(c.k) + "_s" + std::to_string(c.stride) + "_p" + std::to_string(c.pad);
                          });
 
 TEST(KernelConv, BatchSizeChangeRecreatesPrimitives) {
@@ -246,8 +240,7 @@ TEST(KernelConv, TrainingSequenceReusesNothingStale) {
   const auto s = to_shape(c);
   const int64_t nx = c.batch * c.ic * c.h * c.w, nw = c.oc * c.ic * c.k * c.k;
   const int64_t ny = c.batch * c.oc * c.h * c.w;
-  std::vector<float> x(nx), dy(ny), y(ny), dx(nx), dw(nw), db(c.oc), ey(ny), ex(nx), ew(nw),
-      eb(c.oc);
+  std::vector<float> x(nx), dy(ny), y(ny), dx(nx), dw(nw), db(c.oc), ey(ny), ex(nx), ew(nw), eb(c.oc);
   const auto wt = random_vector(nw, 40), bias = random_vector(c.oc, 41);
   mgt::kernels::Conv2d conv;
   for (unsigned step = 0; step < 3; ++step) {
@@ -300,8 +293,7 @@ TEST(KernelSoftmax, LossOfUniformLogitsIsLogClasses) {
   const std::vector<float> logits(3 * 4, 2.0f);
   const std::vector<int32_t> labels = {0, 1, 3};
   std::vector<float> grad(12);
-  const double loss =
-      mgt::kernels::softmax_cross_entropy(logits.data(), labels.data(), grad.data(), 3, 4, 1.0f);
+  const double loss = mgt::kernels::softmax_cross_entropy(logits.data(), labels.data(), grad.data(), 3, 4, 1.0f);
   EXPECT_NEAR(loss, 3 * std::log(4.0), 1e-6);
   EXPECT_NEAR(grad[0], 0.25f - 1.0f, 1e-6f);
   EXPECT_NEAR(grad[1], 0.25f, 1e-6f);
@@ -333,16 +325,15 @@ TEST_P(KernelTreeOuterProducts, BitwiseEqualToReferenceAndSplitsLikeRanks) {
     const int64_t half = c.shards / 2;
     std::vector<float> left(n), right(n);
     mgt::kernels::tree_outer_products(dy.data(), x.data(), half, c.rows, c.out, c.in, left.data());
-    mgt::kernels::tree_outer_products(dy.data() + half * c.rows * c.out, x.data() + half * c.rows * c.in, half,
-                                      c.rows, c.out, c.in, right.data());
+    mgt::kernels::tree_outer_products(dy.data() + half * c.rows * c.out, x.data() + half * c.rows * c.in, half, c.rows,
+                                      c.out, c.in, right.data());
     for (size_t k = 0; k < n; ++k) ASSERT_EQ(left[k] + right[k], fast[k]) << "output " << k;
   }
 
   for (int64_t o = 0; o < c.out; ++o)
     for (int64_t i = 0; i < c.in; ++i) {
       double sum = 0;
-      for (int64_t r = 0; r < c.shards * c.rows; ++r)
-        sum += static_cast<double>(dy[r * c.out + o]) * x[r * c.in + i];
+      for (int64_t r = 0; r < c.shards * c.rows; ++r) sum += static_cast<double>(dy[r * c.out + o]) * x[r * c.in + i];
       ASSERT_NEAR(fast[o * c.in + i], sum, 1e-4 * (1.0 + std::fabs(sum))) << o << ", " << i;
     }
 }
@@ -365,9 +356,8 @@ TEST_P(KernelTreeOuterProducts, ColumnSumsBitwiseEqualToPlainTreeAndSplitLikeRan
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, KernelTreeOuterProducts,
-                         ::testing::Values(TreeCase{1, 16, 4, 32}, TreeCase{4, 16, 256, 784},
-                                           TreeCase{8, 3, 10, 17}, TreeCase{2, 5, 7, 48},
-                                           TreeCase{16, 2, 5, 33}, TreeCase{4, 0, 3, 20}));
+                         ::testing::Values(TreeCase{1, 16, 4, 32}, TreeCase{4, 16, 256, 784}, TreeCase{8, 3, 10, 17},
+                                           TreeCase{2, 5, 7, 48}, TreeCase{16, 2, 5, 33}, TreeCase{4, 0, 3, 20}));
 
 // The check deterministic mode makes before batching micro-shards agrees with comparing the rows
 // of one batched forward GEMM with those of per-shard ones, done here directly.
@@ -378,8 +368,8 @@ TEST(KernelGemm, RowsIndependentCheckAgreesWithDirectComparison) {
   std::vector<float> batched(static_cast<size_t>(rows * out), 0.5f), one_by_one(batched);
   mgt::kernels::sgemm(false, true, rows, out, in, 1.0f, x.data(), in, w.data(), in, 1.0f, batched.data(), out);
   for (int64_t s = 0; s < shards; ++s)
-    mgt::kernels::sgemm(false, true, shard_rows, out, in, 1.0f, x.data() + s * shard_rows * in, in, w.data(), in,
-                        1.0f, one_by_one.data() + s * shard_rows * out, out);
+    mgt::kernels::sgemm(false, true, shard_rows, out, in, 1.0f, x.data() + s * shard_rows * in, in, w.data(), in, 1.0f,
+                        one_by_one.data() + s * shard_rows * out, out);
   const bool same = batched == one_by_one;
   const bool claimed = mgt::kernels::sgemm_rows_independent(shard_rows, shards, out, in);
   // The check also compares the input gradient, so it may only be stricter.
@@ -396,8 +386,8 @@ TEST(Bf16, RoundsToNearestTiesToEven) {
   using mgt::kernels::from_bf16;
   using mgt::kernels::to_bf16;
   EXPECT_EQ(to_bf16(1.0f), 0x3f80);
-  EXPECT_EQ(to_bf16(1.00390625f), 0x3f80);  // 1 + 2^-8: halfway, down to even
-  EXPECT_EQ(to_bf16(1.01171875f), 0x3f82);  // 1 + 3 * 2^-8: halfway, up to even
+  EXPECT_EQ(to_bf16(1.00390625f), 0x3f80);    // 1 + 2^-8: halfway, down to even
+  EXPECT_EQ(to_bf16(1.01171875f), 0x3f82);    // 1 + 3 * 2^-8: halfway, up to even
   EXPECT_EQ(to_bf16(1.0048828125f), 0x3f81);  // just above halfway: up
   EXPECT_EQ(to_bf16(-2.0f), 0xc000);
   EXPECT_EQ(to_bf16(3.4e38f), 0x7f80);  // past the largest bf16 (3.39e38) and halfway on: infinity

@@ -77,8 +77,8 @@ void run_forward(Layer& layer, ParameterStore& store, const Tensor& x, Tensor& y
   layer.forward(mgt::LayerRun{mgt::host_ops(ctx.step), store, ctx}, x, y);
 }
 
-void run_backward(Layer& layer, ParameterStore& store, const Tensor& x, const Tensor& y, const Tensor& dy,
-                  Tensor* dx, const StepContext& ctx) {
+void run_backward(Layer& layer, ParameterStore& store, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                  const StepContext& ctx) {
   if (layer.aliases_input()) {
     if (dx) std::copy(dy.data(), dy.data() + dy.numel(), dx->data());
     return;
@@ -97,8 +97,7 @@ struct Harness {
     store.initialize(1234);
     for (auto h : layer->param_handles()) {
       std::vector<float> noise(store.info(h).numel);
-      fill_random(noise.data(), static_cast<int64_t>(noise.size()), 99 + static_cast<unsigned>(h),
-                  -0.1f, 0.1f);
+      fill_random(noise.data(), static_cast<int64_t>(noise.size()), 99 + static_cast<unsigned>(h), -0.1f, 0.1f);
       for (size_t i = 0; i < noise.size(); ++i) store.param(h)[i] += noise[i];
     }
   }
@@ -162,8 +161,7 @@ void check_gradients(Harness& h, Tensor& x, const StepContext& ctx, bool check_i
       p[i] = saved - eps;
       const double down = h.loss(x, r, ctx);
       p[i] = saved;
-      expect_close(g[i], (up - down) / (2.0 * eps),
-                   info.name + " gradient at " + std::to_string(i));
+      expect_close(g[i], (up - down) / (2.0 * eps), info.name + " gradient at " + std::to_string(i));
     }
   }
 }
@@ -469,14 +467,12 @@ struct Manual {
 void expect_same(const Tensor& a, const Tensor& b, const char* what) {
   ASSERT_EQ(a.numel(), b.numel()) << what;
   for (int64_t i = 0; i < a.numel(); ++i)
-    ASSERT_NEAR(a.data()[i], b.data()[i], 1e-6f * (1.0f + std::abs(b.data()[i])))
-        << what << " element " << i;
+    ASSERT_NEAR(a.data()[i], b.data()[i], 1e-6f * (1.0f + std::abs(b.data()[i]))) << what << " element " << i;
 }
 
 // Runs the model and the same layers by hand (own store, same seed so the same parameters) and
 // compares logits and gradients; returns the handle lists `ready` was called with.
-void compare_with_manual(const std::function<std::vector<std::unique_ptr<Layer>>()>& build,
-                         const Shape& input_shape,
+void compare_with_manual(const std::function<std::vector<std::unique_ptr<Layer>>()>& build, const Shape& input_shape,
                          std::vector<std::vector<mgt::ParamHandle>>& ready_calls) {
   mgt::SequentialModel model;
   for (auto& l : build()) model.add(std::move(l));
@@ -500,8 +496,7 @@ void compare_with_manual(const std::function<std::vector<std::unique_ptr<Layer>>
     const Tensor dlogits = random_tensor(logits.shape(), 200 + step);
     store.zero_grads();
     ready_calls.clear();
-    model.backward(dlogits, ctx,
-                   [&](const std::vector<mgt::ParamHandle>& h) { ready_calls.push_back(h); });
+    model.backward(dlogits, ctx, [&](const std::vector<mgt::ParamHandle>& h) { ready_calls.push_back(h); });
 
     std::vector<Tensor> acts;
     acts.reserve(m.layers.size());  // `in` points into acts: no reallocation while it does
@@ -524,8 +519,7 @@ void compare_with_manual(const std::function<std::vector<std::unique_ptr<Layer>>
     }
     EXPECT_EQ(store.flat_size(), m.store.flat_size());
     for (size_t i = 0; i < store.flat_size(); ++i)
-      ASSERT_NEAR(store.grads_data()[i], m.store.grads_data()[i],
-                  1e-5f * (1.0f + std::abs(m.store.grads_data()[i])))
+      ASSERT_NEAR(store.grads_data()[i], m.store.grads_data()[i], 1e-5f * (1.0f + std::abs(m.store.grads_data()[i])))
           << "gradient element " << i;
   }
 }

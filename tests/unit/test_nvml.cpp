@@ -30,16 +30,13 @@ bool nvml_library_present() {
   return lib != nullptr;
 }
 
-#define SKIP_WITH_NVML()                                                               \
-  if (nvml_library_present())                                                          \
-  GTEST_SKIP() << "libnvidia-ml.so.1 is installed: this checks a machine without it"
+#define SKIP_WITH_NVML() \
+  if (nvml_library_present()) GTEST_SKIP() << "libnvidia-ml.so.1 is installed: this checks a machine without it"
 
 #define SKIP_WITHOUT_NVML() \
   if (!nvml_library_present()) GTEST_SKIP() << "libnvidia-ml.so.1 is not installed"
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 GpuSample filled(double util, double used, double total, double temp) {
   GpuSample s;
@@ -103,8 +100,7 @@ TEST(GpuMonitor, InertWithoutAGpuAddress) {
 }
 
 TEST(GpuMonitor, RefusesAnIntervalThatIsNotPositive) {
-  for (double bad : {0.0, -1.0, std::numeric_limits<double>::quiet_NaN(),
-                     std::numeric_limits<double>::infinity()}) {
+  for (double bad : {0.0, -1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
     EXPECT_THROW(GpuMonitor("00000000:1A:00.0", bad), ConfigError) << bad;
     EXPECT_THROW(GpuMonitor([] { return GpuSample{}; }, bad), ConfigError) << bad;
   }
@@ -123,12 +119,11 @@ TEST(GpuMonitor, SamplesOnItsIntervalAndKeepsTheLatest) {
   EXPECT_GE(monitor.latest().util_percent, 1.0);
   EXPECT_TRUE(monitor.latest().valid);
   const auto start = Clock::now();
-  while (reads.load() < 5 && seconds_since(start) < 30.0)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (reads.load() < 5 && seconds_since(start) < 30.0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_GE(reads.load(), 5) << "the monitor did not sample every 10 ms";
   const GpuSample s = monitor.latest();
   EXPECT_TRUE(s.valid);
-  EXPECT_GE(s.util_percent, 4.0);  // a later reading replaced the first ones
+  EXPECT_GE(s.util_percent, 4.0);                       // a later reading replaced the first ones
   EXPECT_EQ(s.memory_used_mb, 100.0 * s.util_percent);  // one reading, not a mix of two
 }
 
@@ -159,8 +154,7 @@ TEST(GpuMonitor, AFailingReadingIsAnInvalidSample) {
       0.01);
   EXPECT_TRUE(monitor.latest().valid);
   const auto start = Clock::now();
-  while (reads.load() < 3 && seconds_since(start) < 30.0)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (reads.load() < 3 && seconds_since(start) < 30.0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_GE(reads.load(), 3);
   EXPECT_FALSE(monitor.latest().valid);
 }
@@ -185,8 +179,7 @@ TEST(GpuSampleJson, FilledSampleIsOneObject) {
 
 TEST(GpuSampleJson, FiguresHaveOneDecimalAndUnknownOnesAreNull) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  EXPECT_EQ(gpu_json(filled(0, 0.04, 81920.96, 0)),
-            R"({"util":0,"mem_used_mb":0,"mem_total_mb":81921,"temp_c":0})");
+  EXPECT_EQ(gpu_json(filled(0, 0.04, 81920.96, 0)), R"({"util":0,"mem_used_mb":0,"mem_total_mb":81921,"temp_c":0})");
   EXPECT_EQ(gpu_json(filled(nan, 512.26, 1024, nan)),
             R"({"util":null,"mem_used_mb":512.3,"mem_total_mb":1024,"temp_c":null})");
 }

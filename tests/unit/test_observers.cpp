@@ -77,15 +77,13 @@ TEST(MetricsFile, OneLinePerIntervalAppended) {
   std::getline(in, first);
   std::getline(in, second);
   std::getline(in, third);
-  EXPECT_EQ(first,
-            R"({"step":5,"epoch":1,"loss":1.5,"accuracy":0.25,"samples_per_s":1234.4,)"
-            R"("data_wait_share":0.125,"lr":0.5,"time_s":2,"rss_mb":100.5,"open_fds":12,)"
-            R"("rank_step_ms":[10,12.5]})");
-  EXPECT_EQ(second,
-            R"({"step":10,"epoch":2,"loss":null,"accuracy":0.25,"samples_per_s":1234.4,)"
-            R"("data_wait_share":0.125,"lr":0.5,"time_s":2,"rss_mb":100.5,"open_fds":12,)"
-            R"("rank_step_ms":[10,12.5],)"
-            R"("gpu":[{"util":93,"mem_used_mb":1024.5,"mem_total_mb":2048,"temp_c":51}]})");
+  EXPECT_EQ(first, R"({"step":5,"epoch":1,"loss":1.5,"accuracy":0.25,"samples_per_s":1234.4,)"
+                   R"("data_wait_share":0.125,"lr":0.5,"time_s":2,"rss_mb":100.5,"open_fds":12,)"
+                   R"("rank_step_ms":[10,12.5]})");
+  EXPECT_EQ(second, R"({"step":10,"epoch":2,"loss":null,"accuracy":0.25,"samples_per_s":1234.4,)"
+                    R"("data_wait_share":0.125,"lr":0.5,"time_s":2,"rss_mb":100.5,"open_fds":12,)"
+                    R"("rank_step_ms":[10,12.5],)"
+                    R"("gpu":[{"util":93,"mem_used_mb":1024.5,"mem_total_mb":2048,"temp_c":51}]})");
   EXPECT_EQ(third.rfind(R"({"step":15,)", 0), 0u) << third;
 }
 
@@ -123,8 +121,7 @@ TEST(ProgressObserver, BarEndsEachEpochAndTheRunWithANewLine) {
   const std::string text = out.str();
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
   EXPECT_NE(text.find("\repoch 1/2 [##############################] 4/4  ETA"), std::string::npos) << text;
-  EXPECT_NE(text.find("\repoch 2/2 [###############...............] 2/4  ETA 0:00"), std::string::npos)
-      << text;
+  EXPECT_NE(text.find("\repoch 2/2 [###############...............] 2/4  ETA 0:00"), std::string::npos) << text;
   EXPECT_EQ(text.back(), '\n');
   // The line for epoch 1's end is drawn once, by the epoch's end.
   EXPECT_EQ(text.find("] 4/4"), text.rfind("] 4/4")) << text;
@@ -152,8 +149,7 @@ TEST(SlowRankWarning, NamesTheSlowRank) {
   IntervalFigures f = figures(50, 0);
   f.rank_step_ms = {10.0, 10.0, 30.0};
   warning->on_interval(f);
-  EXPECT_EQ(out.str(),
-            "warning: rank 2's step time 30.0 ms is 3.0x the median 10.0 ms; the job runs at its pace\n");
+  EXPECT_EQ(out.str(), "warning: rank 2's step time 30.0 ms is 3.0x the median 10.0 ms; the job runs at its pace\n");
 }
 
 TEST(SlowRankWarning, QuietWhenRanksAreClose) {

@@ -21,8 +21,7 @@ const mgt::PluginDescriptor& descriptor(const std::string& name) {
   static std::map<std::string, boost::dll::shared_library> libs;
   auto it = libs.find(name);
   if (it == libs.end()) {
-    const std::string path =
-        std::string(MGTRAIN_BINARY_DIR) + "/plugins/libmgtrain-optimizer-" + name + ".so";
+    const std::string path = std::string(MGTRAIN_BINARY_DIR) + "/plugins/libmgtrain-optimizer-" + name + ".so";
     it = libs.emplace(name, boost::dll::shared_library(path)).first;
   }
   return it->second.get<const mgt::PluginDescriptor>(MGTRAIN_PLUGIN_SYMBOL);
@@ -39,8 +38,7 @@ std::unique_ptr<mgt::Optimizer> make(const std::string& name, const std::string&
 
 // The same three parameters and three gradients drive every case.
 const std::vector<float> kP0 = {1.0f, -2.0f, 0.5f};
-const std::vector<std::vector<float>> kGrads = {
-    {0.5f, 1.0f, -1.0f}, {0.25f, -0.5f, 2.0f}, {1.0f, 0.0f, 0.5f}};
+const std::vector<std::vector<float>> kGrads = {{0.5f, 1.0f, -1.0f}, {0.25f, -0.5f, 2.0f}, {1.0f, 0.0f, 0.5f}};
 
 // Runs `steps` updates and returns the parameters after each one.
 std::vector<std::vector<float>> run(mgt::Optimizer& opt, int steps) {
@@ -54,11 +52,9 @@ std::vector<std::vector<float>> run(mgt::Optimizer& opt, int steps) {
   return out;
 }
 
-void expect_near(const std::vector<float>& actual, const std::vector<double>& expected,
-                 const std::string& what) {
+void expect_near(const std::vector<float>& actual, const std::vector<double>& expected, const std::string& what) {
   ASSERT_EQ(actual.size(), expected.size()) << what;
-  for (size_t i = 0; i < actual.size(); ++i)
-    EXPECT_NEAR(actual[i], expected[i], 2e-6) << what << " element " << i;
+  for (size_t i = 0; i < actual.size(); ++i) EXPECT_NEAR(actual[i], expected[i], 2e-6) << what << " element " << i;
 }
 
 template <typename F>
@@ -167,9 +163,11 @@ TEST(OptimizerSgd, ResumedStepCountKeepsMomentumBuffer) {
   std::vector<float> p = kP0;
   opt->setup(p.size());
   float* buf = opt->state_buffers().at(0).data;
-  buf[0] = 0.5f; buf[1] = 1.0f; buf[2] = -1.0f;  // buf1 from the Momentum case
+  buf[0] = 0.5f;
+  buf[1] = 1.0f;
+  buf[2] = -1.0f;  // buf1 from the Momentum case
   opt->set_step_count(1);
-  p = {0.95f, -2.1f, 0.6f};                       // p1 from the Momentum case
+  p = {0.95f, -2.1f, 0.6f};  // p1 from the Momentum case
   opt->step(p.data(), kGrads[1].data(), p.size());
   expect_near(p, {0.88, -2.14, 0.49}, "step 2 after resume");
 }

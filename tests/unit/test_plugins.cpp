@@ -4,9 +4,9 @@
 
 #include <cstdlib>
 
-#include "mgtrain/error.hpp"
 #include "loader/plugin_keys.hpp"
 #include "loader/plugin_loader.hpp"
+#include "mgtrain/error.hpp"
 
 using namespace mgt;
 
@@ -31,8 +31,8 @@ TEST(Plugins, BuiltInPluginsLoadAndDescribeThemselves) {
   EXPECT_STREQ(mlp.build_fingerprint, MGT_BUILD_FINGERPRINT);
   const auto& sgd = registry.load("optimizer", "sgd");
   const auto& allreduce = registry.load("sync", "allreduce");
-  EXPECT_EQ(registry.loaded_summary(), std::string("model:mlp@") + mlp.version + ";optimizer:sgd@" +
-                                           sgd.version + ";sync:allreduce@" + allreduce.version);
+  EXPECT_EQ(registry.loaded_summary(), std::string("model:mlp@") + mlp.version + ";optimizer:sgd@" + sgd.version +
+                                           ";sync:allreduce@" + allreduce.version);
   // Loading again returns the same descriptor: libraries stay loaded.
   EXPECT_EQ(&registry.load("model", "mlp"), &mlp);
 }
@@ -79,8 +79,10 @@ TEST(Plugins, ScanReportsEveryCandidateAndWhyItWasRefused) {
   PluginRegistry registry({kTestPlugins});
   int usable = 0, refused = 0;
   for (const auto& c : registry.scan()) {
-    if (c.usable) ++usable;
-    else ++refused;
+    if (c.usable)
+      ++usable;
+    else
+      ++refused;
     if (c.path.find("badabi") != std::string::npos) EXPECT_NE(c.refusal.find("999"), std::string::npos);
     if (c.path.find("wrongkind") != std::string::npos)
       EXPECT_NE(c.refusal.find("does not match"), std::string::npos) << c.refusal;
@@ -105,10 +107,12 @@ TEST(Plugins, KeysOfAnotherPluginOfTheKindAreDroppedWithANote) {
   PluginRegistry registry;
   Config config = Config::from_string(
       "[model]\nname = mlp\n[optimizer]\nname = adam\nlr = 0.01\nmomentum = 0.9\nnesterov = true\n"
-      "[sync]\nbucket_mb = 4\n", "run.ini");
+      "[sync]\nbucket_mb = 4\n",
+      "run.ini");
   const std::string note = drop_keys_of_unchosen_plugins(registry, config);
-  EXPECT_EQ(note, "ignoring config keys of plugins not chosen: optimizer.momentum, optimizer.nesterov "
-                  "(optimizer sgd, not the chosen optimizer adam)");
+  EXPECT_EQ(note,
+            "ignoring config keys of plugins not chosen: optimizer.momentum, optimizer.nesterov "
+            "(optimizer sgd, not the chosen optimizer adam)");
   EXPECT_FALSE(config.has("optimizer.momentum"));
   EXPECT_FALSE(config.has("optimizer.nesterov"));
   EXPECT_TRUE(config.has("optimizer.lr"));
@@ -118,8 +122,7 @@ TEST(Plugins, KeysOfAnotherPluginOfTheKindAreDroppedWithANote) {
 
 TEST(Plugins, AKeyOfNoPluginStaysForValidationToRefuse) {
   PluginRegistry registry;
-  Config config =
-      Config::from_string("[model]\nname = mlp\nhiden = 64\n[optimizer]\nname = sgd\n", "run.ini");
+  Config config = Config::from_string("[model]\nname = mlp\nhiden = 64\n[optimizer]\nname = sgd\n", "run.ini");
   EXPECT_EQ(drop_keys_of_unchosen_plugins(registry, config), "");
   EXPECT_TRUE(config.has("model.hiden"));
 }
@@ -142,18 +145,17 @@ TEST(Plugins, RefusesAnotherStandardLibraryNamingBoth) {
 TEST(Plugins, ARecordedPathIsTriedLastAndSaidSo) {
   const std::string path = kTestPlugins + "/fingerprint/libmgtrain-model-othercompiler.so";
   PluginRegistry registry;
-  registry.add_recorded_paths(
-      "model:othercompiler=" + path + ";optimizer:gone=/nowhere/libmgtrain-optimizer-gone.so",
-      "the checkpoint's run");
+  registry.add_recorded_paths("model:othercompiler=" + path + ";optimizer:gone=/nowhere/libmgtrain-optimizer-gone.so",
+                              "the checkpoint's run");
   EXPECT_EQ(load_error(registry, "model", "othercompiler"), "");
   ASSERT_EQ(registry.notes().size(), 1u);
-  EXPECT_EQ(registry.notes()[0],
-            "model plugin 'othercompiler' is in no directory of the search path; loaded " + path +
-                ", where the checkpoint's run loaded it (--plugin-path overrides)");
+  EXPECT_EQ(registry.notes()[0], "model plugin 'othercompiler' is in no directory of the search path; loaded " + path +
+                                     ", where the checkpoint's run loaded it (--plugin-path overrides)");
   EXPECT_EQ(registry.loaded_paths(), "model:othercompiler=" + path);
   const auto msg = load_error(registry, "optimizer", "gone");
   EXPECT_NE(msg.find("nor at /nowhere/libmgtrain-optimizer-gone.so, where the checkpoint's run loaded it"),
-            std::string::npos) << msg;
+            std::string::npos)
+      << msg;
 }
 
 TEST(Plugins, TheSearchPathWinsOverARecordedPath) {

@@ -26,8 +26,7 @@ class TempDir {
  public:
   TempDir() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("mgtrain-report-" + std::to_string(::getpid()) + "-" + info->name());
+    path_ = fs::temp_directory_path() / ("mgtrain-report-" + std::to_string(::getpid()) + "-" + info->name());
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -59,11 +58,14 @@ std::string xml_problem(const std::string& s) {
     const std::string rest = s.substr(at, 12);
     return std::regex_search(rest, kEntity, std::regex_constants::match_continuous);
   };
-  auto name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == ':' || c == '.'; };
+  auto name_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == ':' || c == '.';
+  };
   while (i < s.size()) {
     if (s[i] != '<') {
       if (s[i] == '&' && !entity_ok(i)) return "bad entity at " + std::to_string(i);
-      if (stack.empty() && !std::isspace(static_cast<unsigned char>(s[i]))) return "text outside the root at " + std::to_string(i);
+      if (stack.empty() && !std::isspace(static_cast<unsigned char>(s[i])))
+        return "text outside the root at " + std::to_string(i);
       ++i;
       continue;
     }
@@ -232,7 +234,8 @@ TEST(ReportParse, MalformedLinesNameFileLineAndExpectation) {
 TEST(ReportSvg, EveryPanelWithOnePolylinePerSeries) {
   TempDir dir;
   std::string metrics;
-  for (int step = 10; step <= 50; step += 10) metrics += metrics_line(step, 1.0 / step, 0.5 + step / 200.0, 2 + step / 100.0, 6.5);
+  for (int step = 10; step <= 50; step += 10)
+    metrics += metrics_line(step, 1.0 / step, 0.5 + step / 200.0, 2 + step / 100.0, 6.5);
   dir.write("metrics.jsonl", metrics);
   dir.write("metrics.rank2.jsonl",
             "{\"server_rank\":2,\"updates\":100,\"staleness_min\":0,\"staleness_mean\":0.54,\"staleness_max\":2}\n"
@@ -327,8 +330,9 @@ TEST(ReportErrors, NameTheFileAndLine) {
 
   dir.write("metrics.jsonl", metrics_line(10, 1, 0.5, 1, 1));
   dir.write("metrics.rank2.jsonl", "{\"server_rank\":2,\"updates\":100,\"staleness_mean\":0.5}\n{\"server_rank\":2\n");
-  EXPECT_EQ(error_of<DataError>([&] { write_report(run, ""); })
-                .rfind((dir.path() / "metrics.rank2.jsonl").string() + ":2: expected", 0),
+  EXPECT_EQ(error_of<DataError>([&] {
+              write_report(run, "");
+            }).rfind((dir.path() / "metrics.rank2.jsonl").string() + ":2: expected", 0),
             0u);
   fs::remove(dir.path() / "metrics.rank2.jsonl");
 

@@ -7,11 +7,11 @@
 
 #include <chrono>
 #include <cmath>
-#include <iostream>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <map>
 #include <sstream>
@@ -44,8 +44,7 @@ std::vector<std::string> read_records(const std::string& bytes) {
     EXPECT_LE(pos + 16 + length, bytes.size()) << "truncated record at " << pos;
     if (pos + 16 + length > bytes.size()) break;
     std::string data = bytes.substr(pos + 12, length);
-    EXPECT_EQ(le(bytes, pos + 12 + length, 4), masked_crc32c(data.data(), data.size()))
-        << "data CRC at " << pos;
+    EXPECT_EQ(le(bytes, pos + 12 + length, 4), masked_crc32c(data.data(), data.size())) << "data CRC at " << pos;
     records.push_back(std::move(data));
     pos += 16 + length;
   }
@@ -81,16 +80,26 @@ Fields parse(const std::string& s) {
     const uint64_t key = get_varint(s, pos);
     const auto field = static_cast<uint32_t>(key >> 3);
     switch (key & 7) {
-      case 0: f.varints.emplace(field, get_varint(s, pos)); break;
-      case 1: f.bytes.emplace(field, s.substr(pos, 8)); pos += 8; break;
-      case 5: f.bytes.emplace(field, s.substr(pos, 4)); pos += 4; break;
+      case 0:
+        f.varints.emplace(field, get_varint(s, pos));
+        break;
+      case 1:
+        f.bytes.emplace(field, s.substr(pos, 8));
+        pos += 8;
+        break;
+      case 5:
+        f.bytes.emplace(field, s.substr(pos, 4));
+        pos += 4;
+        break;
       case 2: {
         const uint64_t n = get_varint(s, pos);
         f.bytes.emplace(field, s.substr(pos, n));
         pos += n;
         break;
       }
-      default: ADD_FAILURE() << "unexpected wire type " << (key & 7); return f;
+      default:
+        ADD_FAILURE() << "unexpected wire type " << (key & 7);
+        return f;
     }
     EXPECT_LE(pos, s.size());
   }
@@ -188,7 +197,11 @@ TEST(TensorBoardWriter, FileParsesBack) {
   EXPECT_EQ(head.bytes.find(3)->second, "brain.Event:2");
   EXPECT_EQ(head.varints.count(2), 0u);
 
-  struct Want { int64_t step; std::string tag; float value; };
+  struct Want {
+    int64_t step;
+    std::string tag;
+    float value;
+  };
   const Want wants[] = {{20, "train/loss", 2.5f}, {20, "step_time_ms/rank1", 12.125f}, {40, "train/loss", 1.25f}};
   for (size_t i = 0; i < 3; ++i) {
     SCOPED_TRACE(i);
@@ -236,17 +249,16 @@ TEST(TensorBoardSampleRun, TrainerShapedRunParsesBack) {
   metrics.precision(17);
   for (int k = 1; k <= 5; ++k) {
     const int64_t step = 20 * k;
-    const double loss = 2.302585 / (1.0 + 0.37 * k), accuracy = 0.1 + 0.15 * k, lr = 0.02,
-                 sps = 5000.0 + 17.3 * k, ms0 = 10.0 + k, ms1 = 11.5 + k;
+    const double loss = 2.302585 / (1.0 + 0.37 * k), accuracy = 0.1 + 0.15 * k, lr = 0.02, sps = 5000.0 + 17.3 * k,
+                 ms0 = 10.0 + k, ms1 = 11.5 + k;
     writer.add_scalar("train/loss", step, loss);
     writer.add_scalar("train/accuracy", step, accuracy);
     writer.add_scalar("train/learning_rate", step, lr);
     writer.add_scalar("train/samples_per_s", step, sps);
     writer.add_scalar("step_time_ms/rank0", step, ms0);
     writer.add_scalar("step_time_ms/rank1", step, ms1);
-    metrics << "{\"step\":" << step << ",\"loss\":" << loss << ",\"accuracy\":" << accuracy
-            << ",\"lr\":" << lr << ",\"samples_per_s\":" << sps << ",\"rank_step_ms\":[" << ms0
-            << "," << ms1 << "]}\n";
+    metrics << "{\"step\":" << step << ",\"loss\":" << loss << ",\"accuracy\":" << accuracy << ",\"lr\":" << lr
+            << ",\"samples_per_s\":" << sps << ",\"rank_step_ms\":[" << ms0 << "," << ms1 << "]}\n";
   }
   writer.flush();
   metrics.close();

@@ -26,7 +26,7 @@ class MGT_API Communicator {
   virtual int size() const = 0;
   virtual int local_rank() const = 0;  // among ranks on this node
   virtual int local_size() const = 0;
-  virtual int node() const = 0;        // index of this node
+  virtual int node() const = 0;  // index of this node
   virtual std::string backend() const = 0;
 
   // Sum in place over all ranks.

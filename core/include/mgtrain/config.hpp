@@ -12,8 +12,19 @@
 
 namespace mgt {
 
-enum class KeyType { string, path, integer, positive_integer, non_negative_integer, real,
-                     positive_real, non_negative_real, boolean, integer_list, choice };
+enum class KeyType {
+  string,
+  path,
+  integer,
+  positive_integer,
+  non_negative_integer,
+  real,
+  positive_real,
+  non_negative_real,
+  boolean,
+  integer_list,
+  choice
+};
 
 // One documented config key. `key` is the full `section.key` name.
 struct ConfigKey {
@@ -67,16 +78,13 @@ class MGT_API Config {
 // A plugin's view of its own section: `section("model").get_int("hidden")` reads model.hidden.
 class MGT_API ConfigSection {
  public:
-  ConfigSection(const Config& config, std::string section)
-      : config_(&config), section_(std::move(section)) {}
+  ConfigSection(const Config& config, std::string section) : config_(&config), section_(std::move(section)) {}
   const std::string& name() const { return section_; }
   std::string get_string(const std::string& key) const { return config_->get_string(full(key)); }
   int64_t get_int(const std::string& key) const { return config_->get_int(full(key)); }
   double get_real(const std::string& key) const { return config_->get_real(full(key)); }
   bool get_bool(const std::string& key) const { return config_->get_bool(full(key)); }
-  std::vector<int64_t> get_int_list(const std::string& key) const {
-    return config_->get_int_list(full(key));
-  }
+  std::vector<int64_t> get_int_list(const std::string& key) const { return config_->get_int_list(full(key)); }
   bool has(const std::string& key) const { return config_->has(full(key)); }
   const Config& root() const { return *config_; }
 

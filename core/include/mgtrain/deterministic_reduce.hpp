@@ -2,9 +2,9 @@
 // Sums gradients in one fixed binary tree whose shape does not depend on the number of ranks.
 // The global batch is cut into V micro-shards (V a power of two); rank r computes shards
 // [r*V/W, (r+1)*V/W), one at a time or, with a model of row-wise layers, all in one pass. Each
-// shard's gradient is taken out of the store after its backward; groups of up to four sibling shards are summed in cache-sized blocks (each shard read
-// once), and the groups combine with their siblings as soon as both exist (a binary counter), so
-// a rank's shards form one subtree; the W subtrees are then combined by recursive doubling over
+// shard's gradient is taken out of the store after its backward; groups of up to four sibling shards are summed in
+// cache-sized blocks (each shard read once), and the groups combine with their siblings as soon as both exist (a binary
+// counter), so a rank's shards form one subtree; the W subtrees are then combined by recursive doubling over
 // point-to-point messages, pairing neighbouring subtrees level by level. Float addition is
 // commutative, so both partners compute the same sum; only the tree's shape matters, and it is
 // the balanced tree over the V shards whatever W is. Hence bitwise-identical gradients at any
@@ -33,8 +33,8 @@ class MGT_API DeterministicReducer final : public WeightGradientSink {
   void setup(Communicator& comm, ParameterStore& store, int64_t shards_per_rank);
   // From a linear layer's backward (through the store): keeps the factors of its weight's and
   // bias's gradients for the `shards` shards starting at the current one.
-  void add_linear(ParamHandle weight, ParamHandle bias, const float* dy, const float* x, int64_t rows,
-                  int64_t out, int64_t in, int64_t shards) override;
+  void add_linear(ParamHandle weight, ParamHandle bias, const float* dy, const float* x, int64_t rows, int64_t out,
+                  int64_t in, int64_t shards) override;
   // After the backward of one of this rank's shards (in order): moves the store's gradient into
   // the tree and zeroes it for the next shard.
   void add_shard();
@@ -45,8 +45,8 @@ class MGT_API DeterministicReducer final : public WeightGradientSink {
   // A linear layer whose gradients are kept as factors: each shard's dy [rows, out] and x [rows, in].
   struct Deferred {
     ParamHandle weight, bias;
-    int64_t rows, out, in;     // rows per shard
-    std::vector<float> dy, x;  // copies, shards_per_rank_ blocks each, when shards come one by one
+    int64_t rows, out, in;         // rows per shard
+    std::vector<float> dy, x;      // copies, shards_per_rank_ blocks each, when shards come one by one
     const float* dy_in = nullptr;  // this step's factors: the copies, or the layer's own buffers
     const float* x_in = nullptr;   // when one call brought all shards
   };
@@ -58,16 +58,16 @@ class MGT_API DeterministicReducer final : public WeightGradientSink {
   Communicator* comm_ = nullptr;
   ParameterStore* store_ = nullptr;
   int64_t shards_per_rank_ = 1;
-  int64_t shard_in_step_ = 0;           // shards of this step added so far
-  bool batched_step_ = false;           // this step's shards went through the model together
+  int64_t shard_in_step_ = 0;  // shards of this step added so far
+  bool batched_step_ = false;  // this step's shards went through the model together
   std::vector<Deferred> deferred_;
   // The parts of the flat gradient summed as buffers: all but the deferred weights. Settled at
   // the first shard's add_shard, when every deferring layer has called.
   std::vector<std::pair<size_t, size_t>> merge_ranges_;  // [begin, end)
   bool ranges_settled_ = false;
-  std::vector<Tensor> group_;      // the shards of the current group, summed when it is full
+  std::vector<Tensor> group_;  // the shards of the current group, summed when it is full
   size_t group_filled_ = 0;
-  std::vector<Tensor> levels_;     // levels_[l]: a pending subtree of 2^l groups
+  std::vector<Tensor> levels_;  // levels_[l]: a pending subtree of 2^l groups
   std::vector<bool> occupied_;
   Tensor incoming_;
 };

@@ -14,19 +14,33 @@ class MGT_API Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
-class MGT_API ConfigError : public Error { using Error::Error; };
-class MGT_API DataError : public Error { using Error::Error; };
-class MGT_API PluginError : public Error { using Error::Error; };
-class MGT_API CommError : public Error { using Error::Error; };
-class MGT_API CudaError : public Error { using Error::Error; };
+class MGT_API ConfigError : public Error {
+  using Error::Error;
+};
+class MGT_API DataError : public Error {
+  using Error::Error;
+};
+class MGT_API PluginError : public Error {
+  using Error::Error;
+};
+class MGT_API CommError : public Error {
+  using Error::Error;
+};
+class MGT_API CudaError : public Error {
+  using Error::Error;
+};
 // A device allocation that did not fit: the GPU path may retry with a smaller micro-batch.
-class MGT_API OutOfMemoryError : public CudaError { using CudaError::CudaError; };
-class MGT_API IoError : public Error { using Error::Error; };
+class MGT_API OutOfMemoryError : public CudaError {
+  using CudaError::CudaError;
+};
+class MGT_API IoError : public Error {
+  using Error::Error;
+};
 
 }  // namespace mgt
 
 // Raises `type` with the message when `cond` is false.
-#define MGT_CHECK(cond, type, message)        \
-  do {                                        \
-    if (!(cond)) throw type(message);         \
+#define MGT_CHECK(cond, type, message) \
+  do {                                 \
+    if (!(cond)) throw type(message);  \
   } while (0)

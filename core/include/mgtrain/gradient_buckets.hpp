@@ -28,17 +28,17 @@ class MGT_API GradientBuckets {
 
  private:
   struct Bucket {
-    size_t begin = 0, end = 0;   // float range of the flat gradient buffer
-    size_t params = 0;           // parameters in the bucket
-    size_t ready = 0;            // of them final in this backward pass
+    size_t begin = 0, end = 0;  // float range of the flat gradient buffer
+    size_t params = 0;          // parameters in the bucket
+    size_t ready = 0;           // of them final in this backward pass
     std::unique_ptr<CommRequest> request;
   };
   void launch(Bucket& bucket);
 
   Communicator* comm_ = nullptr;
   ParameterStore* store_ = nullptr;
-  std::vector<Bucket> buckets_;            // in launch order: last layer first
-  std::vector<size_t> bucket_of_param_;    // parameter handle -> bucket index
+  std::vector<Bucket> buckets_;          // in launch order: last layer first
+  std::vector<size_t> bucket_of_param_;  // parameter handle -> bucket index
   size_t next_to_progress_ = 0;
   bool overlap_ = false;
 };

@@ -18,9 +18,9 @@ namespace mgt {
 // What a layer may need to know about the step besides its input.
 struct StepContext {
   uint64_t seed = 0;
-  int64_t step = 0;            // global optimizer step, for dropout masks
-  int64_t micro_step = 0;      // micro-batch within the step (gradient accumulation)
-  int64_t first_sample = 0;    // global index of this rank's first row in the batch
+  int64_t step = 0;          // global optimizer step, for dropout masks
+  int64_t micro_step = 0;    // micro-batch within the step (gradient accumulation)
+  int64_t first_sample = 0;  // global index of this rank's first row in the batch
   bool training = true;
   // Backward only: the parameter gradients hold garbage (ParameterStore::discard_grads), so each
   // layer writes its gradients instead of adding to them, saving a pass over memory to zero them.
@@ -80,8 +80,8 @@ class MGT_API Layer {
   // Adds parameter gradients (writes them when run.step.overwrite_grads); writes grad_in (same
   // shape as in) unless it is null. Every gradient the layer adds must belong to one of
   // param_handles(): those are what the executor announces as final after this backward.
-  virtual void backward(const LayerRun& run, const Tensor& in, const Tensor& out,
-                        const Tensor& grad_out, Tensor* grad_in) = 0;
+  virtual void backward(const LayerRun& run, const Tensor& in, const Tensor& out, const Tensor& grad_out,
+                        Tensor* grad_in) = 0;
   // Parameters this layer owns, in the order their gradients become final during backward.
   virtual std::vector<ParamHandle> param_handles() const { return {}; }
   // True when the output is the input's memory seen in another shape (Flatten, dropout of
@@ -130,12 +130,11 @@ class MGT_API HostLayerPlanner final : public LayerPlanner {
 };
 
 // y = x W^T + b; x is [B, in] (higher-rank input is flattened), W is [out, in].
-MGT_API std::unique_ptr<Layer> make_linear(const std::string& name, int64_t in_features,
-                                   int64_t out_features, Init weight_init = Init::he_uniform);
+MGT_API std::unique_ptr<Layer> make_linear(const std::string& name, int64_t in_features, int64_t out_features,
+                                           Init weight_init = Init::he_uniform);
 // NCHW convolution, square kernel, weight [out_c, in_c, k, k], bias [out_c].
-MGT_API std::unique_ptr<Layer> make_conv2d(const std::string& name, int64_t in_channels,
-                                   int64_t out_channels, int64_t kernel, int64_t stride = 1,
-                                   int64_t padding = 0);
+MGT_API std::unique_ptr<Layer> make_conv2d(const std::string& name, int64_t in_channels, int64_t out_channels,
+                                           int64_t kernel, int64_t stride = 1, int64_t padding = 0);
 MGT_API std::unique_ptr<Layer> make_max_pool2d(const std::string& name, int64_t kernel, int64_t stride);
 MGT_API std::unique_ptr<Layer> make_relu(const std::string& name);
 MGT_API std::unique_ptr<Layer> make_flatten(const std::string& name);
@@ -147,7 +146,7 @@ MGT_API std::unique_ptr<Layer> make_dropout(const std::string& name, float proba
 // of the global mean loss. Returns the *sum* of per-sample losses. Labels outside
 // [0, classes) raise DataError.
 MGT_API double softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor& grad_logits,
-                             float grad_scale);
+                                     float grad_scale);
 
 // Number of rows whose arg-max logit equals the label.
 MGT_API int64_t count_correct(const Tensor& logits, const int32_t* labels);

@@ -25,8 +25,7 @@ class MGT_API Model {
   // Returns the logits; the tensor stays valid until the next forward.
   virtual const Tensor& forward(const Tensor& input, const StepContext& ctx) = 0;
   // Back-propagates from the logits' gradient, adding into the gradient buffer.
-  virtual void backward(const Tensor& grad_logits, const StepContext& ctx,
-                        const GradientsReady& ready) = 0;
+  virtual void backward(const Tensor& grad_logits, const StepContext& ctx, const GradientsReady& ready) = 0;
   // True when `shards` deterministic micro-shards of `shard_rows` rows may go through forward and
   // backward as one batch (StepContext::shards) with the same bits as one shard at a time.
   virtual bool shard_batchable(int64_t shard_rows, int64_t shards) const {
@@ -47,8 +46,7 @@ class MGT_API SequentialModel : public Model {
   void declare(ParameterStore& store) override;
   Shape output_shape(const Shape& input) const override;
   const Tensor& forward(const Tensor& input, const StepContext& ctx) override;
-  void backward(const Tensor& grad_logits, const StepContext& ctx,
-                const GradientsReady& ready) override;
+  void backward(const Tensor& grad_logits, const StepContext& ctx, const GradientsReady& ready) override;
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   bool shard_batchable(int64_t shard_rows, int64_t shards) const override;  // every layer is row_wise
 

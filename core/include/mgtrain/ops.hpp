@@ -24,8 +24,8 @@ struct Conv2dShape {
   int64_t out_width() const { return (width + 2 * padding - kernel) / stride + 1; }
   // Spelled out: CUDA sources that include this header compile as C++17.
   bool operator==(const Conv2dShape& o) const {
-    return in_channels == o.in_channels && out_channels == o.out_channels && kernel == o.kernel &&
-           stride == o.stride && padding == o.padding && height == o.height && width == o.width;
+    return in_channels == o.in_channels && out_channels == o.out_channels && kernel == o.kernel && stride == o.stride &&
+           padding == o.padding && height == o.height && width == o.width;
   }
 };
 
@@ -40,8 +40,7 @@ class MGT_API ConvOp {
   virtual void backward_data(const float* dy, const float* w, float* dx) = 0;
   // dw += dW(x, dy), dbias += the sums of dy over batch and space; written instead of added when
   // accumulate is false (the gradients hold garbage: StepContext::overwrite_grads).
-  virtual void backward_weights(const float* x, const float* dy, float* dw, float* dbias,
-                                bool accumulate = true) = 0;
+  virtual void backward_weights(const float* x, const float* dy, float* dw, float* dbias, bool accumulate = true) = 0;
 };
 
 // Max pooling (no padding) for a fixed input shape.
@@ -65,19 +64,16 @@ class MGT_API Ops {
   virtual ~Ops() = default;
 
   // Row-major GEMM: C = alpha * op(A) op(B) + beta * C, op(A) [m, k], op(B) [k, n].
-  virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                    int64_t ldc) = 0;
+  virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) = 0;
   // The same with A and B in bfloat16 (raw bits), FP32 accumulation: bf16 mixed precision.
-  virtual void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                         const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
-                         float* c, int64_t ldc) = 0;
+  virtual void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                         int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) = 0;
   // y = x rounded to bfloat16, to nearest, ties to even
   virtual void to_bf16(const float* x, uint16_t* y, size_t n) = 0;
   // True when a GEMM of `shards` x `shard_rows` rows by [k, n] gives each row the bits it has in
   // a GEMM of one shard: deterministic micro-shards may then go through a layer as one batch.
-  virtual bool gemm_rows_independent(int64_t shard_rows, int64_t shards, int64_t n,
-                                     int64_t k) const {
+  virtual bool gemm_rows_independent(int64_t shard_rows, int64_t shards, int64_t n, int64_t k) const {
     (void)shard_rows;
     (void)shards;
     (void)n;
@@ -115,11 +111,9 @@ class MGT_API Ops {
   // bf16: bfloat16 operands and result, FP32 accumulation, converted at the op's edges (x, w, dy
   // rounded; y before the FP32 bias, dx and the weight gradient before it is added are bf16
   // values; the bias gradient is summed from the FP32 dy).
-  virtual std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch,
-                                            bool bf16 = false) = 0;
-  virtual std::unique_ptr<MaxPoolOp> make_max_pool(int64_t batch, int64_t channels,
-                                                   int64_t height, int64_t width, int64_t kernel,
-                                                   int64_t stride) = 0;
+  virtual std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch, bool bf16 = false) = 0;
+  virtual std::unique_ptr<MaxPoolOp> make_max_pool(int64_t batch, int64_t channels, int64_t height, int64_t width,
+                                                   int64_t kernel, int64_t stride) = 0;
 };
 
 // The CPU's operations on host memory, as the CPU path runs them, for a model plugin that drives

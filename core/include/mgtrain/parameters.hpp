@@ -65,7 +65,7 @@ class MGT_API ParameterStore {
   const float* params_data() const { return params_flat_.data(); }
   const float* grads_data() const { return grads_flat_.data(); }
   size_t flat_size() const { return flat_size_; }  // including alignment padding
-  size_t param_count() const;                     // sum of numel, without padding
+  size_t param_count() const;                      // sum of numel, without padding
 
   void zero_grads();
   // Instead of zeroing: the next backward writes the gradients rather than adding to them

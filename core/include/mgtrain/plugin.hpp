@@ -32,13 +32,13 @@ namespace mgt {
 
 extern "C" {
 struct PluginDescriptor {
-  uint32_t abi_version;       // MGTRAIN_PLUGIN_ABI_VERSION at the plugin's build
-  const char* kind;           // "model", "optimizer" or "sync"
+  uint32_t abi_version;  // MGTRAIN_PLUGIN_ABI_VERSION at the plugin's build
+  const char* kind;      // "model", "optimizer" or "sync"
   const char* name;
   const char* version;
-  const char* description;    // one line
+  const char* description;        // one line
   const char* build_fingerprint;  // MGT_BUILD_FINGERPRINT: "<compiler>/<standard library>"
-  const ConfigKey* config_keys;  // the plugin's keys, full "section.key" names
+  const ConfigKey* config_keys;   // the plugin's keys, full "section.key" names
   size_t config_key_count;
   // Returns a new Model*, Optimizer* or SyncStrategy* (by kind) built from the plugin's section.
   void* (*create)(const ConfigSection* section);
@@ -47,13 +47,17 @@ struct PluginDescriptor {
 
 }  // namespace mgt
 
-#define MGT_PLUGIN_IMPL(KIND, BASE, NAME, VERSION, DESCRIPTION, KEYS, TYPE)                   \
-  extern "C" __attribute__((visibility("default"))) const ::mgt::PluginDescriptor             \
-      mgtrain_plugin_descriptor = {                                                           \
-          MGTRAIN_PLUGIN_ABI_VERSION, KIND, NAME, VERSION, DESCRIPTION, MGT_BUILD_FINGERPRINT,  \
-          KEYS, std::size(KEYS), [](const ::mgt::ConfigSection* section) -> void* {           \
-            return static_cast<BASE*>(new TYPE(*section));                                     \
-          }};
+#define MGT_PLUGIN_IMPL(KIND, BASE, NAME, VERSION, DESCRIPTION, KEYS, TYPE)                                     \
+  extern "C" __attribute__((visibility("default"))) const ::mgt::PluginDescriptor mgtrain_plugin_descriptor = { \
+      MGTRAIN_PLUGIN_ABI_VERSION,                                                                               \
+      KIND,                                                                                                     \
+      NAME,                                                                                                     \
+      VERSION,                                                                                                  \
+      DESCRIPTION,                                                                                              \
+      MGT_BUILD_FINGERPRINT,                                                                                    \
+      KEYS,                                                                                                     \
+      std::size(KEYS),                                                                                          \
+      [](const ::mgt::ConfigSection* section) -> void* { return static_cast<BASE*>(new TYPE(*section)); }};
 
 // Defines the descriptor of a plugin whose class TYPE is constructible from a ConfigSection.
 // KEYS is a static array of mgt::ConfigKey.

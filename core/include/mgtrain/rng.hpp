@@ -25,7 +25,7 @@ MGT_API float uniform(uint64_t key, uint64_t stream, uint64_t index);
 
 // Fills out[i] = uniform in [lo, hi) for i in [0, n), elements first_index.. of the stream.
 MGT_API void fill_uniform(float* out, size_t n, float lo, float hi, uint64_t key, uint64_t stream,
-                  uint64_t first_index = 0);
+                          uint64_t first_index = 0);
 
 // The epoch's permutation of [0, n): a pure function of (seed, epoch).
 MGT_API std::vector<int64_t> epoch_permutation(uint64_t seed, int64_t epoch, int64_t n);

@@ -17,10 +17,10 @@ namespace mgt {
 
 // What a serving rank (a parameter server) needs from the trainer.
 struct ServeContext {
-  int64_t steps_per_worker = 0;                          // the run's length, per training rank
-  std::function<double(int64_t step)> learning_rate;    // the trainer's schedule
-  std::string metrics_path;                              // where to append JSON-lines figures
-  int64_t log_every = 50;                                // steps between records
+  int64_t steps_per_worker = 0;                       // the run's length, per training rank
+  std::function<double(int64_t step)> learning_rate;  // the trainer's schedule
+  std::string metrics_path;                           // where to append JSON-lines figures
+  int64_t log_every = 50;                             // steps between records
 };
 
 // What the trainer asks of a serving strategy, beyond what SyncStrategy asks of every one.

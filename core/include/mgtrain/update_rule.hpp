@@ -29,26 +29,26 @@ namespace mgt {
 inline constexpr int kMaxUpdateStates = 4;
 
 // Declares `struct Name { fields }` of floats (or other plain types) and keeps its text.
-#define MGT_UPDATE_SCALARS(Name, ...)                                          \
-  struct Name {                                                                \
-    __VA_ARGS__                                                                \
-    static constexpr const char* name = #Name;                                 \
+#define MGT_UPDATE_SCALARS(Name, ...)                                               \
+  struct Name {                                                                     \
+    __VA_ARGS__                                                                     \
+    static constexpr const char* name = #Name;                                      \
     static constexpr const char* source = "struct " #Name " { " #__VA_ARGS__ " };"; \
   };
 
 // Declares the update of one element as `struct Name` with `apply` (for the host) and its text
 // (for a GPU's run-time compiler); `States` state buffers, in the order the optimizer lists them.
-#define MGT_ELEMENT_UPDATE(Name, ScalarsType, States, ...)                                      \
-  struct Name {                                                                                 \
-    using Scalars = ScalarsType;                                                                \
-    static constexpr int states = States;                                                       \
-    static_assert(States >= 0 && States <= ::mgt::kMaxUpdateStates, "too many state buffers");  \
-    static inline void apply(float& param, float grad, float& state0, float& state1, float& state2, \
-                             float& state3, const Scalars& s) {                                 \
-      (void)state0, (void)state1, (void)state2, (void)state3, (void)s, (void)grad;              \
-      __VA_ARGS__                                                                               \
-    }                                                                                           \
-    static constexpr const char* body = #__VA_ARGS__;                                           \
+#define MGT_ELEMENT_UPDATE(Name, ScalarsType, States, ...)                                                         \
+  struct Name {                                                                                                    \
+    using Scalars = ScalarsType;                                                                                   \
+    static constexpr int states = States;                                                                          \
+    static_assert(States >= 0 && States <= ::mgt::kMaxUpdateStates, "too many state buffers");                     \
+    static inline void apply(float& param, float grad, float& state0, float& state1, float& state2, float& state3, \
+                             const Scalars& s) {                                                                   \
+      (void)state0, (void)state1, (void)state2, (void)state3, (void)s, (void)grad;                                 \
+      __VA_ARGS__                                                                                                  \
+    }                                                                                                              \
+    static constexpr const char* body = #__VA_ARGS__;                                                              \
   };
 
 // An update made from such a rule, for an executor: its scalars at a step, the loop on the host,
@@ -64,8 +64,7 @@ class MGT_API ElementwiseUpdate {
   // (scalars_bytes() of them): worked out on the host, read by every element.
   virtual void scalars(double lr, int64_t update, void* out) const = 0;
   // The update over n elements of host memory; state[k] for k < states().
-  virtual void run(float* params, const float* grads, float* const* state, const void* scalars,
-                   size_t n) const = 0;
+  virtual void run(float* params, const float* grads, float* const* state, const void* scalars, size_t n) const = 0;
   // CUDA C++ for a run-time compiler: the scalars' struct as `mgt_scalars`, and
   // `__device__ void mgt_apply(float& param, float grad, float& state0, .., float& state3,
   // const mgt_scalars& s)`.
@@ -106,11 +105,8 @@ class ElementwiseUpdateOf final : public ElementwiseUpdate {
   const std::string& name() const override { return name_; }
   int states() const override { return Rule::states; }
   size_t scalars_bytes() const override { return sizeof(Scalars); }
-  void scalars(double lr, int64_t update, void* out) const override {
-    *static_cast<Scalars*>(out) = at_(lr, update);
-  }
-  void run(float* params, const float* grads, float* const* state, const void* scalars,
-           size_t n) const override {
+  void scalars(double lr, int64_t update, void* out) const override { *static_cast<Scalars*>(out) = at_(lr, update); }
+  void run(float* params, const float* grads, float* const* state, const void* scalars, size_t n) const override {
     run_element_update<Rule>(params, grads, state, *static_cast<const Scalars*>(scalars), n);
   }
   std::string device_source() const override {
@@ -118,6 +114,7 @@ class ElementwiseUpdateOf final : public ElementwiseUpdate {
            "__device__ __forceinline__ void mgt_apply(float& param, float grad, float& state0, float& state1, " +
            "float& state2, float& state3, const mgt_scalars& s) {\n" + Rule::body + "\n}\n";
   }
+
  private:
   std::string name_;
   ScalarsAt at_;

@@ -30,9 +30,9 @@
 
 #include "datasets/hdf5_format.hpp"
 #include "datasets/hdf5_util.hpp"
-#include "testing/fault_injection.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/tensor.hpp"
+#include "testing/fault_injection.hpp"
 
 namespace fs = std::filesystem;
 
@@ -75,37 +75,30 @@ struct H5Context {
   }
 };
 
-h5::Id open_attr(const H5Context& h5, hid_t obj, const std::string& obj_name,
-                 const std::string& name) {
+h5::Id open_attr(const H5Context& h5, hid_t obj, const std::string& obj_name, const std::string& name) {
   const htri_t exists = H5Aexists(obj, name.c_str());
   h5.check(static_cast<herr_t>(exists), "cannot read attribute '" + name + "' of " + obj_name);
-  if (exists == 0)
-    throw IoError("checkpoint " + quote(h5.path) + ": " + obj_name + " has no attribute '" + name +
-                  "'");
+  if (exists == 0) throw IoError("checkpoint " + quote(h5.path) + ": " + obj_name + " has no attribute '" + name + "'");
   return h5.check(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose,
                   "cannot open attribute '" + name + "' of " + obj_name);
 }
 
 template <typename T>
-T read_int_attr(const H5Context& h5, hid_t obj, const std::string& obj_name, const std::string& name,
-                hid_t mem_type) {
+T read_int_attr(const H5Context& h5, hid_t obj, const std::string& obj_name, const std::string& name, hid_t mem_type) {
   h5::Id attr = open_attr(h5, obj, obj_name, name);
   h5::Id type = h5.check(H5Aget_type(attr.get()), H5Tclose, "cannot read attribute '" + name + "'");
   if (H5Tget_class(type.get()) != H5T_INTEGER)
-    throw IoError("checkpoint " + quote(h5.path) + ": attribute '" + name + "' of " + obj_name +
-                  " is not an integer");
+    throw IoError("checkpoint " + quote(h5.path) + ": attribute '" + name + "' of " + obj_name + " is not an integer");
   T value{};
   h5.check(H5Aread(attr.get(), mem_type, &value), "cannot read attribute '" + name + "'");
   return value;
 }
 
-std::string read_string_attr(const H5Context& h5, hid_t obj, const std::string& obj_name,
-                             const std::string& name) {
+std::string read_string_attr(const H5Context& h5, hid_t obj, const std::string& obj_name, const std::string& name) {
   h5::Id attr = open_attr(h5, obj, obj_name, name);
   h5::Id type = h5.check(H5Aget_type(attr.get()), H5Tclose, "cannot read attribute '" + name + "'");
   if (H5Tget_class(type.get()) != H5T_STRING)
-    throw IoError("checkpoint " + quote(h5.path) + ": attribute '" + name + "' of " + obj_name +
-                  " is not a string");
+    throw IoError("checkpoint " + quote(h5.path) + ": attribute '" + name + "' of " + obj_name + " is not a string");
   const htri_t is_var = H5Tis_variable_str(type.get());
   h5.check(static_cast<herr_t>(is_var), "cannot read attribute '" + name + "'");
   if (is_var > 0) {
@@ -154,24 +147,21 @@ h5::Id untimed_plist(const H5Context& h5, hid_t cls) {
   return plist;
 }
 
-h5::Id create_group(const H5Context& h5, hid_t parent, const std::string& name,
-                    const std::string& full) {
+h5::Id create_group(const H5Context& h5, hid_t parent, const std::string& name, const std::string& full) {
   h5::Id gcpl = untimed_plist(h5, H5P_GROUP_CREATE);
   return h5.check(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose,
                   "cannot create group " + quote(full));
 }
 
-void write_dataset(const H5Context& h5, hid_t group, const std::string& name, const Shape& shape,
-                   const float* data) {
+void write_dataset(const H5Context& h5, hid_t group, const std::string& name, const Shape& shape, const float* data) {
   std::vector<hsize_t> dims(shape.begin(), shape.end());
-  h5::Id space = h5.check(dims.empty() ? H5Screate(H5S_SCALAR)
-                                       : H5Screate_simple(static_cast<int>(dims.size()),
-                                                          dims.data(), nullptr),
-                          H5Sclose, "cannot create dataspace for '" + name + "'");
+  h5::Id space = h5.check(
+      dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+      H5Sclose, "cannot create dataspace for '" + name + "'");
   h5::Id dcpl = untimed_plist(h5, H5P_DATASET_CREATE);
-  h5::Id dset = h5.check(H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, space.get(),
-                                    H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-                         H5Dclose, "cannot create dataset '" + name + "'");
+  h5::Id dset =
+      h5.check(H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+               H5Dclose, "cannot create dataset '" + name + "'");
   const auto numel = static_cast<size_t>(shape_numel(shape));
   if (numel > 0)
     h5.check(H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
@@ -185,12 +175,11 @@ std::vector<std::string> group_members(const H5Context& h5, hid_t group, const s
   h5.check(H5Gget_info(group, &info), "cannot list " + gname);
   std::vector<std::string> names;
   for (hsize_t i = 0; i < info.nlinks; ++i) {
-    const ssize_t len = H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0,
-                                           H5P_DEFAULT);
+    const ssize_t len = H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
     h5.check(static_cast<herr_t>(len < 0 ? -1 : 0), "cannot list " + gname);
     std::string name(static_cast<size_t>(len) + 1, '\0');
-    h5.check(static_cast<herr_t>(H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i,
-                                                    name.data(), name.size(), H5P_DEFAULT) < 0
+    h5.check(static_cast<herr_t>(H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(),
+                                                    H5P_DEFAULT) < 0
                                      ? -1
                                      : 0),
              "cannot list " + gname);
@@ -200,51 +189,43 @@ std::vector<std::string> group_members(const H5Context& h5, hid_t group, const s
   return names;
 }
 
-h5::Id open_group(const H5Context& h5, hid_t parent, const std::string& name,
-                  const std::string& full) {
+h5::Id open_group(const H5Context& h5, hid_t parent, const std::string& name, const std::string& full) {
   const htri_t exists = H5Lexists(parent, name.c_str(), H5P_DEFAULT);
   h5.check(static_cast<herr_t>(exists), "cannot open group " + quote(full));
-  if (exists == 0)
-    throw IoError("checkpoint " + quote(h5.path) + " has no group " + quote(full));
-  return h5.check(H5Gopen2(parent, name.c_str(), H5P_DEFAULT), H5Gclose,
-                  "cannot open group " + quote(full));
+  if (exists == 0) throw IoError("checkpoint " + quote(h5.path) + " has no group " + quote(full));
+  return h5.check(H5Gopen2(parent, name.c_str(), H5P_DEFAULT), H5Gclose, "cannot open group " + quote(full));
 }
 
 // Reads one float32 dataset whose shape must be `expected`, verifying its checksum.
 std::vector<float> read_dataset(const H5Context& h5, hid_t group, const std::string& group_path,
-                                const std::string& name, const Shape& expected,
-                                const std::string& what) {
+                                const std::string& name, const Shape& expected, const std::string& what) {
   const std::string full = group_path + "/" + name;
   const htri_t exists = H5Lexists(group, name.c_str(), H5P_DEFAULT);
   h5.check(static_cast<herr_t>(exists), "cannot open dataset " + quote(full));
   if (exists == 0)
-    throw DataError("checkpoint " + quote(h5.path) + " has no " + what + " " + quote(name) +
-                  " (dataset " + quote(full) + ")");
-  h5::Id dset = h5.check(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose,
-                         "cannot open dataset " + quote(full));
+    throw DataError("checkpoint " + quote(h5.path) + " has no " + what + " " + quote(name) + " (dataset " +
+                    quote(full) + ")");
+  h5::Id dset = h5.check(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose, "cannot open dataset " + quote(full));
   h5::Id type = h5.check(H5Dget_type(dset.get()), H5Tclose, "cannot read dataset " + quote(full));
   if (H5Tget_class(type.get()) != H5T_FLOAT || H5Tget_size(type.get()) != sizeof(float))
-    throw DataError("checkpoint " + quote(h5.path) + ": dataset " + quote(full) +
-                    " is not float32");
+    throw DataError("checkpoint " + quote(h5.path) + ": dataset " + quote(full) + " is not float32");
   h5::Id space = h5.check(H5Dget_space(dset.get()), H5Sclose, "cannot read dataset " + quote(full));
   const int rank = H5Sget_simple_extent_ndims(space.get());
   h5.check(static_cast<herr_t>(rank), "cannot read dataset " + quote(full));
   const Shape shape = h5::dims_of(space.get());
   if (shape != expected)
-    throw DataError("checkpoint " + quote(h5.path) + ": " + what + " " + quote(name) +
-                    " has shape " + shape_string(shape) + ", the model expects " +
-                    shape_string(expected));
+    throw DataError("checkpoint " + quote(h5.path) + ": " + what + " " + quote(name) + " has shape " +
+                    shape_string(shape) + ", the model expects " + shape_string(expected));
   std::vector<float> data(static_cast<size_t>(shape_numel(expected)));
   if (!data.empty())
     h5.check(H5Dread(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()),
              "cannot read dataset " + quote(full));
-  const auto stored = read_int_attr<uint32_t>(h5, dset.get(), "dataset " + quote(full),
-                                              kChecksumAttr, H5T_NATIVE_UINT32);
+  const auto stored =
+      read_int_attr<uint32_t>(h5, dset.get(), "dataset " + quote(full), kChecksumAttr, H5T_NATIVE_UINT32);
   const uint32_t computed = checksum(data.data(), data.size());
   if (stored != computed)
-    throw IoError("checkpoint " + quote(h5.path) + ": dataset " + quote(full) +
-                  " checksum mismatch (stored " + hex32(stored) + ", computed " + hex32(computed) +
-                  ")");
+    throw IoError("checkpoint " + quote(h5.path) + ": dataset " + quote(full) + " checksum mismatch (stored " +
+                  hex32(stored) + ", computed " + hex32(computed) + ")");
   return data;
 }
 
@@ -252,9 +233,8 @@ CheckpointMeta read_meta(const H5Context& h5, hid_t file) {
   const std::string root = "the root group";
   const auto version = read_int_attr<int64_t>(h5, file, root, "format_version", H5T_NATIVE_INT64);
   if (version != kFormatVersion)
-    throw IoError("checkpoint " + quote(h5.path) + " has format_version " +
-                  std::to_string(version) + ", this mgtrain reads format_version " +
-                  std::to_string(kFormatVersion));
+    throw IoError("checkpoint " + quote(h5.path) + " has format_version " + std::to_string(version) +
+                  ", this mgtrain reads format_version " + std::to_string(kFormatVersion));
   CheckpointMeta meta;
   meta.step = read_int_attr<int64_t>(h5, file, root, "step", H5T_NATIVE_INT64);
   meta.epoch = read_int_attr<int64_t>(h5, file, root, "epoch", H5T_NATIVE_INT64);
@@ -277,12 +257,10 @@ h5::Id open_checkpoint(const H5Context& h5) {
   if (ec && ec != std::errc::no_such_file_or_directory)
     throw IoError("checkpoint " + quote(h5.path) + ": " + ec.message());
   if (!fs::exists(status)) throw IoError("checkpoint " + quote(h5.path) + " does not exist");
-  if (!fs::is_regular_file(status))
-    throw IoError("checkpoint " + quote(h5.path) + " is not a regular file");
+  if (!fs::is_regular_file(status)) throw IoError("checkpoint " + quote(h5.path) + " is not a regular file");
   if (::access(h5.path.c_str(), R_OK) != 0)
     throw IoError("cannot read checkpoint " + quote(h5.path) + ": " + errno_text(errno));
-  return h5.check(H5Fopen(h5.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose,
-                  "cannot open as HDF5");
+  return h5.check(H5Fopen(h5.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, "cannot open as HDF5");
 }
 
 // Makes a rename in the directory durable.
@@ -327,15 +305,15 @@ struct FileImage {
 // is then written with plain POSIX calls: HDF5 1.10 leaves a file whose write failed (ENOSPC,
 // EFBIG) half-closed and crashes at exit, and errno reaches the message intact this way.
 // `path` names the checkpoint in messages; `image_name` (unique, never on disk) names the image.
-FileImage build_image(const std::string& path, const std::string& image_name,
-                      const CheckpointMeta& meta, const ParameterStore& store, Optimizer* optimizer) {
+FileImage build_image(const std::string& path, const std::string& image_name, const CheckpointMeta& meta,
+                      const ParameterStore& store, Optimizer* optimizer) {
   std::lock_guard lock(data::hdf5_mutex());
   h5::silence_errors();
   const H5Context h5{path};
   h5::Id fapl = h5.check(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "cannot create property list");
   h5.check(H5Pset_fapl_core(fapl.get(), size_t{4} << 20, false), "cannot set the core driver");
-  h5::Id file = h5.check(H5Fcreate(image_name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
-                         H5Fclose, "cannot create file");
+  h5::Id file =
+      h5.check(H5Fcreate(image_name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose, "cannot create file");
   {
     const hid_t root = file.get();
     h5.write_attr([&] {
@@ -353,25 +331,21 @@ FileImage build_image(const std::string& path, const std::string& image_name,
 
     const float* flat = store.params_data();
     h5::Id params = create_group(h5, file.get(), "params", "/params");
-    for (const auto& p : store.params())
-      write_dataset(h5, params.get(), p.name, p.shape, flat + p.offset);
+    for (const auto& p : store.params()) write_dataset(h5, params.get(), p.name, p.shape, flat + p.offset);
 
     if (optimizer != nullptr) {
       h5::Id opt = create_group(h5, file.get(), "optimizer", "/optimizer");
-      h5.write_attr(
-          [&] { h5::write_attr_int64(opt.get(), "optimizer_steps", optimizer->step_count()); });
+      h5.write_attr([&] { h5::write_attr_int64(opt.get(), "optimizer_steps", optimizer->step_count()); });
       for (const auto& buffer : optimizer->state_buffers()) {
         h5::Id group = create_group(h5, opt.get(), buffer.name, "/optimizer/" + buffer.name);
-        for (const auto& p : store.params())
-          write_dataset(h5, group.get(), p.name, p.shape, buffer.data + p.offset);
+        for (const auto& p : store.params()) write_dataset(h5, group.get(), p.name, p.shape, buffer.data + p.offset);
       }
     }
     h5.check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "cannot flush file");
   }
   const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);
   h5.check(static_cast<herr_t>(size < 0 ? -1 : 0), "cannot get the file image");
-  FileImage image{std::unique_ptr<char[]>(new char[static_cast<size_t>(size)]),
-                  static_cast<size_t>(size)};
+  FileImage image{std::unique_ptr<char[]>(new char[static_cast<size_t>(size)]), static_cast<size_t>(size)};
   h5.check(static_cast<herr_t>(H5Fget_file_image(file.get(), image.data.get(), image.size) < 0 ? -1 : 0),
            "cannot get the file image");
   h5.check(file.close(), "cannot close file");
@@ -409,11 +383,9 @@ void write_file(const std::string& path, const char* data, size_t size, int64_t 
 // "step-<N>.h5" -> N; nullopt for any other name.
 std::optional<int64_t> checkpoint_step(const std::string& name) {
   constexpr std::string_view prefix = "step-", suffix = ".h5";
-  if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) ||
-      !name.ends_with(suffix))
+  if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix))
     return std::nullopt;
-  const std::string_view digits(name.data() + prefix.size(),
-                                name.size() - prefix.size() - suffix.size());
+  const std::string_view digits(name.data() + prefix.size(), name.size() - prefix.size() - suffix.size());
   int64_t n = 0;
   const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
   if (ec != std::errc() || end != digits.data() + digits.size() || n < 0) return std::nullopt;
@@ -454,8 +426,7 @@ std::optional<std::string> read_latest_name(const std::string& dir) {
   const size_t n = std::fread(buf, 1, sizeof buf, f);
   std::fclose(f);
   std::string name(buf, n);
-  while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' '))
-    name.pop_back();
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) name.pop_back();
   return name;
 }
 
@@ -467,8 +438,7 @@ std::string latest_state(const std::string& dir) {
   } catch (const IoError&) {  // the message being built is about another failure
   }
   if (!name) return "there is no earlier checkpoint in " + quote(dir);
-  return "the previous checkpoint is intact: " + quote((fs::path(dir) / "latest").string()) +
-         " still names " + *name;
+  return "the previous checkpoint is intact: " + quote((fs::path(dir) / "latest").string()) + " still names " + *name;
 }
 
 }  // namespace
@@ -487,16 +457,14 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 namespace {
 
 // Writes the checkpoint file and then `latest`; see write_checkpoint.
-std::string write_checkpoint_files(const std::string& dir, const CheckpointMeta& meta,
-                                   const ParameterStore& store, Optimizer* optimizer) {
+std::string write_checkpoint_files(const std::string& dir, const CheckpointMeta& meta, const ParameterStore& store,
+                                   Optimizer* optimizer) {
   MGT_CHECK(store.finalized(), Error, "write_checkpoint: the parameter store is not finalized");
   {
     std::error_code ec;
     fs::create_directories(dir, ec);
-    if (ec)
-      throw IoError("cannot create checkpoint directory " + quote(dir) + ": " + ec.message());
-    if (!fs::is_directory(dir, ec))
-      throw IoError("checkpoint directory " + quote(dir) + " is not a directory");
+    if (ec) throw IoError("cannot create checkpoint directory " + quote(dir) + ": " + ec.message());
+    if (!fs::is_directory(dir, ec)) throw IoError("checkpoint directory " + quote(dir) + " is not a directory");
   }
   const std::string name = "step-" + std::to_string(meta.step) + ".h5";
   const std::string final_path = (fs::path(dir) / name).string();
@@ -523,8 +491,8 @@ std::string write_checkpoint_files(const std::string& dir, const CheckpointMeta&
 
 }  // namespace
 
-std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta,
-                             const ParameterStore& store, Optimizer* optimizer, int64_t keep) {
+std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta, const ParameterStore& store,
+                             Optimizer* optimizer, int64_t keep) {
   std::string path;
   try {
     path = write_checkpoint_files(dir, meta, store, optimizer);
@@ -576,8 +544,8 @@ CheckpointMeta load_checkpoint(const std::string& path, ParameterStore& store, O
     }
     for (const auto& name : group_members(h5, group.get(), "'/params'"))
       if (!expected.contains(name))
-        throw DataError("checkpoint " + quote(path) + " has parameter " + quote(name) +
-                        " (dataset '/params/" + name + "') that the model does not have");
+        throw DataError("checkpoint " + quote(path) + " has parameter " + quote(name) + " (dataset '/params/" + name +
+                        "') that the model does not have");
   }
 
   std::vector<std::vector<std::vector<float>>> states;
@@ -586,8 +554,7 @@ CheckpointMeta load_checkpoint(const std::string& path, ParameterStore& store, O
   if (optimizer != nullptr) {
     buffers = optimizer->state_buffers();
     h5::Id opt = open_group(h5, file.get(), "optimizer", "/optimizer");
-    optimizer_steps = read_int_attr<int64_t>(h5, opt.get(), "group '/optimizer'", "optimizer_steps",
-                                             H5T_NATIVE_INT64);
+    optimizer_steps = read_int_attr<int64_t>(h5, opt.get(), "group '/optimizer'", "optimizer_steps", H5T_NATIVE_INT64);
     std::set<std::string> expected;
     for (const auto& buffer : buffers) {
       expected.insert(buffer.name);
@@ -601,14 +568,13 @@ CheckpointMeta load_checkpoint(const std::string& path, ParameterStore& store, O
     }
     for (const auto& name : group_members(h5, opt.get(), "'/optimizer'"))
       if (!expected.contains(name))
-        throw DataError("checkpoint " + quote(path) + " has optimizer state " + quote(name) +
-                        " (group '/optimizer/" + name + "') that the optimizer does not use");
+        throw DataError("checkpoint " + quote(path) + " has optimizer state " + quote(name) + " (group '/optimizer/" +
+                        name + "') that the optimizer does not use");
   }
 
   float* flat = store.params_data();
   const auto& infos = store.params();
-  for (size_t i = 0; i < infos.size(); ++i)
-    std::copy(params[i].begin(), params[i].end(), flat + infos[i].offset);
+  for (size_t i = 0; i < infos.size(); ++i) std::copy(params[i].begin(), params[i].end(), flat + infos[i].offset);
   for (size_t b = 0; b < buffers.size(); ++b)
     for (size_t i = 0; i < infos.size(); ++i)
       std::copy(states[b][i].begin(), states[b][i].end(), buffers[b].data + infos[i].offset);
@@ -621,22 +587,17 @@ std::string resolve_resume(const std::string& dir, const std::string& spec) {
   if (spec == "latest") {
     const std::string latest = (fs::path(dir) / "latest").string();
     const std::optional<std::string> stored = read_latest_name(dir);
-    if (!stored)
-      throw IoError("--resume latest: no checkpoint in " + quote(dir) + " (no " + latest +
-                    " file)");
+    if (!stored) throw IoError("--resume latest: no checkpoint in " + quote(dir) + " (no " + latest + " file)");
     const std::string& name = *stored;
     if (name.empty() || name.find('/') != std::string::npos)
       throw IoError("--resume latest: " + quote(latest) +
-                    " does not name a checkpoint file (expected 'step-<N>.h5', found " +
-                    quote(name) + ")");
+                    " does not name a checkpoint file (expected 'step-<N>.h5', found " + quote(name) + ")");
     const std::string path = (fs::path(dir) / name).string();
     if (!fs::exists(path, ec))
-      throw IoError("--resume latest: " + quote(latest) + " points to " + quote(path) +
-                    ", which does not exist");
+      throw IoError("--resume latest: " + quote(latest) + " points to " + quote(path) + ", which does not exist");
     return path;
   }
-  if (!fs::exists(spec, ec))
-    throw IoError("--resume " + spec + ": checkpoint " + quote(spec) + " does not exist");
+  if (!fs::exists(spec, ec)) throw IoError("--resume " + spec + ": checkpoint " + quote(spec) + " does not exist");
   return spec;
 }
 
@@ -654,8 +615,8 @@ std::vector<StoredTensor> read_checkpoint_group(const std::string& path, const s
     {
       h5::Id dset = h5.check(H5Dopen2(group.get(), name.c_str(), H5P_DEFAULT), H5Dclose,
                              "cannot open dataset " + quote(group_path + "/" + name));
-      h5::Id space = h5.check(H5Dget_space(dset.get()), H5Sclose,
-                              "cannot read dataset " + quote(group_path + "/" + name));
+      h5::Id space =
+          h5.check(H5Dget_space(dset.get()), H5Sclose, "cannot read dataset " + quote(group_path + "/" + name));
       t.shape = h5::dims_of(space.get());
     }
     t.values = read_dataset(h5, group.get(), group_path, name, t.shape, "dataset");

@@ -10,22 +10,22 @@
 namespace mgt {
 
 struct CheckpointMeta {
-  int64_t step = 0;             // optimizer steps done
-  int64_t epoch = 0;            // epoch of the next batch
-  int64_t batch_in_epoch = 0;   // index of the next global batch within that epoch
+  int64_t step = 0;            // optimizer steps done
+  int64_t epoch = 0;           // epoch of the next batch
+  int64_t batch_in_epoch = 0;  // index of the next global batch within that epoch
   uint64_t seed = 0;
-  int64_t world_size = 1;       // at save
+  int64_t world_size = 1;  // at save
   std::string mgtrain_version;
-  std::string plugins;          // PluginRegistry::loaded_summary()
-  std::string plugin_paths;     // PluginRegistry::loaded_paths(): where `mgtrain eval` looks last
-  std::string config_ini;       // the full resolved config
+  std::string plugins;       // PluginRegistry::loaded_summary()
+  std::string plugin_paths;  // PluginRegistry::loaded_paths(): where `mgtrain eval` looks last
+  std::string config_ini;    // the full resolved config
 };
 
 // Writes <dir>/step-<N>.h5 atomically (temporary name in dir, fsync, rename, fsync dir), then
 // <dir>/latest the same way, then removes all but the newest `keep` checkpoints. Returns the path.
 // A failed write (ENOSPC) removes its temporary file and says in its IoError what `latest` names.
-std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta,
-                             const ParameterStore& store, Optimizer* optimizer, int64_t keep);
+std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta, const ParameterStore& store,
+                             Optimizer* optimizer, int64_t keep);
 
 // Removes what a write killed midway left behind in `dir` (".step-<N>.h5.tmp-<pid>",
 // ".latest.tmp-<pid>"); checkpoints and `latest` are never touched. Returns the number removed.

@@ -17,16 +17,16 @@
 #include "mgtrain/error.hpp"
 
 // Converts an MPI status code into the core's exception, with file and line.
-#define MGT_MPI_CHECK(call)                                                              \
-  do {                                                                                   \
-    const int mgt_rc_ = (call);                                                          \
-    if (mgt_rc_ != MPI_SUCCESS) {                                                        \
-      char mgt_msg_[MPI_MAX_ERROR_STRING];                                               \
-      int mgt_len_ = 0;                                                                  \
-      MPI_Error_string(mgt_rc_, mgt_msg_, &mgt_len_);                                    \
-      throw ::mgt::CommError(std::string(#call) + " failed at " __FILE__ ":" +          \
-                             std::to_string(__LINE__) + ": " + std::string(mgt_msg_, mgt_len_)); \
-    }                                                                                    \
+#define MGT_MPI_CHECK(call)                                                                                      \
+  do {                                                                                                           \
+    const int mgt_rc_ = (call);                                                                                  \
+    if (mgt_rc_ != MPI_SUCCESS) {                                                                                \
+      char mgt_msg_[MPI_MAX_ERROR_STRING];                                                                       \
+      int mgt_len_ = 0;                                                                                          \
+      MPI_Error_string(mgt_rc_, mgt_msg_, &mgt_len_);                                                            \
+      throw ::mgt::CommError(std::string(#call) + " failed at " __FILE__ ":" + std::to_string(__LINE__) + ": " + \
+                             std::string(mgt_msg_, mgt_len_));                                                   \
+    }                                                                                                            \
   } while (0)
 
 namespace mgt {
@@ -91,7 +91,8 @@ std::vector<int> silent_ranks(MPI_Comm roll, double grace_s) {
   std::vector<MPI_Request> requests(static_cast<size_t>(size), MPI_REQUEST_NULL);
   heard[static_cast<size_t>(rank)] = 1;
   for (int r = 0; r < size; ++r)
-    if (r != rank) MPI_Irecv(&notes[static_cast<size_t>(r)], 1, MPI_INT, r, kTag, roll, &requests[static_cast<size_t>(r)]);
+    if (r != rank)
+      MPI_Irecv(&notes[static_cast<size_t>(r)], 1, MPI_INT, r, kTag, roll, &requests[static_cast<size_t>(r)]);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
   int missing = size - 1;
   while (missing > 0 && std::chrono::steady_clock::now() < deadline) {
@@ -149,8 +150,8 @@ class Watchdog {
     timeout_s_ = timeout_s;
     step_ = step;
     rank_ = rank;
-    deadline_ = std::chrono::steady_clock::now() +
-                std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_s));
+    deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                       std::chrono::duration<double>(timeout_s));
     armed_ = true;
     wake_.notify_one();
   }
@@ -276,8 +277,8 @@ class MpiCommunicator final : public Communicator {
   }
   void allgather(const void* send, void* recv, size_t bytes) override {
     Guarded g(*this, "allgather (bytes)", bytes);
-    MGT_MPI_CHECK(MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes),
-                                MPI_BYTE, comm_));
+    MGT_MPI_CHECK(
+        MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE, comm_));
   }
   void send(const void* data, size_t bytes, int dest, int tag) override {
     MPI_Request r;
@@ -340,7 +341,8 @@ class MpiCommunicator final : public Communicator {
 
 class MpiRequest final : public CommRequest {
  public:
-  MpiRequest(MpiCommunicator& comm, MPI_Request request, size_t count, const char* op = "non-blocking allreduce (floats)", int peer = -1)
+  MpiRequest(MpiCommunicator& comm, MPI_Request request, size_t count,
+             const char* op = "non-blocking allreduce (floats)", int peer = -1)
       : comm_(comm), request_(request), count_(count), op_(op), peer_(peer) {}
   ~MpiRequest() override {
     if (done_) return;
@@ -351,7 +353,10 @@ class MpiRequest final : public CommRequest {
       return;
     }
     // Never leave MPI with a request into memory that may go away.
-    try { wait(); } catch (...) {}
+    try {
+      wait();
+    } catch (...) {
+    }
   }
   bool test() override {
     if (done_) return true;
@@ -396,9 +401,7 @@ std::unique_ptr<CommRequest> MpiCommunicator::irecv(void* data, size_t bytes, in
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator() {
-  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
-}
+std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD); }
 
 void sleeping_barrier() {
   MPI_Request request;
@@ -412,8 +415,6 @@ void sleeping_barrier() {
   }
 }
 
-std::unique_ptr<Communicator> make_mpi_self_communicator() {
-  return std::make_unique<MpiCommunicator>(MPI_COMM_SELF);
-}
+std::unique_ptr<Communicator> make_mpi_self_communicator() { return std::make_unique<MpiCommunicator>(MPI_COMM_SELF); }
 
 }  // namespace mgt

@@ -28,9 +28,15 @@ class StagedCommunicator final : public Communicator {
   int node() const override { return host_.node(); }
   std::string backend() const override { return host_.backend() + " (staged through host memory)"; }
 
-  void allreduce_sum(float* data, size_t count) override { reduce(data, count, [&](auto* h) { host_.allreduce_sum(h, count); }); }
-  void allreduce_sum(double* data, size_t count) override { reduce(data, count, [&](auto* h) { host_.allreduce_sum(h, count); }); }
-  void allreduce_max(int64_t* data, size_t count) override { reduce(data, count, [&](auto* h) { host_.allreduce_max(h, count); }); }
+  void allreduce_sum(float* data, size_t count) override {
+    reduce(data, count, [&](auto* h) { host_.allreduce_sum(h, count); });
+  }
+  void allreduce_sum(double* data, size_t count) override {
+    reduce(data, count, [&](auto* h) { host_.allreduce_sum(h, count); });
+  }
+  void allreduce_max(int64_t* data, size_t count) override {
+    reduce(data, count, [&](auto* h) { host_.allreduce_max(h, count); });
+  }
   std::unique_ptr<CommRequest> iallreduce_sum(float* data, size_t count) override {
     allreduce_sum(data, count);
     return std::make_unique<DoneRequest>();

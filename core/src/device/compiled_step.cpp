@@ -7,8 +7,8 @@
 #include <exception>
 #include <string>
 
-#include "mgtrain/error.hpp"
 #include "kernels/cpu/softmax.hpp"
+#include "mgtrain/error.hpp"
 #include "sdk/layer_executor.hpp"
 
 namespace mgt {
@@ -46,11 +46,13 @@ struct StepScalars {
 void check_compilable(const Model& model, const Optimizer& optimizer, const std::string& model_name,
                       const std::string& optimizer_name) {
   MGT_CHECK(dynamic_cast<const SequentialModel*>(&model) != nullptr, ConfigError,
-            "model '" + model_name + "' is not a SequentialModel, which is what the GPU path runs; "
-            "train.device = cpu runs it");
+            "model '" + model_name +
+                "' is not a SequentialModel, which is what the GPU path runs; "
+                "train.device = cpu runs it");
   MGT_CHECK(optimizer.element_update() != nullptr, ConfigError,
-            "optimizer '" + optimizer_name + "' states no element update the GPU path can apply "
-            "(Optimizer::element_update, mgtrain/update_rule.hpp); train.device = cpu runs it");
+            "optimizer '" + optimizer_name +
+                "' states no element update the GPU path can apply "
+                "(Optimizer::element_update, mgtrain/update_rule.hpp); train.device = cpu runs it");
 }
 
 // The compiled program: the layers' executor, per slot the staged batch and the host's scalars.
@@ -84,11 +86,15 @@ struct CompiledStep::Program {
 
 CompiledStep::CompiledStep(Backend& backend, const SequentialModel& model, DeviceParameters& params,
                            Optimizer& optimizer, SyncStrategy& sync, const CompiledStepOptions& options)
-    : backend_(backend), optimizer_(optimizer), sync_(sync), params_(params), options_(options),
+    : backend_(backend),
+      optimizer_(optimizer),
+      sync_(sync),
+      params_(params),
+      options_(options),
       program_(std::make_unique<Program>(backend, model, options.bf16)) {
   Program& p = *program_;
-  MGT_CHECK(options.pass_rows > 0 && options.passes_per_micro_batch > 0 && options.accumulation > 0,
-            Error, "compiled step: rows, passes and accumulation must be positive");
+  MGT_CHECK(options.pass_rows > 0 && options.passes_per_micro_batch > 0 && options.accumulation > 0, Error,
+            "compiled step: rows, passes and accumulation must be positive");
   MGT_CHECK(!options.host_sync || options.host_sync->flat_size() == params.store.flat_size(), Error,
             "compiled step: the host sync store's layout differs from the device's");
   // The host strategy runs between the kernels, which a recording cannot hold.
@@ -125,8 +131,8 @@ CompiledStep::CompiledStep(Backend& backend, const SequentialModel& model, Devic
   for (int k = 0; k < p.update->states(); ++k) p.state.push_back(p.memory.device<float>(flat));
   p.update_op = backend.make_update(*p.update);
   MGT_CHECK(optimizer.state_buffers().size() == p.state.size(), Error,
-            "optimizer: " + std::to_string(optimizer.state_buffers().size()) + " state buffers, its element update needs " +
-                std::to_string(p.state.size()));
+            "optimizer: " + std::to_string(optimizer.state_buffers().size()) +
+                " state buffers, its element update needs " + std::to_string(p.state.size()));
 }
 
 CompiledStep::~CompiledStep() {
@@ -212,8 +218,7 @@ StepFigures CompiledStep::finish() {
 
 void CompiledStep::launch(int64_t step, double lr) {
   Program& p = *program_;
-  MGT_CHECK(staged_ && submitted_ - collected_ < options_.pipeline_depth, Error,
-            "compiled step: launch without begin");
+  MGT_CHECK(staged_ && submitted_ - collected_ < options_.pipeline_depth, Error, "compiled step: launch without begin");
   const int slot = static_cast<int>(submitted_ % 2);
   p.update->scalars(lr, applied_ + 1, p.pinned_scalars[slot]->update);
   p.pinned_scalars[slot]->step = step;
@@ -228,8 +233,8 @@ void CompiledStep::launch(int64_t step, double lr) {
       record(slot);
     } catch (const CudaError& e) {
       MGT_CHECK(!options_.collectives_across_ranks, CudaError,
-                "recording the step as a CUDA graph failed on rank " + std::to_string(options_.rank) + " (" +
-                    e.what() + "). The ranks reduce through NCCL, which needs every rank to record its calls "
+                "recording the step as a CUDA graph failed on rank " + std::to_string(options_.rank) + " (" + e.what() +
+                    "). The ranks reduce through NCCL, which needs every rank to record its calls "
                     "alike, so this rank cannot go on without graphs alone: set gpu.cuda_graphs = false");
       // A library call that cannot be captured need not end the run: the step runs as it is.
       options_.record = false;
@@ -310,8 +315,8 @@ bool CompiledStep::enqueue_program(int slot) {
     return false;
   }
   MGT_CHECK(apply, Error,
-            "sync strategy: end_backward did not complete the step after its " +
-                std::to_string(options_.accumulation) + " micro-batch(es)");
+            "sync strategy: end_backward did not complete the step after its " + std::to_string(options_.accumulation) +
+                " micro-batch(es)");
   // After the reduction every rank holds the same sum, so every rank skips the same steps.
   b.flag_nonfinite(params_.grads, flat, &p.totals->nonfinite);
   p.update_op->run(params_.params, params_.grads, p.state.data(), p.scalars->update, flat, &p.totals->nonfinite);

@@ -1,9 +1,9 @@
 #pragma once
 // A training step compiled to operations on a kernels::Backend: the GPU path. The layers of a
-// SequentialModel (run by the LayerExecutor, as on the CPU path), the optimizer's update (Optimizer::update_rule) and the sync
-// strategy (on a communicator over the backend's memory) become one program over buffers in
-// backend memory. It runs once per step, or, where the backend can record (a CUDA graph), is
-// recorded once per input slot and replayed, so a step costs one launch on the host.
+// SequentialModel (run by the LayerExecutor, as on the CPU path), the optimizer's update (Optimizer::update_rule) and
+// the sync strategy (on a communicator over the backend's memory) become one program over buffers in backend memory. It
+// runs once per step, or, where the backend can record (a CUDA graph), is recorded once per input slot and replayed, so
+// a step costs one launch on the host.
 //
 // Steps are pipelined: begin() copies the next batch to the device on the copy stream while the
 // previous step still runs. With a pipeline depth of 1 it then waits for that step and returns its
@@ -23,12 +23,12 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
-#include "sdk/backend_memory.hpp"
 #include "mgtrain/communicator.hpp"
 #include "mgtrain/model.hpp"
 #include "mgtrain/optimizer.hpp"
 #include "mgtrain/parameters.hpp"
 #include "mgtrain/sync.hpp"
+#include "sdk/backend_memory.hpp"
 
 namespace mgt {
 
@@ -49,23 +49,23 @@ void check_compilable(const Model& model, const Optimizer& optimizer, const std:
                       const std::string& optimizer_name);
 
 struct CompiledStepOptions {
-  Shape sample_shape;              // one sample, e.g. {1, 28, 28}
-  int64_t classes = 0;             // logits per row
-  int64_t pass_rows = 0;           // rows in one forward and backward pass
+  Shape sample_shape;                  // one sample, e.g. {1, 28, 28}
+  int64_t classes = 0;                 // logits per row
+  int64_t pass_rows = 0;               // rows in one forward and backward pass
   int64_t passes_per_micro_batch = 1;  // > 1 after out-of-memory halving of the micro-batch
-  int64_t accumulation = 1;        // the sync strategy's micro-batches per step
-  float grad_scale = 0.0f;         // 1 / global batch
-  bool record = true;              // record each slot's step once and replay it (gpu.cuda_graphs)
-  bool bf16 = false;               // GEMMs and convolutions on bfloat16 operands (gpu.precision)
-  int64_t eager_steps = 2;         // steps run before recording: libraries set up lazily
+  int64_t accumulation = 1;            // the sync strategy's micro-batches per step
+  float grad_scale = 0.0f;             // 1 / global batch
+  bool record = true;                  // record each slot's step once and replay it (gpu.cuda_graphs)
+  bool bf16 = false;                   // GEMMs and convolutions on bfloat16 operands (gpu.precision)
+  int64_t eager_steps = 2;             // steps run before recording: libraries set up lazily
   // Steps in flight at once, 1 or 2. With 2 a step's update scalars are set before the step ahead
   // of it is known to have applied its update, assuming it did: exact unless a step skips its
   // update for a non-finite gradient, so 2 is for runs that stop there (train.nonfinite = abort).
   int64_t pipeline_depth = 1;
-  uint64_t seed = 0;               // train.seed: dropout masks
-  int64_t first_sample = 0;        // this rank's first row in the global batch: dropout masks
-  double timeout_s = 300.0;        // the longest wait for a step (comm.timeout_s)
-  int rank = 0;                    // for messages
+  uint64_t seed = 0;         // train.seed: dropout masks
+  int64_t first_sample = 0;  // this rank's first row in the global batch: dropout masks
+  double timeout_s = 300.0;  // the longest wait for a step (comm.timeout_s)
+  int rank = 0;              // for messages
   // Null: the sync strategy was set up on the device's store (DeviceParameters::store). Otherwise
   // the host store it was set up on: after each micro-batch the gradients are downloaded into it
   // and end_backward runs there; a reduced gradient it returns (true) is uploaded and applied on
@@ -95,8 +95,8 @@ class CompiledStep {
  public:
   // `params` must be the DeviceParameters the sync strategy was set up with. Allocates every
   // buffer (OutOfMemoryError when they do not fit) and uploads nothing: call upload_state.
-  CompiledStep(kernels::Backend& backend, const SequentialModel& model, DeviceParameters& params,
-               Optimizer& optimizer, SyncStrategy& sync, const CompiledStepOptions& options);
+  CompiledStep(kernels::Backend& backend, const SequentialModel& model, DeviceParameters& params, Optimizer& optimizer,
+               SyncStrategy& sync, const CompiledStepOptions& options);
   ~CompiledStep();
   CompiledStep(const CompiledStep&) = delete;
   CompiledStep& operator=(const CompiledStep&) = delete;
@@ -139,11 +139,11 @@ class CompiledStep {
   DeviceParameters& params_;
   CompiledStepOptions options_;
   std::unique_ptr<Program> program_;
-  int64_t submitted_ = 0;   // steps launched; step k ran in slot k % 2
-  int64_t collected_ = 0;   // steps whose figures were collected, in launch order
+  int64_t submitted_ = 0;  // steps launched; step k ran in slot k % 2
+  int64_t collected_ = 0;  // steps whose figures were collected, in launch order
   bool staged_ = false;
   int64_t slot_step_[2] = {};  // the global step index of each slot's latest launch
-  int64_t applied_ = 0;     // optimizer updates counted so far (optimistically for the steps in flight)
+  int64_t applied_ = 0;        // optimizer updates counted so far (optimistically for the steps in flight)
 };
 
 }  // namespace mgt

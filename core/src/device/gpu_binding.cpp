@@ -12,9 +12,7 @@ namespace mgt {
 
 namespace {
 
-std::string plural(int n, const std::string& word) {
-  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
-}
+std::string plural(int n, const std::string& word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
 
 // "local rank 0", "local ranks 0 and 4", "local ranks 0, 4 and 6".
 std::string local_ranks(const std::vector<int>& ranks) {
@@ -57,12 +55,12 @@ NodePlace gather_training_place(Communicator& comm, bool trains) {
   return training_place(nodes, training, comm.rank());
 }
 
-GpuChoice choose_gpu(int rank, int local_rank, int local_size, int node, const std::string& host,
-                     int visible_gpus, bool allow_shared, int serving_on_node) {
+GpuChoice choose_gpu(int rank, int local_rank, int local_size, int node, const std::string& host, int visible_gpus,
+                     bool allow_shared, int serving_on_node) {
   if (local_size < 1 || local_rank < 0 || local_rank >= local_size || visible_gpus < 0)
-    throw Error("choosing a GPU for rank " + std::to_string(rank) + ": local rank " +
-                std::to_string(local_rank) + " of " + std::to_string(local_size) + " with " +
-                std::to_string(visible_gpus) + " visible GPUs is impossible");
+    throw Error("choosing a GPU for rank " + std::to_string(rank) + ": local rank " + std::to_string(local_rank) +
+                " of " + std::to_string(local_size) + " with " + std::to_string(visible_gpus) +
+                " visible GPUs is impossible");
   if (visible_gpus == 0) return {};
 
   GpuChoice choice;
@@ -79,13 +77,11 @@ GpuChoice choose_gpu(int rank, int local_rank, int local_size, int node, const s
                                                 : plural(local_size, "rank");
   const std::string where = ranks + " on node " + std::to_string(node) + " (host " + host + ") but " +
                             plural(visible_gpus, "visible GPU") + ": ";
-  const std::string who =
-      "rank " + std::to_string(rank) + " (local rank " + std::to_string(local_rank) + ")";
+  const std::string who = "rank " + std::to_string(rank) + " (local rank " + std::to_string(local_rank) + ")";
   if (allow_shared) {
     // A rank with a GPU to itself has nothing to warn about, even on a crowded node.
     if (!with.empty())
-      choice.warning = where + who + " shares GPU " + std::to_string(choice.device) + " with " +
-                       local_ranks(with) +
+      choice.warning = where + who + " shares GPU " + std::to_string(choice.device) + " with " + local_ranks(with) +
                        " (gpu.allow_shared = true), so each has part of its speed and memory";
     return choice;
   }
@@ -98,26 +94,25 @@ GpuChoice choose_gpu(int rank, int local_rank, int local_size, int node, const s
     // ranks that do share (GPU 0 always has local ranks 0 and visible_gpus).
     std::vector<int> on_gpu0;
     for (int other = 0; other < local_size; other += visible_gpus) on_gpu0.push_back(other);
-    what = who + " has GPU " + std::to_string(choice.device) + " to itself, but " +
-           local_ranks(on_gpu0) + " would share GPU 0";
+    what = who + " has GPU " + std::to_string(choice.device) + " to itself, but " + local_ranks(on_gpu0) +
+           " would share GPU 0";
   }
   const std::string gpus = std::to_string(visible_gpus);
   const std::string per_node = std::to_string(visible_gpus + serving_on_node);
   throw ConfigError(where + what + "; use one " + (serving_on_node > 0 ? "training " : "") +
-                    "rank per GPU (mpirun -np " + per_node +
-                    ", or --map-by ppr:" + per_node + ":node across nodes) or set gpu.allow_shared = true");
+                    "rank per GPU (mpirun -np " + per_node + ", or --map-by ppr:" + per_node +
+                    ":node across nodes) or set gpu.allow_shared = true");
 }
 
-std::string busy_gpu_line(int device, const std::string& name, const std::string& pci_bus_id,
-                          double used_mb, double total_mb, double threshold_mb) {
+std::string busy_gpu_line(int device, const std::string& name, const std::string& pci_bus_id, double used_mb,
+                          double total_mb, double threshold_mb) {
   if (!(used_mb > threshold_mb)) return "";
   std::string label = name;
   if (!pci_bus_id.empty()) label += (label.empty() ? "" : ", ") + pci_bus_id;
   char figures[96];
-  std::snprintf(figures, sizeof figures, "%.0f MB of %.0f MB", std::round(used_mb),
-                std::round(total_mb));
-  return "GPU " + std::to_string(device) + (label.empty() ? "" : " (" + label + ")") +
-         " already has " + figures + " in use by other processes";
+  std::snprintf(figures, sizeof figures, "%.0f MB of %.0f MB", std::round(used_mb), std::round(total_mb));
+  return "GPU " + std::to_string(device) + (label.empty() ? "" : " (" + label + ")") + " already has " + figures +
+         " in use by other processes";
 }
 
 }  // namespace mgt

@@ -35,13 +35,13 @@ NodePlace gather_training_place(Communicator& comm, bool trains);
 // rank, the node's ranks and the GPUs. visible_gpus == 0 gives {-1, ""}. With serving_on_node > 0,
 // local_rank and local_size count the node's training ranks only (training_place), and the
 // messages say so.
-GpuChoice choose_gpu(int rank, int local_rank, int local_size, int node, const std::string& host,
-                     int visible_gpus, bool allow_shared, int serving_on_node = 0);
+GpuChoice choose_gpu(int rank, int local_rank, int local_size, int node, const std::string& host, int visible_gpus,
+                     bool allow_shared, int serving_on_node = 0);
 
 // "GPU 0 (NVIDIA H200, 00000000:1A:00.0) already has 20480 MB of 143771 MB in use by other
 // processes" when used_mb, read before this job created its contexts, exceeds threshold_mb (a
 // shared server); "" at or under it. MB are MiB, as nvidia-smi counts them.
-std::string busy_gpu_line(int device, const std::string& name, const std::string& pci_bus_id,
-                          double used_mb, double total_mb, double threshold_mb);
+std::string busy_gpu_line(int device, const std::string& name, const std::string& pci_bus_id, double used_mb,
+                          double total_mb, double threshold_mb);
 
 }  // namespace mgt

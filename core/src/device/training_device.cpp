@@ -6,10 +6,10 @@
 #include <exception>
 #include <vector>
 
-#include "device/gpu_binding.hpp"
-#include "runtime/host_name.hpp"
 #include "comm/staged_communicator.hpp"
+#include "device/gpu_binding.hpp"
 #include "mgtrain/error.hpp"
+#include "runtime/host_name.hpp"
 
 namespace mgt {
 
@@ -43,9 +43,12 @@ int driver_visible_gpus(std::string* why) {
 
 const char* device_kind_name(DeviceKind kind) {
   switch (kind) {
-    case DeviceKind::cpu: return "cpu";
-    case DeviceKind::gpu: return "gpu";
-    case DeviceKind::compiled_cpu: return "compiled-cpu";
+    case DeviceKind::cpu:
+      return "cpu";
+    case DeviceKind::gpu:
+      return "gpu";
+    case DeviceKind::compiled_cpu:
+      return "compiled-cpu";
   }
   return "?";
 }
@@ -131,8 +134,8 @@ std::string TrainingDevice::describe() const {
   if (kind_ == DeviceKind::gpu) {
     const GpuDeviceInfo& info = gpu_->device();
     char text[256];
-    std::snprintf(text, sizeof text, "GPU %d (%s, %s, %.0f MB)", info.index, info.name.c_str(),
-                  info.pci_bus_id.c_str(), info.total_mb);
+    std::snprintf(text, sizeof text, "GPU %d (%s, %s, %.0f MB)", info.index, info.name.c_str(), info.pci_bus_id.c_str(),
+                  info.total_mb);
     return text;
   }
   return kind_ == DeviceKind::compiled_cpu ? "the CPU backend (compiled-cpu)" : "cpu";
@@ -171,7 +174,7 @@ DeviceParameters& TrainingDevice::parameters(const ParameterStore& host) {
 }
 
 CompiledStep& TrainingDevice::compile(const SequentialModel& model, Optimizer& optimizer, SyncStrategy& sync,
-                                     CompiledStepOptions options) {
+                                      CompiledStepOptions options) {
   MGT_CHECK(params_ != nullptr, Error, "TrainingDevice::compile before parameters()");
   // NCCL's asynchronous error, watched while the host waits for each step: a lost peer or network
   // ends the run at once with NCCL's reason, not after comm.timeout_s.

@@ -61,7 +61,6 @@ class TrainingDevice {
   kernels::Backend& backend();
 
  private:
-
   DeviceKind kind_ = DeviceKind::cpu;
   const Config& config_;
   int rank_ = 0;

@@ -3,10 +3,10 @@
 #include <charconv>
 #include <cmath>
 
-#include "tools/bench.hpp"
-#include "runtime/evaluate.hpp"
 #include "kernels/gpu_runtime.hpp"
+#include "runtime/evaluate.hpp"
 #include "runtime/trainer.hpp"
+#include "tools/bench.hpp"
 
 namespace mgt {
 
@@ -27,13 +27,9 @@ JsonValue rounded(double value, std::chars_format format, int precision) {
 
 }  // namespace
 
-JsonValue json_significant(double value, int digits) {
-  return rounded(value, std::chars_format::general, digits);
-}
+JsonValue json_significant(double value, int digits) { return rounded(value, std::chars_format::general, digits); }
 
-JsonValue json_fixed(double value, int decimals) {
-  return rounded(value, std::chars_format::fixed, decimals);
-}
+JsonValue json_fixed(double value, int decimals) { return rounded(value, std::chars_format::fixed, decimals); }
 
 std::string json_line(const JsonValue& value) {
   return value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);

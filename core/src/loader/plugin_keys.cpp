@@ -4,8 +4,8 @@
 #include <set>
 #include <vector>
 
-#include "runtime/core_keys.hpp"
 #include "mgtrain/error.hpp"
+#include "runtime/core_keys.hpp"
 
 namespace mgt {
 
@@ -21,8 +21,9 @@ std::string drop_keys_of_unchosen_plugins(PluginRegistry& registry, Config& conf
   std::map<std::string, std::vector<std::string>> unknown;
   for (const std::string kind : {"model", "optimizer", "sync"}) {
     const std::string name_key = kind + ".name";
-    const std::string name = config.has(name_key) ? config.get_string(name_key)
-                             : defaults.count(name_key) ? defaults[name_key] : "";
+    const std::string name = config.has(name_key)       ? config.get_string(name_key)
+                             : defaults.count(name_key) ? defaults[name_key]
+                                                        : "";
     if (name.empty()) continue;
     std::set<std::string> known;
     try {
@@ -31,8 +32,7 @@ std::string drop_keys_of_unchosen_plugins(PluginRegistry& registry, Config& conf
       continue;
     }
     for (const auto& [key, value] : config.values())
-      if (key.rfind(kind + ".", 0) == 0 && !core.count(key) && !known.count(key))
-        unknown[kind].push_back(key);
+      if (key.rfind(kind + ".", 0) == 0 && !core.count(key) && !known.count(key)) unknown[kind].push_back(key);
     chosen[kind] = name;
   }
   if (unknown.empty()) return "";
@@ -58,8 +58,8 @@ std::string drop_keys_of_unchosen_plugins(PluginRegistry& registry, Config& conf
     for (const auto& [plugins, dropped] : by_owner) {
       std::string list;
       for (const auto& key : dropped) list += (list.empty() ? "" : ", ") + key;
-      note += std::string(note.empty() ? "" : "; ") + list + " (" + kind + " " + plugins +
-              ", not the chosen " + kind + " " + chosen[kind] + ")";
+      note += std::string(note.empty() ? "" : "; ") + list + " (" + kind + " " + plugins + ", not the chosen " + kind +
+              " " + chosen[kind] + ")";
     }
   }
   return note.empty() ? "" : "ignoring config keys of plugins not chosen: " + note;

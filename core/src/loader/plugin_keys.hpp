@@ -3,8 +3,8 @@
 // strategy) run with another chosen on the command line.
 #include <string>
 
-#include "mgtrain/config.hpp"
 #include "loader/plugin_loader.hpp"
+#include "mgtrain/config.hpp"
 
 namespace mgt {
 

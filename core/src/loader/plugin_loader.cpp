@@ -1,8 +1,8 @@
 #include "loader/plugin_loader.hpp"
 
+#include <algorithm>
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
-#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -64,8 +64,8 @@ std::string open_and_check(const std::string& path, boost::dll::shared_library& 
   *descriptor = &d;
   // abi_version is the only field read before it is known to match.
   if (d.abi_version != MGTRAIN_PLUGIN_ABI_VERSION)
-    return "was built for plugin ABI version " + std::to_string(d.abi_version) +
-           ", this mgtrain expects ABI version " + std::to_string(MGTRAIN_PLUGIN_ABI_VERSION);
+    return "was built for plugin ABI version " + std::to_string(d.abi_version) + ", this mgtrain expects ABI version " +
+           std::to_string(MGTRAIN_PLUGIN_ABI_VERSION);
   const std::string refusal = fingerprint_mismatch(d.build_fingerprint);
   if (!refusal.empty()) return refusal;
   if (!d.create) return "has no factory function";
@@ -132,9 +132,8 @@ const PluginDescriptor& PluginRegistry::load(const std::string& kind, const std:
     if (c.usable && c.kind == kind) available += (available.empty() ? "" : ", ") + c.name;
   std::string searched;
   for (const auto& d : dirs_) searched += (searched.empty() ? "" : ":") + d;
-  throw PluginError("unknown " + kind + " plugin '" + name + "': no " + file + " in " + searched +
-                    recorded_missing + "; available " + kind + " plugins: " +
-                    (available.empty() ? "none" : available));
+  throw PluginError("unknown " + kind + " plugin '" + name + "': no " + file + " in " + searched + recorded_missing +
+                    "; available " + kind + " plugins: " + (available.empty() ? "none" : available));
 }
 
 // Opens the library at `path`, checks it is the plugin asked for and keeps it loaded.
@@ -171,8 +170,7 @@ std::string PluginRegistry::loaded_paths() const {
     fs::path path = fs::absolute(l->path, ec);
     if (!ec) path = fs::weakly_canonical(path, ec);
     if (!out.empty()) out += ";";
-    out += std::string(l->descriptor->kind) + ":" + l->descriptor->name + "=" +
-           (ec ? l->path : path.string());
+    out += std::string(l->descriptor->kind) + ":" + l->descriptor->name + "=" + (ec ? l->path : path.string());
   }
   return out;
 }
@@ -233,13 +231,11 @@ std::unique_ptr<Model> PluginRegistry::create_model(const std::string& name, con
   return std::unique_ptr<Model>(static_cast<Model*>(create("model", name, config)));
 }
 
-std::unique_ptr<Optimizer> PluginRegistry::create_optimizer(const std::string& name,
-                                                            const Config& config) {
+std::unique_ptr<Optimizer> PluginRegistry::create_optimizer(const std::string& name, const Config& config) {
   return std::unique_ptr<Optimizer>(static_cast<Optimizer*>(create("optimizer", name, config)));
 }
 
-std::unique_ptr<SyncStrategy> PluginRegistry::create_sync(const std::string& name,
-                                                          const Config& config) {
+std::unique_ptr<SyncStrategy> PluginRegistry::create_sync(const std::string& name, const Config& config) {
   return std::unique_ptr<SyncStrategy>(static_cast<SyncStrategy*>(create("sync", name, config)));
 }
 

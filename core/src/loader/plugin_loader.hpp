@@ -18,7 +18,7 @@ struct PluginCandidate {
   std::string path;
   std::string kind, name, version, description;
   bool usable = false;
-  std::string refusal;  // why it was refused, when !usable
+  std::string refusal;                 // why it was refused, when !usable
   std::vector<ConfigKey> config_keys;  // when usable; the library stays loaded, so they stay valid
 };
 
@@ -56,8 +56,7 @@ class PluginRegistry {
  private:
   struct Loaded;
   void* create(const std::string& kind, const std::string& name, const Config& config);
-  const PluginDescriptor& load_from(const std::string& path, const std::string& kind,
-                                    const std::string& name);
+  const PluginDescriptor& load_from(const std::string& path, const std::string& kind, const std::string& name);
   std::vector<std::string> dirs_;
   std::vector<std::shared_ptr<Loaded>> loaded_;
   std::vector<std::pair<std::string, std::string>> recorded_;  // "kind:name", library path

@@ -26,9 +26,9 @@ struct IntervalFigures {
   int64_t step = 0;   // global optimizer step reached
   int64_t epoch = 0;  // 0-based epoch of that step
   double loss = 0, accuracy = 0, samples_per_s = 0, data_wait_share = 0, learning_rate = 0;
-  double time_s = 0;   // since the run's start (or the end of its timing warm-up)
-  double rss_mb = 0;   // resident memory of the largest rank
-  int64_t open_fds = 0;  // open file descriptors of the rank with the most
+  double time_s = 0;                 // since the run's start (or the end of its timing warm-up)
+  double rss_mb = 0;                 // resident memory of the largest rank
+  int64_t open_fds = 0;              // open file descriptors of the rank with the most
   std::vector<double> rank_step_ms;  // each reporting rank's mean step time over the interval
   std::vector<GpuSample> gpu;        // each reporting rank's GPU; empty off the GPU path
 };
@@ -36,7 +36,7 @@ struct IntervalFigures {
 // The run as it ends, after the last step it took.
 struct RunEnd {
   int64_t step = 0;
-  int64_t epoch = 0;  // 0-based epoch of the last step
+  int64_t epoch = 0;     // 0-based epoch of the last step
   bool stopped = false;  // by a stop signal
 };
 

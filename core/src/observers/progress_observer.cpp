@@ -74,11 +74,9 @@ class ProgressObserver final : public TrainingObserver {
     has_loss_ = true;
     if (bar_) return;
     char line[256];
-    std::snprintf(line, sizeof(line),
-                  "epoch %lld/%lld step %lld/%lld loss %.4f samples/s %.0f data-wait %.1f%%\n",
-                  static_cast<long long>(f.epoch + 1), static_cast<long long>(epochs_),
-                  static_cast<long long>(f.step), static_cast<long long>(total_), f.loss, f.samples_per_s,
-                  100.0 * f.data_wait_share);
+    std::snprintf(line, sizeof(line), "epoch %lld/%lld step %lld/%lld loss %.4f samples/s %.0f data-wait %.1f%%\n",
+                  static_cast<long long>(f.epoch + 1), static_cast<long long>(epochs_), static_cast<long long>(f.step),
+                  static_cast<long long>(total_), f.loss, f.samples_per_s, 100.0 * f.data_wait_share);
     out_ << line << std::flush;
   }
 
@@ -93,19 +91,16 @@ class ProgressObserver final : public TrainingObserver {
   void draw(int64_t step, int64_t epoch) {
     const int64_t in_epoch = step - epoch * per_epoch_;
     constexpr int kWidth = 30;
-    const auto filled =
-        static_cast<size_t>(kWidth * std::clamp<int64_t>(in_epoch, 0, per_epoch_) / per_epoch_);
+    const auto filled = static_cast<size_t>(kWidth * std::clamp<int64_t>(in_epoch, 0, per_epoch_) / per_epoch_);
     std::string bar(filled, '#');
     bar.resize(kWidth, '.');
     const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
     const int64_t done = std::max<int64_t>(step - first_step_, 1);
-    const auto eta =
-        static_cast<int64_t>(elapsed / static_cast<double>(done) * static_cast<double>(total_ - step));
+    const auto eta = static_cast<int64_t>(elapsed / static_cast<double>(done) * static_cast<double>(total_ - step));
     char loss[32] = "-";
     if (has_loss_) std::snprintf(loss, sizeof(loss), "%.4f", loss_);
     char line[256];
-    std::snprintf(line, sizeof(line),
-                  "\repoch %lld/%lld [%s] %lld/%lld  ETA %lld:%02lld  loss %s  %.0f samples/s ",
+    std::snprintf(line, sizeof(line), "\repoch %lld/%lld [%s] %lld/%lld  ETA %lld:%02lld  loss %s  %.0f samples/s ",
                   static_cast<long long>(epoch + 1), static_cast<long long>(epochs_), bar.c_str(),
                   static_cast<long long>(in_epoch), static_cast<long long>(per_epoch_),
                   static_cast<long long>(eta / 60), static_cast<long long>(eta % 60), loss, rate_);

@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <system_error>
 
-#include "runtime/host_name.hpp"
 #include "mgtrain/error.hpp"
+#include "runtime/host_name.hpp"
 
 namespace mgt {
 namespace {
@@ -106,12 +106,11 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   std::filesystem::create_directories(dir, ec);
   if (ec) throw IoError("tensorboard: cannot create directory '" + dir + "': " + ec.message());
   const auto seconds = static_cast<long long>(now_seconds());
-  path_ = (std::filesystem::path(dir) / ("events.out.tfevents." + std::to_string(seconds) + "." +
-                                         host_name() + "." + std::to_string(getpid())))
+  path_ = (std::filesystem::path(dir) /
+           ("events.out.tfevents." + std::to_string(seconds) + "." + host_name() + "." + std::to_string(getpid())))
               .string();
   file_ = std::fopen(path_.c_str(), "wb");
-  if (!file_)
-    throw IoError("tensorboard: cannot create event file '" + path_ + "': " + std::strerror(errno));
+  if (!file_) throw IoError("tensorboard: cannot create event file '" + path_ + "': " + std::strerror(errno));
   write_record(encode_file_version_event(now_seconds(), "brain.Event:2"));
   flush();
 }

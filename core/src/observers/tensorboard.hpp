@@ -17,9 +17,7 @@ namespace mgt {
 uint32_t crc32c(const void* data, size_t bytes);
 // TFRecord's mask: ((crc >> 15) | (crc << 17)) + 0xa282ead8.
 uint32_t mask_crc32c(uint32_t crc);
-inline uint32_t masked_crc32c(const void* data, size_t bytes) {
-  return mask_crc32c(crc32c(data, bytes));
-}
+inline uint32_t masked_crc32c(const void* data, size_t bytes) { return mask_crc32c(crc32c(data, bytes)); }
 // One TFRecord around `data`: header, data, footer.
 std::string tfrecord_frame(const std::string& data);
 

@@ -54,8 +54,7 @@ EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string&
   auto model = build_model(registry, config, store);
   for (const auto& note : registry.notes()) std::fprintf(stderr, "mgtrain: note: %s\n", note.c_str());
   load_checkpoint(checkpoint, store, nullptr);
-  return evaluate_model(*model, data_path, config.get_string("data.x_name"), config.get_string("data.y_name"),
-                        batch);
+  return evaluate_model(*model, data_path, config.get_string("data.x_name"), config.get_string("data.y_name"), batch);
 }
 
 }  // namespace mgt

@@ -8,8 +8,8 @@
 
 namespace mgt {
 
-LearningRateSchedule::LearningRateSchedule(const std::string& kind, double base_lr,
-                                           int64_t warmup_steps, int64_t total_steps)
+LearningRateSchedule::LearningRateSchedule(const std::string& kind, double base_lr, int64_t warmup_steps,
+                                           int64_t total_steps)
     : cosine_(kind == "cosine"), base_(base_lr), warmup_(warmup_steps), total_(total_steps) {
   if (kind != "constant" && kind != "cosine")
     throw ConfigError("config key 'train.lr_schedule': expected constant or cosine, got '" + kind + "'");

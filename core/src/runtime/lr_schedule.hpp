@@ -9,8 +9,7 @@ namespace mgt {
 class LearningRateSchedule {
  public:
   // kind: "constant" or "cosine"; throws ConfigError naming train.lr_schedule otherwise.
-  LearningRateSchedule(const std::string& kind, double base_lr, int64_t warmup_steps,
-                       int64_t total_steps);
+  LearningRateSchedule(const std::string& kind, double base_lr, int64_t warmup_steps, int64_t total_steps);
   // Rate for the update made at 0-based step `step`.
   double at(int64_t step) const;
 

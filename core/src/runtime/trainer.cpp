@@ -18,22 +18,22 @@
 #include <thread>
 
 #include "checkpoint/checkpoint.hpp"
-#include "runtime/core_keys.hpp"
-#include "device/training_device.hpp"
-#include "datasets/sharded_reader.hpp"
-#include "runtime/evaluate.hpp"
-#include "testing/fault_injection.hpp"
-#include "io/json_line.hpp"
-#include "runtime/lr_schedule.hpp"
 #include "comm/mpi_communicator.hpp"
+#include "datasets/sharded_reader.hpp"
+#include "device/training_device.hpp"
+#include "io/json_line.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/pointwise.hpp"
+#include "loader/plugin_loader.hpp"
 #include "mgtrain/layers.hpp"
 #include "mgtrain/rng.hpp"
 #include "mgtrain/version.hpp"
 #include "observers/observer.hpp"
-#include "loader/plugin_loader.hpp"
+#include "runtime/core_keys.hpp"
+#include "runtime/evaluate.hpp"
+#include "runtime/lr_schedule.hpp"
 #include "runtime/stop_signal.hpp"
+#include "testing/fault_injection.hpp"
 
 namespace mgt {
 
@@ -41,9 +41,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // What every rank must share before step 1, in the order compared: a description and its text,
 // as entries joined by `separator` so a difference can be shown entry by entry.
@@ -97,7 +95,9 @@ std::string first_difference(const std::string& a, const std::string& b, char se
   }
   size_t i = 0;
   while (i < ea.size() && i < eb.size() && ea[i] == eb[i]) ++i;
-  auto entry = [](const std::vector<std::string>& e, size_t k) { return k < e.size() ? "'" + e[k] + "'" : std::string("(none)"); };
+  auto entry = [](const std::vector<std::string>& e, size_t k) {
+    return k < e.size() ? "'" + e[k] + "'" : std::string("(none)");
+  };
   return "rank 0 has " + entry(ea, i) + ", rank " + std::to_string(rank_b) + " has " + entry(eb, i);
 }
 
@@ -124,8 +124,7 @@ void check_agreement(Communicator& comm, const std::vector<AgreementItem>& items
         comm.recv(theirs.data(), size, r, kTag);
         detail = ": " + first_difference(items[i].text, theirs, items[i].separator, r);
       }
-      throw StartupError("ranks 0 and " + std::to_string(r) + " differ in " + items[i].what + detail,
-                         comm.rank() == 0);
+      throw StartupError("ranks 0 and " + std::to_string(r) + " differ in " + items[i].what + detail, comm.rank() == 0);
     }
   }
 }
@@ -177,9 +176,8 @@ PluginChoice plugin_choice(const Config& config) {
 
 std::vector<ConfigKey> known_config_keys(PluginRegistry& registry, const PluginChoice& choice) {
   std::vector<ConfigKey> keys = core_config_keys();
-  for (const auto& [kind, name] : {std::pair{"model", choice.model},
-                                   std::pair{"optimizer", choice.optimizer},
-                                   std::pair{"sync", choice.sync}}) {
+  for (const auto& [kind, name] :
+       {std::pair{"model", choice.model}, std::pair{"optimizer", choice.optimizer}, std::pair{"sync", choice.sync}}) {
     const auto plugin_keys = registry.config_keys(kind, name);
     keys.insert(keys.end(), plugin_keys.begin(), plugin_keys.end());
   }
@@ -202,8 +200,7 @@ RankPlan plan_rank(Communicator& comm, Config config, const std::vector<std::str
   const auto sync = registry.create_sync(plugin_choice(config).sync, config);
   sync->setup(comm, store);
   const ServingRole* serving = sync->serving();
-  return {!serving || serving->trains(), config.get_string("train.device"),
-          config.get_bool("gpu.allow_shared")};
+  return {!serving || serving->trains(), config.get_string("train.device"), config.get_bool("gpu.allow_shared")};
 }
 
 namespace {
@@ -213,8 +210,11 @@ namespace {
 class Trainer {
  public:
   Trainer(Communicator& comm, TrainOptions options, std::ostream& log)
-      : comm_(comm), options_(std::move(options)), config_(options_.config),
-        log_(options_.quiet ? null_log_ : log), registry_(options_.plugin_paths),
+      : comm_(comm),
+        options_(std::move(options)),
+        config_(options_.config),
+        log_(options_.quiet ? null_log_ : log),
+        registry_(options_.plugin_paths),
         leader_(comm.rank() == 0) {}
 
   TrainResult run() {
@@ -243,8 +243,10 @@ class Trainer {
     seed_ = static_cast<uint64_t>(config_.get_int("train.seed"));
     global_batch_ = config_.get_int("train.global_batch");
     checkpoint_dir_ = config_.get_string("checkpoint.dir");
-    if (leader_) log_ << "mgtrain " << MGTRAIN_VERSION << ": " << comm_.size() << " rank(s)\n"
-                      << "# resolved config\n" << config_.to_ini() << std::flush;
+    if (leader_)
+      log_ << "mgtrain " << MGTRAIN_VERSION << ": " << comm_.size() << " rank(s)\n"
+           << "# resolved config\n"
+           << config_.to_ini() << std::flush;
     choose_device();
   }
 
@@ -294,8 +296,8 @@ class Trainer {
       const int64_t train_world = this->train_world();
       if (global_batch_ % (train_world * accum_) != 0)
         throw ConfigError("train.global_batch = " + std::to_string(global_batch_) +
-                          " is not divisible by training ranks x accumulation steps = " +
-                          std::to_string(train_world) + " x " + std::to_string(accum_));
+                          " is not divisible by training ranks x accumulation steps = " + std::to_string(train_world) +
+                          " x " + std::to_string(accum_));
       micro_batch_ = global_batch_ / (train_world * accum_);
       // Deterministic micro-shards through a model of row-wise layers: one pass for all of them
       // (on the CPU path; the compiled step runs each micro-shard as its own micro-batch).
@@ -306,9 +308,10 @@ class Trainer {
       const std::string train_path = config_.get_string("data.train");
       if (!trains()) {
         // A serving rank reads no data; it needs only the epoch length, for the schedule.
-        per_epoch_ = data::open_dataset_info(train_path, config_.get_string("data.x_name"),
-                                             config_.get_string("data.y_name")).num_samples /
-                     global_batch_;
+        per_epoch_ =
+            data::open_dataset_info(train_path, config_.get_string("data.x_name"), config_.get_string("data.y_name"))
+                .num_samples /
+            global_batch_;
       } else {
         open_reader(train_path, static_cast<int>(train_world));
       }
@@ -321,15 +324,15 @@ class Trainer {
       if (device_->compiled()) compile_step();
     });
     if (leader_ && device_->compiled()) {
-      const std::string sync_path =
-          !device_sync ? "sync '" + choice_.sync + "' on host memory, " + comm_.backend() +
-                             " between ranks, each micro-batch's gradients through the host"
-          : comm_.size() == 1 ? std::string("one rank")
-                              : device_->communicator().backend() + " between ranks";
+      const std::string sync_path = !device_sync ? "sync '" + choice_.sync + "' on host memory, " + comm_.backend() +
+                                                       " between ranks, each micro-batch's gradients through the host"
+                                    : comm_.size() == 1 ? std::string("one rank")
+                                                        : device_->communicator().backend() + " between ranks";
       log_ << "device: " << device_kind_name(device_->kind()) << " ("
            << (device_->kind() == DeviceKind::gpu ? "rank 0 on " + device_->describe()
                                                   : std::string("the GPU path's compiled step on the CPU"))
-           << ", " << sync_path << ")\n" << std::flush;
+           << ", " << sync_path << ")\n"
+           << std::flush;
     }
   }
 
@@ -394,14 +397,13 @@ class Trainer {
     try {
       logits = model_->output_shape(micro_shape_);
     } catch (const Error& e) {
-      throw DataError("model '" + choice_.model + "' cannot take the samples of '" + path +
-                      "' (shape " + shape_string(reader_->info().sample_shape) + "): " + e.what());
+      throw DataError("model '" + choice_.model + "' cannot take the samples of '" + path + "' (shape " +
+                      shape_string(reader_->info().sample_shape) + "): " + e.what());
     }
     if (logits.size() != 2 || logits[1] < reader_->info().num_classes)
-      throw DataError("model '" + choice_.model + "' produces logits of shape " + shape_string(logits) +
-                      " for input " + shape_string(micro_shape_) + ", expected [" +
-                      std::to_string(micro_shape_[0]) + ", " + std::to_string(reader_->info().num_classes) +
-                      "] for the classes of '" + path + "'");
+      throw DataError("model '" + choice_.model + "' produces logits of shape " + shape_string(logits) + " for input " +
+                      shape_string(micro_shape_) + ", expected [" + std::to_string(micro_shape_[0]) + ", " +
+                      std::to_string(reader_->info().num_classes) + "] for the classes of '" + path + "'");
   }
 
   // 4. Resume: rank 0 reads the checkpoint, every rank receives its state.
@@ -421,8 +423,9 @@ class Trainer {
     comm_.broadcast(store_.params_data(), store_.flat_size() * sizeof(float), 0);
     for (auto& buffer : optimizer_->state_buffers())
       comm_.broadcast(buffer.data, store_.flat_size() * sizeof(float), 0);
-    if (leader_) log_ << "resumed from step " << meta_.step << " (epoch " << meta_.epoch + 1
-                      << ", batch " << meta_.batch_in_epoch << ")\n";
+    if (leader_)
+      log_ << "resumed from step " << meta_.step << " (epoch " << meta_.epoch + 1 << ", batch " << meta_.batch_in_epoch
+           << ")\n";
   }
 
   // Rank 0: the checkpoint --resume names, or with checkpoint.resume_fallback and "latest", the
@@ -459,8 +462,8 @@ class Trainer {
     if (leader_ && options_.write_checkpoints) {
       const int removed = remove_leftover_temporaries(checkpoint_dir_);
       if (removed > 0)
-        log_ << "removed " << removed << " temporary file(s) of an interrupted checkpoint write in "
-             << checkpoint_dir_ << "\n";
+        log_ << "removed " << removed << " temporary file(s) of an interrupted checkpoint write in " << checkpoint_dir_
+             << "\n";
     }
     epochs_ = config_.get_int("train.epochs");
     const int64_t max_steps = config_.get_int("train.max_steps");
@@ -489,7 +492,8 @@ class Trainer {
     // <dir>/metrics.jsonl -> <dir>/metrics.rank<R>.jsonl
     const std::filesystem::path main_file = metrics_path(config_, checkpoint_dir_);
     context.metrics_path = (main_file.parent_path() / (main_file.stem().string() + ".rank" +
-                            std::to_string(comm_.rank()) + main_file.extension().string())).string();
+                                                       std::to_string(comm_.rank()) + main_file.extension().string()))
+                               .string();
     std::error_code ec;
     std::filesystem::create_directories(main_file.parent_path(), ec);
     context.log_every = log_every_;
@@ -508,13 +512,14 @@ class Trainer {
     const int64_t start_step = meta_.step;
     int64_t step = start_step;
     reader_->start(meta_.epoch, meta_.batch_in_epoch);
-    if (leader_) log_ << "training " << total_steps_ - step << " steps: " << per_epoch_
-                      << " steps/epoch, global batch " << global_batch_ << " (" << train_comm_->size()
-                      << " training ranks x " << micro_batch_ << " x " << accum_ << " micro-batches"
-                      << (shards_per_pass_ > 1 ? ", deterministic micro-shards " + std::to_string(shards_per_pass_) +
-                                                     " to a pass"
-                                               : std::string())
-                      << ")\n" << std::flush;
+    if (leader_)
+      log_ << "training " << total_steps_ - step << " steps: " << per_epoch_ << " steps/epoch, global batch "
+           << global_batch_ << " (" << train_comm_->size() << " training ranks x " << micro_batch_ << " x " << accum_
+           << " micro-batches"
+           << (shards_per_pass_ > 1 ? ", deterministic micro-shards " + std::to_string(shards_per_pass_) + " to a pass"
+                                    : std::string())
+           << ")\n"
+           << std::flush;
 
     interval_start_ = run_start_ = Clock::now();
     for (auto& o : observers_) o->on_run_start({epochs_, per_epoch_, start_step, total_steps_});
@@ -564,8 +569,8 @@ class Trainer {
       if (options_.write_checkpoints && checkpoint_every > 0 && step % checkpoint_every == 0 && step < total_steps_) {
         if (compiled_) download_compiled_state();
         if (leader_) {
-          result_.checkpoint = write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(),
-                                                config_.get_int("checkpoint.keep"));
+          result_.checkpoint =
+              write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(), config_.get_int("checkpoint.keep"));
         } else {
           for (auto phase : {fault::Phase::checkpoint_before_data, fault::Phase::checkpoint_after_data,
                              fault::Phase::checkpoint_before_rename})
@@ -580,7 +585,8 @@ class Trainer {
     for (auto& o : observers_) o->on_run_end({step, epoch, stopped});
     if (stopped && leader_)
       log_ << "stopped by signal " << stop_signal() << " at step " << step
-           << ": writing a final checkpoint; resubmit with --resume latest to continue\n" << std::flush;
+           << ": writing a final checkpoint; resubmit with --resume latest to continue\n"
+           << std::flush;
     result_.stopped = stopped;
     return finish(start_step, step);
   }
@@ -758,10 +764,11 @@ class Trainer {
     const bool all_ranks_here = result_.lost_ranks.empty();
     if (leader_ && !all_ranks_here)
       log_ << "warning: the run went on without rank(s) " << rank_list(result_.lost_ranks)
-           << " (sync.on_lost_worker = continue); figures below are rank 0's own\n" << std::flush;
+           << " (sync.on_lost_worker = continue); figures below are rank 0's own\n"
+           << std::flush;
     if (leader_ && options_.write_checkpoints && step > start_step)
-      result_.checkpoint = write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(),
-                                            config_.get_int("checkpoint.keep"));
+      result_.checkpoint =
+          write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(), config_.get_int("checkpoint.keep"));
     // The final model on the test set, by rank 0 (the parameters are the same everywhere now), in
     // batches of the training micro-batch so the model's activations are reused, not grown.
     const std::string test_path = config_.get_string("data.test");

@@ -3,8 +3,8 @@
 // read -> forward -> loss -> backward -> sync -> optimizer -> metrics -> checkpoint.
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,25 +39,25 @@ struct TrainOptions {
 
 // Where a step's time goes, in seconds.
 struct StepPhases {
-  double data_wait = 0;   // blocked on the prefetch thread
-  double compute = 0;     // forward, loss and backward
-  double sync = 0;        // the sync strategy after backward: communication not hidden by compute
-  double optimizer = 0;   // the update
+  double data_wait = 0;  // blocked on the prefetch thread
+  double compute = 0;    // forward, loss and backward
+  double sync = 0;       // the sync strategy after backward: communication not hidden by compute
+  double optimizer = 0;  // the update
 };
 
 struct TrainResult {
-  int64_t steps = 0;        // global optimizer step reached (counted from the start of training)
-  int64_t steps_run = 0;    // steps taken by this run (fewer after a resume)
-  int64_t samples = 0;      // samples consumed by this run, all ranks
+  int64_t steps = 0;      // global optimizer step reached (counted from the start of training)
+  int64_t steps_run = 0;  // steps taken by this run (fewer after a resume)
+  int64_t samples = 0;    // samples consumed by this run, all ranks
   double train_seconds = 0;
   double samples_per_s = 0;
-  double final_loss = 0;    // mean loss over the last logging interval
-  std::string checkpoint;   // path of the last checkpoint written
-  double peak_rss_mb = 0;   // peak resident memory of the largest rank
-  bool stopped = false;     // ended early by a stop signal (after a final checkpoint)
-  double test_accuracy = -1;  // of the final model on data.test, when set (rank 0)
-  int64_t skipped_steps = 0;  // steps skipped for a non-finite gradient (train.nonfinite = skip)
-  StepPhases phases;        // mean per step, averaged over ranks
+  double final_loss = 0;       // mean loss over the last logging interval
+  std::string checkpoint;      // path of the last checkpoint written
+  double peak_rss_mb = 0;      // peak resident memory of the largest rank
+  bool stopped = false;        // ended early by a stop signal (after a final checkpoint)
+  double test_accuracy = -1;   // of the final model on data.test, when set (rank 0)
+  int64_t skipped_steps = 0;   // steps skipped for a non-finite gradient (train.nonfinite = skip)
+  StepPhases phases;           // mean per step, averaged over ranks
   size_t gradient_floats = 0;  // size of the flat gradient buffer the sync strategy reduces
   std::string device = "cpu";  // where the ranks trained: cpu, gpu or compiled-cpu (train.device)
   // Ranks the run went on without (ServingRole::lost_ranks). When set, the figures are this

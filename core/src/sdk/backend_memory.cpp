@@ -28,7 +28,8 @@ size_t test_device_memory_cap() {
 void check_test_cap(size_t bytes) {
   if (const size_t cap = test_device_memory_cap(); cap != 0 && capped_device_bytes + bytes > cap) {
     char text[160];
-    std::snprintf(text, sizeof text, "allocation of %.1f MB with %.1f MB free of %.1f MB (MGTRAIN_TEST_DEVICE_MEMORY_MB)",
+    std::snprintf(text, sizeof text,
+                  "allocation of %.1f MB with %.1f MB free of %.1f MB (MGTRAIN_TEST_DEVICE_MEMORY_MB)",
                   static_cast<double>(bytes) / 1048576.0, static_cast<double>(cap - capped_device_bytes) / 1048576.0,
                   static_cast<double>(cap) / 1048576.0);
     throw OutOfMemoryError(text);

@@ -45,8 +45,14 @@ bool parse_real(const std::string& text, double* out) {
 bool parse_bool(const std::string& text, bool* out) {
   std::string t = text;
   std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (t == "true" || t == "1" || t == "yes" || t == "on") { *out = true; return true; }
-  if (t == "false" || t == "0" || t == "no" || t == "off") { *out = false; return true; }
+  if (t == "true" || t == "1" || t == "yes" || t == "on") {
+    *out = true;
+    return true;
+  }
+  if (t == "false" || t == "0" || t == "no" || t == "off") {
+    *out = false;
+    return true;
+  }
   return false;
 }
 
@@ -107,17 +113,28 @@ std::string type_violation(const ConfigKey& key, const std::string& value) {
 
 const char* key_type_name(KeyType type) {
   switch (type) {
-    case KeyType::string: return "string";
-    case KeyType::path: return "path";
-    case KeyType::integer: return "integer";
-    case KeyType::positive_integer: return "integer > 0";
-    case KeyType::non_negative_integer: return "integer >= 0";
-    case KeyType::real: return "number";
-    case KeyType::positive_real: return "number > 0";
-    case KeyType::non_negative_real: return "number >= 0";
-    case KeyType::boolean: return "boolean";
-    case KeyType::integer_list: return "integer list";
-    case KeyType::choice: return "one of";
+    case KeyType::string:
+      return "string";
+    case KeyType::path:
+      return "path";
+    case KeyType::integer:
+      return "integer";
+    case KeyType::positive_integer:
+      return "integer > 0";
+    case KeyType::non_negative_integer:
+      return "integer >= 0";
+    case KeyType::real:
+      return "number";
+    case KeyType::positive_real:
+      return "number > 0";
+    case KeyType::non_negative_real:
+      return "number >= 0";
+    case KeyType::boolean:
+      return "boolean";
+    case KeyType::integer_list:
+      return "integer list";
+    case KeyType::choice:
+      return "one of";
   }
   return "?";
 }
@@ -147,8 +164,7 @@ Config Config::from_string(const std::string& ini_text, const std::string& sourc
       continue;
     }
     const auto eq = t.find('=');
-    if (eq == std::string::npos)
-      throw ConfigError(where + ": expected 'key = value', got '" + t + "'");
+    if (eq == std::string::npos) throw ConfigError(where + ": expected 'key = value', got '" + t + "'");
     std::string key = trim(t.substr(0, eq));
     std::string value = trim(t.substr(eq + 1));
     // Trailing comments after a value: "lr = 0.1  # comment".
@@ -158,8 +174,7 @@ Config Config::from_string(const std::string& ini_text, const std::string& sourc
     }
     if (key.empty()) throw ConfigError(where + ": empty key");
     if (key.find('.') == std::string::npos) {
-      if (section.empty())
-        throw ConfigError(where + ": key '" + key + "' is outside any [section]");
+      if (section.empty()) throw ConfigError(where + ": key '" + key + "' is outside any [section]");
       key = section + "." + key;
     }
     config.set(key, value, where);
@@ -183,8 +198,8 @@ void Config::validate(const std::vector<ConfigKey>& known_keys) {
     std::string known;
     for (const auto& [name, _] : table)
       if (name.rfind(section + ".", 0) == 0) known += (known.empty() ? "" : ", ") + name;
-    throw ConfigError("unknown config key '" + key + "' (" + value.source + "); known keys in [" +
-                      section + "]: " + (known.empty() ? "none" : known));
+    throw ConfigError("unknown config key '" + key + "' (" + value.source + "); known keys in [" + section +
+                      "]: " + (known.empty() ? "none" : known));
   }
   // Every checkpoint stores the config as INI, which `mgtrain eval` reads back: a value the INI
   // reader would cut short (a line break, a comment marker after a blank, outer blanks) is refused
@@ -194,9 +209,10 @@ void Config::validate(const std::vector<ConfigKey>& known_keys) {
     std::string why;
     if (v.find_first_of("\n\r") != std::string::npos) why = "a line break";
     for (const char* marker : {" #", " ;", "\t#", "\t;"})
-      if (why.empty() && v.find(marker) != std::string::npos) why = std::string("'") + marker + "', which INI reads as a comment";
-    if (why.empty() && !v.empty() && (std::isspace(static_cast<unsigned char>(v.front())) ||
-                                      std::isspace(static_cast<unsigned char>(v.back()))))
+      if (why.empty() && v.find(marker) != std::string::npos)
+        why = std::string("'") + marker + "', which INI reads as a comment";
+    if (why.empty() && !v.empty() &&
+        (std::isspace(static_cast<unsigned char>(v.front())) || std::isspace(static_cast<unsigned char>(v.back()))))
       why = "blanks at either end";
     if (!why.empty())
       throw ConfigError("config key '" + key + "' (" + value.source + "): the value holds " + why +
@@ -204,15 +220,14 @@ void Config::validate(const std::vector<ConfigKey>& known_keys) {
   }
   for (const auto& k : known_keys) {
     if (!has(k.key)) {
-      if (!k.default_value)
-        throw ConfigError("config key '" + std::string(k.key) + "' is required (" + k.help + ")");
+      if (!k.default_value) throw ConfigError("config key '" + std::string(k.key) + "' is required (" + k.help + ")");
       set(k.key, k.default_value, "default");
     }
     const ConfigValue& v = values_.at(k.key);
     const std::string expected = type_violation(k, v.value);
     if (!expected.empty())
-      throw ConfigError("config key '" + std::string(k.key) + "' (" + v.source + "): expected " +
-                        expected + ", got '" + v.value + "'");
+      throw ConfigError("config key '" + std::string(k.key) + "' (" + v.source + "): expected " + expected + ", got '" +
+                        v.value + "'");
   }
 }
 
@@ -228,8 +243,7 @@ int64_t Config::get_int(const std::string& key) const {
   const auto& v = lookup(key);
   int64_t out;
   if (!parse_int(v.value, &out))
-    throw ConfigError("config key '" + key + "' (" + v.source + "): expected an integer, got '" +
-                      v.value + "'");
+    throw ConfigError("config key '" + key + "' (" + v.source + "): expected an integer, got '" + v.value + "'");
   return out;
 }
 
@@ -237,8 +251,7 @@ double Config::get_real(const std::string& key) const {
   const auto& v = lookup(key);
   double out;
   if (!parse_real(v.value, &out))
-    throw ConfigError("config key '" + key + "' (" + v.source + "): expected a number, got '" +
-                      v.value + "'");
+    throw ConfigError("config key '" + key + "' (" + v.source + "): expected a number, got '" + v.value + "'");
   return out;
 }
 
@@ -246,8 +259,7 @@ bool Config::get_bool(const std::string& key) const {
   const auto& v = lookup(key);
   bool out;
   if (!parse_bool(v.value, &out))
-    throw ConfigError("config key '" + key + "' (" + v.source + "): expected true or false, got '" +
-                      v.value + "'");
+    throw ConfigError("config key '" + key + "' (" + v.source + "): expected true or false, got '" + v.value + "'");
   return out;
 }
 

@@ -5,8 +5,7 @@
 
 namespace mgt {
 
-void GradientBuckets::setup(Communicator& comm, ParameterStore& store, size_t bucket_bytes,
-                            bool overlap) {
+void GradientBuckets::setup(Communicator& comm, ParameterStore& store, size_t bucket_bytes, bool overlap) {
   comm_ = &comm;
   overlap_ = overlap;
   store_ = &store;

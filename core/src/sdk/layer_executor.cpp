@@ -20,7 +20,9 @@ class LayerExecutor::Planner final : public LayerPlanner {
 };
 
 LayerExecutor::LayerExecutor(kernels::Backend& backend, std::vector<Layer*> layers, bool bf16, bool counted)
-    : backend_(backend), layers_(std::move(layers)), bf16_(bf16),
+    : backend_(backend),
+      layers_(std::move(layers)),
+      bf16_(bf16),
       memory_(std::make_unique<BackendMemory>(backend, counted)) {
   MGT_CHECK(!layers_.empty(), ConfigError, "the model has no layers");
   for (Layer* layer : layers_) {

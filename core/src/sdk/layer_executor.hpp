@@ -49,13 +49,13 @@ class LayerExecutor {
   std::unique_ptr<BackendMemory> memory_;
   Shape input_shape_, output_shape_;
   std::vector<std::vector<ParamHandle>> handles_;
-  std::vector<char> alias_;      // layer i's output is its input's memory
-  std::vector<char> in_place_;   // layer i runs in place over layer i - 1's output
-  std::vector<Tensor> acts_;     // acts_[i]: output of layer i (a view of backend memory)
-  std::vector<Tensor> grads_;    // grads_[i]: gradient w.r.t. the output of layer i
-  Tensor input_;                 // a view of the latest forward's input
-  Tensor logits_grad_;           // the top gradient's own buffer where grads_.back() aliases none
-  size_t first_with_params_ = 0; // layers before it need no input gradient
+  std::vector<char> alias_;       // layer i's output is its input's memory
+  std::vector<char> in_place_;    // layer i runs in place over layer i - 1's output
+  std::vector<Tensor> acts_;      // acts_[i]: output of layer i (a view of backend memory)
+  std::vector<Tensor> grads_;     // grads_[i]: gradient w.r.t. the output of layer i
+  Tensor input_;                  // a view of the latest forward's input
+  Tensor logits_grad_;            // the top gradient's own buffer where grads_.back() aliases none
+  size_t first_with_params_ = 0;  // layers before it need no input gradient
   bool forwarded_ = false;
 };
 

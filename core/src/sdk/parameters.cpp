@@ -13,11 +13,9 @@ namespace {
 constexpr size_t kAlignFloats = 16;  // 64 bytes
 }
 
-ParamHandle ParameterStore::declare(const std::string& name, const Shape& shape, Init init,
-                                    int64_t fan_in) {
+ParamHandle ParameterStore::declare(const std::string& name, const Shape& shape, Init init, int64_t fan_in) {
   MGT_CHECK(!finalized_, Error, "parameter '" + name + "' declared after the store was finalized");
-  for (const auto& p : params_)
-    MGT_CHECK(p.name != name, Error, "parameter name '" + name + "' declared twice");
+  for (const auto& p : params_) MGT_CHECK(p.name != name, Error, "parameter name '" + name + "' declared twice");
   ParamInfo info;
   info.name = name;
   info.shape = shape;

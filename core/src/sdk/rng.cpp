@@ -30,8 +30,7 @@ std::array<uint32_t, 4> philox(uint64_t key, uint64_t counter_hi, uint64_t count
 
 float uniform(uint64_t key, uint64_t stream, uint64_t index) { return kernels::philox_uniform(key, stream, index); }
 
-void fill_uniform(float* out, size_t n, float lo, float hi, uint64_t key, uint64_t stream,
-                  uint64_t first_index) {
+void fill_uniform(float* out, size_t n, float lo, float hi, uint64_t key, uint64_t stream, uint64_t first_index) {
   const float span = hi - lo;
   size_t i = 0;
   uint64_t index = first_index;
@@ -50,8 +49,7 @@ std::vector<int64_t> epoch_permutation(uint64_t seed, int64_t epoch, int64_t n) 
   for (int64_t i = n - 1; i > 0; --i) {
     const auto w = philox(key, static_cast<uint64_t>(epoch), static_cast<uint64_t>(i));
     const uint64_t r = (static_cast<uint64_t>(w[0]) << 32) | w[1];
-    const auto j = static_cast<int64_t>(
-        (static_cast<unsigned __int128>(r) * static_cast<uint64_t>(i + 1)) >> 64);
+    const auto j = static_cast<int64_t>((static_cast<unsigned __int128>(r) * static_cast<uint64_t>(i + 1)) >> 64);
     std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(j)]);
   }
   return perm;

@@ -83,8 +83,8 @@ void SequentialModel::backward(const Tensor& grad_logits, const StepContext& ctx
   MGT_CHECK(host_ != nullptr, Error, "SequentialModel::backward called before forward");
   const Shape& logits = host_->executor.output_shape();
   MGT_CHECK(grad_logits.numel() == shape_numel(logits), Error,
-            "SequentialModel::backward: gradient " + shape_string(grad_logits.shape()) +
-                " does not match the logits " + shape_string(logits));
+            "SequentialModel::backward: gradient " + shape_string(grad_logits.shape()) + " does not match the logits " +
+                shape_string(logits));
   float* top = host_->executor.logits_grad();
   if (top != grad_logits.data())
     std::memcpy(top, grad_logits.data(), static_cast<size_t>(grad_logits.numel()) * sizeof(float));

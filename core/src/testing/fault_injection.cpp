@@ -50,8 +50,8 @@ bool armed = false;
 void fire(Phase phase, int64_t step) {
   if (phase != spec.phase || step != spec.step) return;
   armed = false;  // once
-  std::fprintf(stderr, "mgtrain: injected fault (MGTRAIN_FAULT) at step %lld in %s\n",
-               static_cast<long long>(step), phase_name(phase));
+  std::fprintf(stderr, "mgtrain: injected fault (MGTRAIN_FAULT) at step %lld in %s\n", static_cast<long long>(step),
+               phase_name(phase));
   std::fflush(stderr);
   switch (spec.action) {
     case Action::kill:
@@ -80,8 +80,8 @@ void configure(int rank) {
   int fault_rank = -1;
   long long step = 0;
   char phase[64] = {}, action[16] = {};
-  if (std::sscanf(text, "%d:%lld:%63[a-z-]:%15[a-z]", &fault_rank, &step, phase, action) != 4 ||
-      fault_rank < 0 || step < 1)
+  if (std::sscanf(text, "%d:%lld:%63[a-z-]:%15[a-z]", &fault_rank, &step, phase, action) != 4 || fault_rank < 0 ||
+      step < 1)
     throw bad("malformed");
   bool found_phase = false, found_action = false;
   for (const auto& [name, p] : kPhases)

@@ -36,7 +36,7 @@ BenchResult run_bench(Communicator& world, const TrainOptions& base, int64_t ste
   options.timing_warmup_steps = warmup;
   options.config.set("train.max_steps", std::to_string(warmup + steps), "mgtrain bench");
   options.config.set("train.epochs", "1000000", "mgtrain bench");  // max_steps decides
-  options.config.set("data.test", "", "mgtrain bench");  // no evaluation in a benchmark
+  options.config.set("data.test", "", "mgtrain bench");            // no evaluation in a benchmark
   std::ostream silent(nullptr);
   BenchResult result;
 
@@ -82,16 +82,16 @@ BenchResult run_bench(Communicator& world, const TrainOptions& base, int64_t ste
     }
   };
   auto mpi_once = [&] {
-    MPI_Allreduce(MPI_IN_PLACE, store.grads_data(), static_cast<int>(store.flat_size()), MPI_FLOAT,
-                  MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, store.grads_data(), static_cast<int>(store.flat_size()), MPI_FLOAT, MPI_SUM,
+                  MPI_COMM_WORLD);
   };
   auto time_per_call = [&](const auto& once) {
     for (int i = 0; i < 5; ++i) once();
     world.barrier();
     const auto start = Clock::now();
     for (int64_t i = 0; i < allreduce_iterations; ++i) once();
-    double seconds = std::chrono::duration<double>(Clock::now() - start).count() /
-                     static_cast<double>(allreduce_iterations);
+    double seconds =
+        std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(allreduce_iterations);
     world.allreduce_sum(&seconds, 1);  // the mean over ranks, as nccl-tests reports
     return seconds / world.size();
   };

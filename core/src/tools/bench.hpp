@@ -13,12 +13,12 @@ namespace mgt {
 // With repeats, the single-rank and all-rank runs alternate, and the figures are medians: on a
 // shared, noisy machine a pair measured back to back compares better than two lone runs.
 struct BenchResult {
-  TrainResult run;                 // all ranks (samples_per_s: the median over the repeats)
-  double samples_per_s_np1 = 0;    // rank 0 alone, same config and global batch (median)
-  double scaling_efficiency = 0;   // median over the repeats of samples_per_s / (world * np1)
+  TrainResult run;                   // all ranks (samples_per_s: the median over the repeats)
+  double samples_per_s_np1 = 0;      // rank 0 alone, same config and global batch (median)
+  double scaling_efficiency = 0;     // median over the repeats of samples_per_s / (world * np1)
   std::vector<double> scaling_runs;  // each repeat's scaling efficiency
-  double allreduce_busbw_gbs = 0;  // the sync strategy's all-reduce of the gradient buffer
-  double mpi_busbw_gbs = 0;        // one MPI_Allreduce of the same buffer
+  double allreduce_busbw_gbs = 0;    // the sync strategy's all-reduce of the gradient buffer
+  double mpi_busbw_gbs = 0;          // one MPI_Allreduce of the same buffer
   double allreduce_ms = 0, mpi_allreduce_ms = 0;
   size_t gradient_bytes = 0;
 };

@@ -45,8 +45,8 @@ bool compare_checkpoints(const std::string& a, const std::string& b, double rtol
                   bitwise ? "identical" : (match ? "within   " : "DIFFERENT"), max_diff, relative);
     out << line;
   }
-  out << (all_match ? "MATCH" : "MISMATCH") << " (" << (rtol == 0 ? std::string("bitwise") : "rtol " + std::to_string(rtol))
-      << ")\n";
+  out << (all_match ? "MATCH" : "MISMATCH") << " ("
+      << (rtol == 0 ? std::string("bitwise") : "rtol " + std::to_string(rtol)) << ")\n";
   return all_match;
 }
 

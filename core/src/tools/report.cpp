@@ -69,8 +69,7 @@ JsonLine parse_json_line(const std::string& text, const std::string& file, std::
         if (element.is_object()) {
           // Per-rank objects ("gpu":[{"util":93,...}, null]): field f becomes array "gpu.f", NaN-padded.
           for (const auto& [field, v] : element.items()) {
-            if (!to_number(v, number))
-              fail(file, line_no, "a number or null for \"" + key + "." + field + "\"");
+            if (!to_number(v, number)) fail(file, line_no, "a number or null for \"" + key + "." + field + "\"");
             std::vector<double>& column = out.arrays[key + "." + field];
             column.resize(index, NAN);
             column.push_back(number);
@@ -108,15 +107,15 @@ std::vector<JsonLine> read_json_lines(const std::string& path, const std::string
     JsonLine line = parse_json_line(text, path, line_no);
     const auto it = line.numbers.find(required);
     if (it == line.numbers.end() || !std::isfinite(it->second)) {
-      const char* found =
-          line.arrays.count(required) ? "an array" : it == line.numbers.end() ? "none" : "null";
+      const char* found = line.arrays.count(required) ? "an array" : it == line.numbers.end() ? "none" : "null";
       throw DataError(path + ":" + std::to_string(line_no) + ": expected a numeric field \"" + required +
                       "\" in every line, found " + found);
     }
     lines.push_back(std::move(line));
   }
   if (lines.empty() && !allow_empty) {
-    throw DataError("metrics file '" + path + "' is empty (expected one JSON object per line, written every "
+    throw DataError("metrics file '" + path +
+                    "' is empty (expected one JSON object per line, written every "
                     "train.log_every steps)");
   }
   return lines;
@@ -181,14 +180,26 @@ std::string xml_escape(const std::string& text) {
   std::string out;
   for (const char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\t') out += ' ';
-        else out += c;
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\t')
+          out += ' ';
+        else
+          out += c;
     }
   }
   return out;
@@ -289,22 +300,22 @@ void draw_panel(std::ostringstream& svg, const Panel& panel, double ox, double o
 
   for (const double t : ay.ticks) {
     const double y = sy(t);
-    svg << "<line x1=\"" << px0 << "\" y1=\"" << fmt("%.1f", y) << "\" x2=\"" << px1 << "\" y2=\""
-        << fmt("%.1f", y) << "\" class=\"grid\"/>\n"
+    svg << "<line x1=\"" << px0 << "\" y1=\"" << fmt("%.1f", y) << "\" x2=\"" << px1 << "\" y2=\"" << fmt("%.1f", y)
+        << "\" class=\"grid\"/>\n"
         << "<text x=\"" << px0 - 6 << "\" y=\"" << fmt("%.1f", y) << "\" dy=\"0.32em\" class=\"ytick\">"
         << tick_label(t, ay) << "</text>\n";
   }
   for (const double t : ax.ticks) {
     const double x = sx(t);
-    svg << "<line x1=\"" << fmt("%.1f", x) << "\" y1=\"" << py1 << "\" x2=\"" << fmt("%.1f", x) << "\" y2=\""
-        << py1 + 4 << "\" class=\"axis\"/>\n"
+    svg << "<line x1=\"" << fmt("%.1f", x) << "\" y1=\"" << py1 << "\" x2=\"" << fmt("%.1f", x) << "\" y2=\"" << py1 + 4
+        << "\" class=\"axis\"/>\n"
         << "<text x=\"" << fmt("%.1f", x) << "\" y=\"" << py1 + 17 << "\" class=\"xtick\">" << tick_label(t, ax)
         << "</text>\n";
   }
   svg << "<polyline points=\"" << px0 << "," << py0 << " " << px0 << "," << py1 << " " << px1 << "," << py1
       << "\" class=\"axis\"/>\n"
-      << "<text x=\"" << (px0 + px1) / 2 << "\" y=\"" << py1 + 35 << "\" class=\"xlabel\">"
-      << xml_escape(panel.x_label) << "</text>\n";
+      << "<text x=\"" << (px0 + px1) / 2 << "\" y=\"" << py1 + 35 << "\" class=\"xlabel\">" << xml_escape(panel.x_label)
+      << "</text>\n";
 
   for (const Series& s : panel.series) {
     for (const auto& seg : s.segments) {
@@ -344,18 +355,26 @@ void draw_panel(std::ostringstream& svg, const Panel& panel, double ox, double o
 
 }  // namespace
 
-std::string render_report_svg(const std::vector<JsonLine>& metrics,
-                              const std::map<int, std::vector<JsonLine>>& servers, const std::string& title) {
+std::string render_report_svg(const std::vector<JsonLine>& metrics, const std::map<int, std::vector<JsonLine>>& servers,
+                              const std::string& title) {
   std::vector<Panel> panels;
   const std::string blue = kPalette[0];
-  panels.push_back({"Loss", "step", true, {make_series(metrics, "step", [](const JsonLine& l) {
-                                              return field(l, "loss"); }, "loss", blue)}});
-  panels.push_back({"Accuracy (training batches)", "step", false,
-                    {make_series(metrics, "step", [](const JsonLine& l) { return field(l, "accuracy"); },
-                                 "accuracy", blue)}});
-  panels.push_back({"Throughput (samples/s)", "step", true,
-                    {make_series(metrics, "step", [](const JsonLine& l) { return field(l, "samples_per_s"); },
-                                 "samples/s", blue)}});
+  panels.push_back({"Loss",
+                    "step",
+                    true,
+                    {make_series(
+                        metrics, "step", [](const JsonLine& l) { return field(l, "loss"); }, "loss", blue)}});
+  panels.push_back({"Accuracy (training batches)",
+                    "step",
+                    false,
+                    {make_series(
+                        metrics, "step", [](const JsonLine& l) { return field(l, "accuracy"); }, "accuracy", blue)}});
+  panels.push_back(
+      {"Throughput (samples/s)",
+       "step",
+       true,
+       {make_series(
+           metrics, "step", [](const JsonLine& l) { return field(l, "samples_per_s"); }, "samples/s", blue)}});
   Panel ranks{"Step time per rank (ms)", "step", true, {}};
   std::size_t world = 0;
   for (const JsonLine& l : metrics) {
@@ -372,8 +391,11 @@ std::string render_report_svg(const std::vector<JsonLine>& metrics,
         "rank " + std::to_string(r), kPalette[r % kPaletteSize]));
   }
   panels.push_back(std::move(ranks));
-  panels.push_back({"Learning rate", "step", true,
-                    {make_series(metrics, "step", [](const JsonLine& l) { return field(l, "lr"); }, "lr", blue)}});
+  panels.push_back({"Learning rate",
+                    "step",
+                    true,
+                    {make_series(
+                        metrics, "step", [](const JsonLine& l) { return field(l, "lr"); }, "lr", blue)}});
   if (!servers.empty()) {
     Panel staleness{"Parameter-server staleness (updates behind)", "server updates", true, {}};
     std::size_t k = 0;
@@ -397,7 +419,9 @@ std::string render_report_svg(const std::vector<JsonLine>& metrics,
   if (std::isfinite(field(last, "samples_per_s")))
     summary += ", " + fmt("%.0f", field(last, "samples_per_s")) + " samples/s";
   if (world > 0) summary += ", " + std::to_string(world) + (world == 1 ? " rank" : " ranks");
-  if (!servers.empty()) summary += ", " + std::to_string(servers.size()) + (servers.size() == 1 ? " parameter server" : " parameter servers");
+  if (!servers.empty())
+    summary +=
+        ", " + std::to_string(servers.size()) + (servers.size() == 1 ? " parameter server" : " parameter servers");
 
   const std::size_t rows = (panels.size() + 1) / 2;
   const double height = kHeader + kPanelH * static_cast<double>(rows) + 8;

@@ -25,8 +25,7 @@ JsonLine parse_json_line(const std::string& text, const std::string& file, std::
 // Every non-blank line of a metrics file, in order. A missing file throws IoError; an empty one
 // (no object at all), a malformed line or one without the numeric field `required` throws
 // DataError naming file and line; with allow_empty an empty file gives no lines instead.
-std::vector<JsonLine> read_json_lines(const std::string& path, const std::string& required,
-                                      bool allow_empty = false);
+std::vector<JsonLine> read_json_lines(const std::string& path, const std::string& required, bool allow_empty = false);
 
 struct ReportResult {
   std::string path;    // where the SVG was written
@@ -34,8 +33,7 @@ struct ReportResult {
 };
 
 // Renders the SVG of the run in run_dir (the text, no file written). `title` heads the picture.
-std::string render_report_svg(const std::vector<JsonLine>& metrics,
-                              const std::map<int, std::vector<JsonLine>>& servers,
+std::string render_report_svg(const std::vector<JsonLine>& metrics, const std::map<int, std::vector<JsonLine>>& servers,
                               const std::string& title);
 
 // Reads run_dir's metrics and writes the SVG to out_path (run_dir/report.svg when empty).

@@ -38,15 +38,14 @@ std::string run(Communicator& comm, TrainOptions options, const std::string& dir
 
 }  // namespace
 
-bool run_verify(Communicator& world, const TrainOptions& options, int64_t steps, int other_world,
-                std::ostream& out) {
+bool run_verify(Communicator& world, const TrainOptions& options, int64_t steps, int other_world, std::ostream& out) {
   if (steps < 2) throw ConfigError("verify: --steps must be at least 2, got " + std::to_string(steps));
   if (other_world < 0 || other_world > world.size())
     throw ConfigError("verify: --world-size must be between 1 and the job's " + std::to_string(world.size()) +
                       " ranks, got " + std::to_string(other_world));
   // A scratch directory named by rank 0, under the run's checkpoint directory.
-  const std::string base = options.config.has("checkpoint.dir") ? options.config.get_string("checkpoint.dir")
-                                                                 : "checkpoints";
+  const std::string base =
+      options.config.has("checkpoint.dir") ? options.config.get_string("checkpoint.dir") : "checkpoints";
   int64_t id = getpid();
   world.broadcast(&id, sizeof(id), 0);
   const std::string scratch = (std::filesystem::path(base) / ("verify-" + std::to_string(id))).string();
@@ -70,8 +69,8 @@ bool run_verify(Communicator& world, const TrainOptions& options, int64_t steps,
     pass = a == b;
     if (other_world > 0) {
       const std::string c = parameter_hash(other);
-      out << "straight on " << other_world << " rank(s):             " << c << "  "
-          << (a == c ? "same" : "DIFFERENT") << "\n";
+      out << "straight on " << other_world << " rank(s):             " << c << "  " << (a == c ? "same" : "DIFFERENT")
+          << "\n";
       if (a != c && !(options.config.has("sync.deterministic") && options.config.get_bool("sync.deterministic")))
         out << "(identity across world sizes needs sync.deterministic = true)\n";
       pass = pass && a == c;

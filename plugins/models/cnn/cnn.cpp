@@ -21,8 +21,7 @@ class Cnn final : public mgt::SequentialModel {
       throw mgt::ConfigError("config key 'model.input_shape': expected C,H,W (3 values), got " +
                              std::to_string(input.size()) + " values");
     if (channels.size() != 2)
-      throw mgt::ConfigError("config key 'model.channels': expected 2 values, got " +
-                             std::to_string(channels.size()));
+      throw mgt::ConfigError("config key 'model.channels': expected 2 values, got " + std::to_string(channels.size()));
     const int64_t k = config.get_int("kernel");
     const double dropout = config.get_real("dropout");
     if (dropout >= 1.0)
@@ -42,8 +41,7 @@ class Cnn final : public mgt::SequentialModel {
     add(mgt::make_linear("fc1", channels[1] * h2 * w2, config.get_int("hidden")));
     add(mgt::make_relu("relu3"));
     if (dropout > 0) add(mgt::make_dropout("dropout", static_cast<float>(dropout)));
-    add(mgt::make_linear("fc2", config.get_int("hidden"), config.get_int("classes"),
-                         mgt::Init::fan_in_uniform));
+    add(mgt::make_linear("fc2", config.get_int("hidden"), config.get_int("classes"), mgt::Init::fan_in_uniform));
   }
 };
 

@@ -22,20 +22,17 @@ class Mlp final : public mgt::SequentialModel {
     int index = 1;
     for (int64_t width : config.get_int_list("hidden")) {
       if (width <= 0)
-        throw mgt::ConfigError("config key 'model.hidden': sizes must be positive, got " +
-                               std::to_string(width));
+        throw mgt::ConfigError("config key 'model.hidden': sizes must be positive, got " + std::to_string(width));
       const std::string n = std::to_string(index++);
       add(mgt::make_linear("fc" + n, in, width));
       add(mgt::make_relu("relu" + n));
       if (dropout > 0) add(mgt::make_dropout("dropout" + n, static_cast<float>(dropout)));
       in = width;
     }
-    add(mgt::make_linear("fc" + std::to_string(index), in, config.get_int("classes"),
-                         mgt::Init::fan_in_uniform));
+    add(mgt::make_linear("fc" + std::to_string(index), in, config.get_int("classes"), mgt::Init::fan_in_uniform));
   }
 };
 
 }  // namespace
 
-MGT_MODEL_PLUGIN("mlp", "1.0.0", "multi-layer perceptron: flatten, (Linear, ReLU) x hidden, Linear",
-                 kKeys, Mlp)
+MGT_MODEL_PLUGIN("mlp", "1.0.0", "multi-layer perceptron: flatten, (Linear, ReLU) x hidden, Linear", kKeys, Mlp)

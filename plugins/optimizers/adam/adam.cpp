@@ -14,12 +14,9 @@ namespace {
 
 const mgt::ConfigKey kAdamKeys[] = {
     {"optimizer.lr", mgt::KeyType::positive_real, "0.001", "learning rate"},
-    {"optimizer.beta1", mgt::KeyType::non_negative_real, "0.9",
-     "decay of the first-moment estimate, in [0, 1)"},
-    {"optimizer.beta2", mgt::KeyType::non_negative_real, "0.999",
-     "decay of the second-moment estimate, in [0, 1)"},
-    {"optimizer.eps", mgt::KeyType::positive_real, "1e-8",
-     "added to the denominator for numerical stability"},
+    {"optimizer.beta1", mgt::KeyType::non_negative_real, "0.9", "decay of the first-moment estimate, in [0, 1)"},
+    {"optimizer.beta2", mgt::KeyType::non_negative_real, "0.999", "decay of the second-moment estimate, in [0, 1)"},
+    {"optimizer.eps", mgt::KeyType::positive_real, "1e-8", "added to the denominator for numerical stability"},
     {"optimizer.weight_decay", mgt::KeyType::non_negative_real, "0.0",
      "decoupled weight decay: p *= 1 - lr * weight_decay before each update"},
 };
@@ -27,12 +24,13 @@ const mgt::ConfigKey kAdamKeys[] = {
 double checked_beta(const mgt::ConfigSection& section, const char* key) {
   const double beta = section.get_real(key);
   MGT_CHECK(beta >= 0.0 && beta < 1.0, mgt::ConfigError,
-            "optimizer." + std::string(key) + ": expected a value in [0, 1), got " +
-                std::to_string(beta));
+            "optimizer." + std::string(key) + ": expected a value in [0, 1), got " + std::to_string(beta));
   return beta;
 }
 
 // The update of one element, written once: this plugin's step() and every backend run it.
+// One statement per line, as the update reads.
+// clang-format off
 MGT_UPDATE_SCALARS(AdamWScalars, float decay; float b1; float b2; float one_minus_b1; float one_minus_b2;
                    float step_size; float inv_sqrt_bc2; float eps;)
 // lr * mhat / (sqrt(vhat) + eps) written as PyTorch does: (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps).
@@ -42,6 +40,7 @@ MGT_ELEMENT_UPDATE(AdamWUpdate, AdamWScalars, 2,
                    state0 = mi;
                    state1 = vi;
                    param = param * s.decay - s.step_size * mi / (sqrtf(vi) * s.inv_sqrt_bc2 + s.eps);)
+// clang-format on
 
 struct AdamWHyper {
   double beta1, beta2, eps, weight_decay;
@@ -50,9 +49,14 @@ struct AdamWHyper {
   AdamWScalars at(double lr, int64_t t) const {
     const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(t));
     const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(t));
-    return {static_cast<float>(1.0 - lr * weight_decay), static_cast<float>(beta1), static_cast<float>(beta2),
-            static_cast<float>(1.0 - beta1),           static_cast<float>(1.0 - beta2), static_cast<float>(lr / bc1),
-            static_cast<float>(1.0 / std::sqrt(bc2)),  static_cast<float>(eps)};
+    return {static_cast<float>(1.0 - lr * weight_decay),
+            static_cast<float>(beta1),
+            static_cast<float>(beta2),
+            static_cast<float>(1.0 - beta1),
+            static_cast<float>(1.0 - beta2),
+            static_cast<float>(lr / bc1),
+            static_cast<float>(1.0 / std::sqrt(bc2)),
+            static_cast<float>(eps)};
   }
 };
 
@@ -99,5 +103,4 @@ class AdamW final : public mgt::Optimizer {
 
 }  // namespace
 
-MGT_OPTIMIZER_PLUGIN("adam", "1.0.0", "AdamW: Adam with decoupled weight decay (PyTorch semantics)",
-                     kAdamKeys, AdamW)
+MGT_OPTIMIZER_PLUGIN("adam", "1.0.0", "AdamW: Adam with decoupled weight decay (PyTorch semantics)", kAdamKeys, AdamW)

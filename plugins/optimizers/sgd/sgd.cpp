@@ -14,10 +14,8 @@ namespace {
 
 const mgt::ConfigKey kSgdKeys[] = {
     {"optimizer.lr", mgt::KeyType::positive_real, "0.01", "learning rate"},
-    {"optimizer.momentum", mgt::KeyType::non_negative_real, "0.0",
-     "momentum factor (0 disables momentum)"},
-    {"optimizer.nesterov", mgt::KeyType::boolean, "false",
-     "use Nesterov momentum (requires optimizer.momentum > 0)"},
+    {"optimizer.momentum", mgt::KeyType::non_negative_real, "0.0", "momentum factor (0 disables momentum)"},
+    {"optimizer.nesterov", mgt::KeyType::boolean, "false", "use Nesterov momentum (requires optimizer.momentum > 0)"},
     {"optimizer.weight_decay", mgt::KeyType::non_negative_real, "0.0",
      "L2 penalty added to the gradient: g += weight_decay * p"},
 };
@@ -25,6 +23,8 @@ const mgt::ConfigKey kSgdKeys[] = {
 // The updates of one element, written once: this plugin's step() and every backend run them. One
 // rule per form, chosen once, so each loop is a plain pass over memory. `keep` is 0 on the first
 // update: PyTorch starts the momentum buffer as a copy of the first gradient (no dampening).
+// One statement per line, as the updates read.
+// clang-format off
 MGT_UPDATE_SCALARS(SgdScalars, float lr; float wd; float mu; float keep;)
 MGT_ELEMENT_UPDATE(SgdPlain, SgdScalars, 0, param -= s.lr * grad;)
 MGT_ELEMENT_UPDATE(SgdWeightDecay, SgdScalars, 0, param -= s.lr * (grad + s.wd * param);)
@@ -38,6 +38,7 @@ MGT_ELEMENT_UPDATE(SgdNesterov, SgdScalars, 1,
                    const float b = s.keep * state0 + g;
                    state0 = b;
                    param -= s.lr * (g + s.mu * b);)
+// clang-format on
 
 class Sgd final : public mgt::Optimizer {
  public:
@@ -122,5 +123,5 @@ class Sgd final : public mgt::Optimizer {
 }  // namespace
 
 MGT_OPTIMIZER_PLUGIN("sgd", "1.0.0",
-                     "SGD with optional momentum, Nesterov momentum and L2 weight decay (PyTorch semantics)",
-                     kSgdKeys, Sgd)
+                     "SGD with optional momentum, Nesterov momentum and L2 weight decay (PyTorch semantics)", kSgdKeys,
+                     Sgd)

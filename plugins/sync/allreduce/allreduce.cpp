@@ -69,5 +69,5 @@ class AllReduce final : public mgt::SyncStrategy {
 }  // namespace
 
 MGT_SYNC_PLUGIN("allreduce", "1.2.0",
-                "synchronous all-reduce of the gradients in buckets, or deterministic over micro-shards",
-                kKeys, AllReduce)
+                "synchronous all-reduce of the gradients in buckets, or deterministic over micro-shards", kKeys,
+                AllReduce)

@@ -65,6 +65,5 @@ class GradAccum final : public mgt::SyncStrategy {
 
 }  // namespace
 
-MGT_SYNC_PLUGIN("grad_accum", "1.1.0",
-                "gradient accumulation over sync.accum_steps micro-batches, then one all-reduce",
+MGT_SYNC_PLUGIN("grad_accum", "1.1.0", "gradient accumulation over sync.accum_steps micro-batches, then one all-reduce",
                 kKeys, GradAccum)

@@ -50,7 +50,8 @@ using Clock = std::chrono::steady_clock;
 class ParamServer final : public mgt::SyncStrategy, public mgt::ServingRole {
  public:
   explicit ParamServer(const mgt::ConfigSection& config)
-      : servers_(static_cast<int>(config.get_int("servers"))), staleness_(config.get_int("staleness")),
+      : servers_(static_cast<int>(config.get_int("servers"))),
+        staleness_(config.get_int("staleness")),
         continue_without_lost_(config.get_string("on_lost_worker") == "continue") {
     if (config.root().get_int("checkpoint.every_steps") != 0)
       throw mgt::ConfigError(
@@ -109,7 +110,7 @@ class ParamServer final : public mgt::SyncStrategy, public mgt::ServingRole {
     }
     ++clock_;
     store_->discard_grads();  // the next backward writes them
-    return false;  // the servers applied the update
+    return false;             // the servers applied the update
   }
 
   // Server: apply pushes as they come, answer within the staleness bound.
@@ -178,14 +179,14 @@ class ParamServer final : public mgt::SyncStrategy, public mgt::ServingRole {
         if (!worker.active || worker.owed_reply ||
             std::chrono::duration<double>(now - worker.turn_since).count() <= comm_->timeout_seconds())
           continue;
-        const std::string silent = "parameter server rank " + std::to_string(comm_->rank()) + ": worker rank " +
-                                   std::to_string(w) + " sent nothing for " +
-                                   std::to_string(static_cast<int>(comm_->timeout_seconds())) +
-                                   " s (its last push was step " + std::to_string(worker.clock) +
-                                   "; comm.timeout_s); it is stuck or gone";
+        const std::string silent =
+            "parameter server rank " + std::to_string(comm_->rank()) + ": worker rank " + std::to_string(w) +
+            " sent nothing for " + std::to_string(static_cast<int>(comm_->timeout_seconds())) +
+            " s (its last push was step " + std::to_string(worker.clock) + "; comm.timeout_s); it is stuck or gone";
         if (!continue_without_lost_) throw mgt::CommError(silent);
         if (w == 0)
-          throw mgt::CommError(silent + "; rank 0 writes the final checkpoint, so the run cannot go on "
+          throw mgt::CommError(silent +
+                               "; rank 0 writes the final checkpoint, so the run cannot go on "
                                "without it (sync.on_lost_worker = continue)");
         --active;
         lose(w, worker, silent, active);
@@ -273,8 +274,10 @@ class ParamServer final : public mgt::SyncStrategy, public mgt::ServingRole {
     (void)worker.receive.release();
     (void)worker.send.release();
     lost_.push_back(w);
-    std::fprintf(stderr, "mgtrain: warning: [rank %d] %s; going on with the other %d worker(s) "
-                 "(sync.on_lost_worker = continue)\n", comm_->rank(), silent.c_str(), remaining);
+    std::fprintf(stderr,
+                 "mgtrain: warning: [rank %d] %s; going on with the other %d worker(s) "
+                 "(sync.on_lost_worker = continue)\n",
+                 comm_->rank(), silent.c_str(), remaining);
     std::fflush(stderr);
   }
 
@@ -332,5 +335,5 @@ class ParamServer final : public mgt::SyncStrategy, public mgt::ServingRole {
 }  // namespace
 
 MGT_SYNC_PLUGIN("param_server", "1.0.0",
-                "asynchronous parameter server with bounded staleness; servers run the optimizer on shards",
-                kKeys, ParamServer)
+                "asynchronous parameter server with bounded staleness; servers run the optimizer on shards", kKeys,
+                ParamServer)

@@ -16,8 +16,7 @@ class Conv2dLayer final : public Layer {
     layers::check_positive(name, "out_channels", out_c);
     layers::check_positive(name, "kernel", k);
     layers::check_positive(name, "stride", stride);
-    MGT_CHECK(padding >= 0, ConfigError,
-              "layer '" + name + "': padding must be >= 0, got " + std::to_string(padding));
+    MGT_CHECK(padding >= 0, ConfigError, "layer '" + name + "': padding must be >= 0, got " + std::to_string(padding));
     shape_.in_channels = in_c;
     shape_.out_channels = out_c;
     shape_.kernel = k;
@@ -80,8 +79,8 @@ class Conv2dLayer final : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_conv2d(const std::string& name, int64_t in_channels, int64_t out_channels,
-                                   int64_t kernel, int64_t stride, int64_t padding) {
+std::unique_ptr<Layer> make_conv2d(const std::string& name, int64_t in_channels, int64_t out_channels, int64_t kernel,
+                                   int64_t stride, int64_t padding) {
   return std::make_unique<Conv2dLayer>(name, in_channels, out_channels, kernel, stride, padding);
 }
 

@@ -12,8 +12,7 @@ namespace {
 
 class DropoutLayer final : public Layer {
  public:
-  DropoutLayer(const std::string& name, float p)
-      : Layer(name), p_(p), purpose_(rng::purpose_hash("dropout:" + name)) {
+  DropoutLayer(const std::string& name, float p) : Layer(name), p_(p), purpose_(rng::purpose_hash("dropout:" + name)) {
     MGT_CHECK(p >= 0.0f && p < 1.0f, ConfigError,
               "layer '" + name + "': dropout probability must be in [0, 1), got " + std::to_string(p));
   }
@@ -41,8 +40,7 @@ class DropoutLayer final : public Layer {
   }
 
   // Uses the mask of the latest training forward, which must have been over this input.
-  void backward(const LayerRun& run, const Tensor&, const Tensor&, const Tensor& grad_out,
-                Tensor* grad_in) override {
+  void backward(const LayerRun& run, const Tensor&, const Tensor&, const Tensor& grad_out, Tensor* grad_in) override {
     if (!grad_in) return;
     const int64_t n = grad_out.numel();
     if (!run.step.training)

@@ -52,8 +52,8 @@ class LinearLayer final : public Layer {
       ops.gemm_bf16(false, true, batch, out_, in_, 1.0f, x_bf16_, in_, w_bf16_, in_, 1.0f, out.data(), out_);
       return;
     }
-    ops.gemm(false, true, batch, out_, in_, 1.0f, in.data(), in_, run.store.param(weight_), in_, 1.0f,
-             out.data(), out_);
+    ops.gemm(false, true, batch, out_, in_, 1.0f, in.data(), in_, run.store.param(weight_), in_, 1.0f, out.data(),
+             out_);
   }
 
   void backward(const LayerRun& run, const Tensor& in, const Tensor&, const Tensor& grad_out,
@@ -66,13 +66,12 @@ class LinearLayer final : public Layer {
     if (x_bf16_) {
       // dW and dx from bf16 operands into FP32; the bias gradient from the FP32 dy.
       ops.to_bf16(grad_out.data(), dy_bf16_, static_cast<size_t>(batch * out_));
-      ops.gemm_bf16(true, false, out_, in_, batch, 1.0f, dy_bf16_, out_, x_bf16_, in_, overwrite ? 0.0f : 1.0f,
-                    dw, in_);
+      ops.gemm_bf16(true, false, out_, in_, batch, 1.0f, dy_bf16_, out_, x_bf16_, in_, overwrite ? 0.0f : 1.0f, dw,
+                    in_);
       if (overwrite) ops.zero(db, static_cast<size_t>(out_) * sizeof(float));
       ops.add_column_sums(grad_out.data(), db, batch, out_);
       if (grad_in)
-        ops.gemm_bf16(false, false, batch, in_, out_, 1.0f, dy_bf16_, out_, w_bf16_, in_, 0.0f, grad_in->data(),
-                      in_);
+        ops.gemm_bf16(false, false, batch, in_, out_, 1.0f, dy_bf16_, out_, w_bf16_, in_, 0.0f, grad_in->data(), in_);
       return;
     }
     if (WeightGradientSink* sink = run.store.weight_gradient_sink()) {
@@ -80,8 +79,8 @@ class LinearLayer final : public Layer {
       sink->add_linear(weight_, bias_, grad_out.data(), in.data(), batch, out_, in_, run.step.shards);
     } else {
       // dW += dy^T x, db += column sums of dy (= when the gradients were discarded).
-      ops.gemm(true, false, out_, in_, batch, 1.0f, grad_out.data(), out_, in.data(), in_, overwrite ? 0.0f : 1.0f,
-               dw, in_);
+      ops.gemm(true, false, out_, in_, batch, 1.0f, grad_out.data(), out_, in.data(), in_, overwrite ? 0.0f : 1.0f, dw,
+               in_);
       if (overwrite) ops.zero(db, static_cast<size_t>(out_) * sizeof(float));
       ops.add_column_sums(grad_out.data(), db, batch, out_);
     }

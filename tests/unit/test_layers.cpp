@@ -295,6 +295,21 @@ TEST(PoolLayer, OverlappingWindowsGradientsMatchFiniteDifferences) {
   check_gradients(h, x, training_ctx());
 }
 
+TEST(PoolLayer, GlobalAveragePoolingIsTheChannelMeanWithItsGradient) {
+  Harness h(mgt::make_global_avg_pool2d("gap"));
+  Tensor x = random_tensor({2, 3, 5, 4}, 21);
+  EXPECT_EQ(h.layer->output_shape(x.shape()), (Shape{2, 3}));
+  EXPECT_THROW(h.layer->output_shape({2, 3, 5}), mgt::ConfigError);
+  Tensor y({2, 3});
+  run_forward(*h.layer, h.store, x, y, training_ctx());
+  for (int64_t r = 0; r < 6; ++r) {
+    double mean = 0.0;
+    for (int64_t j = 0; j < 20; ++j) mean += x.data()[r * 20 + j];
+    EXPECT_NEAR(y.data()[r], mean / 20.0, 1e-6) << "channel row " << r;
+  }
+  check_gradients(h, x, training_ctx());
+}
+
 TEST(ReluLayer, GradientsMatchFiniteDifferences) {
   Harness h(mgt::make_relu("relu"));
   Tensor x = well_separated_tensor({3, 4, 5}, 11);

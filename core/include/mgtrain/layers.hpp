@@ -136,6 +136,8 @@ MGT_API std::unique_ptr<Layer> make_linear(const std::string& name, int64_t in_f
 MGT_API std::unique_ptr<Layer> make_conv2d(const std::string& name, int64_t in_channels, int64_t out_channels,
                                            int64_t kernel, int64_t stride = 1, int64_t padding = 0);
 MGT_API std::unique_ptr<Layer> make_max_pool2d(const std::string& name, int64_t kernel, int64_t stride);
+// [B, C, H, W] -> [B, C]: each channel's mean over its plane.
+MGT_API std::unique_ptr<Layer> make_global_avg_pool2d(const std::string& name);
 MGT_API std::unique_ptr<Layer> make_relu(const std::string& name);
 MGT_API std::unique_ptr<Layer> make_flatten(const std::string& name);
 // Inverted dropout; the mask is a function of (seed, step, global sample, element).

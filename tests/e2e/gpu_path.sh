@@ -3,7 +3,7 @@
 # the CPU path, under mpirun: the same losses and parameters (dropout masks, gradient
 # accumulation, sgd and adam included); resume; out of memory; bf16; the sync strategies that work
 # on host memory; and train.device = gpu on a machine without one.
-# Usage: gpu_path.sh parity_mlp|parity_cnn_accum_adam|resume|out_of_memory|bf16|param_server|deterministic|no_gpu
+# Usage: gpu_path.sh parity_mlp|parity_cnn_accum_adam|parity_cnn_global_pool|resume|out_of_memory|bf16|param_server|deterministic|no_gpu
 source "$(dirname "$0")/lib.sh"
 
 # Each logged loss of two runs' metrics files, side by side; fails beyond a relative 1e-5.
@@ -14,10 +14,21 @@ same_losses() {  # same_losses A.jsonl B.jsonl
 }
 
 case $1 in
-  parity_mlp|parity_cnn_accum_adam)
+  parity_mlp|parity_cnn_accum_adam|parity_cnn_global_pool)
     if [ "$1" = parity_mlp ]; then
       write_config run.ini "[train]" "lr_schedule = cosine"
       extra=(--model.name=mlp --model.dropout=0.2)
+    elif [ "$1" = parity_cnn_global_pool ]; then
+      # The SDK's newest layer, global average pooling, on both executors and in deterministic
+      # mode: the same parameter bits at np=1 and np=2.
+      write_config run.ini
+      extra=(--model.name=cnn --model.channels=8,16 --model.hidden=32 --model.global_pool=true)
+      for np in 1 2; do
+        run_np $np 600 train --config run.ini "${extra[@]}" --train.max_steps=30 --sync.deterministic=true \
+          --checkpoint.dir="$WORK/det$np" >det$np.log 2>&1 || { cat det$np.log; fail "deterministic np=$np"; }
+      done
+      [ "$(group_hash det1/step-30.h5 /params)" = "$(group_hash det2/step-30.h5 /params)" ] ||
+        fail "deterministic parameters with global pooling differ between np=1 and np=2"
     else
       write_config run.ini
       sed -i '/^momentum/d' run.ini  # adam has no such key

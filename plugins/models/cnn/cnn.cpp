@@ -10,6 +10,8 @@ const mgt::ConfigKey kKeys[] = {
     {"model.hidden", mgt::KeyType::positive_integer, "128", "width of the first fully connected layer"},
     {"model.classes", mgt::KeyType::positive_integer, "10", "output classes"},
     {"model.dropout", mgt::KeyType::non_negative_real, "0", "dropout probability before the last layer"},
+    {"model.global_pool", mgt::KeyType::boolean, "false",
+     "average each channel over its plane (global average pooling) instead of flattening before fc1"},
 };
 
 class Cnn final : public mgt::SequentialModel {
@@ -35,10 +37,15 @@ class Cnn final : public mgt::SequentialModel {
     add(mgt::make_conv2d("conv2", channels[0], channels[1], k, 1, pad));
     add(mgt::make_relu("relu2"));
     add(mgt::make_max_pool2d("pool2", 2, 2));
-    add(mgt::make_flatten("flatten"));
     const int64_t h = (input[1] + 2 * pad - k + 1) / 2, w = (input[2] + 2 * pad - k + 1) / 2;
     const int64_t h2 = (h + 2 * pad - k + 1) / 2, w2 = (w + 2 * pad - k + 1) / 2;
-    add(mgt::make_linear("fc1", channels[1] * h2 * w2, config.get_int("hidden")));
+    if (config.get_bool("global_pool")) {
+      add(mgt::make_global_avg_pool2d("gap"));
+      add(mgt::make_linear("fc1", channels[1], config.get_int("hidden")));
+    } else {
+      add(mgt::make_flatten("flatten"));
+      add(mgt::make_linear("fc1", channels[1] * h2 * w2, config.get_int("hidden")));
+    }
     add(mgt::make_relu("relu3"));
     if (dropout > 0) add(mgt::make_dropout("dropout", static_cast<float>(dropout)));
     add(mgt::make_linear("fc2", config.get_int("hidden"), config.get_int("classes"), mgt::Init::fan_in_uniform));

@@ -48,7 +48,7 @@ cudaError_t failing_call() { return cudaErrorInvalidValue; }
 TEST(CudaRuntime, CudaCheckNamesCallFileLineAndText) {
   int line = 0;
   const std::string msg = cuda_error_message([&] {
-    line = __LINE__;
+    line = __LINE__ + 1;  // the check's line
     MGT_CUDA_CHECK(failing_call());
   });
   expect_contains(msg, "CUDA call failing_call() failed at ");

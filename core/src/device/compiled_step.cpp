@@ -1,9 +1,6 @@
 #include "device/compiled_step.hpp"
 
-#include <atomic>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <string>
 

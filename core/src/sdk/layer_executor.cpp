@@ -44,7 +44,6 @@ void LayerExecutor::plan(const Shape& input) {
   for (Layer* layer : layers_) shapes.push_back(s = layer->output_shape(s));
   acts_.clear();
   grads_.clear();
-  logits_grad_ = Tensor();
   input_shape_.clear();
   memory_->release_all();
   Planner planner(*memory_, bf16_);

@@ -54,7 +54,6 @@ class LayerExecutor {
   std::vector<Tensor> acts_;      // acts_[i]: output of layer i (a view of backend memory)
   std::vector<Tensor> grads_;     // grads_[i]: gradient w.r.t. the output of layer i
   Tensor input_;                  // a view of the latest forward's input
-  Tensor logits_grad_;            // the top gradient's own buffer where grads_.back() aliases none
   size_t first_with_params_ = 0;  // layers before it need no input gradient
   bool forwarded_ = false;
 };

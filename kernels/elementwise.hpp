@@ -53,14 +53,4 @@ MGT_HOST_DEVICE float apply_binary(BinaryOp op, float a, float b) {
   return a;
 }
 
-// Elements first_index.. of the stream (key, stream) as uniforms in [0, 1): mgt::rng::fill_uniform.
-inline void philox_fill_uniform(float* out, size_t n, uint64_t key, uint64_t stream, uint64_t first_index) {
-  size_t i = 0;
-  uint64_t index = first_index;
-  while (i < n) {
-    const Philox4 r = philox(key, stream, index / 4);
-    for (uint64_t lane = index % 4; lane < 4 && i < n; ++lane, ++i, ++index) out[i] = philox_unit(r.w[lane]);
-  }
-}
-
 }  // namespace mgt::kernels

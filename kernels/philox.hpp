@@ -1,6 +1,7 @@
 #pragma once
 // Philox-4x32-10, the counter-based generator behind mgt::rng, inline for the host and for CUDA
 // kernels alike: a dropout mask drawn on a GPU has the bits of one drawn on the CPU.
+#include <cstddef>
 #include <cstdint>
 
 #ifdef __CUDACC__
@@ -42,6 +43,17 @@ MGT_HOST_DEVICE float philox_unit(uint32_t bits) { return static_cast<float>(bit
 // Element `index` of the stream (key, stream) as a uniform in [0, 1).
 MGT_HOST_DEVICE float philox_uniform(uint64_t key, uint64_t stream, uint64_t index) {
   return philox_unit(philox(key, stream, index / 4).w[index % 4]);
+}
+
+// Elements first_index.. of the stream (key, stream) as uniforms in [0, 1): what mgt::rng and the
+// CPU backend's Ops::uniform draw, and the CUDA kernel draws element by element.
+inline void philox_fill_uniform(float* out, size_t n, uint64_t key, uint64_t stream, uint64_t first_index) {
+  size_t i = 0;
+  uint64_t index = first_index;
+  while (i < n) {
+    const Philox4 r = philox(key, stream, index / 4);
+    for (uint64_t lane = index % 4; lane < 4 && i < n; ++lane, ++i, ++index) out[i] = philox_unit(r.w[lane]);
+  }
 }
 
 }  // namespace mgt::kernels

@@ -22,7 +22,8 @@ done
 bad=$(grep -rn '#include "' "$SRC/plugins" "$SRC/examples/plugin" | grep -v '#include "mgtrain/' || true)
 [[ -z $bad ]] || { echo "$bad"; fail "a plugin includes more than the SDK's public headers"; }
 
-exported=$(nm -D --defined-only "$LIB" | awk '{print $3}' | c++filt)
+exported_raw=$(nm -D --defined-only "$LIB" | awk '{print $3}')
+exported=$(c++filt <<<"$exported_raw")
 grep -q '^mgt::make_linear' <<<"$exported" || fail "libmgtrain does not export make_linear"
 ! grep -E '^(typeinfo for |vtable for )?mgt::(kernels::|LayerExecutor|BackendMemory)' <<<"$exported" ||
   fail "libmgtrain exports internals"
@@ -32,7 +33,7 @@ needed=$(objdump -p "$LIB" | awk '/NEEDED/ {print $2}')
 n=0
 for plugin in "$BUILD"/plugins/*.so; do
   while read -r symbol; do
-    grep -qxF "$symbol" <<<"$(nm -D --defined-only "$LIB" | awk '{print $3}')" ||
+    grep -qxF "$symbol" <<<"$exported_raw" ||
       fail "$(basename "$plugin") needs $(c++filt "$symbol"), which libmgtrain does not export"
     n=$((n + 1))
   done < <(nm -D --undefined-only "$plugin" | awk '{print $2}' | grep '^_ZN3mgt\|^_ZTIN3mgt\|^_ZTVN3mgt' || true)

@@ -55,12 +55,7 @@ void check_compilable(const Model& model, const Optimizer& optimizer, const std:
 // The compiled program: the layers' executor, per slot the staged batch and the host's scalars.
 struct CompiledStep::Program {
   Program(Backend& backend, const SequentialModel& model, bool bf16)
-      : memory(backend), executor(backend, layer_pointers(model), bf16) {}
-  static std::vector<mgt::Layer*> layer_pointers(const SequentialModel& model) {
-    std::vector<mgt::Layer*> out;
-    for (const auto& l : model.layers()) out.push_back(l.get());
-    return out;
-  }
+      : memory(backend), executor(backend, model.layers(), bf16) {}
 
   BackendMemory memory;
   LayerExecutor executor;

@@ -19,14 +19,14 @@ class LayerExecutor::Planner final : public LayerPlanner {
   bool bf16_;
 };
 
-LayerExecutor::LayerExecutor(kernels::Backend& backend, std::vector<Layer*> layers, bool bf16, bool counted)
-    : backend_(backend),
-      layers_(std::move(layers)),
-      bf16_(bf16),
-      memory_(std::make_unique<BackendMemory>(backend, counted)) {
-  MGT_CHECK(!layers_.empty(), ConfigError, "the model has no layers");
-  for (Layer* layer : layers_) {
+LayerExecutor::LayerExecutor(kernels::Backend& backend, const std::vector<std::unique_ptr<Layer>>& layers, bool bf16,
+                             bool counted)
+    : backend_(backend), bf16_(bf16), memory_(std::make_unique<BackendMemory>(backend, counted)) {
+  MGT_CHECK(!layers.empty(), ConfigError, "the model has no layers");
+  for (const auto& owned : layers) {
+    Layer* layer = owned.get();
     MGT_CHECK(layer != nullptr, Error, "LayerExecutor: null layer");
+    layers_.push_back(layer);
     handles_.push_back(layer->param_handles());
     alias_.push_back(layer->aliases_input() ? 1 : 0);
   }

@@ -17,8 +17,9 @@ namespace mgt {
 
 class LayerExecutor {
  public:
-  // The layers outlive the executor. counted: as BackendMemory's.
-  LayerExecutor(kernels::Backend& backend, std::vector<Layer*> layers, bool bf16 = false, bool counted = true);
+  // The layers (a SequentialModel's) outlive the executor. counted: as BackendMemory's.
+  LayerExecutor(kernels::Backend& backend, const std::vector<std::unique_ptr<Layer>>& layers, bool bf16 = false,
+                bool counted = true);
   ~LayerExecutor();
   LayerExecutor(const LayerExecutor&) = delete;
   LayerExecutor& operator=(const LayerExecutor&) = delete;

@@ -31,14 +31,10 @@ std::array<uint32_t, 4> philox(uint64_t key, uint64_t counter_hi, uint64_t count
 float uniform(uint64_t key, uint64_t stream, uint64_t index) { return kernels::philox_uniform(key, stream, index); }
 
 void fill_uniform(float* out, size_t n, float lo, float hi, uint64_t key, uint64_t stream, uint64_t first_index) {
+  kernels::philox_fill_uniform(out, n, key, stream, first_index);
+  // lo + span * u: exactly u for [0, 1).
   const float span = hi - lo;
-  size_t i = 0;
-  uint64_t index = first_index;
-  while (i < n) {
-    const kernels::Philox4 r = kernels::philox(key, stream, index / 4);
-    for (uint64_t lane = index % 4; lane < 4 && i < n; ++lane, ++i, ++index)
-      out[i] = lo + span * kernels::philox_unit(r.w[lane]);
-  }
+  for (size_t i = 0; i < n; ++i) out[i] = lo + span * out[i];
 }
 
 std::vector<int64_t> epoch_permutation(uint64_t seed, int64_t epoch, int64_t n) {

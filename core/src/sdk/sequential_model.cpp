@@ -13,13 +13,8 @@ namespace mgt {
 
 struct SequentialModel::HostExecutor {
   explicit HostExecutor(const std::vector<std::unique_ptr<Layer>>& layers)
-      : backend(kernels::make_cpu_backend()), executor(*backend, raw(layers), /*bf16=*/false, /*counted=*/false) {
+      : backend(kernels::make_cpu_backend()), executor(*backend, layers, /*bf16=*/false, /*counted=*/false) {
     backend->read_step_from(&step);
-  }
-  static std::vector<Layer*> raw(const std::vector<std::unique_ptr<Layer>>& layers) {
-    std::vector<Layer*> out;
-    for (const auto& l : layers) out.push_back(l.get());
-    return out;
   }
   std::unique_ptr<kernels::Backend> backend;
   LayerExecutor executor;
@@ -108,6 +103,8 @@ Ops& host_ops(int64_t step) {
 
 Ops& host_ops() { return *host_ops_of_thread.backend; }
 
+// Plain heap blocks rather than a backend's memory: a planner may outlive the thread's host
+// backend (a static one is destroyed after the thread's objects).
 struct HostLayerPlanner::Block {
   explicit Block(size_t bytes) : data(std::aligned_alloc(64, (bytes + 63) / 64 * 64)) {
     if (!data) throw std::bad_alloc();

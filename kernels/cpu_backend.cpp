@@ -1,7 +1,7 @@
 // The CPU backend of the dispatch interface: the kernels of kernels/cpu run at once in host
-// memory. The layers run on it on the CPU path, and so does the compiled step
-// (core/src/device/compiled_step.hpp) with train.device = compiled-cpu, which is how the GPU path's
-// program is tested on machines without a GPU.
+// memory. Every CPU rank's training step (core/src/device/compiled_step.hpp) runs on it, in place;
+// test builds also run the GPU's form of the step on it, which is how that program is tested on
+// machines without a GPU.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>

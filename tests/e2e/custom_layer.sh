@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # A plugin's own layer on every executor: examples/plugin's swish_mlp (a Swish activation written
 # over mgt::Ops, no CUDA), built out of tree against the installed SDK, trains at np=2 on the CPU
-# path (the loss goes down), through the GPU path's compiled step on the CPU backend
-# (train.device = compiled-cpu: the same losses and parameters within 1e-5) and in deterministic
+# (the loss goes down), through the GPU path's program on the CPU backend (the step in device
+# memory, in_memory in lib.sh: the same losses and parameters within 1e-5) and in deterministic
 # mode (the same parameter bits at np=1 and np=2). The example's optimizer, signsgd, states its
-# update once (mgtrain/update_rule.hpp): the compiled step applies it with the CPU path's bits.
+# update once (mgtrain/update_rule.hpp): in device memory the step applies it with the bits of in
+# place.
 source "$(dirname "$0")/lib.sh"
 unset MGTRAIN_PLUGIN_PATH
 
@@ -24,19 +25,19 @@ common=(--config run.ini --plugin-path "$PLUGIN_BUILD/plugins" --model.name=swis
         --train.max_steps=60 --train.log_every=10 --json)
 losses() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$1"; }
 
-for device in cpu compiled-cpu; do
-  run_np 2 300 train "${common[@]}" --train.device=$device --checkpoint.dir="$WORK/$device" >$device.log 2>&1 ||
-    { cat $device.log; fail "swish_mlp with train.device = $device"; }
+for memory in host device; do
+  in_memory $memory run_np 2 300 train "${common[@]}" --checkpoint.dir="$WORK/$memory" >$memory.log 2>&1 ||
+    { cat $memory.log; fail "swish_mlp with the step in $memory memory"; }
 done
-first=$(losses cpu/metrics.jsonl | head -1)
-last=$(losses cpu/metrics.jsonl | tail -1)
-echo "swish_mlp np=2 on the CPU path: loss $first (step 10) -> $last (step 60)"
-awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.8 * a) }' || { cat cpu.log; fail "the loss did not go down"; }
-paste -d' ' <(losses cpu/metrics.jsonl) <(losses compiled-cpu/metrics.jsonl) |
+first=$(losses host/metrics.jsonl | head -1)
+last=$(losses host/metrics.jsonl | tail -1)
+echo "swish_mlp np=2 on the CPU: loss $first (step 10) -> $last (step 60)"
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.8 * a) }' || { cat host.log; fail "the loss did not go down"; }
+paste -d' ' <(losses host/metrics.jsonl) <(losses device/metrics.jsonl) |
   awk '{ n++; d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad++ } END { exit !(n == 6 && bad == 0) }' ||
-  { paste cpu/metrics.jsonl compiled-cpu/metrics.jsonl; fail "the compiled step's losses differ from the CPU path's"; }
-"$MGTRAIN" compare cpu/step-60.h5 compiled-cpu/step-60.h5 --rtol 1e-5 ||
-  fail "the compiled step's parameters differ from the CPU path's"
+  { paste host/metrics.jsonl device/metrics.jsonl; fail "the step's losses in device memory differ from in place"; }
+"$MGTRAIN" compare host/step-60.h5 device/step-60.h5 --rtol 1e-5 ||
+  fail "the step's parameters in device memory differ from in place"
 
 for np in 1 2; do
   run_np $np 300 train "${common[@]}" --sync.deterministic=true --checkpoint.dir="$WORK/det$np" >det$np.log 2>&1 ||
@@ -44,13 +45,13 @@ for np in 1 2; do
 done
 [ "$(group_hash det1/step-60.h5 /params)" = "$(group_hash det2/step-60.h5 /params)" ] ||
   fail "deterministic swish_mlp parameters differ between np=1 and np=2"
-# The plugin's element update through the compiled step: the same parameters as the CPU path's
-# own step(), bit for bit (the layers' GEMMs are the same on both here).
+# The plugin's element update in device memory: the same parameters as in place (the layers'
+# GEMMs are the same on both here).
 sign=(--optimizer.name=signsgd --optimizer.lr=0.001 --optimizer.momentum=0.9 --model.name=mlp)
-for device in cpu compiled-cpu; do
-  run_np 2 300 train "${common[@]}" "${sign[@]}" --train.device=$device --checkpoint.dir="$WORK/sign-$device" \
-    >sign-$device.log 2>&1 || { cat sign-$device.log; fail "signsgd with train.device = $device"; }
+for memory in host device; do
+  in_memory $memory run_np 2 300 train "${common[@]}" "${sign[@]}" --checkpoint.dir="$WORK/sign-$memory" \
+    >sign-$memory.log 2>&1 || { cat sign-$memory.log; fail "signsgd with the step in $memory memory"; }
 done
-"$MGTRAIN" compare sign-cpu/step-60.h5 sign-compiled-cpu/step-60.h5 --rtol 1e-5 ||
-  fail "signsgd's update in the compiled step differs from its step() on the CPU path"
+"$MGTRAIN" compare sign-host/step-60.h5 sign-device/step-60.h5 --rtol 1e-5 ||
+  fail "signsgd's update in device memory differs from in place"
 echo "PASS"

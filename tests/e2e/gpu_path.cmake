@@ -1,7 +1,8 @@
-# The GPU path's compiled step on the CPU backend, and train.device without a GPU.
+# The GPU path's program (the step in device memory) on the CPU backend, and train.device without
+# a GPU.
 foreach(case parity_mlp parity_cnn_accum_adam parity_cnn_global_pool resume out_of_memory bf16 param_server deterministic no_gpu)
   mgtrain_e2e_test(gpu_path.${case} 600 ${E2E}/gpu_path.sh ${case})
 endforeach()
 foreach(policy abort skip)
-  mgtrain_e2e_test(gpu_path.nonfinite.${policy} 180 ${E2E}/nonfinite.sh ${policy} compiled-cpu)
+  mgtrain_e2e_test(gpu_path.nonfinite.${policy} 180 ${E2E}/nonfinite.sh ${policy} device)
 endforeach()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The GPU path's compiled step, checked on the CPU backend (train.device = compiled-cpu) against
-# the CPU path, under mpirun: the same losses and parameters (dropout masks, gradient
-# accumulation, sgd and adam included); resume; out of memory; bf16; the sync strategies that work
-# on host memory; and train.device = gpu on a machine without one.
+# The GPU path's program (the step in device memory: its own copies, its own executor, the batch
+# staged), checked on the CPU backend (in_memory device, lib.sh) against the step in place, under
+# mpirun: the same losses and parameters (dropout masks, gradient accumulation, sgd and adam
+# included); resume; out of memory; bf16; the sync strategies that work on host memory; and
+# train.device = gpu on a machine without one.
 # Usage: gpu_path.sh parity_mlp|parity_cnn_accum_adam|parity_cnn_global_pool|resume|out_of_memory|bf16|param_server|deterministic|no_gpu
 source "$(dirname "$0")/lib.sh"
 
@@ -35,20 +36,20 @@ case $1 in
       extra=(--model.name=cnn --model.channels=8,16 --model.hidden=32 --optimizer.name=adam --optimizer.lr=0.002
              --sync.name=grad_accum --sync.accum_steps=2)
     fi
-    for device in cpu compiled-cpu; do
-      run_np 2 600 train --config run.ini "${extra[@]}" --train.max_steps=60 --train.log_every=10 \
-        --train.device=$device --checkpoint.dir="$WORK/$device" --json >$device.log 2>&1 ||
-        { cat $device.log; fail "train.device = $device"; }
-      grep -q "\"device\":\"$device\"" $device.log || { cat $device.log; fail "the result does not say device $device"; }
+    for memory in host device; do
+      in_memory $memory run_np 2 600 train --config run.ini "${extra[@]}" --train.max_steps=60 --train.log_every=10 \
+        --checkpoint.dir="$WORK/$memory" --json >$memory.log 2>&1 || { cat $memory.log; fail "the step in $memory memory"; }
+      grep -q '"device":"cpu"' $memory.log || { cat $memory.log; fail "the result does not say device cpu"; }
     done
-    grep -q "^device: compiled-cpu" compiled-cpu.log || fail "no device line"
-    same_losses cpu/metrics.jsonl compiled-cpu/metrics.jsonl || fail "the compiled step's losses differ from the CPU path's"
-    "$MGTRAIN" compare cpu/step-60.h5 compiled-cpu/step-60.h5 --rtol 1e-5 ||
-      fail "the compiled step's parameters differ from the CPU path's"
+    grep -q "^device: cpu (the CPU backend, in memory of the step's own" device.log || fail "no device line"
+    same_losses host/metrics.jsonl device/metrics.jsonl || fail "the step's losses in device memory differ from in place"
+    "$MGTRAIN" compare host/step-60.h5 device/step-60.h5 --rtol 1e-5 ||
+      fail "the step's parameters in device memory differ from in place"
     ;;
   resume)
     write_config run.ini
-    common=(--config run.ini --train.device=compiled-cpu --train.log_every=10)
+    common=(--config run.ini --train.log_every=10)
+    export MGTRAIN_TEST_STEP_IN_DEVICE_MEMORY=1
     run_np 2 600 train "${common[@]}" --train.max_steps=40 --checkpoint.dir="$WORK/a" >a.log 2>&1 || { cat a.log; fail "run a"; }
     run_np 2 600 train "${common[@]}" --train.max_steps=20 --checkpoint.dir="$WORK/c" >c1.log 2>&1 || { cat c1.log; fail "run c, first half"; }
     run_np 2 600 train "${common[@]}" --train.max_steps=40 --checkpoint.dir="$WORK/c" --resume latest >c2.log 2>&1 ||
@@ -63,7 +64,8 @@ case $1 in
     # A "device" of 6 MB (test-only MGTRAIN_TEST_DEVICE_MEMORY_MB): a local micro-batch of 512 rows
     # does not fit, one of 256 does.
     write_config run.ini
-    common=(--config run.ini --train.device=compiled-cpu --train.global_batch=1024 --train.max_steps=6 --train.log_every=2)
+    export MGTRAIN_TEST_STEP_IN_DEVICE_MEMORY=1
+    common=(--config run.ini --train.global_batch=1024 --train.max_steps=6 --train.log_every=2)
     set +e
     MGTRAIN_TEST_DEVICE_MEMORY_MB=6 run_np 2 120 train "${common[@]}" --checkpoint.dir="$WORK/refused" >refused.log 2>&1
     rc=$?
@@ -84,8 +86,9 @@ case $1 in
     # Mixed precision on the CPU backend (bf16 operands emulated exactly, FP32 sums): it must track
     # FP32 training closely, and must not be FP32 in disguise.
     write_config run.ini
+    export MGTRAIN_TEST_STEP_IN_DEVICE_MEMORY=1
     for precision in fp32 bf16; do
-      run_np 2 600 train --config run.ini --train.device=compiled-cpu --gpu.precision=$precision --train.max_steps=200 \
+      run_np 2 600 train --config run.ini --gpu.precision=$precision --train.max_steps=200 \
         --train.log_every=40 --checkpoint.dir="$WORK/$precision" >$precision.log 2>&1 || { cat $precision.log; fail "gpu.precision = $precision"; }
     done
     paste -d' ' <(sed -n 's/.*"loss":\([^,]*\),.*/\1/p' fp32/metrics.jsonl) <(sed -n 's/.*"loss":\([^,]*\),.*/\1/p' bf16/metrics.jsonl) |
@@ -98,7 +101,7 @@ case $1 in
     # FP32 convolution in unit_kernels, and the GPU's against it in gpu_cudnn_ops): it trains.
     cnn=(--model.name=cnn --model.channels=4,8 --model.hidden=16 --train.max_steps=60 --train.log_every=20)
     for precision in fp32 bf16; do
-      run_np 2 600 train --config run.ini --train.device=compiled-cpu --gpu.precision=$precision "${cnn[@]}" \
+      run_np 2 600 train --config run.ini --gpu.precision=$precision "${cnn[@]}" \
         --checkpoint.dir="$WORK/cnn-$precision" >cnn-$precision.log 2>&1 || { cat cnn-$precision.log; fail "CNN, gpu.precision = $precision"; }
     done
     paste -d' ' <(sed -n 's/.*"loss":\([^,]*\),.*/\1/p' cnn-fp32/metrics.jsonl) <(sed -n 's/.*"loss":\([^,]*\),.*/\1/p' cnn-bf16/metrics.jsonl) |
@@ -106,43 +109,46 @@ case $1 in
            END { exit !(n == 3 && bad == 0) }' || fail "CNN bf16 losses are not within 3% of FP32's"
     ;;
   param_server)
-    # A parameter server's workers on the compiled step: gradients go to the servers through host
-    # memory. One worker in lock step (staleness 0) is deterministic, so it must match the CPU path
-    # bit for bit; two asynchronous workers must finish the run with the servers' final state.
+    # A parameter server's workers with the step in device memory: gradients go to the servers
+    # through host memory. One worker in lock step (staleness 0) is deterministic, so it must match
+    # the step in place bit for bit; two asynchronous workers must finish the run with the servers'
+    # final state.
     write_config run.ini "[sync]" "name = param_server" "staleness = 0"
-    for device in cpu compiled-cpu; do
-      run_np 2 300 train --config run.ini --train.max_steps=40 --train.log_every=10 --train.device=$device \
-        --checkpoint.dir="$WORK/$device" --json >$device.log 2>&1 || { cat $device.log; fail "train.device = $device"; }
+    for memory in host device; do
+      in_memory $memory run_np 2 300 train --config run.ini --train.max_steps=40 --train.log_every=10 \
+        --checkpoint.dir="$WORK/$memory" --json >$memory.log 2>&1 || { cat $memory.log; fail "the step in $memory memory"; }
     done
-    grep -q "^device: compiled-cpu (.*sync 'param_server' on host memory" compiled-cpu.log ||
-      { cat compiled-cpu.log; fail "no device line saying the sync runs on the host"; }
-    same_losses cpu/metrics.jsonl compiled-cpu/metrics.jsonl || fail "the workers' losses differ from the CPU path's"
-    "$MGTRAIN" compare cpu/step-40.h5 compiled-cpu/step-40.h5 --rtol 0 ||
-      fail "the servers' final parameters differ from the CPU path's"
-    run_np 3 300 train --config run.ini --train.max_steps=40 --sync.staleness=2 --train.device=compiled-cpu \
+    grep -q "^device: cpu (.*sync 'param_server' on host memory" device.log ||
+      { cat device.log; fail "no device line saying the sync runs on the host"; }
+    same_losses host/metrics.jsonl device/metrics.jsonl || fail "the workers' losses differ from in place"
+    "$MGTRAIN" compare host/step-40.h5 device/step-40.h5 --rtol 0 ||
+      fail "the servers' final parameters differ from in place"
+    in_memory device run_np 3 300 train --config run.ini --train.max_steps=40 --sync.staleness=2 \
       --checkpoint.dir="$WORK/async" --json >async.log 2>&1 || { cat async.log; fail "two asynchronous workers"; }
-    grep -q '"device":"compiled-cpu"' async.log || { cat async.log; fail "rank 0 did not train on the compiled step"; }
+    grep -q "^device: cpu (the CPU backend, in memory of the step's own" async.log ||
+      { cat async.log; fail "rank 0 did not train with the step in device memory"; }
     [ -f async/step-40.h5 ] || fail "no final checkpoint after two asynchronous workers"
     ;;
   deterministic)
-    # sync.deterministic on the compiled step: each micro-shard's gradient goes to the host's fixed
-    # tree. The same bits at 1, 2 and 4 ranks, and with grad_accum's split of the same 8 shards.
+    # sync.deterministic with the step in device memory: each micro-shard's gradient goes to the
+    # host's fixed tree. The same bits at 1, 2 and 4 ranks, and with grad_accum's split of the same
+    # 8 shards.
     write_config run.ini "[sync]" "deterministic = true"
-    common=(--config run.ini --train.device=compiled-cpu --train.max_steps=20 --train.log_every=10 --model.dropout=0.1)
+    common=(--config run.ini --train.max_steps=20 --train.log_every=10 --model.dropout=0.1)
     for np in 1 2 4; do
-      run_np $np 300 train "${common[@]}" --sync.micro_shards=8 --checkpoint.dir="$WORK/np$np" >np$np.log 2>&1 ||
+      in_memory device run_np $np 300 train "${common[@]}" --sync.micro_shards=8 --checkpoint.dir="$WORK/np$np" >np$np.log 2>&1 ||
         { cat np$np.log; fail "np=$np"; }
     done
-    run_np 4 300 train "${common[@]}" --sync.name=grad_accum --sync.accum_steps=2 --checkpoint.dir="$WORK/accum" \
+    in_memory device run_np 4 300 train "${common[@]}" --sync.name=grad_accum --sync.accum_steps=2 --checkpoint.dir="$WORK/accum" \
       >accum.log 2>&1 || { cat accum.log; fail "grad_accum, np=4 x 2"; }
     for run in np2 np4 accum; do
       [ "$(group_hash np1/step-20.h5 /params)" = "$(group_hash $run/step-20.h5 /params)" ] ||
         fail "deterministic parameters of $run differ from np=1's"
     done
-    # Not the CPU path's bits (its linear gradients come from another kernel), but its training.
+    # In place (micro-shards through one pass together) the same training; here the same bits too.
     run_np 2 300 train --config run.ini --train.max_steps=20 --train.log_every=10 --model.dropout=0.1 \
-      --sync.micro_shards=8 --checkpoint.dir="$WORK/cpu" >cpu.log 2>&1 || { cat cpu.log; fail "the CPU path"; }
-    same_losses cpu/metrics.jsonl np1/metrics.jsonl || fail "the compiled step's losses are not the CPU path's"
+      --sync.micro_shards=8 --checkpoint.dir="$WORK/host" >host.log 2>&1 || { cat host.log; fail "the step in place"; }
+    same_losses host/metrics.jsonl np1/metrics.jsonl || fail "the step's losses in place differ from in device memory"
     ;;
   no_gpu)
     write_config run.ini

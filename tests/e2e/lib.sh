@@ -14,6 +14,15 @@ run_np() {
   timeout --kill-after=10 "$limit" mpirun -np "$np" --oversubscribe "$MGTRAIN" "$@"
 }
 
+# Runs a command with the training step in the memory named: "device" as a GPU rank runs it (its
+# own copies in the backend's memory, its own executor, the batch staged: the test-only
+# MGTRAIN_TEST_STEP_IN_DEVICE_MEMORY), so that the GPU path's program is checked on the CPU
+# backend; "host" in place, as every CPU rank trains. Usage: in_memory host|device COMMAND...
+in_memory() {
+  local memory=$1; shift
+  if [ "$memory" = device ]; then MGTRAIN_TEST_STEP_IN_DEVICE_MEMORY=1 "$@"; else "$@"; fi
+}
+
 # SHA-256 of every dataset under GROUP of a checkpoint, from h5dump's raw binary output.
 group_hash() {
   local file=$1 group=$2 out=""

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # A NaN gradient on one rank (test-only MGTRAIN_TEST_NAN_AT): train.nonfinite = abort ends every
 # rank with one line naming the step; skip skips that step on all ranks, counts it and trains on.
-# Usage: nonfinite.sh abort|skip [DEVICE]  (train.device; the compiled step poisons an input sample)
+# Usage: nonfinite.sh abort|skip [host|device]  (where the step runs: in_memory in lib.sh)
 source "$(dirname "$0")/lib.sh"
-write_config run.ini "[train]" "device = ${2:-cpu}"
+write_config run.ini
 export MGTRAIN_TEST_NAN_AT=1:7
+[ "${2:-host}" = device ] && export MGTRAIN_TEST_STEP_IN_DEVICE_MEMORY=1
 case $1 in
   abort)
     set +e

@@ -1,5 +1,6 @@
 #include "device/compiled_step.hpp"
 
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -7,6 +8,7 @@
 #include "kernels/cpu/softmax.hpp"
 #include "mgtrain/error.hpp"
 #include "sdk/layer_executor.hpp"
+#include "testing/fault_injection.hpp"
 
 namespace mgt {
 
@@ -38,27 +40,86 @@ struct StepScalars {
   int64_t step;
 };
 
+using Clock = std::chrono::steady_clock;
+
+// Adds the seconds since `start` to *total when there is a total to add to.
+void add_seconds(double* total, Clock::time_point start) {
+  if (total) *total += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 }  // namespace
+
+// What runs one pass's forward and backward over the step's store.
+class CompiledStep::Network {
+ public:
+  virtual ~Network() = default;
+  // The logits of `x` (rows of the planned pass, backend memory), valid until the next forward.
+  virtual const float* forward(const float* x, ParameterStore& store, const StepContext& ctx) = 0;
+  // Where the loss writes the logits' gradient.
+  virtual float* logits_grad() = 0;
+  virtual void backward(ParameterStore& store, const StepContext& ctx, const GradientsReady& ready) = 0;
+};
+
+// A SequentialModel's layers, planned again by an executor of the step's own on the backend (the
+// device's memory).
+class CompiledStep::ExecutorNetwork : public Network {
+ public:
+  ExecutorNetwork(Backend& backend, const SequentialModel& model, bool bf16, const Shape& pass)
+      : executor_(backend, model.layers(), bf16) {
+    executor_.plan(pass);
+  }
+  const float* forward(const float* x, ParameterStore& store, const StepContext& ctx) override {
+    return executor_.forward(x, store, ctx).data();
+  }
+  float* logits_grad() override { return executor_.logits_grad(); }
+  void backward(ParameterStore& store, const StepContext& ctx, const GradientsReady& ready) override {
+    executor_.backward(store, ctx, ready);
+  }
+  const LayerExecutor& executor() const { return executor_; }
+
+ private:
+  LayerExecutor executor_;
+};
+
+// The model itself, on the host store it declared its parameters into: any Model (a
+// SequentialModel runs its layers by its own executor, in host memory).
+class CompiledStep::ModelNetwork : public Network {
+ public:
+  ModelNetwork(Model& model, const Shape& pass)
+      : model_(model), input_(Tensor::view(nullptr, pass)), grad_(model.output_shape(pass)) {}
+  const float* forward(const float* x, ParameterStore&, const StepContext& ctx) override {
+    input_.rebind(const_cast<float*>(x));  // read only: a model does not write its input
+    return model_.forward(input_, ctx).data();
+  }
+  float* logits_grad() override { return grad_.data(); }
+  void backward(ParameterStore&, const StepContext& ctx, const GradientsReady& ready) override {
+    model_.backward(grad_, ctx, ready);
+  }
+
+ private:
+  Model& model_;
+  Tensor input_;  // a view of the pass's rows, rebound every pass
+  Tensor grad_;
+};
 
 void check_compilable(const Model& model, const Optimizer& optimizer, const std::string& model_name,
                       const std::string& optimizer_name) {
   MGT_CHECK(dynamic_cast<const SequentialModel*>(&model) != nullptr, ConfigError,
             "model '" + model_name +
                 "' is not a SequentialModel, which is what the GPU path runs; "
-                "train.device = cpu runs it");
+                "train.device = cpu runs any model");
   MGT_CHECK(optimizer.element_update() != nullptr, ConfigError,
             "optimizer '" + optimizer_name +
                 "' states no element update the GPU path can apply "
                 "(Optimizer::element_update, mgtrain/update_rule.hpp); train.device = cpu runs it");
 }
 
-// The compiled program: the layers' executor, per slot the staged batch and the host's scalars.
+// The compiled program: the network, per slot the staged batch and the host's scalars.
 struct CompiledStep::Program {
-  Program(Backend& backend, const SequentialModel& model, bool bf16)
-      : memory(backend), executor(backend, model.layers(), bf16) {}
+  explicit Program(Backend& backend) : memory(backend) {}
 
   BackendMemory memory;
-  LayerExecutor executor;
+  std::unique_ptr<Network> network;
   int64_t sample_numel = 0;
   // Per slot: the staged batch in backend memory, the step's scalars (pinned) and the step's
   // totals (pinned), so that a recorded step reads and writes fixed addresses.
@@ -70,42 +131,55 @@ struct CompiledStep::Program {
   StepScalars* scalars = nullptr;
   StepTotals* totals = nullptr;
   double* row_loss = nullptr;
-  std::vector<float*> state;  // the optimizer's state buffers, in state_buffers() order
-  std::unique_ptr<ElementwiseUpdate> update;
+  std::vector<float*> state;                  // the optimizer's state buffers, in state_buffers() order
+  std::unique_ptr<ElementwiseUpdate> update;  // null: Optimizer::step on the host (in place only)
   std::unique_ptr<kernels::UpdateOp> update_op;
   std::unique_ptr<kernels::RecordedStep> recorded[2];
 };
 
-CompiledStep::CompiledStep(Backend& backend, const SequentialModel& model, DeviceParameters& params,
-                           Optimizer& optimizer, SyncStrategy& sync, const CompiledStepOptions& options)
+CompiledStep::CompiledStep(Backend& backend, Model& model, ParameterStore& store, Optimizer& optimizer,
+                           SyncStrategy& sync, const CompiledStepOptions& options)
     : backend_(backend),
       optimizer_(optimizer),
       sync_(sync),
-      params_(params),
+      store_(store),
       options_(options),
-      program_(std::make_unique<Program>(backend, model, options.bf16)) {
+      program_(std::make_unique<Program>(backend)) {
   Program& p = *program_;
-  MGT_CHECK(options.pass_rows > 0 && options.passes_per_micro_batch > 0 && options.accumulation > 0, Error,
-            "compiled step: rows, passes and accumulation must be positive");
-  MGT_CHECK(!options.host_sync || options.host_sync->flat_size() == params.store.flat_size(), Error,
+  MGT_CHECK(options.pass_rows > 0 && options.passes_per_micro_batch > 0 && options.accumulation > 0 &&
+                options.micro_batches_per_pass > 0 && options.accumulation % options.micro_batches_per_pass == 0,
+            Error, "compiled step: rows, passes and accumulation must be positive, whole micro-batches to a pass");
+  MGT_CHECK(options.micro_batches_per_pass == 1 || (options.in_place && options.passes_per_micro_batch == 1), Error,
+            "compiled step: micro-batches share a pass only in place, one pass each");
+  MGT_CHECK(!options.host_sync || (!options.in_place && options.host_sync->flat_size() == store.flat_size()), Error,
             "compiled step: the host sync store's layout differs from the device's");
-  // The host strategy runs between the kernels, which a recording cannot hold.
-  if (options.host_sync) options_.record = false;
+  // The host strategy runs between the kernels, which a recording cannot hold; in place the host
+  // runs every operation as it is called.
+  if (options.host_sync || options.in_place) options_.record = false;
+  if (options.in_place) options_.pipeline_depth = 1;
   MGT_CHECK(options.pipeline_depth == 1 || options.pipeline_depth == 2, Error,
             "compiled step: pipeline depth " + std::to_string(options.pipeline_depth) + ", expected 1 or 2");
   p.sample_numel = shape_numel(options.sample_shape);
   Shape in_shape = {options.pass_rows};
   in_shape.insert(in_shape.end(), options.sample_shape.begin(), options.sample_shape.end());
-  p.executor.plan(in_shape);
-  const Shape& out = p.executor.output_shape();
+  const Shape out = model.output_shape(in_shape);
   MGT_CHECK(out.size() == 2 && out[1] == options.classes, Error,
             "compiled step: the model's output " + shape_string(out) + " is not [rows, " +
                 std::to_string(options.classes) + "]");
+  if (options.in_place) {
+    p.network = std::make_unique<ModelNetwork>(model, in_shape);
+  } else {
+    const auto* sequential = dynamic_cast<const SequentialModel*>(&model);
+    MGT_CHECK(sequential != nullptr, ConfigError,
+              "the model is not a SequentialModel, which is what the GPU path runs");
+    p.network = std::make_unique<ExecutorNetwork>(backend, *sequential, options.bf16, in_shape);
+  }
 
   const auto rows = static_cast<size_t>(step_rows());
   for (int slot = 0; slot < 2; ++slot) {
     p.pinned_scalars[slot] = p.memory.host<StepScalars>(1);
     p.pinned_totals[slot] = p.memory.host<StepTotals>(1);
+    if (options.in_place) continue;  // the caller's rows are read where they are
     p.x[slot] = p.memory.device<float>(rows * static_cast<size_t>(p.sample_numel));
     p.y[slot] = p.memory.device<int32_t>(rows);
   }
@@ -115,16 +189,21 @@ CompiledStep::CompiledStep(Backend& backend, const SequentialModel& model, Devic
   backend.read_step_from(&p.scalars->step);
 
   p.update = optimizer.element_update();
-  MGT_CHECK(p.update != nullptr, ConfigError, "the optimizer states no element update the GPU path can apply");
-  MGT_CHECK(p.update->scalars_bytes() <= kScalarsBytes, Error,
-            "optimizer update '" + p.update->name() + "': " + std::to_string(p.update->scalars_bytes()) +
-                " bytes of scalars, at most " + std::to_string(kScalarsBytes));
-  const size_t flat = params.store.flat_size();
-  for (int k = 0; k < p.update->states(); ++k) p.state.push_back(p.memory.device<float>(flat));
-  p.update_op = backend.make_update(*p.update);
-  MGT_CHECK(optimizer.state_buffers().size() == p.state.size(), Error,
-            "optimizer: " + std::to_string(optimizer.state_buffers().size()) +
-                " state buffers, its element update needs " + std::to_string(p.state.size()));
+  MGT_CHECK(p.update != nullptr || options.in_place, ConfigError,
+            "the optimizer states no element update the GPU path can apply");
+  const size_t flat = store.flat_size();
+  const auto buffers = optimizer.state_buffers();
+  if (p.update) {
+    MGT_CHECK(p.update->scalars_bytes() <= kScalarsBytes, Error,
+              "optimizer update '" + p.update->name() + "': " + std::to_string(p.update->scalars_bytes()) +
+                  " bytes of scalars, at most " + std::to_string(kScalarsBytes));
+    MGT_CHECK(buffers.size() == static_cast<size_t>(p.update->states()), Error,
+              "optimizer: " + std::to_string(buffers.size()) + " state buffers, its element update needs " +
+                  std::to_string(p.update->states()));
+    for (int k = 0; k < p.update->states(); ++k)
+      p.state.push_back(options.in_place ? buffers[static_cast<size_t>(k)].data : p.memory.device<float>(flat));
+    p.update_op = backend.make_update(*p.update);
+  }
 }
 
 CompiledStep::~CompiledStep() {
@@ -142,25 +221,29 @@ void CompiledStep::drop_recordings() {
 }
 
 int64_t CompiledStep::step_rows() const {
-  return options_.accumulation * options_.passes_per_micro_batch * options_.pass_rows;
+  return options_.accumulation / options_.micro_batches_per_pass * options_.passes_per_micro_batch * options_.pass_rows;
 }
 
 void CompiledStep::upload_state(const ParameterStore& host) {
   MGT_CHECK(collected_ == submitted_, Error, "compiled step: upload_state with steps in flight");
+  // The gradients hold nothing yet (device memory: garbage): the first backward writes them.
+  store_.discard_grads();
+  applied_ = optimizer_.step_count();
+  if (options_.in_place) return;
   const size_t bytes = host.flat_size() * sizeof(float);
-  backend_.upload(params_.params, host.params_data(), bytes);
+  backend_.upload(store_.params_data(), host.params_data(), bytes);
   auto buffers = optimizer_.state_buffers();
   for (size_t i = 0; i < buffers.size(); ++i) backend_.upload(program_->state[i], buffers[i].data, bytes);
-  applied_ = optimizer_.step_count();
 }
 
 void CompiledStep::download_state(ParameterStore& host) {
   MGT_CHECK(collected_ == submitted_, Error, "compiled step: download_state with steps in flight");
+  if (program_->update) optimizer_.set_step_count(applied_);  // Optimizer::step counts its own
+  if (options_.in_place) return;
   const size_t bytes = host.flat_size() * sizeof(float);
-  backend_.download(host.params_data(), params_.params, bytes);
+  backend_.download(host.params_data(), store_.params_data(), bytes);
   auto buffers = optimizer_.state_buffers();
   for (size_t i = 0; i < buffers.size(); ++i) backend_.download(buffers[i].data, program_->state[i], bytes);
-  optimizer_.set_step_count(applied_);
 }
 
 StepFigures CompiledStep::begin(const float* x, const int32_t* y) {
@@ -174,8 +257,13 @@ StepFigures CompiledStep::begin(const float* x, const int32_t* y) {
   // (pinned prefetch slots on a GPU) may be reused once this returns.
   StepFigures done;
   if (options_.pipeline_depth == 2 && submitted_ - collected_ == 2) done = finish();
-  backend_.stage(slot, p.x[slot], x, static_cast<size_t>(rows * p.sample_numel) * sizeof(float));
-  backend_.stage(slot, p.y[slot], y, static_cast<size_t>(rows) * sizeof(int32_t));
+  if (options_.in_place) {
+    p.x[slot] = const_cast<float*>(x);  // read only
+    p.y[slot] = const_cast<int32_t*>(y);
+  } else {
+    backend_.stage(slot, p.x[slot], x, static_cast<size_t>(rows * p.sample_numel) * sizeof(float));
+    backend_.stage(slot, p.y[slot], y, static_cast<size_t>(rows) * sizeof(int32_t));
+  }
   staged_ = true;
   if (options_.pipeline_depth == 1) done = finish();
   backend_.wait_staged(slot);
@@ -212,7 +300,7 @@ void CompiledStep::launch(int64_t step, double lr) {
   Program& p = *program_;
   MGT_CHECK(staged_ && submitted_ - collected_ < options_.pipeline_depth, Error, "compiled step: launch without begin");
   const int slot = static_cast<int>(submitted_ % 2);
-  p.update->scalars(lr, applied_ + 1, p.pinned_scalars[slot]->update);
+  if (p.update) p.update->scalars(lr, applied_ + 1, p.pinned_scalars[slot]->update);
   p.pinned_scalars[slot]->step = step;
   optimizer_.set_learning_rate(lr);
   ++applied_;
@@ -267,10 +355,9 @@ void CompiledStep::record(int slot) {
 bool CompiledStep::enqueue_program(int slot) {
   Program& p = *program_;
   Backend& b = backend_;
-  ParameterStore& store = params_.store;
-  const size_t flat = store.flat_size();
+  const size_t flat = store_.flat_size();
   const int64_t rows = options_.pass_rows;
-  b.zero(params_.grads, flat * sizeof(float));
+  const int64_t together = options_.micro_batches_per_pass;
   b.zero(p.totals, sizeof(StepTotals));
   b.copy_from_pinned(p.scalars, p.pinned_scalars[slot], sizeof(StepScalars));
   StepContext ctx;
@@ -278,9 +365,14 @@ bool CompiledStep::enqueue_program(int slot) {
   // The host's copy; the ops read the step from p.scalars when they run (a recording is replayed).
   ctx.step = p.pinned_scalars[slot]->step;
   ctx.training = true;
+  ctx.shards = together;
+  // Test-only faults, at the step's phases (1-based), as the host reaches them.
+  const int64_t fault_step = ctx.step + 1;
+  const GradientsReady ready = [&](const std::vector<ParamHandle>& handles) { sync_.gradients_ready(handles); };
+  const GradientsReady not_yet = [](const std::vector<ParamHandle>&) {};
   bool apply = false;
   int64_t pass_index = 0;
-  for (int64_t m = 0; m < options_.accumulation; ++m) {
+  for (int64_t m = 0; m < options_.accumulation; m += together) {
     sync_.begin_micro_batch(m);
     for (int64_t pass = 0; pass < options_.passes_per_micro_batch; ++pass, ++pass_index) {
       const bool last_pass = pass + 1 == options_.passes_per_micro_batch;
@@ -289,50 +381,68 @@ bool CompiledStep::enqueue_program(int slot) {
       ctx.micro_step = m;
       // The pass's rows in the global batch: dropout's masks are keyed by the global sample.
       ctx.first_sample = options_.first_sample + pass_index * rows;
-      const Tensor& logits = p.executor.forward(input, store, ctx);
+      fault::at(fault::Phase::forward, fault_step);
+      const float* logits = p.network->forward(input, store_, ctx);
       // Loss, into the totals; its gradient is where backward starts.
-      b.softmax_xent(logits.data(), labels, p.executor.logits_grad(), p.row_loss, rows, options_.classes,
-                     options_.grad_scale, &p.totals->loss_sum, &p.totals->correct);
+      b.softmax_xent(logits, labels, p.network->logits_grad(), p.row_loss, rows, options_.classes, options_.grad_scale,
+                     &p.totals->loss_sum, &p.totals->correct);
+      fault::at(fault::Phase::backward, fault_step);
+      // After an update (or a strategy that took them) the gradients hold garbage: written, not added to.
+      ctx.overwrite_grads = store_.grads_discarded();
       // The micro-batch's gradients of a layer are final after its last pass.
-      p.executor.backward(store, ctx, [&](const std::vector<ParamHandle>& handles) {
-        if (last_pass && !options_.host_sync) sync_.gradients_ready(handles);
-      });
+      p.network->backward(store_, ctx, last_pass && !options_.host_sync ? ready : not_yet);
+      store_.mark_grads_written();
     }
-    apply = options_.host_sync ? sync_on_host(m, m + 1 == options_.accumulation) : sync_.end_backward(m);
+    const auto sync_start = Clock::now();
+    fault::at(fault::Phase::allreduce, fault_step);
+    for (int64_t shard = m; shard < m + together; ++shard)
+      apply = options_.host_sync ? sync_on_host(shard, shard + 1 == options_.accumulation) : sync_.end_backward(shard);
+    add_seconds(options_.sync_seconds, sync_start);
   }
-  if (!apply && options_.host_sync) {
-    // The strategy made the update itself (a parameter server): no check, no update here, as on
-    // the CPU path.
+  if (!apply && (options_.host_sync || options_.in_place)) {
+    // The strategy made the update itself (a parameter server, whose pull left the parameters):
+    // no check, no update here.
     b.copy_to_pinned(p.pinned_totals[slot], p.totals, sizeof(StepTotals));
     return false;
   }
   MGT_CHECK(apply, Error,
             "sync strategy: end_backward did not complete the step after its " + std::to_string(options_.accumulation) +
                 " micro-batch(es)");
+  const auto update_start = Clock::now();
   // After the reduction every rank holds the same sum, so every rank skips the same steps.
-  b.flag_nonfinite(params_.grads, flat, &p.totals->nonfinite);
-  p.update_op->run(params_.params, params_.grads, p.state.data(), p.scalars->update, flat, &p.totals->nonfinite);
+  b.flag_nonfinite(store_.grads_data(), flat, &p.totals->nonfinite);
+  fault::at(fault::Phase::optimizer, fault_step);
+  if (p.update_op) {
+    p.update_op->run(store_.params_data(), store_.grads_data(), p.state.data(), p.scalars->update, flat,
+                     &p.totals->nonfinite);
+  } else if (p.totals->nonfinite == 0) {
+    // An optimizer with no element update, in place: its own step on the host (the flag is
+    // current, the CPU backend having run the check at once).
+    optimizer_.step(store_.params_data(), store_.grads_data(), flat);
+  }
+  store_.discard_grads();  // applied or skipped: the next backward writes them
+  add_seconds(options_.update_seconds, update_start);
   b.copy_to_pinned(p.pinned_totals[slot], p.totals, sizeof(StepTotals));
-  if (options_.host_sync) options_.host_sync->discard_grads();  // applied, as the CPU path does
+  if (options_.host_sync) options_.host_sync->discard_grads();  // applied, as in place
   return true;
 }
 
-// The sync strategy's turn on the host store after micro-batch `micro_step`: the CPU path's calls
+// The sync strategy's turn on the host store after micro-batch `micro_step`: the calls in place
 // on this micro-batch's gradients (waiting for them), then its outcome back to the device.
 bool CompiledStep::sync_on_host(int64_t micro_step, bool last) {
   ParameterStore& host = *options_.host_sync;
   const size_t bytes = host.flat_size() * sizeof(float);
-  backend_.download(host.grads_data(), params_.grads, bytes);
+  backend_.download(host.grads_data(), store_.grads_data(), bytes);
   host.mark_grads_written();
-  const auto& handles = program_->executor.handles();
+  const auto& handles = dynamic_cast<const ExecutorNetwork&>(*program_->network).executor().handles();
   for (auto h = handles.rbegin(); h != handles.rend(); ++h)
     if (!h->empty()) sync_.gradients_ready(*h);
   const bool apply = sync_.end_backward(micro_step);
   if (!apply && host.grads_discarded())
-    backend_.zero(params_.grads, bytes);  // taken out (a micro-shard): the next micro-batch starts from zero
+    store_.discard_grads();  // taken out (a micro-shard): the next micro-batch writes them
   else
-    backend_.upload(params_.grads, host.grads_data(), bytes);  // the reduced sum, or what accumulates
-  if (!apply && last) backend_.upload(params_.params, host.params_data(), bytes);  // a parameter server's pull
+    backend_.upload(store_.grads_data(), host.grads_data(), bytes);  // the reduced sum, or what accumulates
+  if (!apply && last) backend_.upload(store_.params_data(), host.params_data(), bytes);  // a parameter server's pull
   return apply;
 }
 

@@ -1,18 +1,24 @@
 #pragma once
-// A training step compiled to operations on a kernels::Backend: the GPU path. The layers of a
-// SequentialModel (run by the LayerExecutor, as on the CPU path), the optimizer's update (Optimizer::update_rule) and
-// the sync strategy (on a communicator over the backend's memory) become one program over buffers in backend memory. It
-// runs once per step, or, where the backend can record (a CUDA graph), is recorded once per input slot and replayed, so
-// a step costs one launch on the host.
+// One training step, compiled to operations on a kernels::Backend: the one step driver of every
+// rank that trains. Per micro-batch of the sync strategy, forward and backward through the model
+// (a SequentialModel's layers by the LayerExecutor, as everywhere), the loss, the strategy's
+// reduction; then the non-finite check and the optimizer's update (Optimizer::element_update),
+// with the step's figures left in backend memory for the host to collect.
+//
+// On the CPU backend (in place, CompiledStepOptions::in_place) the step works on the host store,
+// the optimizer's own state and the reader's rows where they are, and drives the model itself, so
+// any Model and any Optimizer run. On a GPU it works on its own copies in device memory
+// (DeviceParameters): where the backend can record (a CUDA graph), a step is recorded once per
+// input slot and replayed, so a step costs one launch on the host.
 //
 // Steps are pipelined: begin() copies the next batch to the device on the copy stream while the
 // previous step still runs. With a pipeline depth of 1 it then waits for that step and returns its
 // figures, and launch() starts the new one on an idle device. With 2 it waits only for the step
 // before that, so launch() queues the new step behind the running one and the device does not
-// wait for the host between steps.
+// wait for the host between steps. On the CPU launch() returns when the step is done.
 //
 // A sync strategy that works on host memory only (a parameter server, the deterministic reduction)
-// runs as on the CPU path, on the host store (CompiledStepOptions::host_sync): each micro-batch's
+// runs on a GPU rank on the host store (CompiledStepOptions::host_sync): each micro-batch's
 // gradient goes down to it, and what the strategy leaves comes back up. Such a step cannot be
 // recorded, and launch() returns once the strategy has run.
 #include <cstddef>
@@ -42,9 +48,10 @@ struct DeviceParameters {
   ParameterStore store;
 };
 
-// Throws ConfigError naming the model or optimizer the compiled step cannot run, with what to do
-// instead; nothing is allocated. Every sync strategy runs: on device memory where it reduces
-// device memory (SyncStrategy::reduces_device_memory), on the host otherwise.
+// Throws ConfigError naming the model or optimizer a step in device memory (a GPU) cannot run,
+// with what to do instead; nothing is allocated. In place on the CPU every model and optimizer
+// runs. Every sync strategy runs: on device memory where it reduces device memory
+// (SyncStrategy::reduces_device_memory), on the host otherwise.
 void check_compilable(const Model& model, const Optimizer& optimizer, const std::string& model_name,
                       const std::string& optimizer_name);
 
@@ -54,10 +61,18 @@ struct CompiledStepOptions {
   int64_t pass_rows = 0;               // rows in one forward and backward pass
   int64_t passes_per_micro_batch = 1;  // > 1 after out-of-memory halving of the micro-batch
   int64_t accumulation = 1;            // the sync strategy's micro-batches per step
-  float grad_scale = 0.0f;             // 1 / global batch
-  bool record = true;                  // record each slot's step once and replay it (gpu.cuda_graphs)
-  bool bf16 = false;                   // GEMMs and convolutions on bfloat16 operands (gpu.precision)
-  int64_t eager_steps = 2;             // steps run before recording: libraries set up lazily
+  // > 1: that many micro-batches (deterministic micro-shards of a model whose layers are row-wise,
+  // Model::shard_batchable) go through one pass together (StepContext::shards): pass_rows is then
+  // their rows together. In place only, with one pass per micro-batch.
+  int64_t micro_batches_per_pass = 1;
+  // The backend computes in host memory (the CPU): the step works on the store it is given (the
+  // host store), the optimizer's own state buffers and the caller's rows in place, and runs the
+  // Model itself; the optimizer may then lack an element update (Optimizer::step runs instead).
+  bool in_place = false;
+  float grad_scale = 0.0f;  // 1 / global batch
+  bool record = true;       // record each slot's step once and replay it (gpu.cuda_graphs)
+  bool bf16 = false;        // GEMMs and convolutions on bfloat16 operands (gpu.precision)
+  int64_t eager_steps = 2;  // steps run before recording: libraries set up lazily
   // Steps in flight at once, 1 or 2. With 2 a step's update scalars are set before the step ahead
   // of it is known to have applied its update, assuming it did: exact unless a step skips its
   // update for a non-finite gradient, so 2 is for runs that stop there (train.nonfinite = abort).
@@ -76,6 +91,10 @@ struct CompiledStepOptions {
   // Called about every millisecond while the host waits for a step; throws when the communication
   // between the ranks has failed (NCCL's asynchronous error). Empty: nothing to check.
   std::function<void()> check_peers;
+  // Accumulates the host's seconds in the sync strategy and in the update (on a GPU: enqueueing
+  // them), so the caller can tell communication not hidden by compute. Null: not timed.
+  double* sync_seconds = nullptr;
+  double* update_seconds = nullptr;
   // The step's collectives reach other ranks through NCCL, which needs every rank to record them
   // alike, and a recording that fails midway leaves them half-issued: it then ends the run
   // (gpu.cuda_graphs = false is the way on) instead of going on unrecorded on this rank alone.
@@ -93,18 +112,21 @@ struct StepFigures {
 
 class CompiledStep {
  public:
-  // `params` must be the DeviceParameters the sync strategy was set up with. Allocates every
-  // buffer (OutOfMemoryError when they do not fit) and uploads nothing: call upload_state.
-  CompiledStep(kernels::Backend& backend, const SequentialModel& model, DeviceParameters& params, Optimizer& optimizer,
-               SyncStrategy& sync, const CompiledStepOptions& options);
+  // `store` is the store the step works on: the host store in place (the one `model` declared into),
+  // or a DeviceParameters' store; the sync strategy was set up on it unless options.host_sync.
+  // Allocates every buffer (OutOfMemoryError when they do not fit) and uploads nothing: call
+  // upload_state.
+  CompiledStep(kernels::Backend& backend, Model& model, ParameterStore& store, Optimizer& optimizer, SyncStrategy& sync,
+               const CompiledStepOptions& options);
   ~CompiledStep();
   CompiledStep(const CompiledStep&) = delete;
   CompiledStep& operator=(const CompiledStep&) = delete;
 
-  // Host store parameters and the optimizer's state buffers and step count, to the backend.
+  // Host store parameters and the optimizer's state buffers and step count, to the backend (in
+  // place: only the step count). Before the first step and after a resume.
   void upload_state(const ParameterStore& host);
-  // The backend's, to the host store and the optimizer (for a checkpoint or evaluation). No step may
-  // be in flight (finish() until none is).
+  // The backend's, to the host store and the optimizer (for a checkpoint or evaluation; in place:
+  // only the step count). No step may be in flight (finish() until none is).
   void download_state(ParameterStore& host);
 
   // Rows per step: accumulation x passes x pass_rows.
@@ -112,7 +134,7 @@ class CompiledStep {
   // Stages a step's rows (x: step_rows() samples, y: their labels, checked to be in range; best in
   // pinned memory on a GPU); waits until fewer than pipeline_depth steps are in flight and returns
   // the figures of the one it waited for (valid = false when none). x and y may be reused once it
-  // returns.
+  // returns, except in place, where the step reads them until launch() returns.
   StepFigures begin(const float* x, const int32_t* y);
   // Starts the staged step with learning rate `lr`.
   void launch(int64_t step, double lr);
@@ -124,6 +146,9 @@ class CompiledStep {
 
  private:
   struct Program;
+  class Network;
+  class ExecutorNetwork;
+  class ModelNetwork;
   // Returns false when the step makes no update of its own (the host sync strategy updated the
   // parameters).
   bool enqueue_program(int slot);
@@ -136,7 +161,7 @@ class CompiledStep {
   kernels::Backend& backend_;
   Optimizer& optimizer_;
   SyncStrategy& sync_;
-  DeviceParameters& params_;
+  ParameterStore& store_;
   CompiledStepOptions options_;
   std::unique_ptr<Program> program_;
   int64_t submitted_ = 0;  // steps launched; step k ran in slot k % 2

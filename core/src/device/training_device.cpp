@@ -10,6 +10,7 @@
 #include "device/gpu_binding.hpp"
 #include "mgtrain/error.hpp"
 #include "runtime/host_name.hpp"
+#include "testing/fault_injection.hpp"
 
 namespace mgt {
 
@@ -47,18 +48,14 @@ const char* device_kind_name(DeviceKind kind) {
       return "cpu";
     case DeviceKind::gpu:
       return "gpu";
-    case DeviceKind::compiled_cpu:
-      return "compiled-cpu";
   }
   return "?";
 }
 
 TrainingDevice::TrainingDevice(Communicator& comm, const Config& config) : config_(config), rank_(comm.rank()) {
   const std::string asked = config.get_string("train.device");
-  if (asked == "cpu") return;
-  if (asked == "compiled-cpu") {
-    kind_ = DeviceKind::compiled_cpu;
-    cpu_backend_ = kernels::make_cpu_backend();
+  if (asked == "cpu") {
+    use_cpu();
     return;
   }
   std::string why;
@@ -76,9 +73,11 @@ TrainingDevice::TrainingDevice(Communicator& comm, const Config& config) : confi
     MGT_CHECK(asked != "gpu" || visible > 0, ConfigError,
               "train.device = gpu, but rank " + std::to_string(rank_) + " (host " + host_name() +
                   ") has no usable GPU: " + why + "; set train.device = cpu to train on the CPU");
-    return;  // auto: the CPU on every rank
+    use_cpu();  // auto: the CPU on every rank
+    return;
   }
   kind_ = DeviceKind::gpu;
+  own_memory_ = true;
   visible_ = visible;
 }
 
@@ -126,8 +125,14 @@ void TrainingDevice::fall_back_to_cpu() {
   device_comm_owned_.reset();
   device_comm_ = nullptr;
   gpu_.reset();
-  cpu_backend_.reset();
+  if (!cpu_backend_) cpu_backend_ = kernels::make_cpu_backend();
   kind_ = DeviceKind::cpu;
+  own_memory_ = false;
+}
+
+void TrainingDevice::use_cpu() {
+  fall_back_to_cpu();
+  own_memory_ = fault::step_in_device_memory();
 }
 
 std::string TrainingDevice::describe() const {
@@ -138,13 +143,10 @@ std::string TrainingDevice::describe() const {
                   info.total_mb);
     return text;
   }
-  return kind_ == DeviceKind::compiled_cpu ? "the CPU backend (compiled-cpu)" : "cpu";
+  return own_memory_ ? "the CPU backend, in memory of the step's own (MGTRAIN_TEST_STEP_IN_DEVICE_MEMORY)" : "cpu";
 }
 
-kernels::Backend& TrainingDevice::backend() {
-  MGT_CHECK(compiled(), Error, "the CPU path has no backend");
-  return gpu_ ? gpu_->backend() : *cpu_backend_;
-}
+kernels::Backend& TrainingDevice::backend() { return gpu_ ? gpu_->backend() : *cpu_backend_; }
 
 void TrainingDevice::connect(Communicator& comm) {
   if (kind_ == DeviceKind::gpu) {
@@ -168,14 +170,15 @@ void TrainingDevice::connect(Communicator& comm) {
   }
 }
 
-DeviceParameters& TrainingDevice::parameters(const ParameterStore& host) {
+ParameterStore& TrainingDevice::step_store(ParameterStore& host) {
+  if (!own_memory_) return host;
   if (!params_) params_ = std::make_unique<DeviceParameters>(backend(), host);
-  return *params_;
+  return params_->store;
 }
 
-CompiledStep& TrainingDevice::compile(const SequentialModel& model, Optimizer& optimizer, SyncStrategy& sync,
+CompiledStep& TrainingDevice::compile(Model& model, ParameterStore& host, Optimizer& optimizer, SyncStrategy& sync,
                                       CompiledStepOptions options) {
-  MGT_CHECK(params_ != nullptr, Error, "TrainingDevice::compile before parameters()");
+  options.in_place = !own_memory_;
   // NCCL's asynchronous error, watched while the host waits for each step: a lost peer or network
   // ends the run at once with NCCL's reason, not after comm.timeout_s.
   if (gpu_ && device_comm_owned_)
@@ -185,7 +188,7 @@ CompiledStep& TrainingDevice::compile(const SequentialModel& model, Optimizer& o
   const int64_t micro_batch = options.pass_rows * options.passes_per_micro_batch;
   for (;;) {
     try {
-      step_ = std::make_unique<CompiledStep>(backend(), model, *params_, optimizer, sync, options);
+      step_ = std::make_unique<CompiledStep>(backend(), model, step_store(host), optimizer, sync, options);
       return *step_;
     } catch (const OutOfMemoryError& e) {
       step_.reset();

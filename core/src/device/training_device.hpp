@@ -1,8 +1,8 @@
 #pragma once
-// Where one rank trains, for the length of a run: the CPU path (the SDK layers, as always), or a
-// compiled step (compiled_step.hpp) on this rank's GPU, bound from its node-local rank, with NCCL
-// between the ranks and the GPU library sampling the GPU (NVML); or that compiled step on the CPU backend, which
-// checks the GPU path's program on machines without a GPU.
+// Where one rank trains, for the length of a run, and its compiled step (compiled_step.hpp): on the
+// CPU backend in place on the host store, or on this rank's GPU, bound from its node-local rank,
+// with its own copies in device memory, NCCL between the ranks and the GPU library sampling the
+// GPU (NVML).
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,7 +13,7 @@
 
 namespace mgt {
 
-enum class DeviceKind { cpu, gpu, compiled_cpu };
+enum class DeviceKind { cpu, gpu };
 const char* device_kind_name(DeviceKind kind);
 
 class TrainingDevice {
@@ -30,13 +30,15 @@ class TrainingDevice {
   ~TrainingDevice();
 
   DeviceKind kind() const { return kind_; }
-  bool compiled() const { return kind_ != DeviceKind::cpu; }
+  // The step works on its own copies of the parameters in the backend's memory (a GPU; on the CPU
+  // only under the test hook MGTRAIN_TEST_STEP_IN_DEVICE_MEMORY), not in place on the host store.
+  bool own_memory() const { return own_memory_; }
   // "GPU 0 (NVIDIA H200, 00000000:1A:00.0)", "cpu"; and a warning to print (after open), or "".
   std::string describe() const;
   const std::string& warning() const { return warning_; }
 
   // Gives the GPU up before anything was compiled (train.device = auto, a job the GPU path cannot
-  // run): the CPU path from here on.
+  // run; a serving rank): the CPU backend, in place, from here on.
   void fall_back_to_cpu();
   // Collective: the communicator of the compiled step: NCCL on GPUs, or `comm` staged through
   // host memory where ranks share a GPU (which NCCL refuses); `comm` itself on the CPU backend.
@@ -45,23 +47,29 @@ class TrainingDevice {
   // recorded as a CUDA graph.
   bool can_record() const { return !staged_; }
   Communicator& communicator() { return *device_comm_; }
-  // The store's parameters and gradients in backend memory (made on the first call).
-  DeviceParameters& parameters(const ParameterStore& host);
+  // The store the step works on: the host store itself in place, else its parameters and gradients
+  // in backend memory (made on the first call).
+  ParameterStore& step_store(ParameterStore& host);
   // Compiles the step. With gpu.on_oom = halve, a micro-batch that does not fit runs as passes of
   // half the rows, halving until it fits (each retry a warning on stderr); otherwise the error
   // names the micro-batch, the GPU's memory and what to change.
-  CompiledStep& compile(const SequentialModel& model, Optimizer& optimizer, SyncStrategy& sync,
+  // `host` is the store `model` declared into.
+  CompiledStep& compile(Model& model, ParameterStore& host, Optimizer& optimizer, SyncStrategy& sync,
                         CompiledStepOptions options);
   CompiledStep* step() { return step_.get(); }
 
   // The latest NVML sample of this rank's GPU (valid = false without one).
   GpuSample gpu_sample() const;
 
-  // The backend of a compiled step (GPU or CPU).
+  // The backend of the compiled step (GPU or CPU).
   kernels::Backend& backend();
 
  private:
+  // The CPU backend, for the run: in place, or in memory of the step's own under the test hook.
+  void use_cpu();
+
   DeviceKind kind_ = DeviceKind::cpu;
+  bool own_memory_ = false;
   const Config& config_;
   int rank_ = 0;
   int visible_ = 0;  // GPUs this process can use (gpu kind)

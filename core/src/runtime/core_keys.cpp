@@ -32,10 +32,9 @@ const std::vector<ConfigKey>& core_config_keys() {
        "steps of linear learning-rate warm-up from 0 to optimizer.lr"},
       {"train.threads", KeyType::positive_integer, "1", "compute threads per rank"},
       {"train.device", KeyType::choice, "auto",
-       "where each rank trains: gpu (one GPU per rank, local rank % visible GPUs), cpu, auto (gpu "
-       "when every rank sees one, else cpu), or compiled-cpu (the GPU path's compiled step run on "
-       "the CPU, to check that path on a machine without a GPU)",
-       "auto|cpu|gpu|compiled-cpu"},
+       "where each rank trains: gpu (one GPU per rank, local rank % visible GPUs), cpu, or auto (gpu "
+       "when every rank sees one, else cpu)",
+       "auto|cpu|gpu"},
       {"gpu.allow_shared", KeyType::boolean, "false",
        "allow more ranks on a node than GPUs, several ranks sharing one GPU (a warning instead of "
        "a refusal); NCCL cannot have two ranks of one job on one GPU, so the ranks then reduce "

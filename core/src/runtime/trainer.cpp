@@ -23,7 +23,6 @@
 #include "device/training_device.hpp"
 #include "io/json_line.hpp"
 #include "kernels/cpu/gemm.hpp"
-#include "kernels/cpu/pointwise.hpp"
 #include "loader/plugin_loader.hpp"
 #include "mgtrain/layers.hpp"
 #include "mgtrain/rng.hpp"
@@ -260,7 +259,7 @@ class Trainer {
   // 2. Model, optimizer, sync, parameters, data. Everything that reads input is checked here,
   //    before any rank takes a step.
   void build() {
-    bool device_sync = false;  // the sync strategy works on the GPU's memory, through NCCL
+    bool device_sync = false;  // the sync strategy works on the step's own memory (a GPU's, through NCCL)
     agree(comm_, [&] {
       model_ = registry_.create_model(choice_.model, config_);
       optimizer_ = registry_.create_optimizer(choice_.optimizer, config_);
@@ -269,11 +268,11 @@ class Trainer {
       model_->declare(store_);
       store_.finalize();
       store_.initialize(seed_);
-      if (device_->compiled() && !compilable()) device_->fall_back_to_cpu();
-      device_sync = device_->compiled() && sync_->reduces_device_memory();
-      // The CPU path, or a strategy that works on host memory: set up on the host store, over MPI
-      // (local: roles and buffers, no communication yet), before any GPU is bound, since its roles
-      // say which ranks train. The compiled step hands it each micro-batch's gradients.
+      if (device_->own_memory() && !compilable()) device_->fall_back_to_cpu();
+      device_sync = device_->own_memory() && sync_->reduces_device_memory();
+      // In place on the CPU, or a strategy that works on host memory: set up on the host store,
+      // over MPI (local: roles and buffers, no communication yet), before any GPU is bound, since
+      // its roles say which ranks train. A GPU's step hands it each micro-batch's gradients.
       if (!device_sync) sync_->setup(comm_, store_);
     });
     // Each training rank's GPU, bound among the training ranks of its node (a serving rank runs
@@ -287,9 +286,7 @@ class Trainer {
     agree(comm_, [&] {
       if (device_sync) {
         // The sync strategy works on the device's copy of the parameters, through its communicator.
-        sync_->setup(device_->communicator(), device_->parameters(store_).store);
-      } else if (device_->compiled()) {
-        device_->parameters(store_);
+        sync_->setup(device_->communicator(), device_->step_store(store_));
       }
       optimizer_->setup(trains() ? store_.flat_size() : serving_->serve_size());
       accum_ = sync_->accumulation_steps();
@@ -300,8 +297,8 @@ class Trainer {
                           " x " + std::to_string(accum_));
       micro_batch_ = global_batch_ / (train_world * accum_);
       // Deterministic micro-shards through a model of row-wise layers: one pass for all of them
-      // (on the CPU path; the compiled step runs each micro-shard as its own micro-batch).
-      shards_per_pass_ = !device_->compiled() && accum_ > 1 && sync_->micro_batches_are_shards() &&
+      // (in place on the CPU; a GPU's step runs each micro-shard as its own micro-batch).
+      shards_per_pass_ = !device_->own_memory() && accum_ > 1 && sync_->micro_batches_are_shards() &&
                                  model_->shard_batchable(micro_batch_, accum_)
                              ? accum_
                              : 1;
@@ -321,32 +318,32 @@ class Trainer {
         data::open_dataset_info(test_path, config_.get_string("data.x_name"), config_.get_string("data.y_name"));
       schedule_.emplace(config_.get_string("train.lr_schedule"), optimizer_->learning_rate(),
                         config_.get_int("train.warmup_steps"), config_.get_int("train.epochs") * per_epoch_);
-      if (device_->compiled()) compile_step();
+      if (trains()) compile_step();
     });
-    if (leader_ && device_->compiled()) {
+    if (leader_ && device_->own_memory()) {
       const std::string sync_path = !device_sync ? "sync '" + choice_.sync + "' on host memory, " + comm_.backend() +
                                                        " between ranks, each micro-batch's gradients through the host"
                                     : comm_.size() == 1 ? std::string("one rank")
                                                         : device_->communicator().backend() + " between ranks";
       log_ << "device: " << device_kind_name(device_->kind()) << " ("
-           << (device_->kind() == DeviceKind::gpu ? "rank 0 on " + device_->describe()
-                                                  : std::string("the GPU path's compiled step on the CPU"))
-           << ", " << sync_path << ")\n"
+           << (device_->kind() == DeviceKind::gpu ? "rank 0 on " + device_->describe() : device_->describe()) << ", "
+           << sync_path << ")\n"
            << std::flush;
     }
   }
 
   // Whether the GPU path can run this model and optimizer (it runs every sync strategy). When it
-  // cannot, asking for it (train.device = gpu or compiled-cpu) is an error; with auto the job
-  // trains on the CPU and says why. The answer depends on the config alone, so every rank gives
-  // the same.
+  // cannot, asking for it (train.device = gpu) is an error; with auto the job trains on the CPU and
+  // says why. The answer depends on the config alone, so every rank gives the same.
   bool compilable() {
     try {
       check_compilable(*model_, *optimizer_, choice_.model, choice_.optimizer);
       return true;
     } catch (const ConfigError& e) {
-      if (config_.get_string("train.device") != "auto") throw;
-      if (leader_) log_ << "warning: training on the CPU (train.device = auto): " << e.what() << "\n" << std::flush;
+      const std::string asked = config_.get_string("train.device");
+      if (asked == "gpu") throw;
+      if (leader_ && asked == "auto" && device_->kind() == DeviceKind::gpu)
+        log_ << "warning: training on the CPU (train.device = auto): " << e.what() << "\n" << std::flush;
       return false;
     }
   }
@@ -355,7 +352,8 @@ class Trainer {
     CompiledStepOptions o;
     o.sample_shape = reader_->info().sample_shape;
     o.classes = model_->output_shape(micro_shape_).at(1);
-    o.pass_rows = micro_batch_;
+    o.pass_rows = micro_batch_ * shards_per_pass_;
+    o.micro_batches_per_pass = shards_per_pass_;
     o.accumulation = accum_;
     o.grad_scale = 1.0f / static_cast<float>(global_batch_);
     o.record = config_.get_bool("gpu.cuda_graphs") && device_->can_record();
@@ -368,8 +366,10 @@ class Trainer {
     // second is then set before the first is known to have applied its own, exact unless a step is
     // skipped: so not with train.nonfinite = skip.
     o.pipeline_depth = config_.get_string("train.nonfinite") == "skip" ? 1 : 2;
-    if (!sync_->reduces_device_memory()) o.host_sync = &store_;
-    compiled_ = &device_->compile(dynamic_cast<const SequentialModel&>(*model_), *optimizer_, *sync_, o);
+    if (device_->own_memory() && !sync_->reduces_device_memory()) o.host_sync = &store_;
+    o.sync_seconds = &phases_.sync;
+    o.update_seconds = &phases_.optimizer;
+    step_ = &device_->compile(*model_, store_, *optimizer_, *sync_, o);
   }
 
   void open_reader(const std::string& path, int train_world) {
@@ -482,7 +482,7 @@ class Trainer {
     meta_.config_ini = config_.to_ini();
     result_.gradient_floats = store_.flat_size();
     result_.device = device_kind_name(device_->kind());
-    if (compiled_) compiled_->upload_state(store_);
+    if (step_) step_->upload_state(store_);
   }
 
   TrainResult serve() {
@@ -506,8 +506,6 @@ class Trainer {
 
   TrainResult train_loop() {
     if (leader_ && !options_.quiet) add_observers();
-    grad_logits_.resize(model_->output_shape(micro_shape_));
-    micro_input_ = Tensor::view(nullptr, micro_shape_);
     const int64_t checkpoint_every = config_.get_int("checkpoint.every_steps");
     const int64_t start_step = meta_.step;
     int64_t step = start_step;
@@ -540,10 +538,7 @@ class Trainer {
       interval_.wait += batch.wait_seconds;
       phases_.data_wait += batch.wait_seconds;
       const double sync_before = phases_.sync;
-      if (compiled_)
-        run_compiled_step(batch, step);
-      else
-        run_step(batch, step);
+      run_step(batch, step);
       interval_.busy += seconds_since(step_start) - (phases_.sync - sync_before);
       ++interval_.steps;
       ++step;
@@ -556,7 +551,7 @@ class Trainer {
       meta_.epoch = batch.epoch + (batch.batch_in_epoch + 1 == per_epoch_ ? 1 : 0);
       meta_.batch_in_epoch = (batch.batch_in_epoch + 1) % per_epoch_;
       if (step % log_every_ == 0 || step == total_steps_) {
-        if (compiled_) finish_compiled_steps();
+        finish_steps();
         log_interval(step, epoch);
       }
       for (auto& o : observers_) o->on_step_end(step, epoch);
@@ -567,7 +562,7 @@ class Trainer {
         break;
       }
       if (options_.write_checkpoints && checkpoint_every > 0 && step % checkpoint_every == 0 && step < total_steps_) {
-        if (compiled_) download_compiled_state();
+        download_step_state();
         if (leader_) {
           result_.checkpoint =
               write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(), config_.get_int("checkpoint.keep"));
@@ -581,7 +576,7 @@ class Trainer {
       }
     }
     // The device's parameters and optimizer state, for the final checkpoint and the test set.
-    if (compiled_) download_compiled_state();
+    download_step_state();
     for (auto& o : observers_) o->on_run_end({step, epoch, stopped});
     if (stopped && leader_)
       log_ << "stopped by signal " << stop_signal() << " at step " << step
@@ -602,90 +597,36 @@ class Trainer {
   }
   static constexpr int64_t kStopCheckEvery = 10;
 
-  // Forward, loss and backward for each micro-batch, the sync strategy, then the update.
+  // The step: stage this step's rows, take the previous step's figures (on a GPU while the copy
+  // runs), then launch it (on the CPU: run it).
   void run_step(data::Batch& batch, int64_t step) {
-    const auto sample_numel = shape_numel(reader_->info().sample_shape);
-    const int64_t first_row = train_rank() * reader_->local_batch();
-    const float grad_scale = 1.0f / static_cast<float>(global_batch_);
-    bool apply = false;
-    // Usually one micro-batch a pass; deterministic micro-shards shards_per_pass_ at a time.
-    for (int64_t m = 0; m < accum_; m += shards_per_pass_) {
-      micro_input_.rebind(batch.x.data() + m * micro_batch_ * sample_numel);
-      const Tensor& x = micro_input_;
-      StepContext ctx;
-      ctx.seed = seed_;
-      ctx.step = step;
-      ctx.micro_step = m;
-      ctx.first_sample = first_row + m * micro_batch_;
-      ctx.training = true;
-      ctx.shards = shards_per_pass_;
-      sync_->begin_micro_batch(m);
-      auto t = Clock::now();
-      fault::at(fault::Phase::forward, step + 1);
-      const Tensor& logits = model_->forward(x, ctx);
-      interval_.loss += softmax_cross_entropy(logits, batch.y + m * micro_batch_, grad_logits_, grad_scale);
-      interval_.correct += count_correct(logits, batch.y + m * micro_batch_);
-      if (step + 1 == nan_step_) grad_logits_.data()[0] = std::numeric_limits<float>::quiet_NaN();
-      fault::at(fault::Phase::backward, step + 1);
-      ctx.overwrite_grads = store_.grads_discarded();
-      model_->backward(grad_logits_, ctx, on_ready_);
-      store_.mark_grads_written();
-      phases_.compute += seconds_since(t);
-      t = Clock::now();
-      fault::at(fault::Phase::allreduce, step + 1);
-      for (int64_t shard = m; shard < m + shards_per_pass_; ++shard) apply = sync_->end_backward(shard);
-      phases_.sync += seconds_since(t);
-    }
-    // After an all-reduce every rank holds the same sum, and a NaN or Inf from any rank is in it:
-    // each rank's check then decides the same, with no extra communication.
-    if (apply && !kernels::all_finite(store_.grads_data(), store_.flat_size())) {
-      if (!skip_nonfinite_)
-        throw StartupError("non-finite gradient at step " + std::to_string(step + 1) +
-                               " (NaN or Inf on some rank); train.nonfinite = skip skips such steps",
-                           leader_);
-      store_.discard_grads();
-      ++result_.skipped_steps;
-      apply = false;
-      if (leader_) log_ << "warning: non-finite gradient at step " << step + 1 << ": step skipped\n" << std::flush;
-    }
-    if (apply) {
-      const auto t = Clock::now();
-      fault::at(fault::Phase::optimizer, step + 1);
-      optimizer_->set_learning_rate(schedule_->at(step));
-      optimizer_->step(store_.params_data(), store_.grads_data(), store_.flat_size());
-      store_.discard_grads();
-      phases_.optimizer += seconds_since(t);
-    }
-  }
-
-  // The compiled step (GPU path): stage this step's rows, take the previous step's figures while
-  // the copy runs, then launch.
-  void run_compiled_step(data::Batch& batch, int64_t step) {
-    MGT_CHECK(batch.rows == compiled_->step_rows(), Error,
-              "the GPU path takes full batches: batch of " + std::to_string(batch.rows) + " rows, expected " +
-                  std::to_string(compiled_->step_rows()));
+    MGT_CHECK(batch.rows == step_->step_rows(), Error,
+              "the step takes full batches: batch of " + std::to_string(batch.rows) + " rows, expected " +
+                  std::to_string(step_->step_rows()));
     // Test-only fault: a NaN in this rank's first sample, which reaches every rank's gradient.
     if (step + 1 == nan_step_) batch.x.data()[0] = std::numeric_limits<float>::quiet_NaN();
     const auto t = Clock::now();
-    absorb(compiled_->begin(batch.x.data(), batch.y));
-    fault::at(fault::Phase::forward, step + 1);
-    compiled_->launch(step, schedule_->at(step));
-    phases_.compute += seconds_since(t);
+    const double host_phases_before = phases_.sync + phases_.optimizer;
+    absorb(step_->begin(batch.x.data(), batch.y));
+    step_->launch(step, schedule_->at(step));
+    // The rest of the step is compute: forward, loss and backward (on a GPU: staging and enqueueing).
+    phases_.compute += seconds_since(t) - (phases_.sync + phases_.optimizer - host_phases_before);
   }
 
-  // Waits for every compiled step in flight, taking its figures.
-  void finish_compiled_steps() {
-    for (StepFigures f = compiled_->finish(); f.valid; f = compiled_->finish()) absorb(f);
+  // Waits for every step in flight, taking its figures.
+  void finish_steps() {
+    for (StepFigures f = step_->finish(); f.valid; f = step_->finish()) absorb(f);
   }
 
-  // The device's parameters and optimizer state into the host store, once every step is done.
-  void download_compiled_state() {
-    finish_compiled_steps();
-    compiled_->download_state(store_);
+  // The step's parameters and optimizer state into the host store (on a GPU), once every step is
+  // done.
+  void download_step_state() {
+    finish_steps();
+    step_->download_state(store_);
   }
 
-  // A finished compiled step's figures into the interval; its non-finite gradient as the CPU path
-  // treats one (the device already skipped the update).
+  // A finished step's figures into the interval; a non-finite gradient ends the run or is counted
+  // as skipped (the step already skipped its update).
   void absorb(const StepFigures& f) {
     if (!f.valid) return;
     interval_.loss += f.loss_sum;
@@ -833,7 +774,7 @@ class Trainer {
   std::string checkpoint_dir_;
 
   std::unique_ptr<TrainingDevice> device_;
-  CompiledStep* compiled_ = nullptr;  // the GPU path's step; null on the CPU path
+  CompiledStep* step_ = nullptr;  // every training rank's step (device_'s); null on a serving rank
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<SyncStrategy> sync_;
@@ -845,9 +786,6 @@ class Trainer {
   CheckpointMeta meta_;
 
   Shape micro_shape_;  // input of one forward pass: micro_batch_ x shards_per_pass_ rows
-  Tensor grad_logits_;
-  Tensor micro_input_;  // a view of the current micro-batch's rows, rebound every micro-step
-  const GradientsReady on_ready_ = [this](const std::vector<ParamHandle>& h) { sync_->gradients_ready(h); };
   StepPhases phases_;
   Interval interval_;
   Clock::time_point interval_start_, run_start_;

@@ -59,7 +59,7 @@ struct TrainResult {
   int64_t skipped_steps = 0;   // steps skipped for a non-finite gradient (train.nonfinite = skip)
   StepPhases phases;           // mean per step, averaged over ranks
   size_t gradient_floats = 0;  // size of the flat gradient buffer the sync strategy reduces
-  std::string device = "cpu";  // where the ranks trained: cpu, gpu or compiled-cpu (train.device)
+  std::string device = "cpu";  // where the ranks trained: cpu or gpu (train.device)
   // Ranks the run went on without (ServingRole::lost_ranks). When set, the figures are this
   // rank's own and the caller must leave without MPI_Finalize, which would wait for them.
   std::vector<int> lost_ranks;

@@ -109,4 +109,9 @@ int64_t nan_step(int rank) {
   return 0;
 }
 
+bool step_in_device_memory() {
+  const char* flag = std::getenv("MGTRAIN_TEST_STEP_IN_DEVICE_MEMORY");
+  return flag && std::string(flag) == "1";
+}
+
 }  // namespace mgt::fault

@@ -32,9 +32,13 @@ void configure(int rank);
 // MGTRAIN_TEST_SLOW_RANK="R:MS": rank R sleeps MS milliseconds every step, to measure how a
 // strategy copes with one slow rank. Returns this rank's MS, 0 when it is not the slow one.
 int slowdown_ms(int rank);
-// MGTRAIN_TEST_NAN_AT="R:S": rank R's loss gradient is NaN at step S (1-based), to exercise
+// MGTRAIN_TEST_NAN_AT="R:S": rank R's first input sample is NaN at step S (1-based), to exercise
 // train.nonfinite. Returns this rank's S, 0 for none.
 int64_t nan_step(int rank);
+// MGTRAIN_TEST_STEP_IN_DEVICE_MEMORY=1: a CPU rank runs its step as a GPU rank does, on copies in
+// the backend's memory with the step's own executor and the batch staged, so that the GPU path's
+// program is tested on machines without a GPU.
+bool step_in_device_memory();
 
 namespace detail {
 extern bool armed;
@@ -52,6 +56,7 @@ inline void at(Phase phase, int64_t step) {
 inline void configure(int) {}
 inline int slowdown_ms(int) { return 0; }
 inline int64_t nan_step(int) { return 0; }
+inline bool step_in_device_memory() { return false; }
 inline void at(Phase, int64_t) {}
 
 #endif

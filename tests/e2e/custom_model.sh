@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# What a plugin author writes first, on every CPU rank's step at np=2 under mpirun: a model that is
+# not a stack of layers (tests/plugins/residual_mlp.cpp: SDK layers driven by hand, a skip
+# connection) and an optimizer with no element update (tests/plugins/plain_sgd.cpp: its own
+# step() on the host). Both train; plain_sgd gives sgd's parameters (no momentum) bit for bit; and
+# the step in device memory (the GPU's form, in_memory in lib.sh), which cannot run them, falls
+# back to running them in place.
+source "$(dirname "$0")/lib.sh"
+: "${TEST_PLUGIN_DIR:?}"
+write_config run.ini
+common=(--config run.ini --plugin-path "$TEST_PLUGIN_DIR/hand-written" --train.max_steps=60 --train.log_every=10)
+losses() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$1"; }
+
+for memory in host device; do
+  in_memory $memory run_np 2 300 train "${common[@]}" --model.name=residual_mlp --optimizer.name=plain_sgd \
+    --optimizer.lr=0.05 --checkpoint.dir="$WORK/residual-$memory" >residual-$memory.log 2>&1 ||
+    { cat residual-$memory.log; fail "residual_mlp with plain_sgd, the step in $memory memory"; }
+done
+first=$(losses residual-host/metrics.jsonl | head -1)
+last=$(losses residual-host/metrics.jsonl | tail -1)
+echo "residual_mlp with plain_sgd at np=2: loss $first (step 10) -> $last (step 60)"
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.8 * a) }' || { cat residual-host.log; fail "the loss did not go down"; }
+! grep -q "^device:" residual-device.log || { cat residual-device.log; fail "the step in device memory ran a model it cannot"; }
+[ "$(group_hash residual-host/step-60.h5 /params)" = "$(group_hash residual-device/step-60.h5 /params)" ] ||
+  fail "the fallback to the step in place trained differently"
+
+# The optimizer's own step() against sgd's element update: the same rule, the same bits.
+for optimizer in plain_sgd sgd; do
+  run_np 2 300 train "${common[@]}" --optimizer.name=$optimizer --optimizer.momentum=0 \
+    --checkpoint.dir="$WORK/$optimizer" >$optimizer.log 2>&1 || { cat $optimizer.log; fail "mlp with $optimizer"; }
+done
+[ "$(group_hash plain_sgd/step-60.h5 /params)" = "$(group_hash sgd/step-60.h5 /params)" ] ||
+  fail "plain_sgd's step() and sgd's element update gave different parameters"
+echo "PASS"

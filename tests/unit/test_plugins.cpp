@@ -93,14 +93,30 @@ TEST(Plugins, ScanReportsEveryCandidateAndWhyItWasRefused) {
 
 TEST(Plugins, SearchOrderPutsCommandLineThenEnvironmentFirst) {
   setenv("MGTRAIN_PLUGIN_PATH", "/env/a:/env/b", 1);
-  PluginRegistry registry({"/cli"});
+  PluginRegistry registry({kTestPlugins});
   unsetenv("MGTRAIN_PLUGIN_PATH");
   const auto dirs = registry.search_dirs();
   ASSERT_GE(dirs.size(), 4u);
-  EXPECT_EQ(dirs[0], "/cli");
+  EXPECT_EQ(dirs[0], kTestPlugins);
   EXPECT_EQ(dirs[1], "/env/a");
   EXPECT_EQ(dirs[2], "/env/b");
   EXPECT_EQ(dirs.back(), MGTRAIN_BINARY_DIR "/plugins");
+}
+
+TEST(Plugins, APluginPathThatIsNoDirectoryIsNamedWithTheReason) {
+  try {
+    PluginRegistry registry({"/nonexistent/plugins"});
+    FAIL();
+  } catch (const PluginError& e) {
+    EXPECT_STREQ(e.what(),
+                 "--plugin-path '/nonexistent/plugins': No such file or directory (expected a directory of plugins)");
+  }
+  try {
+    PluginRegistry registry({"/etc/hostname"});
+    FAIL();
+  } catch (const PluginError& e) {
+    EXPECT_STREQ(e.what(), "--plugin-path '/etc/hostname': Not a directory (expected a directory of plugins)");
+  }
 }
 
 TEST(Plugins, KeysOfAnotherPluginOfTheKindAreDroppedWithANote) {

@@ -1,9 +1,13 @@
 #include "loader/plugin_loader.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 
@@ -75,8 +79,17 @@ std::string open_and_check(const std::string& path, boost::dll::shared_library& 
 }  // namespace
 
 PluginRegistry::PluginRegistry(std::vector<std::string> cli_paths) {
-  for (auto& p : cli_paths)
-    if (!p.empty()) dirs_.push_back(p);
+  // A directory asked for by name that is not there is a mistake to report, not a place to skip:
+  // the plugin would otherwise come silently from further down the search path, or not at all.
+  for (auto& p : cli_paths) {
+    if (p.empty()) continue;
+    struct stat info {};
+    if (::stat(p.c_str(), &info) != 0)
+      throw PluginError("--plugin-path '" + p + "': " + std::strerror(errno) + " (expected a directory of plugins)");
+    if (!S_ISDIR(info.st_mode))
+      throw PluginError("--plugin-path '" + p + "': " + std::strerror(ENOTDIR) + " (expected a directory of plugins)");
+    dirs_.push_back(p);
+  }
   if (const char* env = std::getenv("MGTRAIN_PLUGIN_PATH")) {
     std::stringstream ss(env);
     std::string item;

@@ -64,14 +64,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "mgtrain: error: [rank %d] unknown command '%s' (expected train, eval, data, "
                  "compare, report, plugins or config-keys; see mgtrain --help)\n",
-                 mgt::cli::launch_rank(), command.c_str());
+                 mgt::cli::launch_rank(), mgt::printable(command).c_str());
     return 2;
   } catch (const po::error& e) {
+    // Errors from outside the core (here boost's) quote arguments too: escaped like the core's.
     std::fprintf(stderr, "mgtrain: error: [rank %d] %s: %s (see mgtrain %s --help)\n", mgt::cli::launch_rank(),
-                 command.c_str(), e.what(), command.c_str());
+                 command.c_str(), mgt::printable(e.what()).c_str(), command.c_str());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "mgtrain: error: [rank %d] %s\n", mgt::cli::launch_rank(), e.what());
+    std::fprintf(stderr, "mgtrain: error: [rank %d] %s\n", mgt::cli::launch_rank(), mgt::printable(e.what()).c_str());
     return 1;
   }
 }

@@ -9,9 +9,31 @@
 
 namespace mgt {
 
+// `text` with every control byte (NUL, line breaks, escape sequences, DEL) written as \xNN: a
+// message quotes user input (file contents, paths, arguments), which must neither end the message
+// at a NUL nor move the terminal's cursor. Other bytes, UTF-8 included, are kept; a backslash is
+// kept too, so escaping twice changes nothing.
+inline std::string printable(const std::string& text) {
+  static const char hex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) {
+      out += c;
+    } else {
+      out += "\\x";
+      out += hex[byte >> 4];
+      out += hex[byte & 0xf];
+    }
+  }
+  return out;
+}
+
 class MGT_API Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  // Escaped here, where every message passes, since what() is read as a C string.
+  explicit Error(const std::string& message) : std::runtime_error(printable(message)) {}
 };
 
 class MGT_API ConfigError : public Error {

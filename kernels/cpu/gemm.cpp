@@ -1,11 +1,14 @@
 #include "kernels/cpu/gemm.hpp"
 
 #include <omp.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -73,5 +76,12 @@ void set_cpu_threads(int threads) {
 }
 
 int cpu_threads() { return omp_get_max_threads(); }
+
+int usable_cpu_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
 
 }  // namespace mgt::kernels

@@ -20,4 +20,8 @@ bool sgemm_rows_independent(int64_t shard_rows, int64_t shards, int64_t out, int
 void set_cpu_threads(int threads);
 int cpu_threads();
 
+// The cores this process may run on (sched_getaffinity: mpirun's or srun's binding, cgroups'
+// cpusets), at least 1: more compute threads than these only contend, and very many fail to start.
+int usable_cpu_cores();
+
 }  // namespace mgt::kernels

@@ -2,6 +2,7 @@
 // non-square sizes, and oneDNN convolution (forward, backward data, backward weights) against a
 // direct convolution with padding and stride.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <cmath>
 #include <cstdio>
@@ -98,6 +99,14 @@ TEST(KernelThreads, SetCpuThreads) {
   mgt::kernels::set_cpu_threads(1);
   EXPECT_EQ(mgt::kernels::cpu_threads(), 1);
   EXPECT_ANY_THROW(mgt::kernels::set_cpu_threads(0));
+}
+
+TEST(KernelThreads, UsableCoresAreThoseOfTheAffinityMask) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  EXPECT_EQ(mgt::kernels::usable_cpu_cores(), CPU_COUNT(&set));
+  EXPECT_GE(mgt::kernels::usable_cpu_cores(), 1);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,7 +2,11 @@
 
 #include <cstdlib>
 
+#include "loader/plugin_keys.hpp"
+#include "loader/plugin_loader.hpp"
 #include "mgtrain/error.hpp"
+#include "runtime/core_keys.hpp"
+#include "runtime/trainer.hpp"
 
 namespace po = boost::program_options;
 
@@ -51,6 +55,18 @@ Config config_from_command_line(const std::string& ini_file, const RunCommandLin
                         "(--section.key= sets the empty value)");
     config.set(arg.substr(2, eq - 2), arg.substr(eq + 1), "command line");
   }
+  return config;
+}
+
+Config checked_run_config(const std::string& ini_file, const RunCommandLine& command_line,
+                          const std::vector<std::string>& plugin_paths, std::string* note, double* timeout_s) {
+  Config config = config_from_command_line(ini_file, command_line);
+  PluginRegistry registry(plugin_paths);
+  *note = drop_keys_of_unchosen_plugins(registry, config);
+  Config resolved = config;
+  resolved.validate(known_config_keys(registry, plugin_choice(resolved)));
+  check_core_key_ranges(resolved);
+  *timeout_s = resolved.get_real("comm.timeout_s");
   return config;
 }
 

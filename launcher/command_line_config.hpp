@@ -31,6 +31,14 @@ RunCommandLine parse_run_command_line(const std::string& command, const std::vec
 // `test =` in the file does. Throws ConfigError naming an argument that is not an override.
 Config config_from_command_line(const std::string& ini_file, const RunCommandLine& command_line);
 
+// The run's config as every command that takes one starts from it: the file and overrides, the
+// keys of plugins the config does not choose dropped (`note` names them), then every key checked
+// as a run checks it (on a copy: the config is returned as given, without defaults). Called inside
+// agree(), so a bad key ends every rank before any command's own work, where ranks part ways.
+// `timeout_s` is the validated comm.timeout_s, the deadline of the command's waits.
+Config checked_run_config(const std::string& ini_file, const RunCommandLine& command_line,
+                          const std::vector<std::string>& plugin_paths, std::string* note, double* timeout_s);
+
 // This process's rank as the launcher (mpirun, srun) announced it, for an error printed before or
 // without MPI: 0 when not launched as one of several ranks.
 int launch_rank();

@@ -647,12 +647,14 @@ int run_doctor(int argc, char** argv, const std::vector<std::string>& args) {
     if (vm.count("config")) {
       const std::vector<std::string> plugin_paths =
           vm.count("plugin-path") ? vm["plugin-path"].as<std::vector<std::string>>() : std::vector<std::string>{};
+      Config config;
+      double timeout_s = comm->timeout_seconds();
       agree(*comm, [&] {
-        Config config = config_from_command_line(vm["config"].as<std::string>(), command_line);
-        PluginRegistry registry(plugin_paths);
-        drop_keys_of_unchosen_plugins(registry, config);
-        plan = plan_rank(*comm, std::move(config), plugin_paths);
+        std::string note;
+        config = checked_run_config(vm["config"].as<std::string>(), command_line, plugin_paths, &note, &timeout_s);
       });
+      comm->set_timeout_seconds(timeout_s);
+      agree(*comm, [&] { plan = plan_rank(*comm, std::move(config), plugin_paths); });
     }
     const NodePlace place = gather_training_place(*comm, !plan || plan->trains);
     Nvml nvml;
@@ -674,7 +676,7 @@ int run_doctor(int argc, char** argv, const std::vector<std::string>& args) {
     if (e.report()) std::fprintf(stderr, "mgtrain: error: [rank %d] %s\n", comm->rank(), e.what());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "mgtrain: error: [rank %d] %s\n", comm->rank(), e.what());
+    std::fprintf(stderr, "mgtrain: error: [rank %d] %s\n", comm->rank(), printable(e.what()).c_str());
     std::fflush(stderr);
     // Another rank may be waiting in a collective for this one.
     if (comm->size() > 1) comm->abort(1);

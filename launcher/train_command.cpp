@@ -54,15 +54,16 @@ int run_under_mpi(int argc, char** argv, const std::string& command, const std::
     TrainOptions options;
     if (vm.count("plugin-path")) options.plugin_paths = vm["plugin-path"].as<std::vector<std::string>>();
     std::string note;
+    double timeout_s = comm->timeout_seconds();
     agree(*comm, [&] {
       if (!command_line.error.empty()) throw ConfigError(command_line.error);
       if (!vm.count("config")) throw ConfigError("--config FILE is required");
-      options.config = config_from_command_line(vm["config"].as<std::string>(), command_line);
-      PluginRegistry registry(options.plugin_paths);
-      note = drop_keys_of_unchosen_plugins(registry, options.config);
+      options.config =
+          checked_run_config(vm["config"].as<std::string>(), command_line, options.plugin_paths, &note, &timeout_s);
     });
+    comm->set_timeout_seconds(timeout_s);
     if (comm->rank() == 0 && !note.empty()) {
-      std::fprintf(stderr, "mgtrain: note: %s\n", note.c_str());
+      std::fprintf(stderr, "mgtrain: note: %s\n", printable(note).c_str());
       std::fflush(stderr);
     }
     body(*comm, options, vm);
@@ -81,7 +82,7 @@ int run_under_mpi(int argc, char** argv, const std::string& command, const std::
     if (comm->size() > 1) comm->abort(1);
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "mgtrain: error: [rank %d] %s\n", comm->rank(), e.what());
+    std::fprintf(stderr, "mgtrain: error: [rank %d] %s\n", comm->rank(), printable(e.what()).c_str());
     std::fflush(stderr);
     // The other ranks may be waiting on this one: end the whole job now rather than let them hang.
     if (comm->size() > 1) comm->abort(1);

@@ -28,6 +28,14 @@ case $1 in
   negative_lr)    args+=(--optimizer.lr=-0.5); expect="optimizer.lr" ;;
   non_numeric_lr) args+=(--optimizer.lr=fast); expect="got 'fast'" ;;
   no_checkpoint)  args+=(--resume latest); expect="no checkpoint" ;;
+  duplicate_key)  echo "optimizer.lr = 0.5" >>run.ini; expect="run.ini:17: config key 'optimizer.lr' is set twice (first at run.ini:8)" ;;
+  duplicate_section) printf '[model]\nhidden = 64\n' >>run.ini; expect="run.ini:17: section [model] appears twice (first at run.ini:4)" ;;
+  float_overflow) args+=(--optimizer.lr=1e300); expect="optimizer.lr' (command line): expected a positive number that a 32-bit float holds" ;;
+  timeout_range)  args+=(--comm.timeout_s=1e30); expect="comm.timeout_s' (command line): expected at most 1e+09" ;;
+  config_dir)     args=(train --config "$WORK"); expect="config file '$WORK' cannot be read: Is a directory" ;;
+  plugin_path)    args+=(--plugin-path=/nonexistent/plugins); expect="--plugin-path '/nonexistent/plugins': No such file or directory" ;;
+  # A NUL and an escape sequence in a value: quoted whole, escaped.
+  control_bytes)  printf '[sync]\nbucket_mb = 4\000x\033[2J\n' >>run.ini; expect="got '4\\x00x\\x1b[2J'" ;;
   *) fail "unknown case $1" ;;
 esac
 

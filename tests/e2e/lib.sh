@@ -34,10 +34,12 @@ group_hash() {
   printf '%s' "$out" | sha256sum | cut -c1-64
 }
 
-# A small training config on the converted Fashion-MNIST files; extra lines are appended.
+# A small training config on the converted Fashion-MNIST files. Extra lines ("[section]",
+# "key = value") are merged in: a key already there takes the new value, a new one joins its
+# section, since mgtrain refuses a key or a section written twice.
 write_config() {
   local path=$1; shift
-  cat >"$path" <<INI
+  cat >"$path.base" <<INI
 [data]
 train = $DATA_DIR/train.h5
 test = $DATA_DIR/test.h5
@@ -55,7 +57,22 @@ log_every = 50
 [checkpoint]
 dir = $WORK/ckpt
 INI
-  for line in "$@"; do echo "$line" >>"$path"; done
+  printf '%s\n' "$@" | awk '
+    function key_of(line) { sub(/[ \t]*=.*/, "", line); sub(/^[ \t]+/, "", line); return line }
+    /^[ \t]*\[/ { section = $0; gsub(/^[ \t]*\[[ \t]*|[ \t]*\][ \t]*$/, "", section)
+                  if (!(section in seen)) { seen[section] = 1; order[++sections] = section }
+                  next }
+    /=/ { k = key_of($0); id = section SUBSEP k
+          if (!(id in value)) keys[section] = keys[section] SUBSEP k
+          value[id] = $0; next }
+    END {
+      for (i = 1; i <= sections; i++) {
+        s = order[i]; print "[" s "]"
+        n = split(substr(keys[s], 2), list, SUBSEP)
+        for (j = 1; j <= n; j++) print value[s SUBSEP list[j]]
+      }
+    }' "$path.base" - >"$path"
+  rm -f "$path.base"
 }
 
 # Exactly one "mgtrain: error:" line in LOG, which is printed (the log is shown otherwise).

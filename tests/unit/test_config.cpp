@@ -139,3 +139,99 @@ TEST(Config, ChoiceKeysAcceptOnlyTheirValues) {
     EXPECT_NE(std::string(e.what()).find("expected abort or skip, got 'ignore'"), std::string::npos) << e.what();
   }
 }
+
+namespace {
+std::string parse_error(const std::string& ini) {
+  try {
+    Config::from_string(ini, "run.ini");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Config, ADuplicateKeyIsRefusedNamingBothLines) {
+  const auto msg = parse_error("[optimizer]\nlr = 0.1\nmomentum = 0.9\nlr = 0.5\n");
+  EXPECT_EQ(msg, "run.ini:4: config key 'optimizer.lr' is set twice (first at run.ini:2); keep one of the two lines");
+  // The same key spelt in full under another section is the same key.
+  const auto dotted = parse_error("[optimizer]\nlr = 0.1\n[train]\noptimizer.lr = 0.5\n");
+  EXPECT_NE(dotted.find("run.ini:4: config key 'optimizer.lr' is set twice (first at run.ini:2)"), std::string::npos)
+      << dotted;
+}
+
+TEST(Config, ASectionTwiceIsRefusedNamingBothLines) {
+  const auto msg = parse_error("[optimizer]\nlr = 0.1\n[model]\nname = mlp\n[optimizer]\nmomentum = 0.9\n");
+  EXPECT_NE(msg.find("run.ini:5: section [optimizer] appears twice (first at run.ini:1)"), std::string::npos) << msg;
+}
+
+TEST(Config, RealsMustFitTheFloatTheyAreUsedAs) {
+  for (const char* bad : {"1e300", "3.5e38", "1e-50"}) {
+    Config c = Config::from_string("[model]\nname = mlp\n", "run.ini");
+    c.set("optimizer.lr", bad, "command line");
+    const auto msg = error_of(c);
+    EXPECT_NE(msg.find("config key 'optimizer.lr' (command line): expected a positive number that"), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("32-bit float"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::string("got '") + bad + "'"), std::string::npos) << msg;
+  }
+  Config largest = Config::from_string("[model]\nname = mlp\n", "run.ini");
+  largest.set("optimizer.lr", "3.4e38", "command line");
+  EXPECT_NO_THROW(largest.validate(kKeys));
+  const std::vector<ConfigKey> any_real = {{"model.shift", KeyType::real, "0", "a real"}};
+  Config negative;
+  negative.set("model.shift", "-1e39", "command line");
+  EXPECT_THROW(negative.validate(any_real), ConfigError);
+}
+
+TEST(Config, IntegersMustFitTheirType) {
+  const std::vector<ConfigKey> keys = {{"train.epochs", KeyType::positive_integer, "1", "epochs"}};
+  Config c;
+  c.set("train.epochs", "99999999999999999999", "command line");  // past int64
+  EXPECT_THROW(c.validate(keys), ConfigError);
+}
+
+TEST(Config, CoreKeysUsedAsNarrowerTypesAreBounded) {
+  auto range_error = [](const char* key, const char* value) {
+    Config c;
+    c.set(key, value, "command line");
+    try {
+      check_core_key_ranges(c);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(range_error("comm.timeout_s", "1e30"),
+            "config key 'comm.timeout_s' (command line): expected at most 1e+09 (it is used as a deadline on the "
+            "steady clock), got '1e30'");
+  EXPECT_NE(range_error("data.prefetch", "3000000000").find("expected at most 2.14748e+09"), std::string::npos);
+  EXPECT_NE(range_error("train.epochs", "3000000000").find("train.epochs"), std::string::npos);
+  EXPECT_EQ(range_error("comm.timeout_s", "300"), "");
+  EXPECT_EQ(range_error("data.prefetch", "3"), "");
+}
+
+TEST(Config, ADirectoryOrMissingFileIsNamedWithTheReason) {
+  try {
+    Config::from_ini_file("/tmp");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "config file '/tmp' cannot be read: Is a directory (expected an INI file)");
+  }
+  try {
+    Config::from_ini_file("/nonexistent/run.ini");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "config file '/nonexistent/run.ini' cannot be opened: No such file or directory");
+  }
+}
+
+TEST(Config, ControlBytesInAValueAreEscapedAndANulDoesNotCutTheMessage) {
+  const std::string ini = std::string("[model]\nname = mlp\n[optimizer]\nlr = 0.1") + '\0' + "x\x1b[2J\n";
+  const auto msg = error_of(Config::from_string(ini, "run.ini"));
+  EXPECT_NE(msg.find("got '0.1\\x00x\\x1b[2J'"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\x1b'), std::string::npos);
+  // Escaping is idempotent: an error re-raised with another's message stays the same.
+  EXPECT_EQ(ConfigError(msg).what(), msg);
+  EXPECT_EQ(printable(std::string("a\nb\tc\x7f\\x")), "a\\x0ab\\x09c\\x7f\\x");
+}

@@ -403,14 +403,23 @@ std::unique_ptr<CommRequest> MpiCommunicator::irecv(void* data, size_t bytes, in
 
 std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD); }
 
-void sleeping_barrier() {
+void sleeping_barrier(const Communicator& comm, const std::string& waiting_for) {
   MPI_Request request;
   MGT_MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &request));
+  const double timeout_s = comm.timeout_seconds();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   int done = 0;
   const timespec pause{0, 1000000};
   while (true) {
     MGT_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
     if (done) return;
+    // A rank that never arrives (it failed, or hangs) must not keep the others here for ever.
+    if (std::chrono::steady_clock::now() > deadline) {
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%.0f", timeout_s);
+      throw CommError(std::string("timed out after ") + seconds + " s in a barrier, waiting for " + waiting_for +
+                      " (comm.timeout_s)");
+    }
     nanosleep(&pause, nullptr);
   }
 }

@@ -23,8 +23,9 @@ std::unique_ptr<Communicator> make_mpi_communicator();
 std::unique_ptr<Communicator> make_mpi_self_communicator();
 
 // A barrier over all ranks of the job that sleeps between polls, for ranks that wait while others
-// take a measurement: they leave the cores alone.
-void sleeping_barrier();
+// take a measurement: they leave the cores alone. It waits at most `comm`'s deadline
+// (comm.timeout_s), then throws CommError saying it was waiting for `waiting_for`.
+void sleeping_barrier(const Communicator& comm, const std::string& waiting_for);
 
 // "3", "1, 3", "0-2, 5": ranks in ascending order, runs collapsed, for messages.
 std::string rank_list(const std::vector<int>& ranks);

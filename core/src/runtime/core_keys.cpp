@@ -1,5 +1,11 @@
 #include "runtime/core_keys.hpp"
 
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+
+#include "mgtrain/error.hpp"
+
 namespace mgt {
 
 const std::vector<ConfigKey>& core_config_keys() {
@@ -30,7 +36,9 @@ const std::vector<ConfigKey>& core_config_keys() {
        "constant|cosine"},
       {"train.warmup_steps", KeyType::non_negative_integer, "0",
        "steps of linear learning-rate warm-up from 0 to optimizer.lr"},
-      {"train.threads", KeyType::positive_integer, "1", "compute threads per rank"},
+      {"train.threads", KeyType::positive_integer, "1",
+       "compute threads per rank; more than the cores the rank may use (its CPU affinity) are lowered "
+       "to them, with a warning"},
       {"train.device", KeyType::choice, "auto",
        "where each rank trains: gpu (one GPU per rank, local rank % visible GPUs), cpu, or auto (gpu "
        "when every rank sees one, else cpu)",
@@ -77,6 +85,33 @@ const std::vector<ConfigKey>& core_config_keys() {
        "seconds any wait on other ranks may take before the job is ended"},
   };
   return keys;
+}
+
+void check_core_key_ranges(const Config& config) {
+  // The largest value each key's use holds: an int, a deadline in steady_clock's nanoseconds
+  // (int64, with room for the clock's own count), a byte count in size_t.
+  struct Range {
+    const char* key;
+    double max;
+    const char* why;
+  };
+  static const Range ranges[] = {
+      {"data.prefetch", INT_MAX, "a 32-bit int"},
+      {"train.epochs", INT_MAX, "a 32-bit int, so that epochs x steps per epoch fits 64 bits"},
+      {"comm.timeout_s", 1e9, "a deadline on the steady clock"},
+      {"metrics.gpu_sample_s", 1e9, "a deadline on the steady clock"},
+      {"data.cache_mb", static_cast<double>(SIZE_MAX) / 1e6 / 2, "a byte count"},
+  };
+  for (const auto& range : ranges) {
+    if (!config.has(range.key)) continue;
+    const double value = config.get_real(range.key);
+    if (value <= range.max) continue;
+    char max[32];
+    std::snprintf(max, sizeof max, "%.6g", range.max);
+    const auto& entry = config.values().at(range.key);
+    throw ConfigError("config key '" + std::string(range.key) + "' (" + entry.source + "): expected at most " + max +
+                      " (it is used as " + range.why + "), got '" + entry.value + "'");
+  }
 }
 
 }  // namespace mgt

@@ -9,4 +9,9 @@ namespace mgt {
 
 const std::vector<ConfigKey>& core_config_keys();
 
+// Checks the core keys whose values are used as a narrower type than the table's (an int, a
+// duration, a byte count) against what that type holds. Throws ConfigError naming the key, its
+// source, the largest value allowed and the value given. Call after Config::validate().
+void check_core_key_ranges(const Config& config);
+
 }  // namespace mgt

@@ -161,6 +161,30 @@ void agree(Communicator& comm, const std::function<void()>& check) {
   throw StartupError("rank " + std::to_string(failing) + " failed during start-up", false);
 }
 
+void agree_after_sleeping(Communicator& comm, const std::string& waiting_for, const std::function<void()>& part) {
+  std::string message;
+  bool reportable = false;
+  try {
+    part();
+  } catch (const StartupError& e) {
+    message = e.what();
+    reportable = e.report();
+  } catch (const std::exception& e) {
+    message = e.what();
+    reportable = true;
+  }
+  sleeping_barrier(comm, waiting_for);
+  // [0]: the lowest failing rank, [1]: the lowest rank whose own error is to be printed; each as
+  // size - rank, so a maximum picks the lowest.
+  int64_t flags[2] = {message.empty() ? 0 : comm.size() - comm.rank(),
+                      message.empty() || !reportable ? 0 : comm.size() - comm.rank()};
+  comm.allreduce_max(flags, 2);
+  if (flags[0] == 0) return;
+  const int teller = comm.size() - static_cast<int>(flags[1] != 0 ? flags[1] : flags[0]);
+  if (teller == comm.rank()) throw StartupError(message, true);
+  throw StartupError("rank " + std::to_string(teller) + " failed during start-up", false);
+}
+
 PluginChoice plugin_choice(const Config& config) {
   auto need = [&](const char* key) {
     if (!config.has(key)) throw ConfigError(std::string("config key '") + key + "' is required");
@@ -234,11 +258,12 @@ class Trainer {
     agree(comm_, [&] {
       choice_ = plugin_choice(config_);
       config_.validate(known_config_keys(registry_, choice_));
+      check_core_key_ranges(config_);
       fault::configure(comm_.rank());
     });
     expand_job_id(config_, {"checkpoint.dir", "metrics.file", "metrics.tensorboard_dir"});
     comm_.set_timeout_seconds(config_.get_real("comm.timeout_s"));
-    kernels::set_cpu_threads(static_cast<int>(config_.get_int("train.threads")));
+    set_compute_threads();
     seed_ = static_cast<uint64_t>(config_.get_int("train.seed"));
     global_batch_ = config_.get_int("train.global_batch");
     checkpoint_dir_ = config_.get_string("checkpoint.dir");
@@ -247,6 +272,21 @@ class Trainer {
            << "# resolved config\n"
            << config_.to_ini() << std::flush;
     choose_device();
+  }
+
+  // train.threads, at most the cores this rank may use: more only contend for them, and tens of
+  // thousands make OpenMP fail to start them or crash. Said once per rank that lowers it.
+  void set_compute_threads() {
+    const int64_t requested = config_.get_int("train.threads");
+    const int usable = kernels::usable_cpu_cores();
+    if (requested > usable) {
+      std::fprintf(stderr,
+                   "mgtrain: warning: [rank %d] train.threads = %lld is more than the %d core(s) this rank "
+                   "may use (sched_getaffinity); using %d\n",
+                   comm_.rank(), static_cast<long long>(requested), usable, usable);
+      std::fflush(stderr);
+    }
+    kernels::set_cpu_threads(static_cast<int>(std::min<int64_t>(requested, usable)));
   }
 
   // Where this rank trains (train.device): every rank the same kind. Each GPU is bound and opened

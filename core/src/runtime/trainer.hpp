@@ -71,6 +71,13 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log);
 // StartupError, flagged for printing on the lowest failing rank only.
 void agree(Communicator& comm, const std::function<void()>& check);
 
+// agree() for work that only some ranks do while the others wait without using the cores (the
+// reference runs of `mgtrain bench` and `mgtrain verify`): `part` runs on every rank (a no-op where
+// there is nothing to do), the ranks meet in a sleeping barrier with the communicator's deadline,
+// naming `waiting_for` if it passes, then all throw StartupError if `part` threw anywhere. The
+// message of a rank whose error was to be reported wins over a rank's "rank R failed" echo.
+void agree_after_sleeping(Communicator& comm, const std::string& waiting_for, const std::function<void()>& part);
+
 // Plugin names a config asks for, read before validation so their keys can be added.
 struct PluginChoice {
   std::string model, optimizer, sync;

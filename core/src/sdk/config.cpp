@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cfloat>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -27,7 +31,8 @@ bool parse_int(const std::string& text, int64_t* out) {
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (errno != 0 || *end != '\0') return false;
+  // The whole text, not up to a NUL inside it ("1\0junk" is not 1).
+  if (errno != 0 || end != text.c_str() + text.size()) return false;
   *out = v;
   return true;
 }
@@ -37,7 +42,7 @@ bool parse_real(const std::string& text, double* out) {
   errno = 0;
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
-  if (errno != 0 || *end != '\0' || !std::isfinite(v)) return false;
+  if (errno != 0 || end != text.c_str() + text.size() || !std::isfinite(v)) return false;
   *out = v;
   return true;
 }
@@ -68,6 +73,18 @@ bool parse_int_list(const std::string& text, std::vector<int64_t>* out) {
   return !out->empty();
 }
 
+// Real keys are read as double but used as float (hyper-parameters in the update rule, dropout
+// rates): a value must stay finite, and a positive one positive, once rounded to float.
+bool fits_float(double value) { return std::fabs(value) <= static_cast<double>(FLT_MAX); }
+bool positive_as_float(double value) { return static_cast<float>(value) > 0.0f; }
+
+std::string float_range(const char* what) {
+  char text[96];
+  std::snprintf(text, sizeof text, "%s that a 32-bit float holds (magnitude at most %.6g)", what,
+                static_cast<double>(FLT_MAX));
+  return text;
+}
+
 // Why `value` does not fit `key`'s type, or "" when it does.
 std::string type_violation(const ConfigKey& key, const std::string& value) {
   const KeyType type = key.type;
@@ -86,11 +103,15 @@ std::string type_violation(const ConfigKey& key, const std::string& value) {
     case KeyType::non_negative_integer:
       return parse_int(value, &i) && i >= 0 ? "" : "an integer >= 0";
     case KeyType::real:
-      return parse_real(value, &r) ? "" : "a number";
+      if (!parse_real(value, &r)) return "a number";
+      return fits_float(r) ? "" : float_range("a number");
     case KeyType::positive_real:
-      return parse_real(value, &r) && r > 0 ? "" : "a positive number";
+      if (!parse_real(value, &r) || r <= 0) return "a positive number";
+      if (!fits_float(r)) return float_range("a positive number");
+      return positive_as_float(r) ? "" : "a positive number that stays positive as a 32-bit float (at least 1.4e-45)";
     case KeyType::non_negative_real:
-      return parse_real(value, &r) && r >= 0 ? "" : "a number >= 0";
+      if (!parse_real(value, &r) || r < 0) return "a number >= 0";
+      return fits_float(r) ? "" : float_range("a number >= 0");
     case KeyType::boolean:
       return parse_bool(value, &b) ? "" : "true or false";
     case KeyType::integer_list:
@@ -140,10 +161,17 @@ const char* key_type_name(KeyType type) {
 }
 
 Config Config::from_ini_file(const std::string& path) {
+  // A directory opens as a stream that reads nothing, which would look like an empty config.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError("config file '" + path + "' cannot be read: " + std::strerror(EISDIR) +
+                      " (expected an INI file)");
+  errno = 0;
   std::ifstream in(path);
-  if (!in) throw ConfigError("config file '" + path + "' cannot be opened");
+  if (!in) throw ConfigError("config file '" + path + "' cannot be opened: " + std::strerror(errno ? errno : ENOENT));
   std::stringstream buffer;
   buffer << in.rdbuf();
+  if (in.bad()) throw ConfigError("config file '" + path + "' cannot be read: " + std::strerror(errno ? errno : EIO));
   return from_string(buffer.str(), path);
 }
 
@@ -152,6 +180,9 @@ Config Config::from_string(const std::string& ini_text, const std::string& sourc
   std::stringstream in(ini_text);
   std::string line, section;
   int line_no = 0;
+  // Where each section header and key was first seen: a second one is refused, since the last
+  // silently winning hides which value a run used.
+  std::map<std::string, std::string> section_seen, key_seen;
   while (std::getline(in, line)) {
     ++line_no;
     const std::string where = source_name + ":" + std::to_string(line_no);
@@ -161,6 +192,10 @@ Config Config::from_string(const std::string& ini_text, const std::string& sourc
       if (t.back() != ']' || t.size() < 3)
         throw ConfigError(where + ": expected a section header like [model], got '" + t + "'");
       section = trim(t.substr(1, t.size() - 2));
+      const auto [first, inserted] = section_seen.emplace(section, where);
+      if (!inserted)
+        throw ConfigError(where + ": section [" + section + "] appears twice (first at " + first->second +
+                          "); keep one [" + section + "] with all its keys");
       continue;
     }
     const auto eq = t.find('=');
@@ -177,6 +212,10 @@ Config Config::from_string(const std::string& ini_text, const std::string& sourc
       if (section.empty()) throw ConfigError(where + ": key '" + key + "' is outside any [section]");
       key = section + "." + key;
     }
+    const auto [first, inserted] = key_seen.emplace(key, where);
+    if (!inserted)
+      throw ConfigError(where + ": config key '" + key + "' is set twice (first at " + first->second +
+                        "); keep one of the two lines");
     config.set(key, value, where);
   }
   return config;

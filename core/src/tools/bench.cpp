@@ -45,11 +45,13 @@ BenchResult run_bench(Communicator& world, const TrainOptions& base, int64_t ste
     // 1. The single-rank reference: rank 0 alone, same config and global batch.
     double np1 = 0;
     if (world.size() > 1) {
-      if (world.rank() == 0) {
+      // The others wait for it, asleep; a failure of rank 0's run (a missing data file) ends
+      // every rank together instead of leaving them in the barrier.
+      agree_after_sleeping(world, "rank 0's single-rank reference run", [&] {
+        if (world.rank() != 0) return;
         auto self = make_mpi_self_communicator();
         np1 = train(*self, options, silent).samples_per_s;
-      }
-      sleeping_barrier();
+      });
       world.broadcast(&np1, sizeof(double), 0);
     }
     // 2. All ranks.

@@ -56,8 +56,9 @@ bool run_verify(Communicator& world, const TrainOptions& options, int64_t steps,
   std::string other;
   if (other_world > 0) {
     auto part = world.split(world.rank() < other_world ? 0 : 1, world.rank());
-    if (world.rank() < other_world) other = run(*part, options, scratch + "/world", steps, "");
-    sleeping_barrier();
+    agree_after_sleeping(world, "the run on the first " + std::to_string(other_world) + " rank(s)", [&] {
+      if (world.rank() < other_world) other = run(*part, options, scratch + "/world", steps, "");
+    });
   }
 
   int64_t pass = 1;

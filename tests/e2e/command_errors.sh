@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Every subcommand under mpirun -np 2 given a bad key, or a bad input found before its first step:
+# the job ends non-zero within the time limit (no rank left waiting), and a command that runs over
+# MPI prints exactly one "mgtrain: error:" line naming what is wrong. The commands without MPI
+# (eval, report, compare) run once per rank, so each rank may say it.
+# Usage: command_errors.sh CASE
+source "$(dirname "$0")/lib.sh"
+write_config run.ini
+# Short runs: the cases that get past their errors must still be quick.
+bad=--sync.bogus=1
+mpi=true
+case $1 in
+  train)        args=(train --config run.ini "$bad"); expect="sync.bogus" ;;
+  bench)        args=(bench --config run.ini --steps 2 --warmup 0 "$bad"); expect="sync.bogus" ;;
+  verify)       args=(verify --config run.ini --steps 2 "$bad"); expect="sync.bogus" ;;
+  doctor)       args=(doctor --config run.ini "$bad"); expect="sync.bogus" ;;
+  eval)         args=(eval --checkpoint none.h5 --data none.h5 "$bad"); expect="sync.bogus"; mpi=false ;;
+  report)       args=(report "$WORK" "$bad"); expect="sync.bogus"; mpi=false ;;
+  compare)      args=(compare a.h5 b.h5 "$bad"); expect="sync.bogus"; mpi=false ;;
+  # Found by rank 0's single-rank reference run while the other rank waits for it.
+  bench_data)   args=(bench --config run.ini --steps 2 --warmup 0 --data.train=/nonexistent/train.h5)
+                expect="/nonexistent/train.h5" ;;
+  # Not an error: more threads than this rank's cores are lowered to them, with a warning.
+  threads)
+    run_np 2 120 train --config run.ini --train.threads=100000 --train.max_steps=2 >out.log 2>err.log ||
+      { cat out.log err.log; fail "training with train.threads = 100000 failed"; }
+    cat err.log
+    grep -q '^mgtrain: warning: \[rank 0\] train.threads = 100000 is more than the [0-9]* core(s) this rank may use' \
+      err.log || fail "no warning that train.threads was lowered"
+    exit 0 ;;
+  *) fail "unknown case $1" ;;
+esac
+
+start=$(date +%s)
+set +e
+run_np 2 60 "${args[@]}" >out.log 2>err.log
+rc=$?
+set -e
+echo "exit $rc after $(($(date +%s) - start)) s"
+cat err.log
+[ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "the job hung and was killed by the time limit"
+[ $rc -ne 0 ] || fail "exit code 0 for bad input"
+errors=$(grep -c '^mgtrain: error:' err.log || true)
+if $mpi; then
+  [ "$errors" -eq 1 ] || fail "expected exactly one 'mgtrain: error:' line, got $errors"
+else
+  [ "$errors" -ge 1 ] && [ "$errors" -le 2 ] || fail "expected one error line per rank at most, got $errors"
+fi
+grep '^mgtrain: error:' err.log | grep -qF -- "$expect" || fail "the error line does not mention '$expect'"

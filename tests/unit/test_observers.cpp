@@ -96,7 +96,23 @@ TEST(MetricsFile, UnwritablePathIsNamed) {
     FAIL() << "a directory opened as the metrics file";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    // The reason, as the system gave it.
+    EXPECT_NE(std::string(e.what()).find(": Is a directory"), std::string::npos) << e.what();
   }
+}
+
+// A metrics line that cannot be written (/dev/full: every write fails with ENOSPC) is a warning
+// naming the file and the reason, once; the run goes on with the metrics off.
+TEST(MetricsFile, FullDiskWarnsOnceAndTurnsTheMetricsOff) {
+  auto metrics = make_metrics_file("/dev/full");
+  ::testing::internal::CaptureStderr();
+  EXPECT_NO_THROW(metrics->on_interval(figures(5, 0)));
+  EXPECT_NO_THROW(metrics->on_interval(figures(10, 0)));
+  EXPECT_NO_THROW(metrics->on_run_end({10, 0, false}));
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(warnings,
+            "mgtrain: warning: metrics file '/dev/full' cannot be written: No space left on device; metrics are off "
+            "for the rest of the run\n");
 }
 
 TEST(ProgressObserver, LinesAtIntervalsOnly) {

@@ -1,8 +1,9 @@
 // The metrics file: one JSON line per logging interval, what `mgtrain report` draws and scripts
 // read with sed.
 #include <filesystem>
-#include <fstream>
+#include <iostream>
 
+#include "io/append_file.hpp"
 #include "io/json_line.hpp"
 #include "mgtrain/error.hpp"
 #include "observers/observer.hpp"
@@ -11,15 +12,18 @@ namespace mgt {
 
 namespace {
 
-// Appends each interval's figures to the file, flushed, so a run that dies keeps its lines.
+std::string with_parent_directory(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  return path;  // a directory that could not be made shows as the open's own reason
+}
+
+// Appends each interval's figures to the file, one write per line, so a run that dies keeps its
+// lines. A line that cannot be written (a full disk) is taken back whole, the run is told once on
+// stderr, and the metrics stay off for the rest of the run: training matters more than its log.
 class MetricsFile final : public TrainingObserver {
  public:
-  explicit MetricsFile(const std::string& path) {
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-    out_.open(path, std::ios::app);
-    if (!out_) throw IoError("metrics file '" + path + "' cannot be opened for writing");
-  }
+  explicit MetricsFile(const std::string& path) : out_(with_parent_directory(path), "metrics file") {}
 
   // Figures to 9 significant digits; a NaN loss (a skipped step's) is null.
   void on_interval(const IntervalFigures& f) override {
@@ -40,11 +44,24 @@ class MetricsFile final : public TrainingObserver {
       JsonValue& samples = record["gpu"] = JsonValue::array();
       for (const GpuSample& g : f.gpu) samples.push_back(gpu_sample_json(g));
     }
-    out_ << json_line(record) << "\n" << std::flush;
+    if (!off_) check(out_.append(json_line(record) + "\n"));
+  }
+
+  void on_run_end(const RunEnd&) override {
+    if (!off_) check(out_.close());
   }
 
  private:
-  std::ofstream out_;
+  void check(const std::string& failure) {
+    if (failure.empty()) return;
+    off_ = true;
+    std::cerr << "mgtrain: warning: metrics file '" << out_.path() << "' cannot be written: " << failure
+              << "; metrics are off for the rest of the run\n"
+              << std::flush;
+  }
+
+  AppendFile out_;
+  bool off_ = false;
 };
 
 }  // namespace

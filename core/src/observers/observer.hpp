@@ -56,9 +56,11 @@ class TrainingObserver {
 };
 
 // The trainer's observers: JSON lines appended to `path` (metrics_file.cpp); created with its
-// directory, throwing IoError naming the path when it cannot be opened.
+// directory, throwing IoError naming the path and the reason when it cannot be opened. A line that
+// cannot be written later is a warning on stderr, and the file gets no more.
 std::unique_ptr<TrainingObserver> make_metrics_file(const std::string& path);
-// Scalars in TensorBoard event files under `dir` (tensorboard_observer.cpp).
+// Scalars in TensorBoard event files under `dir` (tensorboard_observer.cpp); a write that fails
+// is a warning on stderr, as for the metrics file.
 std::unique_ptr<TrainingObserver> make_tensorboard_observer(const std::string& dir);
 // A live bar or plain lines on `out` (progress_observer.cpp), by `mode` (train.progress).
 std::unique_ptr<TrainingObserver> make_progress_observer(std::ostream& out, const std::string& mode);

@@ -4,12 +4,12 @@
 
 #include <boost/crc.hpp>
 
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
 
+#include "io/append_file.hpp"
 #include "mgtrain/error.hpp"
 #include "runtime/host_name.hpp"
 
@@ -109,29 +109,23 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   path_ = (std::filesystem::path(dir) /
            ("events.out.tfevents." + std::to_string(seconds) + "." + host_name() + "." + std::to_string(getpid())))
               .string();
-  file_ = std::fopen(path_.c_str(), "wb");
-  if (!file_) throw IoError("tensorboard: cannot create event file '" + path_ + "': " + std::strerror(errno));
-  write_record(encode_file_version_event(now_seconds(), "brain.Event:2"));
+  file_ = std::make_unique<AppendFile>(path_, "tensorboard: event file");
+  pending_ = tfrecord_frame(encode_file_version_event(now_seconds(), "brain.Event:2"));
   flush();
 }
 
 TensorBoardWriter::~TensorBoardWriter() {
-  if (file_) std::fclose(file_);
+  if (!pending_.empty()) file_->append(pending_);
 }
 
 void TensorBoardWriter::add_scalar(const std::string& tag, int64_t step, double value) {
-  write_record(encode_scalar_event(now_seconds(), step, tag, static_cast<float>(value)));
+  pending_ += tfrecord_frame(encode_scalar_event(now_seconds(), step, tag, static_cast<float>(value)));
 }
 
 void TensorBoardWriter::flush() {
-  if (std::fflush(file_) != 0)
-    throw IoError("tensorboard: cannot write event file '" + path_ + "': " + std::strerror(errno));
-}
-
-void TensorBoardWriter::write_record(const std::string& data) {
-  const std::string record = tfrecord_frame(data);
-  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size())
-    throw IoError("tensorboard: cannot write event file '" + path_ + "': " + std::strerror(errno));
+  const std::string failure = file_->append(pending_);
+  pending_.clear();
+  if (!failure.empty()) throw IoError("tensorboard: cannot write event file '" + path_ + "': " + failure);
 }
 
 }  // namespace mgt

@@ -8,10 +8,12 @@
 // Summary.Value: tag = 1 (string), simple_value = 2 (float).
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
+#include <memory>
 #include <string>
 
 namespace mgt {
+
+class AppendFile;
 
 // CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), by Boost.CRC.
 uint32_t crc32c(const void* data, size_t bytes);
@@ -28,22 +30,25 @@ std::string encode_scalar_event(double wall_time, int64_t step, const std::strin
 class TensorBoardWriter {
  public:
   // Creates dir (and parents); the file is events.out.tfevents.<unix seconds>.<hostname>.<pid>;
-  // its first record is Event{wall_time, file_version:"brain.Event:2"}. Throws IoError naming the
-  // path on failure.
+  // its first record is Event{wall_time, file_version:"brain.Event:2"}, written at once. Throws
+  // IoError naming the path and the reason on failure.
   explicit TensorBoardWriter(const std::string& dir);
-  ~TensorBoardWriter();
+  ~TensorBoardWriter();  // writes what is pending, as flush() does, without throwing
   TensorBoardWriter(const TensorBoardWriter&) = delete;
   TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
 
-  // Event{wall_time, step, summary{value{tag, simple_value(float)}}}.
+  // Event{wall_time, step, summary{value{tag, simple_value(float)}}}, kept until flush().
   void add_scalar(const std::string& tag, int64_t step, double value);
+  // Writes the records added since the last flush in one append: all of them reach the file or
+  // none does, so the file always ends with a whole record. Throws IoError naming the path and the
+  // reason; the records are then dropped.
   void flush();
   const std::string& path() const { return path_; }
 
  private:
-  void write_record(const std::string& data);
   std::string path_;
-  std::FILE* file_ = nullptr;
+  std::unique_ptr<AppendFile> file_;
+  std::string pending_;  // framed records not yet written
 };
 
 }  // namespace mgt

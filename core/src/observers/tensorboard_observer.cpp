@@ -1,5 +1,8 @@
 // TensorBoard's view of a run: each interval's figures as scalars in an event file
 // (tensorboard.cpp writes the file).
+#include <iostream>
+
+#include "mgtrain/error.hpp"
 #include "observers/observer.hpp"
 #include "observers/tensorboard.hpp"
 
@@ -8,23 +11,32 @@ namespace mgt {
 namespace {
 
 // Loss, accuracy, learning rate, samples/s and each rank's step time, flushed every interval so
-// TensorBoard shows a run as it goes.
+// TensorBoard shows a run as it goes. An interval that cannot be written (a full disk) is left out
+// whole, the run is told once on stderr, and the event file gets nothing more: the run goes on.
 class TensorBoardObserver final : public TrainingObserver {
  public:
   explicit TensorBoardObserver(const std::string& dir) : writer_(dir) {}
 
   void on_interval(const IntervalFigures& f) override {
+    if (off_) return;
     writer_.add_scalar("train/loss", f.step, f.loss);
     writer_.add_scalar("train/accuracy", f.step, f.accuracy);
     writer_.add_scalar("train/learning_rate", f.step, f.learning_rate);
     writer_.add_scalar("train/samples_per_s", f.step, f.samples_per_s);
     for (size_t r = 0; r < f.rank_step_ms.size(); ++r)
       writer_.add_scalar("step_time_ms/rank" + std::to_string(r), f.step, f.rank_step_ms[r]);
-    writer_.flush();
+    try {
+      writer_.flush();
+    } catch (const IoError& e) {
+      off_ = true;
+      std::cerr << "mgtrain: warning: " << e.what() << "; TensorBoard output is off for the rest of the run\n"
+                << std::flush;
+    }
   }
 
  private:
   TensorBoardWriter writer_;
+  bool off_ = false;
 };
 
 }  // namespace

@@ -59,63 +59,87 @@ std::string shape_of(const Shape& s) { return shape_string(s); }
 // layer), so a damaged num_classes attribute or label must not be able to ask for gigabytes.
 constexpr int64_t kMaxClasses = int64_t{1} << 20;
 
-// Refuses labels libhdf5 would make up or misread. Rows never written read back as the fill value,
-// at a cost set by the header alone (a 2 KiB file can declare 2^40 labels and store none), and
-// libhdf5 1.10 overruns its buffers on a stored size that disagrees with the layout (an unfiltered
-// chunk shorter than its chunk). So y must store all n labels: every chunk present, and unfiltered
-// storage of exactly the size the layout implies.
-void require_labels_stored(hid_t y, int64_t n, const std::string& what) {
-  h5::Id dcpl = h5::plist(H5Dget_create_plist(y));
-  h5::Id type = h5::type(H5Dget_type(y));
-  const hsize_t label_bytes = H5Tget_size(type.get());  // 1 to 8, checked by the caller
+// Refuses a dataset whose rows libhdf5 would make up or misread. Rows never written read back as
+// the fill value (zeros), at a cost set by the header alone (a 2 KiB file can declare 2^40 rows and
+// store none: a run would train on them), and libhdf5 1.10 overruns its buffers on a stored size
+// that disagrees with the layout (an unfiltered chunk shorter than its chunk). So every dataset the
+// reader reads must store all its rows: every chunk present, and unfiltered storage of exactly the
+// size the layout implies.
+void require_rows_stored(hid_t dset, const std::string& what) {
+  h5::Id dcpl = h5::plist(H5Dget_create_plist(dset));
+  h5::Id type = h5::type(H5Dget_type(dset));
+  h5::Id space = h5::space(H5Dget_space(dset));
+  const hsize_t element_bytes = H5Tget_size(type.get());  // 1 to 8, checked by the caller
+  const Shape dims = h5::dims_of(space.get());
+  const int rank = static_cast<int>(dims.size());
+  hsize_t declared_bytes = element_bytes;  // fits: the caller checked the whole of x, and y is [N]
+  for (const int64_t d : dims) declared_bytes *= static_cast<hsize_t>(d);
+  const std::string rows = std::to_string(dims.empty() ? 0 : dims[0]) + " rows";
   const H5D_layout_t layout = H5Pget_layout(dcpl.get());
   if (layout == H5D_CONTIGUOUS || layout == H5D_COMPACT) {
     if (layout == H5D_CONTIGUOUS && H5Pget_external_count(dcpl.get()) > 0) return;  // another file
-    if (layout == H5D_CONTIGUOUS && H5Dget_offset(y) == HADDR_UNDEF)
-      throw DataError(what + " has no stored data (created but never written)");
-    const hsize_t stored = H5Dget_storage_size(y);
-    if (stored != static_cast<hsize_t>(n) * label_bytes)
-      throw DataError(what + " stores " + std::to_string(stored) + " bytes, expected " +
-                      std::to_string(static_cast<hsize_t>(n) * label_bytes) + " for " + std::to_string(n) + " labels");
+    if (layout == H5D_CONTIGUOUS && H5Dget_offset(dset) == HADDR_UNDEF)
+      throw DataError(what + " declares " + rows + " but has no stored data (created but never written)");
+    const hsize_t stored = H5Dget_storage_size(dset);
+    if (stored != declared_bytes)
+      throw DataError(what + " declares " + rows + " but stores " + std::to_string(stored) + " bytes, expected " +
+                      std::to_string(declared_bytes));
     return;
   }
   if (layout != H5D_CHUNKED) return;
-  hsize_t chunk = 0;
-  if (H5Pget_chunk(dcpl.get(), 1, &chunk) != 1 || chunk == 0 || chunk > (hsize_t{1} << 32))
+  std::vector<hsize_t> chunk(static_cast<size_t>(rank));
+  if (H5Pget_chunk(dcpl.get(), rank, chunk.data()) != rank)
     throw DataError(what + " has an unreadable chunk layout: " + h5::error_text());
+  // The chunk grid, per dimension; its size is bounded by the declared bytes (each chunk >= 1 element).
+  std::vector<hsize_t> grid(static_cast<size_t>(rank));
+  hsize_t expected = 1, chunk_bytes = element_bytes;
+  for (int i = 0; i < rank; ++i) {
+    const auto d = static_cast<hsize_t>(dims[static_cast<size_t>(i)]);
+    if (chunk[static_cast<size_t>(i)] == 0 || chunk[static_cast<size_t>(i)] > (hsize_t{1} << 32))
+      throw DataError(what + " has an unreadable chunk layout: chunk dimension " + std::to_string(i) + " is " +
+                      std::to_string(chunk[static_cast<size_t>(i)]));
+    grid[static_cast<size_t>(i)] = (d + chunk[static_cast<size_t>(i)] - 1) / chunk[static_cast<size_t>(i)];
+    expected *= grid[static_cast<size_t>(i)];
+    chunk_bytes *= chunk[static_cast<size_t>(i)];
+  }
   const bool filtered = H5Pget_nfilters(dcpl.get()) != 0;
   // An index listing more chunks than the extent holds is damaged (shrinking a dataset deletes the
   // chunks outside it), and libhdf5 1.10 overran a buffer reading through one such index.
-  h5::Id space = h5::space(H5Dget_space(y));
-  const hsize_t expected = (static_cast<hsize_t>(n) + chunk - 1) / chunk;
   hsize_t listed = 0;
-  if (H5Dget_num_chunks(y, space.get(), &listed) < 0) throw DataError(what + " could not be read: " + h5::error_text());
+  if (H5Dget_num_chunks(dset, space.get(), &listed) < 0)
+    throw DataError(what + " could not be read: " + h5::error_text());
   if (listed < expected)
-    throw DataError(what + " stores " + std::to_string(listed) + " of its " + std::to_string(expected) +
-                    " chunks (created but never all written)");
+    throw DataError(what + " declares " + rows + " but stores " + std::to_string(listed) + " of its " +
+                    std::to_string(expected) + " chunks (created but never all written)");
   if (listed > expected)
     throw DataError(what + " has a chunk index listing " + std::to_string(listed) + " chunks, expected " +
                     std::to_string(expected) + " (a damaged file)");
-  for (hsize_t row = 0; row < static_cast<hsize_t>(n); row += chunk) {
+  // Every chunk of the grid, by its first element (the number of chunks is now that stored, so
+  // bounded by the file's size).
+  std::vector<hsize_t> at(static_cast<size_t>(rank), 0), index(static_cast<size_t>(rank), 0);
+  for (hsize_t k = 0; k < expected; ++k) {
+    for (int i = 0; i < rank; ++i)
+      at[static_cast<size_t>(i)] = index[static_cast<size_t>(i)] * chunk[static_cast<size_t>(i)];
     unsigned mask = 0;
     haddr_t addr = HADDR_UNDEF;
     hsize_t size = 0;
-    if (H5Dget_chunk_info_by_coord(y, &row, &mask, &addr, &size) < 0)
+    if (H5Dget_chunk_info_by_coord(dset, at.data(), &mask, &addr, &size) < 0)
       throw DataError(what + " could not be read: " + h5::error_text());
     if (addr == HADDR_UNDEF)
-      throw DataError(what + " has no stored chunk for rows from " + std::to_string(row) +
+      throw DataError(what + " declares " + rows + " but has no stored chunk for rows from " + std::to_string(at[0]) +
                       " (created but never written)");
-    if (!filtered && size != chunk * label_bytes)
-      throw DataError(what + " stores " + std::to_string(size) + " bytes for the chunk at row " + std::to_string(row) +
-                      ", expected " + std::to_string(chunk * label_bytes));
+    if (!filtered && size != chunk_bytes)
+      throw DataError(what + " stores " + std::to_string(size) + " bytes for the chunk at row " +
+                      std::to_string(at[0]) + ", expected " + std::to_string(chunk_bytes));
+    for (int i = rank - 1; i >= 0 && ++index[static_cast<size_t>(i)] == grid[static_cast<size_t>(i)]; --i)
+      index[static_cast<size_t>(i)] = 0;
   }
 }
 
 // Reads y in blocks, so memory does not grow with the row count the file declares, and calls
-// f(first_row, labels, count) for each block.
+// f(first_row, labels, count) for each block. open_validated has checked that y stores its rows.
 template <class F>
 void for_each_label_block(hid_t y, int64_t n, const std::string& what, F&& f) {
-  require_labels_stored(y, n, what);
   constexpr int64_t kBlock = int64_t{1} << 20;
   std::vector<int32_t> buf(static_cast<size_t>(std::min(n, kBlock)));
   h5::Id file_space = h5::space(H5Dget_space(y));
@@ -152,6 +176,7 @@ void open_row_checksums(Opened& o, const std::string& path, const std::string& x
       H5Tget_size(t.get()) != 4 || H5Tget_sign(t.get()) != H5T_SGN_NONE)
     throw DataError(where(path, kRowChecksums) + " is " + type_name(t.get()) + " " + shape_of(dims) +
                     ", expected uint32 [" + std::to_string(info.num_samples) + "] (one checksum per row)");
+  require_rows_stored(crc.get(), where(path, kRowChecksums));
   o.row_crc = std::move(crc);
   info.row_checksums = true;
 }
@@ -212,6 +237,10 @@ Opened open_validated(const std::string& path, const std::string& x_name, const 
     if (d < 1 || __builtin_mul_overflow(x_bytes, d, &x_bytes))
       throw DataError(where(path, x_name) + " has shape " + shape_of(xd) +
                       ", expected sizes of at least 1 whose product, in bytes, fits in 64 bits");
+
+  // Before any row is read, here or by the reader: each dataset stores all the rows it declares.
+  require_rows_stored(o.x.get(), where(path, x_name));
+  require_rows_stored(o.y.get(), where(path, y_name));
 
   info.num_samples = xd[0];
   info.sample_shape.assign(xd.begin() + 1, xd.end());

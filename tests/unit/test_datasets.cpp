@@ -436,6 +436,59 @@ TEST(DataInfo, ReadsUtf8StringAttributesAsH5pyWritesThem) {
       << inspect(dir.file("a.h5"));
 }
 
+// Rows a file declares but never stored read back as the fill value (zeros): the file is refused
+// when it opens, on each dataset the reader reads, naming the dataset and the chunks stored.
+TEST(DataInfo, DeclaredButUnwrittenRowsAreRefusedOnEveryDataset) {
+  TempDir dir;
+  const std::string f = dir.file("partial.h5");
+  // x declares 1000 rows in chunks of 16 and stores the first 32; y stores all 1000 labels.
+  H5Spec s = indexed_spec(1000);
+  s.with_x = false;
+  write_h5(f, s);
+  {
+    std::lock_guard lock(hdf5_mutex());
+    h5::Id file = h5::file(H5Fopen(f.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    ASSERT_TRUE(file);
+    const hsize_t dims[3] = {1000, 2, 3}, chunk[3] = {16, 2, 3}, written[3] = {32, 2, 3};
+    h5::Id space = h5::space(H5Screate_simple(3, dims, nullptr));
+    h5::Id dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
+    H5Pset_chunk(dcpl.get(), 3, chunk);
+    h5::Id x =
+        h5::dataset(H5Dcreate2(file.get(), "x", H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+    ASSERT_TRUE(x);
+    const hsize_t start[3] = {0, 0, 0};
+    h5::Id memory = h5::space(H5Screate_simple(3, written, nullptr));
+    ASSERT_GE(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, written, nullptr), 0);
+    ASSERT_GE(H5Dwrite(x.get(), H5T_NATIVE_FLOAT, memory.get(), space.get(), H5P_DEFAULT, s.x_f.data()), 0);
+  }
+  expect_data_error([&] { open_dataset_info(f); }, {f, "'/x'", "1000 rows", "stores 2 of its 63 chunks"});
+  ReaderOptions o;
+  o.path = f;
+  o.global_batch = 16;
+  expect_data_error([&] { ShardedReader reader(o); }, {f, "'/x'", "stores 2 of its 63 chunks"});
+
+  // The same on y, with num_classes given (so the labels are not scanned for it) and y contiguous.
+  s = indexed_spec(40);
+  s.y.clear();  // created, never written
+  write_h5(f, s);
+  expect_data_error([&] { open_dataset_info(f); }, {f, "'/y'", "no stored data"});
+
+  // x contiguous and never written.
+  s = indexed_spec(40);
+  s.with_x = false;
+  write_h5(f, s);
+  {
+    std::lock_guard lock(hdf5_mutex());
+    h5::Id file = h5::file(H5Fopen(f.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    const hsize_t dims[3] = {40, 2, 3};
+    h5::Id space = h5::space(H5Screate_simple(3, dims, nullptr));
+    h5::Id x =
+        h5::dataset(H5Dcreate2(file.get(), "x", H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    ASSERT_TRUE(x);
+  }
+  expect_data_error([&] { open_dataset_info(f); }, {f, "'/x'", "no stored data"});
+}
+
 // ---------------------------------------------------------------- reader
 
 TEST(DataReader, ValidatesBatchAndWorld) {

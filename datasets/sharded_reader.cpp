@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -175,7 +176,16 @@ struct ShardedReader::Impl {
         for (int64_t i = 0; i < numel; ++i) dst[i] = lut[src[i]];
       } else {
         const float* f = reinterpret_cast<const float*>(src);
-        for (int64_t i = 0; i < numel; ++i) dst[i] = (f[i] - mean) * inv_std;
+        // NaN and Inf are the floats whose exponent bits are all set; adding one to the exponent
+        // then carries into the sign bit. An OR over the row keeps the check in the vectorised loop.
+        uint32_t carries = 0;
+        for (int64_t i = 0; i < numel; ++i) {
+          uint32_t bits;
+          std::memcpy(&bits, f + i, sizeof bits);
+          carries |= (bits & 0x7f800000u) + 0x00800000u;
+          dst[i] = (f[i] - mean) * inv_std;
+        }
+        if (carries & 0x80000000u) nonfinite_error(row, f, epoch, batch);
       }
       const int32_t label = yraw[static_cast<size_t>(j)];
       if (label < 0 || label >= info.num_classes)
@@ -196,6 +206,21 @@ struct ShardedReader::Impl {
                     "' and '" + h5::object_path(opt.y_name) + "' fails its checksum (" + sums + "; epoch " +
                     std::to_string(epoch) + ", batch " + std::to_string(batch) +
                     "): the file is damaged, convert or copy it again");
+  }
+
+  // A NaN or Inf in the samples would surface only as a non-finite gradient on some rank, steps
+  // later; this names the row and the element instead.
+  [[noreturn]] void nonfinite_error(int64_t row, const float* values, int64_t epoch, int64_t batch) {
+    int64_t at = 0;
+    while (at < numel && std::isfinite(values[at])) ++at;
+    const float v = values[at];
+    throw DataError("data file '" + opt.path + "': row " + std::to_string(row) + " of '" + h5::object_path(opt.x_name) +
+                    "' holds " +
+                    (std::isnan(v) ? "NaN"
+                     : v > 0       ? "inf"
+                                   : "-inf") +
+                    " at element " + std::to_string(at) + " (epoch " + std::to_string(epoch) + ", batch " +
+                    std::to_string(batch) + "), expected finite float32 samples");
   }
 
   // The whole file into all_x, all_y and all_crc, each dataset in one read.

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -715,6 +716,29 @@ TEST(DataReader, ReadAndLabelErrorsReachNextAsDataError) {
   expect_data_error([&] { reader.next(); }, {o.path, "row 17"});  // stays failed
   reader.start(0, 2);                                             // a fresh start past the bad batch works
   EXPECT_EQ(rows_of(reader.next()).front(), 20);
+}
+
+// NaN or Inf in float32 samples stops the reader at the row that holds it, naming the file, the
+// row and the element, before the model turns it into a non-finite gradient.
+TEST(DataReader, NonFiniteFloatSamplesReachNextAsDataErrorWithTheRow) {
+  TempDir dir;
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+    const std::string f = dir.file("nonfinite.h5");
+    H5Spec s = indexed_spec(30);
+    s.x_f[17 * kNumel + 4] = bad;
+    write_h5(f, s);
+    for (const bool in_memory : {false, true}) {
+      ReaderOptions o;
+      o.path = f;
+      o.global_batch = 10;
+      o.shuffle = false;
+      o.in_memory = in_memory;
+      ShardedReader reader(o);
+      EXPECT_EQ(rows_of(reader.next()).front(), 0);
+      expect_data_error([&] { reader.next(); },
+                        {f, "row 17 of '/x'", "element 4", std::isnan(bad) ? "NaN" : "-inf", "epoch 0, batch 1"});
+    }
+  }
 }
 
 TEST(DataReader, CorruptChunkReachesNextAsDataErrorWithRows) {

@@ -12,6 +12,11 @@ small_csv() {  # 50 samples of 784 features: fewer than one global batch of 128
   "$MGTRAIN" data convert --csv small.csv --shape 784 --out small.h5 >/dev/null
 }
 
+small_test() {  # small_test FEATURES LABEL: 64 samples of FEATURES features, labels up to LABEL
+  awk -v f="$1" -v l="$2" 'BEGIN { for (i = 0; i < 64; i++) { line = i % (l + 1); for (j = 0; j < f; j++) line = line ",0"; print line } }' >test.csv
+  "$MGTRAIN" data convert --csv test.csv --shape "$1" --out test.h5 >/dev/null
+}
+
 case $1 in
   missing_data)   args+=(--data.train=/nonexistent/train.h5); expect="/nonexistent/train.h5" ;;
   missing_test)   args+=(--data.test=/nonexistent/test.h5); expect="/nonexistent/test.h5" ;;
@@ -21,6 +26,12 @@ case $1 in
   wrong_features) args+=(--model.inputs=100); expect="100" ;;
   wrong_rank)     small_csv; args+=(--data.train="$WORK/small.h5" --model.name=cnn --train.global_batch=8); expect="small.h5" ;;
   too_few)        small_csv; args+=(--data.train="$WORK/small.h5"); expect="fewer than one global batch" ;;
+  # A test file the model cannot take is found before step 1, not after training (a short run, so
+  # a late check fails on its message rather than the time limit).
+  test_shape)     small_test 100 9; args+=(--data.test="$WORK/test.h5" --train.max_steps=3)
+                  expect="data.test: data file '$WORK/test.h5'" ;;
+  test_classes)   small_test 784 12; args+=(--data.test="$WORK/test.h5" --train.max_steps=3)
+                  expect="data.test: data file '$WORK/test.h5'" ;;
   not_divisible)  args+=(--train.global_batch=127); expect="127" ;;
   unknown_plugin) args+=(--model.name=resnet9000); expect="resnet9000" ;;
   bad_abi)        args+=(--plugin-path="$TEST_PLUGIN_DIR" --model.name=badabi); expect="ABI version 999" ;;

@@ -10,8 +10,29 @@
 
 namespace mgt {
 
+void check_eval_data(const Model& model, const std::string& data_path, const std::string& x_name,
+                     const std::string& y_name, int64_t batch) {
+  const data::DatasetInfo info = data::open_dataset_info(data_path, x_name, y_name);
+  Shape input = {batch};
+  input.insert(input.end(), info.sample_shape.begin(), info.sample_shape.end());
+  Shape logits;
+  try {
+    logits = model.output_shape(input);
+  } catch (const Error& e) {
+    throw DataError("data file '" + data_path + "': the model cannot take its samples of shape " +
+                    shape_string(info.sample_shape) + ": " + e.what());
+  }
+  if (logits.size() != 2 || logits[1] < info.num_classes)
+    throw DataError("data file '" + data_path + "' has " + std::to_string(info.num_classes) +
+                    " classes, but the model gives logits of shape " + shape_string(logits) + " for input " +
+                    shape_string(input) + ", expected [" + std::to_string(batch) + ", " +
+                    std::to_string(info.num_classes) + "]");
+  data::class_counts(info);  // throws naming the row of a label outside [0, num_classes)
+}
+
 EvalResult evaluate_model(Model& model, const std::string& data_path, const std::string& x_name,
                           const std::string& y_name, int64_t batch) {
+  check_eval_data(model, data_path, x_name, y_name, batch);
   data::ReaderOptions ro;
   ro.path = data_path;
   ro.x_name = x_name;

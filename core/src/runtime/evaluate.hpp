@@ -14,7 +14,13 @@ struct EvalResult {
   int64_t samples = 0;
 };
 
-// The model's parameters must be loaded; the data file's samples must fit its input.
+// Checks, before any sample is read, that `model` takes the data file's samples in batches of
+// `batch` with an output for each of its classes, and that every label is one of those classes
+// (reads all of y: cheap next to an evaluation). Throws DataError naming the file.
+void check_eval_data(const Model& model, const std::string& data_path, const std::string& x_name,
+                     const std::string& y_name, int64_t batch);
+
+// The model's parameters must be loaded; the data file is checked first (check_eval_data).
 EvalResult evaluate_model(Model& model, const std::string& data_path, const std::string& x_name,
                           const std::string& y_name, int64_t batch);
 

@@ -352,10 +352,7 @@ class Trainer {
       } else {
         open_reader(train_path, static_cast<int>(train_world));
       }
-      // The test file is read at the end; a wrong path must not wait until then.
-      const std::string test_path = config_.get_string("data.test");
-      if (leader_ && !test_path.empty())
-        data::open_dataset_info(test_path, config_.get_string("data.x_name"), config_.get_string("data.y_name"));
+      check_test_file();
       schedule_.emplace(config_.get_string("train.lr_schedule"), optimizer_->learning_rate(),
                         config_.get_int("train.warmup_steps"), config_.get_int("train.epochs") * per_epoch_);
       if (trains()) compile_step();
@@ -369,6 +366,19 @@ class Trainer {
            << (device_->kind() == DeviceKind::gpu ? "rank 0 on " + device_->describe() : device_->describe()) << ", "
            << sync_path << ")\n"
            << std::flush;
+    }
+  }
+
+  // The test file is read by rank 0 at the end, after training: a file the model cannot take (its
+  // sample shape, its classes, a label out of range) must not wait until then.
+  void check_test_file() {
+    const std::string test_path = config_.get_string("data.test");
+    if (!leader_ || test_path.empty()) return;
+    try {
+      check_eval_data(*model_, test_path, config_.get_string("data.x_name"), config_.get_string("data.y_name"),
+                      micro_batch_);
+    } catch (const Error& e) {
+      throw DataError(std::string("data.test: ") + e.what());
     }
   }
 

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -66,12 +67,14 @@ mgt::CheckpointMeta make_meta(int64_t step) {
   meta.step = step;
   meta.epoch = 3;
   meta.batch_in_epoch = 17;
+  meta.global_batch = 64;
   meta.seed = 0xfedcba9876543210ull;  // above INT64_MAX: must survive as uint64
   meta.world_size = 4;
   meta.mgtrain_version = "0.1.0";
   meta.plugins = "model:mlp@1.0.0;optimizer:sgd@1.0.0;sync:allreduce@1.0.0";
   meta.plugin_paths = "optimizer:sgd=/opt/plugins/libmgtrain-optimizer-sgd.so";
-  meta.config_ini = "[optimizer]\nlr = 0.1\nmomentum = 0.9\n\n[train]\nseed = 42\n";
+  meta.config_ini =
+      "[optimizer]\nlr = 0.1\nmomentum = 0.9\n\n[train]\nglobal_batch = 64\nseed = 18364758544493064720\n";
   return meta;
 }
 
@@ -162,6 +165,7 @@ TEST_F(CheckpointTest, RoundTripRestoresParametersStateAndMeta) {
     EXPECT_EQ(m.step, 120);
     EXPECT_EQ(m.epoch, expected.epoch);
     EXPECT_EQ(m.batch_in_epoch, expected.batch_in_epoch);
+    EXPECT_EQ(m.global_batch, expected.global_batch);
     EXPECT_EQ(m.seed, expected.seed);
     EXPECT_EQ(m.world_size, expected.world_size);
     EXPECT_EQ(m.mgtrain_version, expected.mgtrain_version);
@@ -200,8 +204,9 @@ TEST_F(CheckpointTest, ReadableByH5dump) {
   const std::string header = run("/usr/bin/h5dump -H -A '" + path + "' 2>&1");
   EXPECT_NE(header.find("DATASPACE  SIMPLE { ( 3, 4 ) / ( 3, 4 ) }"), std::string::npos) << header;
   EXPECT_NE(header.find("H5T_IEEE_F32LE"), std::string::npos) << header;
-  for (const char* attr : {"step", "epoch", "batch_in_epoch", "seed", "world_size", "mgtrain_version", "plugins",
-                           "plugin_paths", "config", "format_version", "crc32", "optimizer_steps"})
+  for (const char* attr :
+       {"step", "epoch", "batch_in_epoch", "seed", "world_size", "mgtrain_version", "plugins", "plugin_paths", "config",
+        "format_version", "crc32", "optimizer_steps", "global_batch", "samples_in_epoch", "attributes_crc32"})
     EXPECT_NE(header.find("ATTRIBUTE \"" + std::string(attr) + "\""), std::string::npos) << attr;
 
   const std::string config = run("/usr/bin/h5dump -a /config '" + path + "' 2>&1");
@@ -242,6 +247,126 @@ TEST_F(CheckpointTest, CorruptedDatasetFailsChecksum) {
   EXPECT_NE(msg.find("/params/fc1.weight"), std::string::npos) << msg;
   EXPECT_NE(msg.find("checksum mismatch"), std::string::npos) << msg;
   EXPECT_EQ(store->params_data()[0], before) << "a failed load must leave the model untouched";
+}
+
+// Rewrites or deletes a root attribute behind the writer's back, as a damaged or hand-edited file.
+void set_root_attr(const std::string& path, const char* name, int64_t value) {
+  std::lock_guard lock(mgt::data::hdf5_mutex());
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  const hid_t attr = H5Aopen(file, name, H5P_DEFAULT);
+  ASSERT_GE(attr, 0) << name;
+  EXPECT_GE(H5Awrite(attr, H5T_NATIVE_INT64, &value), 0);
+  H5Aclose(attr);
+  H5Fclose(file);
+}
+
+void delete_attr(const std::string& path, const char* object, const char* name) {
+  std::lock_guard lock(mgt::data::hdf5_mutex());
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  if (H5Aexists_by_name(file, object, name, H5P_DEFAULT) > 0)
+    EXPECT_GE(H5Adelete_by_name(file, object, name, H5P_DEFAULT), 0);
+  H5Fclose(file);
+}
+
+// What a checkpoint written before the attribute checksum and the sample position looks like.
+void make_old_format(const std::string& path) {
+  for (const char* name : {"attributes_crc32", "global_batch", "samples_in_epoch"}) delete_attr(path, "/", name);
+  delete_attr(path, "/optimizer", "attributes_crc32");
+}
+
+TEST_F(CheckpointTest, RootAttributesAreCoveredByAChecksum) {
+  const std::string path = write(30);
+  set_root_attr(path, "step", -5);
+  auto store = make_store(0.0f);
+  for (const auto& msg : {error_message<mgt::IoError>([&] { mgt::load_checkpoint(path, *store, nullptr); }),
+                          error_message<mgt::IoError>([&] { mgt::read_checkpoint_meta(path); }),
+                          error_message<mgt::IoError>([&] { mgt::read_checkpoint_group(path, "/params"); })}) {
+    EXPECT_NE(msg.find("checkpoint '" + path + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("root attributes"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("checksum mismatch"), std::string::npos) << msg;
+  }
+  const std::string optimizer_path = write(31);
+  {
+    std::lock_guard lock(mgt::data::hdf5_mutex());
+    const hid_t file = H5Fopen(optimizer_path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    // Through the group: HDF5 1.10 cannot write an attribute opened with H5Aopen_by_name.
+    const hid_t group = H5Gopen2(file, "/optimizer", H5P_DEFAULT);
+    const hid_t attr = H5Aopen(group, "optimizer_steps", H5P_DEFAULT);
+    const int64_t steps = 1000000;
+    EXPECT_GE(H5Awrite(attr, H5T_NATIVE_INT64, &steps), 0);
+    H5Aclose(attr);
+    H5Gclose(group);
+    H5Fclose(file);
+  }
+  TestOptimizer opt;
+  opt.setup(store->flat_size());
+  const std::string msg = error_message<mgt::IoError>([&] { mgt::load_checkpoint(optimizer_path, *store, &opt); });
+  EXPECT_NE(msg.find("'/optimizer'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("checksum mismatch"), std::string::npos) << msg;
+}
+
+TEST_F(CheckpointTest, OldCheckpointWithoutAttributeChecksumLoadsAndIsValidated) {
+  const std::string path = write(40);
+  make_old_format(path);
+  auto store = make_store(0.0f);
+  TestOptimizer opt;
+  opt.setup(store->flat_size());
+  const mgt::CheckpointMeta meta = mgt::load_checkpoint(path, *store, &opt);
+  EXPECT_EQ(meta.step, 40);
+  EXPECT_EQ(meta.batch_in_epoch, 17);
+
+  struct Bad {
+    const char* attr;
+    int64_t value;
+    const char* expected;
+  };
+  for (const Bad& bad : {Bad{"step", -5, "attribute 'step' = -5"}, Bad{"epoch", -1, "attribute 'epoch' = -1"},
+                         Bad{"batch_in_epoch", -3, "attribute 'batch_in_epoch' = -3"},
+                         Bad{"world_size", 0, "attribute 'world_size' = 0"}}) {
+    const std::string damaged = write(41);
+    make_old_format(damaged);
+    set_root_attr(damaged, bad.attr, bad.value);
+    for (const auto& msg : {error_message<mgt::DataError>([&] { mgt::load_checkpoint(damaged, *store, nullptr); }),
+                            error_message<mgt::DataError>([&] { mgt::read_checkpoint_meta(damaged); })}) {
+      EXPECT_NE(msg.find("checkpoint '" + damaged + "'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(bad.expected), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST_F(CheckpointTest, NonFiniteParametersOrStateAreRefusedNamingTheDataset) {
+  auto store = make_store(1.0f);
+  TestOptimizer opt;
+  opt.setup(store->flat_size());
+  fill_state(opt, *store);
+  store->params_data()[5] = std::numeric_limits<float>::quiet_NaN();
+  const std::string nan_params = mgt::write_checkpoint(ckdir(), make_meta(50), *store, &opt, 0);
+  store->params_data()[5] = 1.0f;
+  opt.state_buffers()[0].data[store->params()[1].offset + 1] = -std::numeric_limits<float>::infinity();  // fc1.bias[1]
+  const std::string inf_state = mgt::write_checkpoint(ckdir(), make_meta(60), *store, &opt, 0);
+
+  auto loaded = make_store(-7.0f);
+  TestOptimizer loaded_opt;
+  loaded_opt.setup(loaded->flat_size());
+  for (const auto& msg : {error_message<mgt::DataError>([&] { mgt::load_checkpoint(nan_params, *loaded, nullptr); }),
+                          error_message<mgt::DataError>([&] { mgt::read_checkpoint_group(nan_params, "/params"); })}) {
+    EXPECT_NE(msg.find("checkpoint '" + nan_params + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'/params/fc1.weight'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("nan"), std::string::npos) << msg;
+  }
+  const std::string msg = error_message<mgt::DataError>([&] { mgt::load_checkpoint(inf_state, *loaded, &loaded_opt); });
+  EXPECT_NE(msg.find("'/optimizer/momentum/fc1.bias'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("-inf"), std::string::npos) << msg;
+  EXPECT_EQ(loaded->params_data()[0], -7.0f) << "a refused load must leave the model untouched";
+}
+
+TEST_F(CheckpointTest, OldCheckpointTakesItsGlobalBatchFromItsConfig) {
+  const std::string path = write(40);
+  EXPECT_EQ(mgt::read_checkpoint_meta(path).global_batch, 64);
+  make_old_format(path);
+  EXPECT_EQ(mgt::read_checkpoint_meta(path).global_batch, 64) << "taken from the stored config";
 }
 
 TEST_F(CheckpointTest, ShapeMismatchNamesParameterAndBothShapes) {

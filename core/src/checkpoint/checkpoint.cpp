@@ -1,9 +1,13 @@
 // Checkpoint files (README.md, "Checkpoints"). Layout, format_version 1:
 //   /                  attributes step, epoch, batch_in_epoch (int64), seed (uint64), world_size,
 //                      format_version (int64), mgtrain_version, plugins, config (UTF-8 strings),
-//                      plugin_paths (UTF-8 string, optional: absent from older checkpoints)
+//                      plugin_paths (UTF-8 string, optional: absent from older checkpoints),
+//                      global_batch, samples_in_epoch (int64) and attributes_crc32 (uint32: zlib
+//                      CRC-32 of the other attributes, see AttributeText), the last three absent
+//                      from older checkpoints
 //   /params/<name>     float32, the parameter's shape; attribute crc32 (zlib) of its bytes
-//   /optimizer         attribute optimizer_steps; one group per state buffer ("momentum", ...)
+//   /optimizer         attributes optimizer_steps and attributes_crc32 (optional, as above); one
+//                      group per state buffer ("momentum", ...)
 //   /optimizer/<buffer>/<name>   float32 per parameter, same shapes, crc32 each
 // All HDF5 calls hold data::hdf5_mutex(): the library here is not thread-safe and the prefetch
 // thread reads data files concurrently.
@@ -17,6 +21,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -24,6 +29,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -42,6 +48,7 @@ namespace {
 
 constexpr int64_t kFormatVersion = 1;
 constexpr const char* kChecksumAttr = "crc32";
+constexpr const char* kAttributesChecksumAttr = "attributes_crc32";
 
 std::string quote(const std::string& s) { return "'" + s + "'"; }
 
@@ -120,10 +127,10 @@ std::string read_string_attr(const H5Context& h5, hid_t obj, const std::string& 
   return value;
 }
 
-uint32_t checksum(const float* data, size_t n) {
+uint32_t checksum_bytes(const void* data, size_t size) {
   uLong crc = crc32(0L, Z_NULL, 0);
   const auto* bytes = reinterpret_cast<const Bytef*>(data);
-  size_t left = n * sizeof(float);
+  size_t left = size;
   // zlib's length is a uInt: feed large buffers in pieces.
   while (left > 0) {
     const auto piece = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
@@ -133,6 +140,78 @@ uint32_t checksum(const float* data, size_t n) {
   }
   return static_cast<uint32_t>(crc);
 }
+
+uint32_t checksum(const float* data, size_t n) { return checksum_bytes(data, n * sizeof(float)); }
+
+// A group's attributes as one text, in a fixed order, for their checksum: each one as
+// "<name>=<length>:<value>\n", so that no two sets of values give the same text.
+class AttributeText {
+ public:
+  void add(const std::string& name, const std::string& value) {
+    text_ += name + "=" + std::to_string(value.size()) + ":" + value + "\n";
+  }
+  void add(const std::string& name, int64_t value) { add(name, std::to_string(value)); }
+  void add(const std::string& name, uint64_t value) { add(name, std::to_string(value)); }
+  uint32_t checksum() const { return checksum_bytes(text_.data(), text_.size()); }
+
+ private:
+  std::string text_;
+};
+
+// The root attributes the checksum covers, in their order.
+AttributeText root_attribute_text(const CheckpointMeta& meta, int64_t format_version, int64_t samples_in_epoch) {
+  AttributeText text;
+  text.add("format_version", format_version);
+  text.add("step", meta.step);
+  text.add("epoch", meta.epoch);
+  text.add("batch_in_epoch", meta.batch_in_epoch);
+  text.add("samples_in_epoch", samples_in_epoch);
+  text.add("global_batch", meta.global_batch);
+  text.add("seed", meta.seed);
+  text.add("world_size", meta.world_size);
+  text.add("mgtrain_version", meta.mgtrain_version);
+  text.add("plugins", meta.plugins);
+  text.add("plugin_paths", meta.plugin_paths);
+  text.add("config", meta.config_ini);
+  return text;
+}
+
+AttributeText optimizer_attribute_text(int64_t optimizer_steps) {
+  AttributeText text;
+  text.add("optimizer_steps", optimizer_steps);
+  return text;
+}
+
+// The value of `key` in `section` of an INI text as Config::to_ini writes it; nullopt if absent.
+std::optional<std::string> ini_value(const std::string& ini, const std::string& section, const std::string& key) {
+  std::istringstream in(ini);
+  std::string current;
+  auto trim = [](std::string s) {
+    const auto first = s.find_first_not_of(" \t\r");
+    const auto last = s.find_last_not_of(" \t\r");
+    return first == std::string::npos ? std::string() : s.substr(first, last - first + 1);
+  };
+  for (std::string line; std::getline(in, line);) {
+    line = trim(line);
+    if (line.size() >= 2 && line.front() == '[' && line.back() == ']') {
+      current = trim(line.substr(1, line.size() - 2));
+    } else if (const auto eq = line.find('=');
+               eq != std::string::npos && current == section && trim(line.substr(0, eq)) == key) {
+      return trim(line.substr(eq + 1));
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<int64_t> parse_int64(const std::string& text) {
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+// "nan", "inf" or "-inf".
+std::string non_finite_name(float v) { return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"; }
 
 std::string hex32(uint32_t v) {
   char buf[16];
@@ -226,7 +305,49 @@ std::vector<float> read_dataset(const H5Context& h5, hid_t group, const std::str
   if (stored != computed)
     throw IoError("checkpoint " + quote(h5.path) + ": dataset " + quote(full) + " checksum mismatch (stored " +
                   hex32(stored) + ", computed " + hex32(computed) + ")");
+  // A run that diverged writes NaN or Inf with valid checksums; such a model is no use to resume,
+  // evaluate or compare, and would only show later as "loss nan".
+  const auto bad = std::find_if(data.begin(), data.end(), [](float v) { return !std::isfinite(v); });
+  if (bad != data.end())
+    throw DataError("checkpoint " + quote(h5.path) + ": dataset " + quote(full) + " holds a non-finite value (" +
+                    non_finite_name(*bad) + " at index " + std::to_string(bad - data.begin()) + " of " +
+                    std::to_string(data.size()) + "): the run that wrote it had diverged; use an earlier checkpoint");
   return data;
+}
+
+// Every value of the root attributes in range and consistent with the others and with the stored
+// config, else one DataError naming the checkpoint and the attribute. For an older checkpoint
+// without global_batch, takes it from the stored config.
+void validate_meta(const std::string& path, CheckpointMeta& meta, std::optional<int64_t> samples_in_epoch) {
+  const std::string where = "checkpoint " + quote(path) + ": attribute ";
+  auto at_least = [&](const char* name, int64_t value, int64_t minimum) {
+    if (value < minimum)
+      throw DataError(where + quote(name) + " = " + std::to_string(value) + ", expected >= " + std::to_string(minimum));
+  };
+  at_least("step", meta.step, 0);
+  at_least("epoch", meta.epoch, 0);
+  at_least("batch_in_epoch", meta.batch_in_epoch, 0);
+  at_least("world_size", meta.world_size, 1);
+  const auto config_seed = ini_value(meta.config_ini, "train", "seed");
+  if (config_seed && *config_seed != std::to_string(meta.seed))
+    throw DataError(where + "'seed' = " + std::to_string(meta.seed) +
+                    ", but its attribute 'config' says train.seed = " + *config_seed);
+  const auto config_batch_text = ini_value(meta.config_ini, "train", "global_batch");
+  const std::optional<int64_t> config_batch = config_batch_text ? parse_int64(*config_batch_text) : std::nullopt;
+  if (!samples_in_epoch) {
+    // An older checkpoint: its run's global batch is the one its config names.
+    if (config_batch && *config_batch > 0) meta.global_batch = *config_batch;
+    return;
+  }
+  at_least("global_batch", meta.global_batch, 1);
+  if (config_batch && *config_batch != meta.global_batch)
+    throw DataError(where + "'global_batch' = " + std::to_string(meta.global_batch) +
+                    ", but its attribute 'config' says train.global_batch = " + *config_batch_text);
+  int64_t expected = 0;
+  if (__builtin_mul_overflow(meta.batch_in_epoch, meta.global_batch, &expected) || *samples_in_epoch != expected)
+    throw DataError(where + "'samples_in_epoch' = " + std::to_string(*samples_in_epoch) +
+                    ", expected batch_in_epoch x global_batch = " + std::to_string(meta.batch_in_epoch) + " x " +
+                    std::to_string(meta.global_batch));
 }
 
 CheckpointMeta read_meta(const H5Context& h5, hid_t file) {
@@ -248,6 +369,24 @@ CheckpointMeta read_meta(const H5Context& h5, hid_t file) {
   h5.check(static_cast<herr_t>(has_paths), "cannot read attribute 'plugin_paths'");
   if (has_paths > 0) meta.plugin_paths = read_string_attr(h5, file, root, "plugin_paths");
   meta.config_ini = read_string_attr(h5, file, root, "config");
+
+  // Written since the attribute checksum was added, with it; older checkpoints have none of the
+  // three and are validated below all the same.
+  const htri_t has_checksum = H5Aexists(file, kAttributesChecksumAttr);
+  h5.check(static_cast<herr_t>(has_checksum), std::string("cannot read attribute '") + kAttributesChecksumAttr + "'");
+  std::optional<int64_t> samples_in_epoch;
+  if (has_checksum > 0) {
+    meta.global_batch = read_int_attr<int64_t>(h5, file, root, "global_batch", H5T_NATIVE_INT64);
+    samples_in_epoch = read_int_attr<int64_t>(h5, file, root, "samples_in_epoch", H5T_NATIVE_INT64);
+    const auto stored = read_int_attr<uint32_t>(h5, file, root, kAttributesChecksumAttr, H5T_NATIVE_UINT32);
+    const uint32_t computed = root_attribute_text(meta, version, *samples_in_epoch).checksum();
+    if (stored != computed)
+      throw IoError("checkpoint " + quote(h5.path) +
+                    ": root attributes (step, epoch, batch_in_epoch, samples_in_epoch, global_batch, seed, "
+                    "world_size, config, ...) checksum mismatch (stored " +
+                    hex32(stored) + ", computed " + hex32(computed) + ")");
+  }
+  validate_meta(h5.path, meta, samples_in_epoch);
   return meta;
 }
 
@@ -316,17 +455,25 @@ FileImage build_image(const std::string& path, const std::string& image_name, co
       h5.check(H5Fcreate(image_name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose, "cannot create file");
   {
     const hid_t root = file.get();
+    // The position as a sample offset in the epoch too: a run resumed under another global
+    // batch continues from that sample (resume_position).
+    const int64_t samples_in_epoch = meta.batch_in_epoch * meta.global_batch;
     h5.write_attr([&] {
       h5::write_attr_int64(root, "format_version", kFormatVersion);
       h5::write_attr_int64(root, "step", meta.step);
       h5::write_attr_int64(root, "epoch", meta.epoch);
       h5::write_attr_int64(root, "batch_in_epoch", meta.batch_in_epoch);
+      h5::write_attr_int64(root, "samples_in_epoch", samples_in_epoch);
+      h5::write_attr_int64(root, "global_batch", meta.global_batch);
       h5::write_attr_uint64(root, "seed", meta.seed);
       h5::write_attr_int64(root, "world_size", meta.world_size);
       h5::write_attr_utf8(root, "mgtrain_version", meta.mgtrain_version);
       h5::write_attr_utf8(root, "plugins", meta.plugins);
       h5::write_attr_utf8(root, "plugin_paths", meta.plugin_paths);
       h5::write_attr_utf8(root, "config", meta.config_ini);
+      // The datasets carry their own checksums; this one covers the attributes above.
+      h5::write_attr_uint32(root, kAttributesChecksumAttr,
+                            root_attribute_text(meta, kFormatVersion, samples_in_epoch).checksum());
     });
 
     const float* flat = store.params_data();
@@ -335,7 +482,11 @@ FileImage build_image(const std::string& path, const std::string& image_name, co
 
     if (optimizer != nullptr) {
       h5::Id opt = create_group(h5, file.get(), "optimizer", "/optimizer");
-      h5.write_attr([&] { h5::write_attr_int64(opt.get(), "optimizer_steps", optimizer->step_count()); });
+      h5.write_attr([&] {
+        h5::write_attr_int64(opt.get(), "optimizer_steps", optimizer->step_count());
+        h5::write_attr_uint32(opt.get(), kAttributesChecksumAttr,
+                              optimizer_attribute_text(optimizer->step_count()).checksum());
+      });
       for (const auto& buffer : optimizer->state_buffers()) {
         h5::Id group = create_group(h5, opt.get(), buffer.name, "/optimizer/" + buffer.name);
         for (const auto& p : store.params()) write_dataset(h5, group.get(), p.name, p.shape, buffer.data + p.offset);
@@ -460,6 +611,7 @@ namespace {
 std::string write_checkpoint_files(const std::string& dir, const CheckpointMeta& meta, const ParameterStore& store,
                                    Optimizer* optimizer) {
   MGT_CHECK(store.finalized(), Error, "write_checkpoint: the parameter store is not finalized");
+  MGT_CHECK(meta.global_batch > 0, Error, "write_checkpoint: the meta has no global batch");
   {
     std::error_code ec;
     fs::create_directories(dir, ec);
@@ -555,6 +707,20 @@ CheckpointMeta load_checkpoint(const std::string& path, ParameterStore& store, O
     buffers = optimizer->state_buffers();
     h5::Id opt = open_group(h5, file.get(), "optimizer", "/optimizer");
     optimizer_steps = read_int_attr<int64_t>(h5, opt.get(), "group '/optimizer'", "optimizer_steps", H5T_NATIVE_INT64);
+    const htri_t has_checksum = H5Aexists(opt.get(), kAttributesChecksumAttr);
+    h5.check(static_cast<herr_t>(has_checksum), std::string("cannot read attribute '") + kAttributesChecksumAttr + "'");
+    if (has_checksum > 0) {
+      const auto stored =
+          read_int_attr<uint32_t>(h5, opt.get(), "group '/optimizer'", kAttributesChecksumAttr, H5T_NATIVE_UINT32);
+      const uint32_t computed = optimizer_attribute_text(optimizer_steps).checksum();
+      if (stored != computed)
+        throw IoError("checkpoint " + quote(path) +
+                      ": attribute 'optimizer_steps' of group '/optimizer' checksum mismatch (stored " + hex32(stored) +
+                      ", computed " + hex32(computed) + ")");
+    }
+    if (optimizer_steps < 0)
+      throw DataError("checkpoint " + quote(path) + ": attribute 'optimizer_steps' of group '/optimizer' = " +
+                      std::to_string(optimizer_steps) + ", expected >= 0");
     std::set<std::string> expected;
     for (const auto& buffer : buffers) {
       expected.insert(buffer.name);
@@ -606,6 +772,7 @@ std::vector<StoredTensor> read_checkpoint_group(const std::string& path, const s
   h5::silence_errors();
   const H5Context h5{path};
   h5::Id file = open_checkpoint(h5);
+  read_meta(h5, file.get());  // its attributes are checked whatever the caller reads
   const std::string relative = group_path.substr(group_path.find_first_not_of('/'));
   h5::Id group = open_group(h5, file.get(), relative, group_path);
   std::vector<StoredTensor> out;

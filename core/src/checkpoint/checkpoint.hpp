@@ -13,6 +13,10 @@ struct CheckpointMeta {
   int64_t step = 0;            // optimizer steps done
   int64_t epoch = 0;           // epoch of the next batch
   int64_t batch_in_epoch = 0;  // index of the next global batch within that epoch
+  // Samples per step of the run that wrote it; the next sample of the epoch is batch_in_epoch x
+  // global_batch (stored as samples_in_epoch). 0: not known (a checkpoint from before the
+  // attribute whose config does not say either).
+  int64_t global_batch = 0;
   uint64_t seed = 0;
   int64_t world_size = 1;  // at save
   std::string mgtrain_version;
@@ -35,8 +39,10 @@ int remove_leftover_temporaries(const std::string& dir);
 CheckpointMeta read_checkpoint_meta(const std::string& path);
 
 // Loads parameters (and optimizer state when optimizer is not null) into an already laid-out
-// store; verifies names, shapes and checksums. Throws IoError/DataError naming the path and the
-// dataset at fault.
+// store; verifies names, shapes, checksums (of the datasets and of the attributes) and that every
+// value is finite. Throws IoError/DataError naming the path and the dataset or attribute at fault.
+// Every reader here (read_checkpoint_meta, read_checkpoint_group too) validates the attributes:
+// ranges, and agreement with each other and with the stored config.
 CheckpointMeta load_checkpoint(const std::string& path, ParameterStore& store, Optimizer* optimizer);
 
 // One dataset of a checkpoint group, as stored.

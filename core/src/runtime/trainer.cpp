@@ -525,6 +525,7 @@ class Trainer {
     // serving ranks, which are busy serving.
     train_comm_ = comm_.split(trains() ? 0 : 1, comm_.rank());
     meta_.seed = seed_;
+    meta_.global_batch = global_batch_;
     meta_.world_size = comm_.size();
     meta_.mgtrain_version = MGTRAIN_VERSION;
     meta_.plugins = registry_.loaded_summary();

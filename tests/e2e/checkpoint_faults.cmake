@@ -1,4 +1,4 @@
-foreach(case enospc corrupt truncated)
+foreach(case enospc corrupt truncated batch_change)
   mgtrain_e2e_test(checkpoint_faults.${case} 300 ${E2E}/checkpoint_faults.sh ${case})
 endforeach()
 # Mounting the small tmpfs needs root; elsewhere the case skips.

@@ -6,6 +6,8 @@
 #               with checkpoint.resume_fallback = true it resumes from the one before and ends
 #               bitwise equal to an uninterrupted run
 #   truncated   the newest checkpoint cut in half: refused with its path
+#   batch_change  resuming under another train.global_batch continues from the same sample, or is
+#               refused with both values when the new batch does not divide the sample offset
 source "$(dirname "$0")/lib.sh"
 case=$1
 write_config run.ini "[train]" "log_every = 10" "progress = lines" "[checkpoint]" "every_steps = 10" "keep = 0"
@@ -58,6 +60,24 @@ corrupt | truncated)
   a=$(group_hash straight/step-40.h5 /params) b=$(group_hash ckpt/step-40.h5 /params)
   echo "params: uninterrupted $a, after the fallback $b"
   [ "$a" = "$b" ] || fail "the run resumed from the fallback differs from the uninterrupted one"
+  ;;
+batch_change)
+  run_np 2 120 train --config run.ini --train.max_steps=30 >first.log 2>&1 || { cat first.log; fail "the first run"; }
+  # Stopped after 30 batches of 128: sample 3840 of the epoch, which 100 does not divide.
+  rc=0
+  run_np 2 120 train --config run.ini --train.max_steps=40 --train.global_batch=100 --resume latest \
+    >refused.log 2>&1 || rc=$?
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { cat refused.log; fail "resuming under global batch 100: exit $rc"; }
+  line=$(one_error_line refused.log)
+  for part in "sample 3840" "train.global_batch = 100" "128"; do
+    [[ $line == *"$part"* ]] || fail "the refusal does not say '$part'"
+  done
+  # 256 divides it: the run continues at batch 15 of 256, the same sample.
+  run_np 2 120 train --config run.ini --train.max_steps=35 --train.global_batch=256 --resume latest \
+    >resumed.log 2>&1 || { cat resumed.log; fail "resuming under global batch 256"; }
+  grep "resumed from" resumed.log
+  grep -q "resumed from step 30 (epoch 1, batch 15)" resumed.log || fail "not resumed at batch 15 of 256"
+  grep -q "sample 3840" resumed.log || fail "the log does not say where in the epoch it resumed"
   ;;
 *) fail "unknown case $case" ;;
 esac

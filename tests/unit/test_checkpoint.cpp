@@ -369,6 +369,43 @@ TEST_F(CheckpointTest, OldCheckpointTakesItsGlobalBatchFromItsConfig) {
   EXPECT_EQ(mgt::read_checkpoint_meta(path).global_batch, 64) << "taken from the stored config";
 }
 
+TEST(ResumePosition, SameSampleUnderAnotherGlobalBatchOrRefusedWithBothValues) {
+  mgt::CheckpointMeta meta = make_meta(30);
+  meta.epoch = 0;
+  meta.batch_in_epoch = 30;
+  meta.global_batch = 128;  // sample 3840
+  const std::string path = "/runs/a/step-30.h5";
+  // 60000 samples: 468 batches of 128, 234 of 256, 600 of 100.
+  auto same = mgt::resume_position(path, meta, 128, 60000, 468);
+  EXPECT_EQ(same.epoch, 0);
+  EXPECT_EQ(same.batch_in_epoch, 30);
+  EXPECT_EQ(same.note, "");
+  auto larger = mgt::resume_position(path, meta, 256, 60000, 234);
+  EXPECT_EQ(larger.epoch, 0);
+  EXPECT_EQ(larger.batch_in_epoch, 15);
+  EXPECT_NE(larger.note.find("sample 3840"), std::string::npos) << larger.note;
+  const std::string msg = error_message<mgt::ConfigError>([&] { mgt::resume_position(path, meta, 100, 60000, 600); });
+  for (const char* part : {"checkpoint '/runs/a/step-30.h5'", "sample 3840", "train.global_batch = 100", "128"})
+    EXPECT_NE(msg.find(part), std::string::npos) << part << " in " << msg;
+  // The last full batch of 128 starts at 59776; under 64 that is batch 934, the last full one.
+  meta.batch_in_epoch = 467;
+  EXPECT_EQ(mgt::resume_position(path, meta, 64, 60000, 937).batch_in_epoch, 934);
+  // Under 32 at 59776 = 1868 x 32: within the 1875 batches of 32.
+  EXPECT_EQ(mgt::resume_position(path, meta, 32, 60000, 1875).batch_in_epoch, 1868);
+}
+
+TEST(ResumePosition, PositionPastTheDataIsRefusedNamingTheAttribute) {
+  mgt::CheckpointMeta meta = make_meta(30);
+  meta.global_batch = 128;
+  meta.batch_in_epoch = 1000000000000;
+  const std::string msg =
+      error_message<mgt::DataError>([&] { mgt::resume_position("/runs/a/step-30.h5", meta, 128, 60000, 468); });
+  for (const char* part : {"checkpoint '/runs/a/step-30.h5'", "'batch_in_epoch' = 1000000000000", "60000 samples"})
+    EXPECT_NE(msg.find(part), std::string::npos) << part << " in " << msg;
+  meta.batch_in_epoch = 468;  // one past the last batch of 128
+  error_message<mgt::DataError>([&] { mgt::resume_position("/runs/a/step-30.h5", meta, 128, 60000, 468); });
+}
+
 TEST_F(CheckpointTest, ShapeMismatchNamesParameterAndBothShapes) {
   const std::string path = write(11);
   auto store = make_store(0.0f, {5, 4});

@@ -669,6 +669,37 @@ int remove_leftover_temporaries(const std::string& dir) {
   return removed;
 }
 
+ResumePosition resume_position(const std::string& path, const CheckpointMeta& meta, int64_t global_batch,
+                               int64_t num_samples, int64_t batches_per_epoch) {
+  // Unknown (an older checkpoint whose config does not say): as it was read before, in batches.
+  const int64_t stored_batch = meta.global_batch > 0 ? meta.global_batch : global_batch;
+  const std::string where = "checkpoint " + quote(path);
+  const int64_t stored_batches = num_samples / stored_batch;
+  if (meta.batch_in_epoch >= stored_batches)
+    throw DataError(where + ": attribute 'batch_in_epoch' = " + std::to_string(meta.batch_in_epoch) +
+                    " is past the end of the epoch: the training data has " + std::to_string(num_samples) +
+                    " samples, " + std::to_string(stored_batches) + " batches of " + std::to_string(stored_batch));
+  if (stored_batch == global_batch) return {meta.epoch, meta.batch_in_epoch, ""};
+  const int64_t offset = meta.batch_in_epoch * stored_batch;  // < num_samples: no overflow
+  const std::string at = "sample " + std::to_string(offset) + " of epoch " + std::to_string(meta.epoch + 1);
+  if (offset % global_batch != 0)
+    throw ConfigError(where + " stopped at " + at + " (batch " + std::to_string(meta.batch_in_epoch) + " of " +
+                      std::to_string(stored_batch) + " samples); train.global_batch = " + std::to_string(global_batch) +
+                      " does not divide " + std::to_string(offset) +
+                      ", so the run cannot continue from that sample: resume with train.global_batch = " +
+                      std::to_string(stored_batch) + " or one that divides " + std::to_string(offset));
+  ResumePosition position{meta.epoch, offset / global_batch, ""};
+  // Past the last full batch of the new size: the rest of the epoch is dropped, as at any epoch's end.
+  if (position.batch_in_epoch >= batches_per_epoch) {
+    ++position.epoch;
+    position.batch_in_epoch = 0;
+  }
+  position.note = "resuming at " + at + ": batch " + std::to_string(position.batch_in_epoch) + " of epoch " +
+                  std::to_string(position.epoch + 1) + " at train.global_batch = " + std::to_string(global_batch) +
+                  " (the checkpoint's run took " + std::to_string(stored_batch) + " samples a step)";
+  return position;
+}
+
 CheckpointMeta read_checkpoint_meta(const std::string& path) {
   std::lock_guard lock(data::hdf5_mutex());
   h5::silence_errors();

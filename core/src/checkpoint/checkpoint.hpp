@@ -45,6 +45,19 @@ CheckpointMeta read_checkpoint_meta(const std::string& path);
 // ranges, and agreement with each other and with the stored config.
 CheckpointMeta load_checkpoint(const std::string& path, ParameterStore& store, Optimizer* optimizer);
 
+// Where a run resumed from `meta` (read from `path`) continues, with `global_batch` samples a
+// step over `num_samples` samples, `batches_per_epoch` batches an epoch. The position is the
+// sample offset in the epoch, so a run resumed under another global batch continues from the same
+// sample; one whose global batch does not divide that offset is refused with both values, as is
+// an offset past the end of the data. `note` says what was converted ("" when nothing was).
+struct ResumePosition {
+  int64_t epoch = 0;
+  int64_t batch_in_epoch = 0;
+  std::string note;
+};
+ResumePosition resume_position(const std::string& path, const CheckpointMeta& meta, int64_t global_batch,
+                               int64_t num_samples, int64_t batches_per_epoch);
+
 // One dataset of a checkpoint group, as stored.
 struct StoredTensor {
   std::string name;

@@ -462,7 +462,10 @@ class Trainer {
       if (!lockstep())
         throw ConfigError("--resume is not supported with sync.name = " + choice_.sync +
                           " yet: its optimizer state lives sharded on the serving ranks");
-      if (leader_) load_resume_checkpoint();
+      if (leader_) {
+        load_resume_checkpoint();
+        continue_at_the_same_sample();
+      }
     });
     int64_t position[4] = {meta_.step, meta_.epoch, meta_.batch_in_epoch, optimizer_->step_count()};
     comm_.broadcast(position, sizeof(position), 0);
@@ -473,9 +476,21 @@ class Trainer {
     comm_.broadcast(store_.params_data(), store_.flat_size() * sizeof(float), 0);
     for (auto& buffer : optimizer_->state_buffers())
       comm_.broadcast(buffer.data, store_.flat_size() * sizeof(float), 0);
-    if (leader_)
+    if (leader_) {
       log_ << "resumed from step " << meta_.step << " (epoch " << meta_.epoch + 1 << ", batch " << meta_.batch_in_epoch
            << ")\n";
+      if (!resume_note_.empty()) log_ << resume_note_ << "\n";
+    }
+  }
+
+  // Rank 0: the checkpoint's position is a sample offset in its epoch, checked against the data;
+  // under another train.global_batch the run continues from that same sample, or is refused.
+  void continue_at_the_same_sample() {
+    const ResumePosition at =
+        resume_position(resumed_from_, meta_, global_batch_, reader_->info().num_samples, per_epoch_);
+    meta_.epoch = at.epoch;
+    meta_.batch_in_epoch = at.batch_in_epoch;
+    resume_note_ = at.note;
   }
 
   // Rank 0: the checkpoint --resume names, or with checkpoint.resume_fallback and "latest", the
@@ -486,6 +501,7 @@ class Trainer {
     try {
       path = resolve_resume(checkpoint_dir_, options_.resume);
       meta_ = load_checkpoint(path, store_, optimizer_.get());
+      resumed_from_ = path;
       return;
     } catch (const Error& e) {
       if (options_.resume == "latest" && !fallback)
@@ -498,6 +514,7 @@ class Trainer {
       if (older == path) continue;
       try {
         meta_ = load_checkpoint(older, store_, optimizer_.get());
+        resumed_from_ = older;
         log_ << "warning: checkpoint.resume_fallback: resuming from " << older << " instead\n" << std::flush;
         return;
       } catch (const Error& e) {
@@ -823,6 +840,7 @@ class Trainer {
   int64_t shards_per_pass_ = 1;  // micro-batches run through the model together (see build)
   int64_t epochs_ = 0, total_steps_ = 0, log_every_ = 1;
   std::string checkpoint_dir_;
+  std::string resumed_from_, resume_note_;  // rank 0's resume checkpoint, position note
 
   std::unique_ptr<TrainingDevice> device_;
   CompiledStep* step_ = nullptr;  // every training rank's step (device_'s); null on a serving rank

@@ -6,6 +6,12 @@
 #               with checkpoint.resume_fallback = true it resumes from the one before and ends
 #               bitwise equal to an uninterrupted run
 #   truncated   the newest checkpoint cut in half: refused with its path
+#   two_jobs    a second job started in the directory of a running one is refused, naming the
+#               running job's host and pid; the running job finishes untouched
+#   fresh_over_old  a run that does not resume, in a directory holding another run's checkpoints,
+#               is refused before step 1 and removes nothing; checkpoint.overwrite = true replaces them
+#   bad_dir     checkpoint.dir that is a file, lies under a file or is read-only: refused before
+#               step 1 with the errno text
 #   batch_change  resuming under another train.global_batch continues from the same sample, or is
 #               refused with both values when the new batch does not divide the sample offset
 source "$(dirname "$0")/lib.sh"
@@ -60,6 +66,63 @@ corrupt | truncated)
   a=$(group_hash straight/step-40.h5 /params) b=$(group_hash ckpt/step-40.h5 /params)
   echo "params: uninterrupted $a, after the fallback $b"
   [ "$a" = "$b" ] || fail "the run resumed from the fallback differs from the uninterrupted one"
+  ;;
+two_jobs)
+  # The first job: 120 steps with rank 0 slowed to 50 ms a step, checkpoints every 20.
+  MGTRAIN_TEST_SLOW_RANK=0:50 run_np 2 120 train --config run.ini --train.max_steps=120 --checkpoint.every_steps=20 \
+    --checkpoint.keep=2 >first.log 2>&1 &
+  first=$!
+  for _ in $(seq 100); do grep -q "^training " first.log && break; sleep 0.2; done
+  grep -q "^training " first.log || { cat first.log; fail "the first job did not start"; }
+  rc=0
+  run_np 2 60 train --config run.ini --train.max_steps=20 --checkpoint.every_steps=10 >second.log 2>&1 || rc=$?
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { cat second.log; fail "the second job in the same directory: exit $rc"; }
+  line=$(one_error_line second.log)
+  [[ $line == *"$WORK/ckpt"*"in use"*"host $(hostname)"* ]] || fail "the refusal does not name the directory and host"
+  holder=$(sed -n 's/.* pid \([0-9]*\).*/\1/p' <<<"$line")
+  [ -n "$holder" ] && tr '\0' ' ' <"/proc/$holder/cmdline" | grep -q "mgtrain train" ||
+    fail "the refusal names pid '$holder', which is not a rank of the running job"
+  ! grep -q "^training \|removed .* temporary" second.log || fail "the second job went on"
+  wait $first || { cat first.log; fail "the first job failed after the second one started"; }
+  [ "$(cat ckpt/latest)" = step-120.h5 ] || fail "latest names $(cat ckpt/latest)"
+  ;;
+fresh_over_old)
+  run_np 2 120 train --config run.ini --train.max_steps=30 --checkpoint.keep=2 >first.log 2>&1 ||
+    { cat first.log; fail "the first run"; }
+  before=$(ls ckpt | grep -v metrics)
+  rc=0
+  run_np 2 120 train --config run.ini --train.max_steps=20 --checkpoint.keep=2 >fresh.log 2>&1 || rc=$?
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { cat fresh.log; fail "a fresh run over another run's checkpoints: exit $rc"; }
+  line=$(one_error_line fresh.log)
+  for part in "$WORK/ckpt/step-30.h5" "--resume latest" "--checkpoint.overwrite=true"; do
+    [[ $line == *"$part"* ]] || fail "the refusal does not say '$part'"
+  done
+  ! grep -q "^training " fresh.log || fail "the refused run started training"
+  [ "$(ls ckpt | grep -v metrics)" = "$before" ] || { ls ckpt; fail "the refused run changed the directory"; }
+  [ "$(cat ckpt/latest)" = step-30.h5 ] || fail "latest names $(cat ckpt/latest)"
+  run_np 2 120 train --config run.ini --train.max_steps=10 --checkpoint.overwrite=true >over.log 2>&1 ||
+    { cat over.log; fail "checkpoint.overwrite = true"; }
+  grep -q "removed 2 checkpoint(s) of an earlier run" over.log || { cat over.log; fail "no note of the removal"; }
+  [ "$(ls ckpt | grep -v metrics | tr '\n' ' ')" = "latest step-10.h5 " ] || { ls ckpt; fail "left: $(ls ckpt)"; }
+  ;;
+bad_dir)
+  echo "not a directory" >afile
+  mkdir -p ro
+  dirs=("$WORK/afile:Not a directory" "$WORK/afile/sub:Not a directory")
+  if [ "$(id -u)" -eq 0 ]; then
+    mount -t tmpfs -o ro,size=1m mgtrain-ro ro
+    trap 'umount "$WORK/ro"' EXIT
+    dirs+=("$WORK/ro:Read-only file system" "$WORK/ro/sub:Read-only file system")
+  fi
+  for entry in "${dirs[@]}"; do
+    dir=${entry%%:*} why=${entry#*:} rc=0
+    run_np 2 60 train --config run.ini --train.max_steps=20 --checkpoint.dir="$dir" \
+      --metrics.file="$WORK/metrics.jsonl" >bad.log 2>&1 || rc=$?
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || { cat bad.log; fail "checkpoint.dir $dir: exit $rc"; }
+    line=$(one_error_line bad.log)
+    [[ $line == *"checkpoint.dir '$dir'"*"$why"* ]] || fail "the error does not name '$dir' and '$why'"
+    ! grep -q "^training " bad.log || fail "checkpoint.dir $dir: found only after training"
+  done
   ;;
 batch_change)
   run_np 2 120 train --config run.ini --train.max_steps=30 >first.log 2>&1 || { cat first.log; fail "the first run"; }

@@ -406,6 +406,45 @@ TEST(ResumePosition, PositionPastTheDataIsRefusedNamingTheAttribute) {
   error_message<mgt::DataError>([&] { mgt::resume_position("/runs/a/step-30.h5", meta, 128, 60000, 468); });
 }
 
+TEST_F(CheckpointTest, DirectoryLockIsExclusiveAndNamesItsHolder) {
+  std::string msg;
+  {
+    mgt::CheckpointDirLock first(ckdir());
+    EXPECT_TRUE(fs::is_directory(ckdir()));
+    msg = error_message<mgt::IoError>([&] { mgt::CheckpointDirLock second(ckdir()); });
+    EXPECT_NE(msg.find("checkpoint.dir '" + ckdir() + "' is in use by another job"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("pid " + std::to_string(::getpid())), std::string::npos) << msg;
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    EXPECT_NE(msg.find("host " + std::string(host)), std::string::npos) << msg;
+  }
+  mgt::CheckpointDirLock again(ckdir());  // released with its holder
+}
+
+TEST_F(CheckpointTest, DirectoryThatIsAFileIsRefusedWithTheErrnoText) {
+  const std::string file = (dir_ / "plainfile").string();
+  std::ofstream(file) << "x";
+  for (const std::string& dir : {file, file + "/ckpt"}) {
+    const std::string msg = error_message<mgt::IoError>([&] { mgt::CheckpointDirLock lock(dir); });
+    EXPECT_NE(msg.find("checkpoint.dir '" + dir + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Not a directory"), std::string::npos) << msg;
+  }
+}
+
+TEST_F(CheckpointTest, CheckpointsOfAnotherRunAreFoundUnlessThisRunContinuesThem) {
+  EXPECT_EQ(mgt::checkpoint_of_another_run(ckdir(), ""), "");
+  write(10);
+  const std::string newest = write(20);
+  EXPECT_EQ(mgt::checkpoint_of_another_run(ckdir(), ""), newest);
+  EXPECT_EQ(mgt::checkpoint_of_another_run(ckdir(), "latest"), "");
+  EXPECT_EQ(mgt::checkpoint_of_another_run(ckdir(), (fs::path(ckdir()) / "step-10.h5").string()), "");
+  EXPECT_EQ(mgt::checkpoint_of_another_run(ckdir(), (dir_ / "elsewhere" / "step-10.h5").string()), newest);
+  mgt::CheckpointDirLock lock(ckdir());
+  EXPECT_EQ(lock.remove_checkpoints(), 2);
+  EXPECT_EQ(mgt::checkpoint_of_another_run(ckdir(), ""), "");
+  EXPECT_FALSE(fs::exists(fs::path(ckdir()) / "latest"));
+}
+
 TEST_F(CheckpointTest, ShapeMismatchNamesParameterAndBothShapes) {
   const std::string path = write(11);
   auto store = make_store(0.0f, {5, 4});
@@ -582,11 +621,16 @@ TEST(CheckpointLeftovers, TemporariesOfAKilledWriteAreRemovedCheckpointsKept) {
   for (const char* name :
        {".step-40.h5.tmp-123", ".latest.tmp-123", "step-20.h5", "latest", "metrics.jsonl", ".hidden-user-file"})
     touch(name);
-  EXPECT_EQ(mgt::remove_leftover_temporaries(dir.string()), 2);
+  {
+    // Only under the directory's lock: another job's temporaries look the same.
+    const mgt::CheckpointDirLock lock(dir.string());
+    EXPECT_EQ(lock.remove_leftover_temporaries(), 2);
+  }
   EXPECT_FALSE(std::filesystem::exists(dir / ".step-40.h5.tmp-123"));
   EXPECT_FALSE(std::filesystem::exists(dir / ".latest.tmp-123"));
-  for (const char* kept : {"step-20.h5", "latest", "metrics.jsonl", ".hidden-user-file"})
+  for (const char* kept : {"step-20.h5", "latest", "metrics.jsonl", ".hidden-user-file", ".lock"})
     EXPECT_TRUE(std::filesystem::exists(dir / kept)) << kept;
-  EXPECT_EQ(mgt::remove_leftover_temporaries((dir / "missing").string()), 0);
+  const mgt::CheckpointDirLock created((dir / "missing").string());
+  EXPECT_EQ(created.remove_leftover_temporaries(), 0);
   std::filesystem::remove_all(dir);
 }

@@ -15,6 +15,7 @@
 
 #include <fcntl.h>
 #include <hdf5.h>
+#include <sys/file.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -38,6 +39,7 @@
 #include "datasets/hdf5_util.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/tensor.hpp"
+#include "runtime/host_name.hpp"
 #include "testing/fault_injection.hpp"
 
 namespace fs = std::filesystem;
@@ -49,6 +51,7 @@ namespace {
 constexpr int64_t kFormatVersion = 1;
 constexpr const char* kChecksumAttr = "crc32";
 constexpr const char* kAttributesChecksumAttr = "attributes_crc32";
+constexpr const char* kLockFile = ".lock";
 
 std::string quote(const std::string& s) { return "'" + s + "'"; }
 
@@ -657,16 +660,105 @@ std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta,
   return path;
 }
 
-int remove_leftover_temporaries(const std::string& dir) {
+namespace {
+
+// "host H, pid P" from a lock file's "host H pid P" line; an explanation where it says nothing yet.
+std::string lock_holder(int fd) {
+  char buf[512];
+  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  std::istringstream in(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0));
+  std::string host_word, host, pid_word, pid;
+  if (in >> host_word >> host >> pid_word >> pid && host_word == "host" && pid_word == "pid")
+    return "host " + host + ", pid " + pid;
+  return "a process that has not written its host and pid yet";
+}
+
+}  // namespace
+
+CheckpointDirLock::CheckpointDirLock(std::string dir) : dir_(std::move(dir)) {
+  const std::string where = "checkpoint.dir " + quote(dir_);
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) throw IoError(where + " cannot be created: " + ec.message());
+  if (!fs::is_directory(dir_, ec)) throw IoError(where + " is not a directory: " + errno_text(ENOTDIR));
+  // Every checkpoint is a new file renamed into place: create and remove one now rather than find
+  // out after the training (access(W_OK) says yes to root on a read-only mount, for one).
+  const std::string probe = (fs::path(dir_) / (".write-check.tmp-" + std::to_string(::getpid()))).string();
+  const int probe_fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (probe_fd < 0)
+    throw IoError(where + " does not take new files: cannot create " + quote(probe) + ": " + errno_text(errno));
+  ::close(probe_fd);
+  ::unlink(probe.c_str());
+
+  const std::string lock_path = (fs::path(dir_) / kLockFile).string();
+  fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw IoError(where + ": cannot open its lock file " + quote(lock_path) + ": " + errno_text(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    const std::string holder = err == EWOULDBLOCK ? lock_holder(fd_) : "";
+    ::close(fd_);
+    fd_ = -1;
+    if (err == EWOULDBLOCK)
+      throw IoError(where + " is in use by another job: " + holder + " holds " + quote(lock_path) +
+                    "; two jobs in one directory replace each other's checkpoints: give this job another "
+                    "checkpoint.dir, or wait until that one ends");
+    throw IoError(where + ": cannot lock " + quote(lock_path) + ": " + errno_text(err));
+  }
+  // Who holds it, for the message a second job prints.
+  const std::string holder = "host " + host_name() + " pid " + std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) != 0 ||
+      ::pwrite(fd_, holder.data(), holder.size(), 0) != static_cast<ssize_t>(holder.size())) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    throw IoError(where + ": cannot write its lock file " + quote(lock_path) + ": " + errno_text(err));
+  }
+}
+
+CheckpointDirLock::~CheckpointDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock; the file stays, for the next job to lock
+}
+
+int CheckpointDirLock::remove_leftover_temporaries() const {
   std::error_code ec;
   int removed = 0;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
     const std::string name = entry.path().filename().string();
-    const bool temporary = name.rfind('.', 0) == 0 && name.find(".tmp-") != std::string::npos &&
-                           (name.rfind(".step-", 0) == 0 || name.rfind(".latest.tmp-", 0) == 0);
+    const bool temporary =
+        name.rfind('.', 0) == 0 && name.find(".tmp-") != std::string::npos &&
+        (name.rfind(".step-", 0) == 0 || name.rfind(".latest.tmp-", 0) == 0 || name.rfind(".write-check.tmp-", 0) == 0);
     if (temporary && entry.is_regular_file(ec) && fs::remove(entry.path(), ec)) ++removed;
   }
   return removed;
+}
+
+int CheckpointDirLock::remove_checkpoints() const {
+  // `latest` first: it never names a file that is gone.
+  const std::string latest = (fs::path(dir_) / "latest").string();
+  if (::unlink(latest.c_str()) != 0 && errno != ENOENT)
+    throw IoError("cannot remove " + quote(latest) + ": " + errno_text(errno));
+  int removed = 0;
+  for (const std::string& path : list_checkpoints(dir_)) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+      throw IoError("cannot remove old checkpoint " + quote(path) + ": " + errno_text(errno));
+    ++removed;
+  }
+  fsync_directory(dir_);
+  return removed;
+}
+
+std::string checkpoint_of_another_run(const std::string& dir, const std::string& resume) {
+  const std::vector<std::string> found = list_checkpoints(dir);
+  const std::optional<std::string> latest = read_latest_name(dir);
+  if (found.empty() && !latest) return "";
+  if (resume == "latest") return "";
+  if (!resume.empty()) {
+    // A checkpoint of this directory continues its run (an older one too: the user's choice).
+    std::error_code ec;
+    const fs::path parent = fs::path(resume).parent_path();
+    if (fs::equivalent(parent.empty() ? fs::path(".") : parent, dir, ec)) return "";
+  }
+  return !found.empty() ? found.front() : (fs::path(dir) / *latest).string();
 }
 
 ResumePosition resume_position(const std::string& path, const CheckpointMeta& meta, int64_t global_batch,

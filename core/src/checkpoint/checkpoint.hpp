@@ -31,9 +31,40 @@ struct CheckpointMeta {
 std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta, const ParameterStore& store,
                              Optimizer* optimizer, int64_t keep);
 
-// Removes what a write killed midway left behind in `dir` (".step-<N>.h5.tmp-<pid>",
-// ".latest.tmp-<pid>"); checkpoints and `latest` are never touched. Returns the number removed.
-int remove_leftover_temporaries(const std::string& dir);
+// One job's exclusive use of a checkpoint directory: an flock on <dir>/.lock, held while this
+// object lives. The kernel drops it when the process ends, however it ends, so a killed job never
+// leaves the directory locked. Two jobs writing one directory would remove each other's temporary
+// files and replace each other's checkpoints and `latest`.
+class CheckpointDirLock {
+ public:
+  // Creates the directory where needed, checks that it takes new files, and locks it, recording
+  // this host and pid in the lock file. Throws IoError naming the directory and, where that is
+  // the problem, the errno text, or the host and pid of the job that holds the lock.
+  explicit CheckpointDirLock(std::string dir);
+  ~CheckpointDirLock();
+  CheckpointDirLock(const CheckpointDirLock&) = delete;
+  CheckpointDirLock& operator=(const CheckpointDirLock&) = delete;
+
+  const std::string& dir() const { return dir_; }
+
+  // Removes what a write killed midway left behind (".step-<N>.h5.tmp-<pid>",
+  // ".latest.tmp-<pid>"); checkpoints and `latest` are never touched. Only under the lock: the
+  // temporary files of a job still writing would look the same. Returns the number removed.
+  int remove_leftover_temporaries() const;
+
+  // Removes every checkpoint and `latest` (checkpoint.overwrite). Returns the checkpoints removed.
+  int remove_checkpoints() const;
+
+ private:
+  std::string dir_;
+  int fd_ = -1;
+};
+
+// The newest checkpoint in `dir` that a run resuming from `resume` ("" for none, "latest" or a
+// path) would not continue, or "" when there is none: with no --resume, or a checkpoint from
+// another directory, that run's checkpoints and keep-K pruning would mix with these and `latest`
+// would move back.
+std::string checkpoint_of_another_run(const std::string& dir, const std::string& resume);
 
 // Reads only the metadata (attributes) of a checkpoint.
 CheckpointMeta read_checkpoint_meta(const std::string& path);

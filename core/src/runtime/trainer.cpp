@@ -267,6 +267,7 @@ class Trainer {
     seed_ = static_cast<uint64_t>(config_.get_int("train.seed"));
     global_batch_ = config_.get_int("train.global_batch");
     checkpoint_dir_ = config_.get_string("checkpoint.dir");
+    claim_checkpoint_dir();
     if (leader_)
       log_ << "mgtrain " << MGTRAIN_VERSION << ": " << comm_.size() << " rank(s)\n"
            << "# resolved config\n"
@@ -287,6 +288,29 @@ class Trainer {
       std::fflush(stderr);
     }
     kernels::set_cpu_threads(static_cast<int>(std::min<int64_t>(requested, usable)));
+  }
+
+  // The checkpoint directory, before any step: it exists or can be made, takes new files, is no
+  // other running job's, and holds no other run's checkpoints unless this run continues them or
+  // checkpoint.overwrite lets prepare_run remove them. Rank 0 writes the checkpoints and holds the
+  // directory's lock until the run ends.
+  void claim_checkpoint_dir() {
+    agree(comm_, [&] {
+      if (!leader_ || !options_.write_checkpoints) return;
+      checkpoint_lock_ = std::make_unique<CheckpointDirLock>(checkpoint_dir_);
+      const std::string other_run = checkpoint_of_another_run(checkpoint_dir_, options_.resume);
+      if (other_run.empty()) return;
+      if (config_.get_bool("checkpoint.overwrite")) {
+        overwrite_checkpoints_ = true;
+        return;
+      }
+      throw IoError("checkpoint.dir '" + checkpoint_dir_ + "' holds the checkpoints of another run (newest '" +
+                    other_run + "') and this run " +
+                    (options_.resume.empty() ? "starts afresh" : "resumes from '" + options_.resume + "', outside it") +
+                    ": its checkpoints would mix with them, pruning would delete theirs and 'latest' would move "
+                    "back; --resume latest continues that run, --checkpoint.overwrite=true removes its checkpoints "
+                    "first, or give another checkpoint.dir");
+    });
   }
 
   // Where this rank trains (train.device): every rank the same kind. Each GPU is bound and opened
@@ -526,12 +550,19 @@ class Trainer {
   }
 
   void prepare_run() {
-    if (leader_ && options_.write_checkpoints) {
-      const int removed = remove_leftover_temporaries(checkpoint_dir_);
+    // Under the directory's lock (claim_checkpoint_dir), so no running job's files are touched.
+    agree(comm_, [&] {
+      if (!checkpoint_lock_) return;
+      if (overwrite_checkpoints_) {
+        const int removed = checkpoint_lock_->remove_checkpoints();
+        log_ << "removed " << removed << " checkpoint(s) of an earlier run in " << checkpoint_dir_
+             << " (checkpoint.overwrite = true)\n";
+      }
+      const int removed = checkpoint_lock_->remove_leftover_temporaries();
       if (removed > 0)
         log_ << "removed " << removed << " temporary file(s) of an interrupted checkpoint write in " << checkpoint_dir_
              << "\n";
-    }
+    });
     epochs_ = config_.get_int("train.epochs");
     const int64_t max_steps = config_.get_int("train.max_steps");
     total_steps_ = max_steps > 0 ? std::min(max_steps, epochs_ * per_epoch_) : epochs_ * per_epoch_;
@@ -840,7 +871,9 @@ class Trainer {
   int64_t shards_per_pass_ = 1;  // micro-batches run through the model together (see build)
   int64_t epochs_ = 0, total_steps_ = 0, log_every_ = 1;
   std::string checkpoint_dir_;
-  std::string resumed_from_, resume_note_;  // rank 0's resume checkpoint, position note
+  std::unique_ptr<CheckpointDirLock> checkpoint_lock_;  // rank 0's, while it writes checkpoints
+  bool overwrite_checkpoints_ = false;                  // another run's, with checkpoint.overwrite
+  std::string resumed_from_, resume_note_;              // rank 0's resume checkpoint, position note
 
   std::unique_ptr<TrainingDevice> device_;
   CompiledStep* step_ = nullptr;  // every training rank's step (device_'s); null on a serving rank

@@ -2,7 +2,9 @@
 # The metrics file and TensorBoard's event file on a full disk (a 64 KiB tmpfs, nearly filled): the
 # run trains on and exits 0, warns once per file naming it and the reason, and each file holds only
 # whole records: `mgtrain report` draws the metrics, the event file's TFRecords end where it ends.
-# Mounting needs root: exit 77 (a skip) without it. The mount is removed however the test ends.
+# A parameter server's serving rank writes its own metrics file (metrics.rank<R>.jsonl), checked
+# the same way. Mounting needs root: exit 77 (a skip) without it. The mount is removed however the
+# test ends. Usage: full_disk.sh metrics|param_server
 : "${WORK:?}"
 disk=$WORK/disk
 umount "$disk" 2>/dev/null || true  # left by a run that was killed
@@ -16,6 +18,23 @@ trap 'exit 1' INT TERM
 # Leave two pages (8 KiB) free: a few intervals fit, then writes fail part-way through a record.
 dd if=/dev/zero of="$disk/filler" bs=4096 count=14 status=none 2>/dev/null || true
 
+if [ "${1:-metrics}" = param_server ]; then
+  # One server (rank 2) for two workers; the disk is full before the run starts.
+  dd if=/dev/zero of="$disk/rest" bs=4096 count=2 status=none 2>/dev/null || true
+  write_config run.ini "[metrics]" "file = $disk/metrics.jsonl" "[sync]" "name = param_server" "staleness = 1"
+  run_np 3 300 train --config run.ini --train.max_steps=40 --train.log_every=5 --train.progress=lines \
+    >out.log 2>err.log || { cat out.log err.log; fail "training failed: a full disk must not stop it"; }
+  cat err.log
+  grep -q "mgtrain: warning: \[rank 2\] metrics file '$disk/metrics.rank2.jsonl' cannot be .*: No space left on device; metrics are off for the rest of the run" err.log ||
+    fail "no warning from the serving rank naming its metrics file and the reason"
+  [ "$(grep -c 'metrics.rank2.jsonl' err.log)" = 1 ] || fail "the serving rank's warning is not given once"
+  if [ -s "$disk/metrics.rank2.jsonl" ]; then
+    python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$disk/metrics.rank2.jsonl" ||
+      fail "a line of the serving rank's metrics is not JSON"
+  fi
+  echo PASS
+  exit 0
+fi
 write_config run.ini "[metrics]" "file = $disk/metrics.jsonl" "tensorboard_dir = $disk/tb"
 run_np 2 300 train --config run.ini --train.max_steps=60 --train.log_every=2 --train.progress=lines \
   >out.log 2>err.log || { cat out.log err.log; fail "training failed: a full disk must not stop it"; }

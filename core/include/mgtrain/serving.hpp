@@ -19,8 +19,10 @@ namespace mgt {
 struct ServeContext {
   int64_t steps_per_worker = 0;                       // the run's length, per training rank
   std::function<double(int64_t step)> learning_rate;  // the trainer's schedule
-  std::string metrics_path;                           // where to append JSON-lines figures
-  int64_t log_every = 50;                             // steps between records
+  // Appends one JSON record (no newline) to this rank's metrics file. The core writes whole lines
+  // and checks each write: on a failure (a full disk) it warns once and drops later records.
+  std::function<void(const std::string& json)> write_metrics;
+  int64_t log_every = 50;  // steps between records
 };
 
 // What the trainer asks of a serving strategy, beyond what SyncStrategy asks of every one.

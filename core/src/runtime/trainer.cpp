@@ -21,6 +21,7 @@
 #include "comm/mpi_communicator.hpp"
 #include "datasets/sharded_reader.hpp"
 #include "device/training_device.hpp"
+#include "io/append_file.hpp"
 #include "io/json_line.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "loader/plugin_loader.hpp"
@@ -588,13 +589,30 @@ class Trainer {
     ServeContext context;
     context.steps_per_worker = total_steps_ - meta_.step;
     context.learning_rate = [&](int64_t step) { return schedule_->at(step); };
-    // <dir>/metrics.jsonl -> <dir>/metrics.rank<R>.jsonl
+    // <dir>/metrics.jsonl -> <dir>/metrics.rank<R>.jsonl, by whole lines and checked as the main
+    // metrics file is: a file that cannot be written is a warning, and the run serves on without it.
     const std::filesystem::path main_file = metrics_path(config_, checkpoint_dir_);
-    context.metrics_path = (main_file.parent_path() / (main_file.stem().string() + ".rank" +
-                                                       std::to_string(comm_.rank()) + main_file.extension().string()))
-                               .string();
+    const std::string path = (main_file.parent_path() / (main_file.stem().string() + ".rank" +
+                                                         std::to_string(comm_.rank()) + main_file.extension().string()))
+                                 .string();
     std::error_code ec;
     std::filesystem::create_directories(main_file.parent_path(), ec);
+    std::unique_ptr<AppendFile> metrics;
+    const auto metrics_off = [&](const std::string& why) {
+      std::fprintf(stderr, "mgtrain: warning: [rank %d] %s; metrics are off for the rest of the run\n", comm_.rank(),
+                   why.c_str());
+      metrics.reset();
+    };
+    try {
+      metrics = std::make_unique<AppendFile>(path, "metrics file");
+    } catch (const IoError& e) {
+      metrics_off(e.what());
+    }
+    context.write_metrics = [&](const std::string& json) {
+      if (!metrics) return;
+      const std::string why = metrics->append(json + "\n");
+      if (!why.empty()) metrics_off("metrics file '" + path + "' cannot be written: " + why);
+    };
     context.log_every = log_every_;
     serving_->serve(*optimizer_, context);
     serving_->gather_state(*optimizer_);

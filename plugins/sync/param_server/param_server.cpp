@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -126,7 +125,6 @@ class ParamServer final : public mgt::SyncStrategy, public mgt::ServingRole {
       workers[w].turn_since = Clock::now();
     }
     const int64_t target = context.steps_per_worker * workers_;
-    std::ofstream metrics(context.metrics_path, std::ios::app);
     Staleness interval;
     const timespec pause{0, 20000};
     int active = workers_;
@@ -150,7 +148,7 @@ class ParamServer final : public mgt::SyncStrategy, public mgt::ServingRole {
         worker.owed_reply = true;
         worker.receive = comm_->irecv(worker.inbox.data(), worker.inbox.size(), w, kPushTag);
         if (interval.count >= context.log_every * workers_) {
-          interval.write(metrics, comm_->rank(), version_);
+          context.write_metrics(interval.record(comm_->rank(), version_));
           interval = Staleness{};
         }
       }
@@ -195,7 +193,7 @@ class ParamServer final : public mgt::SyncStrategy, public mgt::ServingRole {
     }
     for (auto& worker : workers)
       if (worker.send) worker.send->wait();
-    if (interval.count > 0) interval.write(metrics, comm_->rank(), version_);
+    if (interval.count > 0) context.write_metrics(interval.record(comm_->rank(), version_));
     // Every worker that said goodbye learns which ones were lost: then no survivor waits in a
     // collective for a rank that will never come.
     std::vector<char> farewell(sizeof(Header) + static_cast<size_t>(workers_), 0);
@@ -291,15 +289,15 @@ class ParamServer final : public mgt::SyncStrategy, public mgt::ServingRole {
       max = std::max(max, s);
       sum += static_cast<double>(s);
     }
-    // One JSON line, keys in this order (`mgtrain report` and the tests read them).
-    void write(std::ofstream& out, int rank, int64_t version) const {
+    // One JSON record, keys in this order (`mgtrain report` and the tests read them).
+    std::string record(int rank, int64_t version) const {
       nlohmann::ordered_json line;
       line["server_rank"] = rank;
       line["updates"] = version;
       line["staleness_min"] = min;
       line["staleness_mean"] = sum / static_cast<double>(count);
       line["staleness_max"] = max;
-      out << line.dump() << "\n" << std::flush;
+      return line.dump();
     }
   };
 

@@ -81,4 +81,47 @@ MGT_TARGET_CLONES void affine(const float* x, float* y, int64_t n, float scale, 
   for (int64_t i = 0; i < n; ++i) y[i] = scale * x[i] + shift;
 }
 
+// Per channel: the batch's planes one after another, each summed in plane order.
+void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels, int64_t plane,
+                  float* sum_a, float* sum_ab) {
+  for (int64_t c = 0; c < channels; ++c) {
+    const double mid = b && center ? static_cast<double>(center[c]) : 0.0;
+    double total = 0.0, product = 0.0;
+    for (int64_t n = 0; n < batch; ++n) {
+      const size_t at = static_cast<size_t>((n * channels + c) * plane);
+      const float* pa = a + at;
+      double plane_total = 0.0;
+      for (int64_t i = 0; i < plane; ++i) plane_total += static_cast<double>(pa[i]);
+      total += plane_total;
+      if (b) {
+        const float* pb = b + at;
+        double plane_product = 0.0;
+        for (int64_t i = 0; i < plane; ++i)
+          plane_product += static_cast<double>(pa[i]) * (static_cast<double>(pb[i]) - mid);
+        product += plane_product;
+      }
+    }
+    sum_a[c] = static_cast<float>(total);
+    if (b) sum_ab[c] = static_cast<float>(product);
+  }
+}
+
+MGT_TARGET_CLONES void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b,
+                                      const float* shift, float* y, int64_t batch, int64_t channels, int64_t plane) {
+  for (int64_t n = 0; n < batch; ++n) {
+    for (int64_t c = 0; c < channels; ++c) {
+      const size_t at = static_cast<size_t>((n * channels + c) * plane);
+      const float sa = scale_a[c], sb = b ? scale_b[c] : 0.0f, sh = shift ? shift[c] : 0.0f;
+      const float* pa = a + at;
+      float* py = y + at;
+      if (b) {
+        const float* pb = b + at;
+        for (int64_t i = 0; i < plane; ++i) py[i] = (sa * pa[i] + sb * pb[i]) + sh;
+      } else {
+        for (int64_t i = 0; i < plane; ++i) py[i] = sa * pa[i] + sh;
+      }
+    }
+  }
+}
+
 }  // namespace mgt::kernels

@@ -298,6 +298,14 @@ class CudaBackend final : public kernels::Backend {
   void binary(BinaryOp op, const float* a, const float* b, float* y, int64_t n) override {
     cuda::binary(op, a, b, y, n, compute_);
   }
+  void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels, int64_t plane,
+                    float* sum_a, float* sum_ab) override {
+    cuda::channel_sums(a, b, center, batch, channels, plane, sum_a, sum_ab, compute_);
+  }
+  void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b, const float* shift,
+                      float* y, int64_t batch, int64_t channels, int64_t plane) override {
+    cuda::channel_affine(a, scale_a, b, scale_b, shift, y, batch, channels, plane, compute_);
+  }
   void affine(const float* x, float* y, int64_t n, float scale, float shift) override {
     cuda::affine(x, y, n, scale, shift, compute_);
   }

@@ -50,7 +50,71 @@ __global__ void dropout_scales_kernel(float* u, int64_t n, float p, float keep_s
     u[i] = u[i] < p ? 0.0f : keep_scale;
 }
 
+// One block per channel; each thread sums a fixed set of the channel's elements in double, then the
+// block adds the threads' sums in a fixed tree: the same bits on every run.
+constexpr int kChannelThreads = 256;
+
+__global__ void channel_sums_kernel(const float* a, const float* b, const float* center, int64_t batch,
+                                    int64_t channels, int64_t plane, float* sum_a, float* sum_ab) {
+  __shared__ double totals[kChannelThreads];
+  __shared__ double products[kChannelThreads];
+  const int64_t c = blockIdx.x;
+  const double mid = b && center ? static_cast<double>(center[c]) : 0.0;
+  double total = 0.0, product = 0.0;
+  const int64_t count = batch * plane;
+  for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
+    const int64_t n = k / plane, i = k % plane;
+    const int64_t at = (n * channels + c) * plane + i;
+    const double va = static_cast<double>(a[at]);
+    total += va;
+    if (b) product += va * (static_cast<double>(b[at]) - mid);
+  }
+  totals[threadIdx.x] = total;
+  products[threadIdx.x] = product;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      totals[threadIdx.x] += totals[threadIdx.x + half];
+      products[threadIdx.x] += products[threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    sum_a[c] = static_cast<float>(totals[0]);
+    if (b) sum_ab[c] = static_cast<float>(products[0]);
+  }
+}
+
+__global__ void channel_affine_kernel(const float* a, const float* scale_a, const float* b, const float* scale_b,
+                                      const float* shift, float* y, int64_t channels, int64_t plane, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t c = (i / plane) % channels;
+    // No FMA: the CPU loop's rounding.
+    float v = __fmul_rn(scale_a[c], a[i]);
+    if (b) v = __fadd_rn(v, __fmul_rn(scale_b[c], b[i]));
+    y[i] = shift ? __fadd_rn(v, shift[c]) : v;
+  }
+}
+
 }  // namespace
+
+void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels, int64_t plane,
+                  float* sum_a, float* sum_ab, Stream stream) {
+  if (channels <= 0) return;
+  channel_sums_kernel<<<static_cast<unsigned>(channels), kChannelThreads, 0, stream>>>(a, b, center, batch, channels,
+                                                                                       plane, sum_a, sum_ab);
+  MGT_CUDA_CHECK_LAUNCH("channel_sums");
+}
+
+void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b, const float* shift,
+                    float* y, int64_t batch, int64_t channels, int64_t plane, Stream stream) {
+  const int64_t n = batch * channels * plane;
+  if (n <= 0) return;
+  channel_affine_kernel<<<detail::grid_blocks(n, kThreads), kThreads, 0, stream>>>(a, scale_a, b, scale_b, shift, y,
+                                                                                   channels, plane, n);
+  MGT_CUDA_CHECK_LAUNCH("channel_affine");
+}
 
 void unary(UnaryOp op, const float* x, float* y, int64_t n, Stream stream) {
   if (n <= 0) return;

@@ -310,6 +310,121 @@ TEST(PoolLayer, GlobalAveragePoolingIsTheChannelMeanWithItsGradient) {
   check_gradients(h, x, training_ctx());
 }
 
+// Batch norm in training by hand, in double: gamma (x - mean) / sqrt(var + eps) + beta per channel.
+std::vector<double> batch_norm_by_hand(const Tensor& x, const float* gamma, const float* beta, double eps) {
+  const int64_t n = x.dim(0), c = x.dim(1), plane = x.dim(2) * x.dim(3);
+  std::vector<double> y(static_cast<size_t>(x.numel()));
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double mean = 0.0, var = 0.0;
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t i = 0; i < plane; ++i) mean += x.data()[(b * c + ch) * plane + i];
+    mean /= static_cast<double>(n * plane);
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t i = 0; i < plane; ++i) {
+        const double d = x.data()[(b * c + ch) * plane + i] - mean;
+        var += d * d;
+      }
+    var /= static_cast<double>(n * plane);
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t i = 0; i < plane; ++i) {
+        const int64_t at = (b * c + ch) * plane + i;
+        y[static_cast<size_t>(at)] = gamma[ch] * (x.data()[at] - mean) / std::sqrt(var + eps) + beta[ch];
+      }
+  }
+  return y;
+}
+
+TEST(BatchNorm2dLayer, NormalisesEachChannelByTheBatchWithItsGradients) {
+  Harness h(mgt::make_batch_norm2d("bn", 3));
+  Tensor x = random_tensor({4, 3, 5, 5}, 31);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] += 3.0f + static_cast<float>((i / 25) % 3);  // off-centre
+  EXPECT_THROW(h.layer->output_shape({4, 2, 5, 5}), mgt::ConfigError);
+  const auto& params = h.store.params();
+  ASSERT_EQ(params.size(), 2u);
+  EXPECT_EQ(params[0].name, "bn.weight");
+  EXPECT_EQ(params[1].name, "bn.bias");
+  ASSERT_EQ(h.store.buffers().size(), 2u);
+  EXPECT_EQ(h.store.buffers()[0].name, "bn.running_mean");
+  EXPECT_EQ(h.store.buffers()[1].name, "bn.running_var");
+  Tensor y(x.shape());
+  run_forward(*h.layer, h.store, x, y, training_ctx());
+  const auto expected = batch_norm_by_hand(x, h.store.param(0), h.store.param(1), 1e-5);
+  for (int64_t i = 0; i < y.numel(); ++i) ASSERT_NEAR(y.data()[i], expected[static_cast<size_t>(i)], 1e-4) << i;
+  check_gradients(h, x, training_ctx());
+}
+
+TEST(BatchNorm2dLayer, RunningStatisticsMoveByMomentumAndServeEvaluation) {
+  Harness h(mgt::make_batch_norm2d("bn", 2, 1e-5f, 0.25f));
+  Tensor x = random_tensor({3, 2, 4, 4}, 32);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = 2.0f * x.data()[i] + 1.0f;
+  Tensor y(x.shape());
+  run_forward(*h.layer, h.store, x, y, training_ctx());
+  const float* running_mean = h.store.buffer(0);
+  const float* running_var = h.store.buffer(1);
+  for (int64_t ch = 0; ch < 2; ++ch) {
+    double mean = 0.0, squares = 0.0;
+    const int64_t m = 3 * 16;
+    for (int64_t b = 0; b < 3; ++b)
+      for (int64_t i = 0; i < 16; ++i) mean += x.data()[(b * 2 + ch) * 16 + i];
+    mean /= m;
+    for (int64_t b = 0; b < 3; ++b)
+      for (int64_t i = 0; i < 16; ++i) squares += std::pow(x.data()[(b * 2 + ch) * 16 + i] - mean, 2);
+    EXPECT_NEAR(running_mean[ch], 0.25 * mean, 1e-5);                           // from 0
+    EXPECT_NEAR(running_var[ch], 0.75 * 1.0 + 0.25 * squares / (m - 1), 1e-5);  // from 1, unbiased
+  }
+  // Evaluation normalises by the running statistics and leaves them be.
+  StepContext eval = training_ctx();
+  eval.training = false;
+  const std::vector<float> before(running_mean, running_mean + 2);
+  run_forward(*h.layer, h.store, x, y, eval);
+  EXPECT_EQ(running_mean[0], before[0]);
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    const int64_t ch = (i / 16) % 2;
+    const double want = h.store.param(0)[ch] * (x.data()[i] - running_mean[ch]) / std::sqrt(running_var[ch] + 1e-5) +
+                        h.store.param(1)[ch];
+    ASSERT_NEAR(y.data()[i], want, 1e-4) << i;
+  }
+}
+
+TEST(ResidualLayer, IdentityShortcutGradientsFlowThroughBothPaths) {
+  std::vector<std::unique_ptr<Layer>> branch;
+  branch.push_back(mgt::make_conv2d("b.conv1", 3, 3, 3, 1, 1));
+  branch.push_back(mgt::make_batch_norm2d("b.bn1", 3));
+  branch.push_back(mgt::make_relu("b.relu"));
+  branch.push_back(mgt::make_conv2d("b.conv2", 3, 3, 3, 1, 1));
+  Harness h(mgt::make_residual("b", std::move(branch)));
+  Tensor x = random_tensor({2, 3, 6, 6}, 33);
+  EXPECT_EQ(h.layer->output_shape(x.shape()), x.shape());
+  EXPECT_EQ(h.layer->param_handles().size(), 6u);  // conv2, bn1 and conv1: weights and biases
+  check_gradients(h, x, training_ctx());
+}
+
+TEST(ResidualLayer, ProjectionShortcutGradientsFlowThroughBothPaths) {
+  std::vector<std::unique_ptr<Layer>> branch, shortcut;
+  branch.push_back(mgt::make_conv2d("b.conv1", 3, 4, 3, 2, 1));
+  branch.push_back(mgt::make_batch_norm2d("b.bn1", 4));
+  shortcut.push_back(mgt::make_conv2d("b.shortcut.0", 3, 4, 1, 2, 0));
+  shortcut.push_back(mgt::make_batch_norm2d("b.shortcut.1", 4));
+  Harness h(mgt::make_residual("b", std::move(branch), std::move(shortcut)));
+  Tensor x = random_tensor({2, 3, 6, 6}, 34);
+  EXPECT_EQ(h.layer->output_shape(x.shape()), (Shape{2, 4, 3, 3}));
+  check_gradients(h, x, training_ctx());
+}
+
+TEST(ResidualLayer, RefusesPathsThatDisagreeNamingBothShapes) {
+  std::vector<std::unique_ptr<Layer>> branch;
+  branch.push_back(mgt::make_conv2d("b.conv1", 3, 4, 3, 1, 1));
+  const auto block = mgt::make_residual("block", std::move(branch));
+  try {
+    block->output_shape({2, 3, 6, 6});
+    FAIL() << "expected ConfigError";
+  } catch (const mgt::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("residual block 'block'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[2, 4, 6, 6]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[2, 3, 6, 6]"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ReluLayer, GradientsMatchFiniteDifferences) {
   Harness h(mgt::make_relu("relu"));
   Tensor x = well_separated_tensor({3, 4, 5}, 11);

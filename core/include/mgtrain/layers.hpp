@@ -138,6 +138,18 @@ MGT_API std::unique_ptr<Layer> make_conv2d(const std::string& name, int64_t in_c
 MGT_API std::unique_ptr<Layer> make_max_pool2d(const std::string& name, int64_t kernel, int64_t stride);
 // [B, C, H, W] -> [B, C]: each channel's mean over its plane.
 MGT_API std::unique_ptr<Layer> make_global_avg_pool2d(const std::string& name);
+// Batch normalisation over [B, C, H, W] per channel, as PyTorch's BatchNorm2d: parameters
+// "<name>.weight" (1) and "<name>.bias" (0), buffers "<name>.running_mean" (0) and
+// "<name>.running_var" (1). Training normalises by the pass's own statistics (per rank; per
+// micro-shard in deterministic mode) and moves the running ones by `momentum`; evaluation uses the
+// running ones.
+MGT_API std::unique_ptr<Layer> make_batch_norm2d(const std::string& name, int64_t channels, float eps = 1e-5f,
+                                                 float momentum = 0.1f);
+// out = branch(x) + shortcut(x): a residual block. An empty shortcut is the identity; otherwise its
+// layers (a projection: a strided 1x1 convolution, batch norm) must give the branch's shape.
+// Backward sends the output's gradient through both and adds their input gradients.
+MGT_API std::unique_ptr<Layer> make_residual(const std::string& name, std::vector<std::unique_ptr<Layer>> branch,
+                                             std::vector<std::unique_ptr<Layer>> shortcut = {});
 MGT_API std::unique_ptr<Layer> make_relu(const std::string& name);
 MGT_API std::unique_ptr<Layer> make_flatten(const std::string& name);
 // Inverted dropout; the mask is a function of (seed, step, global sample, element).

@@ -97,6 +97,17 @@ class MGT_API Ops {
   virtual void binary(BinaryOp op, const float* a, const float* b, float* y, int64_t n) = 0;
   // y = scale * x + shift; y may be x
   virtual void affine(const float* x, float* y, int64_t n, float scale, float shift) = 0;
+  // Per channel c of NCHW tensors seen as [batch, channels, plane] (plane = H * W): sum_a[c] = the
+  // sum of a over the channel's batch * plane elements, and, when b is not null, sum_ab[c] = the
+  // sum of a * (b - center[c]) (center null: 0). Summed in double in an order fixed by the shape
+  // alone, so the result does not depend on how the work is split: batch normalisation's
+  // statistics and the sums of its backward.
+  virtual void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels,
+                            int64_t plane, float* sum_a, float* sum_ab) = 0;
+  // y = scale_a[c] * a + scale_b[c] * b + shift[c] per channel of [batch, channels, plane] (b and
+  // scale_b null: no b term; shift null: none); y may be a or b.
+  virtual void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b,
+                              const float* shift, float* y, int64_t batch, int64_t channels, int64_t plane) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* dst, size_t bytes) = 0;
 

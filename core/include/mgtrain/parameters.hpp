@@ -13,8 +13,9 @@ namespace mgt {
 
 enum class Init {
   zeros,
-  he_uniform,     // U(-sqrt(6/fan_in), sqrt(6/fan_in)), for weights followed by ReLU
-  fan_in_uniform  // U(-1/sqrt(fan_in), 1/sqrt(fan_in)), e.g. the last layer
+  he_uniform,      // U(-sqrt(6/fan_in), sqrt(6/fan_in)), for weights followed by ReLU
+  fan_in_uniform,  // U(-1/sqrt(fan_in), 1/sqrt(fan_in)), e.g. the last layer
+  ones             // 1, e.g. a normalisation's scale
 };
 
 struct ParamInfo {
@@ -27,6 +28,20 @@ struct ParamInfo {
 };
 
 using ParamHandle = size_t;
+
+// State a model keeps that is not trained (batch normalisation's running mean and variance): in a
+// flat buffer of its own, never reduced by a sync strategy nor updated by the optimizer; saved in
+// checkpoints as /buffers/<name> and restored on resume. Each rank updates its own copy; rank 0's
+// is the one saved.
+struct BufferInfo {
+  std::string name;  // canonical, as a parameter's: "bn1.running_mean"
+  Shape shape;
+  float initial = 0.0f;  // every element's value before training
+  size_t offset = 0;     // in floats, into the flat buffer
+  size_t numel = 0;
+};
+
+using BufferHandle = size_t;
 
 // Takes a linear layer's parameter gradients as their factors instead of the sums: dW = dy^T x
 // and db = the column sums of dy (dy [rows, out], x [rows, in], W [out, in]), the rows being
@@ -46,7 +61,11 @@ class MGT_API ParameterStore {
  public:
   // Declares a parameter before finalize(); returns its handle. Names must be unique.
   ParamHandle declare(const std::string& name, const Shape& shape, Init init, int64_t fan_in);
-  // Lays out and allocates both flat buffers (each parameter 64-byte aligned), zero-filled.
+  // Declares a buffer (BufferInfo) before finalize(); returns its handle. Names must be unique
+  // among the parameters and the buffers.
+  BufferHandle declare_buffer(const std::string& name, const Shape& shape, float initial);
+  // Lays out and allocates the flat buffers (each parameter and buffer 64-byte aligned): the
+  // parameters and gradients zero-filled, the buffers at their initial values.
   void finalize();
   bool finalized() const { return finalized_; }
 
@@ -59,6 +78,11 @@ class MGT_API ParameterStore {
   float* grad(ParamHandle h) { return grads_flat_.data() + params_[h].offset; }
   Tensor param_view(ParamHandle h);
   Tensor grad_view(ParamHandle h);
+  const std::vector<BufferInfo>& buffers() const { return buffers_; }
+  float* buffer(BufferHandle h) { return buffers_flat_.data() + buffers_.at(h).offset; }
+  float* buffers_data() { return buffers_flat_.data(); }
+  const float* buffers_data() const { return buffers_flat_.data(); }
+  size_t buffers_size() const { return buffers_size_; }  // in floats, including alignment padding
 
   float* params_data() { return params_flat_.data(); }
   float* grads_data() { return grads_flat_.data(); }
@@ -79,8 +103,9 @@ class MGT_API ParameterStore {
   void set_weight_gradient_sink(WeightGradientSink* sink) { weight_gradient_sink_ = sink; }
   WeightGradientSink* weight_gradient_sink() const { return weight_gradient_sink_; }
   // The same finalized layout over flat buffers owned elsewhere (a GPU's memory): views that the
-  // store never reads or frees. The GPU path hands such a store to the sync strategy.
-  ParameterStore with_buffers(float* params, float* grads) const;
+  // store never reads or frees. The GPU path hands such a store to the sync strategy. `buffers`
+  // (buffers_size() floats) may be null when there are none.
+  ParameterStore with_buffers(float* params, float* grads, float* buffers = nullptr) const;
   ParameterStore() = default;
   ParameterStore(ParameterStore&&) noexcept = default;
   ParameterStore& operator=(ParameterStore&&) noexcept = default;
@@ -90,9 +115,12 @@ class MGT_API ParameterStore {
 
  private:
   std::vector<ParamInfo> params_;
+  std::vector<BufferInfo> buffers_;
   Tensor params_flat_;
   Tensor grads_flat_;
+  Tensor buffers_flat_;
   size_t flat_size_ = 0;
+  size_t buffers_size_ = 0;
   bool finalized_ = false;
   bool grads_discarded_ = false;
   WeightGradientSink* weight_gradient_sink_ = nullptr;

@@ -25,7 +25,10 @@
 // 6: SyncStrategy's serving methods (trains, train_rank, train_world, serve, serve_size, lockstep,
 //    finished, gather_state, lost_ranks) moved to mgt::ServingRole (mgtrain/serving.hpp), which
 //    SyncStrategy::serving() returns.
-#define MGTRAIN_PLUGIN_ABI_VERSION 6u
+// 7: ServeContext::write_metrics replaces metrics_path: the core writes and checks the records.
+//    ParameterStore buffers (declare_buffer: batch norm's running statistics), Init::ones,
+//    Ops::channel_sums and channel_affine.
+#define MGTRAIN_PLUGIN_ABI_VERSION 7u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
 namespace mgt {

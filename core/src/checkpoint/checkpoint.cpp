@@ -9,6 +9,8 @@
 //   /optimizer         attributes optimizer_steps and attributes_crc32 (optional, as above); one
 //                      group per state buffer ("momentum", ...)
 //   /optimizer/<buffer>/<name>   float32 per parameter, same shapes, crc32 each
+//   /buffers/<name>    float32, a model buffer (ParameterStore::buffers: batch norm's running
+//                      statistics), crc32 each; absent when the model has none
 // All HDF5 calls hold data::hdf5_mutex(): the library here is not thread-safe and the prefetch
 // thread reads data files concurrently.
 #include "checkpoint/checkpoint.hpp"
@@ -482,6 +484,11 @@ FileImage build_image(const std::string& path, const std::string& image_name, co
     const float* flat = store.params_data();
     h5::Id params = create_group(h5, file.get(), "params", "/params");
     for (const auto& p : store.params()) write_dataset(h5, params.get(), p.name, p.shape, flat + p.offset);
+    if (!store.buffers().empty()) {
+      h5::Id buffers = create_group(h5, file.get(), "buffers", "/buffers");
+      for (const auto& b : store.buffers())
+        write_dataset(h5, buffers.get(), b.name, b.shape, store.buffers_data() + b.offset);
+    }
 
     if (optimizer != nullptr) {
       h5::Id opt = create_group(h5, file.get(), "optimizer", "/optimizer");
@@ -823,6 +830,20 @@ CheckpointMeta load_checkpoint(const std::string& path, ParameterStore& store, O
                         "') that the model does not have");
   }
 
+  std::vector<std::vector<float>> model_buffers;
+  if (!store.buffers().empty()) {
+    h5::Id group = open_group(h5, file.get(), "buffers", "/buffers");
+    std::set<std::string> expected;
+    for (const auto& b : store.buffers()) {
+      expected.insert(b.name);
+      model_buffers.push_back(read_dataset(h5, group.get(), "/buffers", b.name, b.shape, "buffer"));
+    }
+    for (const auto& name : group_members(h5, group.get(), "'/buffers'"))
+      if (!expected.contains(name))
+        throw DataError("checkpoint " + quote(path) + " has buffer " + quote(name) + " (dataset '/buffers/" + name +
+                        "') that the model does not have");
+  }
+
   std::vector<std::vector<std::vector<float>>> states;
   std::vector<OptimizerStateBuffer> buffers;
   int64_t optimizer_steps = 0;
@@ -864,6 +885,9 @@ CheckpointMeta load_checkpoint(const std::string& path, ParameterStore& store, O
   float* flat = store.params_data();
   const auto& infos = store.params();
   for (size_t i = 0; i < infos.size(); ++i) std::copy(params[i].begin(), params[i].end(), flat + infos[i].offset);
+  const auto& buffer_infos = store.buffers();
+  for (size_t i = 0; i < buffer_infos.size(); ++i)
+    std::copy(model_buffers[i].begin(), model_buffers[i].end(), store.buffers_data() + buffer_infos[i].offset);
   for (size_t b = 0; b < buffers.size(); ++b)
     for (size_t i = 0; i < infos.size(); ++i)
       std::copy(states[b][i].begin(), states[b][i].end(), buffers[b].data + infos[i].offset);

@@ -18,7 +18,8 @@ DeviceParameters::DeviceParameters(Backend& backend, const ParameterStore& host)
     : memory(backend),
       params(memory.device<float>(host.flat_size())),
       grads(memory.device<float>(host.flat_size())),
-      store(host.with_buffers(params, grads)) {}
+      buffers(host.buffers_size() > 0 ? memory.device<float>(host.buffers_size()) : nullptr),
+      store(host.with_buffers(params, grads, buffers)) {}
 
 namespace {
 
@@ -232,6 +233,8 @@ void CompiledStep::upload_state(const ParameterStore& host) {
   if (options_.in_place) return;
   const size_t bytes = host.flat_size() * sizeof(float);
   backend_.upload(store_.params_data(), host.params_data(), bytes);
+  if (host.buffers_size() > 0)
+    backend_.upload(store_.buffers_data(), host.buffers_data(), host.buffers_size() * sizeof(float));
   auto buffers = optimizer_.state_buffers();
   for (size_t i = 0; i < buffers.size(); ++i) backend_.upload(program_->state[i], buffers[i].data, bytes);
 }
@@ -242,6 +245,8 @@ void CompiledStep::download_state(ParameterStore& host) {
   if (options_.in_place) return;
   const size_t bytes = host.flat_size() * sizeof(float);
   backend_.download(host.params_data(), store_.params_data(), bytes);
+  if (host.buffers_size() > 0)
+    backend_.download(host.buffers_data(), store_.buffers_data(), host.buffers_size() * sizeof(float));
   auto buffers = optimizer_.state_buffers();
   for (size_t i = 0; i < buffers.size(); ++i) backend_.download(buffers[i].data, program_->state[i], bytes);
 }

@@ -38,13 +38,14 @@
 
 namespace mgt {
 
-// The parameters and gradients in backend memory, laid out as the host store; `store` views them,
-// for the sync strategy.
+// The parameters, gradients and buffers in backend memory, laid out as the host store; `store`
+// views them, for the sync strategy.
 struct DeviceParameters {
   DeviceParameters(kernels::Backend& backend, const ParameterStore& host);
   BackendMemory memory;
   float* params;
   float* grads;
+  float* buffers;  // null when the model has none
   ParameterStore store;
 };
 
@@ -122,8 +123,8 @@ class CompiledStep {
   CompiledStep(const CompiledStep&) = delete;
   CompiledStep& operator=(const CompiledStep&) = delete;
 
-  // Host store parameters and the optimizer's state buffers and step count, to the backend (in
-  // place: only the step count). Before the first step and after a resume.
+  // Host store parameters and buffers and the optimizer's state buffers and step count, to the
+  // backend (in place: only the step count). Before the first step and after a resume.
   void upload_state(const ParameterStore& host);
   // The backend's, to the host store and the optimizer (for a checkpoint or evaluation; in place:
   // only the step count). No step may be in flight (finish() until none is).

@@ -261,6 +261,7 @@ class Trainer {
       config_.validate(known_config_keys(registry_, choice_));
       check_core_key_ranges(config_);
       fault::configure(comm_.rank());
+      take_input_shape_from_data();
     });
     expand_job_id(config_, {"checkpoint.dir", "metrics.file", "metrics.tensorboard_dir"});
     comm_.set_timeout_seconds(config_.get_real("comm.timeout_s"));
@@ -274,6 +275,18 @@ class Trainer {
            << "# resolved config\n"
            << config_.to_ini() << std::flush;
     choose_device();
+  }
+
+  // A model's input shape (model.input_shape) that the config leaves unset is the training file's
+  // sample shape, so one model config trains on grey 28x28 and colour 32x32 images alike.
+  void take_input_shape_from_data() {
+    const auto it = config_.values().find("model.input_shape");
+    if (it == config_.values().end() || it->second.source != "default") return;
+    const auto info = data::open_dataset_info(config_.get_string("data.train"), config_.get_string("data.x_name"),
+                                              config_.get_string("data.y_name"));
+    std::string shape;
+    for (int64_t d : info.sample_shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    config_.set("model.input_shape", shape, "data.train");
   }
 
   // train.threads, at most the cores this rank may use: more only contend for them, and tens of
@@ -499,6 +512,7 @@ class Trainer {
     meta_.batch_in_epoch = position[2];
     optimizer_->set_step_count(position[3]);
     comm_.broadcast(store_.params_data(), store_.flat_size() * sizeof(float), 0);
+    if (store_.buffers_size() > 0) comm_.broadcast(store_.buffers_data(), store_.buffers_size() * sizeof(float), 0);
     for (auto& buffer : optimizer_->state_buffers())
       comm_.broadcast(buffer.data, store_.flat_size() * sizeof(float), 0);
     if (leader_) {

@@ -1,5 +1,6 @@
 #include "mgtrain/parameters.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -16,6 +17,8 @@ constexpr size_t kAlignFloats = 16;  // 64 bytes
 ParamHandle ParameterStore::declare(const std::string& name, const Shape& shape, Init init, int64_t fan_in) {
   MGT_CHECK(!finalized_, Error, "parameter '" + name + "' declared after the store was finalized");
   for (const auto& p : params_) MGT_CHECK(p.name != name, Error, "parameter name '" + name + "' declared twice");
+  for (const auto& b : buffers_)
+    MGT_CHECK(b.name != name, Error, "parameter name '" + name + "' is already a buffer's");
   ParamInfo info;
   info.name = name;
   info.shape = shape;
@@ -24,6 +27,19 @@ ParamHandle ParameterStore::declare(const std::string& name, const Shape& shape,
   info.numel = static_cast<size_t>(shape_numel(shape));
   params_.push_back(std::move(info));
   return params_.size() - 1;
+}
+
+BufferHandle ParameterStore::declare_buffer(const std::string& name, const Shape& shape, float initial) {
+  MGT_CHECK(!finalized_, Error, "buffer '" + name + "' declared after the store was finalized");
+  for (const auto& p : params_) MGT_CHECK(p.name != name, Error, "buffer name '" + name + "' is already a parameter's");
+  for (const auto& b : buffers_) MGT_CHECK(b.name != name, Error, "buffer name '" + name + "' declared twice");
+  BufferInfo info;
+  info.name = name;
+  info.shape = shape;
+  info.initial = initial;
+  info.numel = static_cast<size_t>(shape_numel(shape));
+  buffers_.push_back(std::move(info));
+  return buffers_.size() - 1;
 }
 
 void ParameterStore::finalize() {
@@ -38,6 +54,15 @@ void ParameterStore::finalize() {
   grads_flat_.resize({static_cast<int64_t>(flat_size_)});
   params_flat_.fill(0.0f);
   grads_flat_.fill(0.0f);
+  size_t buffer_offset = 0;
+  for (auto& b : buffers_) {
+    b.offset = buffer_offset;
+    buffer_offset += (b.numel + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+  }
+  buffers_size_ = buffer_offset;
+  buffers_flat_.resize({static_cast<int64_t>(buffers_size_)});
+  buffers_flat_.fill(0.0f);
+  for (const auto& b : buffers_) std::fill_n(buffers_flat_.data() + b.offset, b.numel, b.initial);
   finalized_ = true;
 }
 
@@ -50,6 +75,9 @@ void ParameterStore::initialize(uint64_t seed) {
     switch (p.init) {
       case Init::zeros:
         std::memset(dst, 0, p.numel * sizeof(float));
+        break;
+      case Init::ones:
+        std::fill_n(dst, p.numel, 1.0f);
         break;
       case Init::he_uniform: {
         const auto bound = static_cast<float>(std::sqrt(6.0 / fan_in));
@@ -80,13 +108,17 @@ void ParameterStore::zero_grads() {
   grads_discarded_ = false;
 }
 
-ParameterStore ParameterStore::with_buffers(float* params, float* grads) const {
+ParameterStore ParameterStore::with_buffers(float* params, float* grads, float* buffers) const {
   MGT_CHECK(finalized_, Error, "ParameterStore::with_buffers before finalize");
+  MGT_CHECK(buffers != nullptr || buffers_size_ == 0, Error, "ParameterStore::with_buffers: the store has buffers");
   ParameterStore other;
   other.params_ = params_;
+  other.buffers_ = buffers_;
   other.flat_size_ = flat_size_;
+  other.buffers_size_ = buffers_size_;
   other.params_flat_ = Tensor::view(params, {static_cast<int64_t>(flat_size_)});
   other.grads_flat_ = Tensor::view(grads, {static_cast<int64_t>(flat_size_)});
+  other.buffers_flat_ = Tensor::view(buffers, {static_cast<int64_t>(buffers_size_)});
   other.finalized_ = true;
   return other;
 }

@@ -256,11 +256,6 @@ Opened open_validated(const std::string& path, const std::string& x_name, const 
 
   // Attributes: those on x take precedence over those on the root group.
   const hid_t objs[2] = {o.x.get(), o.file.get()};
-  auto find_double = [&](const char* name, double& v) {
-    for (hid_t h : objs)
-      if (read_attr_double(h, name, v)) return true;
-    return false;
-  };
   for (hid_t h : objs)
     if (read_attr_strings(h, "class_names", info.class_names)) break;
   int64_t nc = 0;
@@ -299,16 +294,41 @@ Opened open_validated(const std::string& path, const std::string& x_name, const 
 
   open_row_checksums(o, path, x_name, y_name, info);
 
-  double mean = 0, sd = 0;
-  const bool has_mean = find_double("mean", mean);
-  const bool has_sd = find_double("std", sd);
+  // mean and std: scalars over every element, or arrays of one value per channel (samples
+  // [C, ...], as colour images are written); a scalar beside an array applies to every channel.
+  std::vector<double> means, sds;
+  auto find_doubles = [&](const char* name, std::vector<double>& v) {
+    for (hid_t h : objs)
+      if (read_attr_doubles(h, name, v)) return true;
+    return false;
+  };
+  const bool has_mean = find_doubles("mean", means);
+  const bool has_sd = find_doubles("std", sds);
   if (has_mean && has_sd) {
-    if (!(sd > 0) || !std::isfinite(sd) || !std::isfinite(mean))
-      throw DataError(file_prefix(path) + ": attributes mean = " + std::to_string(mean) +
-                      ", std = " + std::to_string(sd) + ", expected finite values with std > 0");
+    const int64_t channels = info.sample_shape.size() >= 2 ? info.sample_shape[0] : 1;
+    for (const auto& [name, values] : {std::pair{"mean", &means}, std::pair{"std", &sds}})
+      if (values->size() != 1 && static_cast<int64_t>(values->size()) != channels)
+        throw DataError(file_prefix(path) + ": attribute '" + name + "' has " + std::to_string(values->size()) +
+                        " values, expected " +
+                        (info.sample_shape.size() >= 2
+                             ? "1 or " + std::to_string(channels) + " (one per channel of samples " +
+                                   shape_of(info.sample_shape) + ")"
+                             : "1 (samples " + shape_of(info.sample_shape) + " have no channel axis)"));
+    const size_t n = std::max(means.size(), sds.size());
+    for (size_t c = 0; c < n; ++c) {
+      const double mean = means[means.size() == 1 ? 0 : c], sd = sds[sds.size() == 1 ? 0 : c];
+      if (!(sd > 0) || !std::isfinite(sd) || !std::isfinite(mean))
+        throw DataError(
+            file_prefix(path) + ": attributes mean = " + std::to_string(mean) + ", std = " + std::to_string(sd) +
+            (n > 1 ? " (channel " + std::to_string(c) + ")" : std::string()) + ", expected finite values with std > 0");
+      if (n > 1) {
+        info.channel_mean.push_back(static_cast<float>(mean));
+        info.channel_std.push_back(static_cast<float>(sd));
+      }
+    }
     info.normalized_attrs = true;
-    info.mean = static_cast<float>(mean);
-    info.stddev = static_cast<float>(sd);
+    info.mean = static_cast<float>(means[0]);
+    info.stddev = static_cast<float>(sds[0]);
   }
   return o;
 }
@@ -443,7 +463,18 @@ std::string inspect(const std::string& path, const std::string& x_name, const st
       << (info.row_checksums
               ? std::string("'/") + kRowChecksums + "', CRC-32 per row, verified on every read\n"
               : std::string("none (damage to the rows goes unnoticed; `mgtrain data convert` adds them)\n"));
-  if (info.normalized_attrs)
+  auto per_channel = [](const std::vector<float>& v) {
+    std::ostringstream list;
+    for (size_t c = 0; c < v.size(); ++c) list << (c ? ", " : "[") << v[c];
+    list << "]";
+    return list.str();
+  };
+  if (info.normalized_attrs && !info.channel_mean.empty())
+    out << "normalisation: per channel, mean " << per_channel(info.channel_mean) << ", std "
+        << per_channel(info.channel_std)
+        << (info.x_type == "uint8" ? " (of values scaled to [0, 1]; the reader applies x/255 then (x-mean)/std)\n"
+                                   : " (the reader applies (x-mean)/std)\n");
+  else if (info.normalized_attrs)
     out << "normalisation: mean " << info.mean << ", std " << info.stddev
         << (info.x_type == "uint8" ? " (of values scaled to [0, 1]; the reader applies x/255 then (x-mean)/std)\n"
                                    : " (the reader applies (x-mean)/std)\n");

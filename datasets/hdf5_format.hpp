@@ -1,7 +1,8 @@
 #pragma once
 // The HDF5 sample format: `/x` [N, ...] (uint8 or float32) and `/y` [N] (integer class labels),
 // chunked by rows, with attributes num_classes, class_names, mean, std and source on the root
-// group or on `/x` (the `/x` attribute wins when both exist), and optionally `/row_crc32` [N]
+// group or on `/x` (the `/x` attribute wins when both exist; mean and std are scalars or arrays of
+// one value per channel of [N, C, ...] samples), and optionally `/row_crc32` [N]
 // (see kRowChecksums). README.md, "Data format", describes it for users.
 #include <cstdint>
 #include <mutex>
@@ -29,11 +30,14 @@ struct DatasetInfo {
   std::string path, x_name, y_name;  // names as given ("x"), not "/x"
   Shape sample_shape;                // per sample, e.g. {1, 28, 28}
   int64_t num_samples = 0;
-  std::string x_type;                    // "uint8" or "float32"
-  std::string y_type;                    // the stored integer type, e.g. "int32"
-  int64_t num_classes = 0;               // attribute num_classes, else max(y) + 1
-  bool normalized_attrs = false;         // mean and std attributes present
-  float mean = 0.0f, stddev = 1.0f;      // over pixels scaled to [0, 1] for uint8 files
+  std::string x_type;                // "uint8" or "float32"
+  std::string y_type;                // the stored integer type, e.g. "int32"
+  int64_t num_classes = 0;           // attribute num_classes, else max(y) + 1
+  bool normalized_attrs = false;     // mean and std attributes present
+  float mean = 0.0f, stddev = 1.0f;  // over pixels scaled to [0, 1] for uint8 files
+  // Per-channel statistics, when mean or std is an array (of C values for samples [C, ...], a
+  // scalar one repeated); empty when both are scalars, which then apply to every element.
+  std::vector<float> channel_mean, channel_std;
   std::vector<std::string> class_names;  // empty when the file has none
   Shape x_chunk;                         // chunk dims of x, empty when x is not chunked
   bool row_checksums = false;            // /row_crc32 covers this x and y

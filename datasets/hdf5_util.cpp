@@ -182,6 +182,17 @@ bool read_attr_double(hid_t obj, const char* name, double& value) {
   return H5Aread(a.get(), H5T_NATIVE_DOUBLE, &value) >= 0;
 }
 
+bool read_attr_doubles(hid_t obj, const char* name, std::vector<double>& values) {
+  if (!has_attr(obj, name)) return false;
+  Id a = attr(H5Aopen(obj, name, H5P_DEFAULT));
+  Id t = type(H5Aget_type(a.get()));
+  const auto cls = H5Tget_class(t.get());
+  const hssize_t points = attr_points(a.get());
+  if ((cls != H5T_FLOAT && cls != H5T_INTEGER) || !plain_number(t.get()) || points < 1) return false;
+  values.resize(static_cast<size_t>(points));
+  return H5Aread(a.get(), H5T_NATIVE_DOUBLE, values.data()) >= 0;
+}
+
 bool read_attr_int64(hid_t obj, const char* name, int64_t& value) {
   if (!has_attr(obj, name)) return false;
   Id a = attr(H5Aopen(obj, name, H5P_DEFAULT));

@@ -99,6 +99,8 @@ void write_attr_strings(hid_t obj, const char* name, const std::vector<std::stri
 // Readers convert any numeric attribute; return false when it is absent or not numeric/string.
 bool read_attr_double(hid_t obj, const char* name, double& value);
 bool read_attr_int64(hid_t obj, const char* name, int64_t& value);
+// A numeric attribute of any number of values (a scalar gives one), e.g. per-channel statistics.
+bool read_attr_doubles(hid_t obj, const char* name, std::vector<double>& values);
 bool read_attr_strings(hid_t obj, const char* name, std::vector<std::string>& values);
 
 // "name = value" rendering of any attribute, for `data inspect`.

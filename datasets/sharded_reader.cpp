@@ -37,7 +37,68 @@ size_t chunk_cache_slots(size_t cache_bytes, size_t chunk_bytes) {
   return n;
 }
 
+std::string trimmed(const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(" \t") - first + 1);
+}
+
+constexpr int64_t kMaxCropPadding = 1024;
+
 }  // namespace
+
+Augmentation parse_augmentation(const std::string& spec) {
+  Augmentation augment;
+  if (trimmed(spec).empty()) return augment;
+  bool seen_crop = false, seen_flip = false;
+  size_t from = 0;
+  for (;;) {
+    const size_t comma = spec.find(',', from);
+    const std::string entry = trimmed(spec.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+    auto bad = [&](const std::string& why) {
+      return ConfigError("entry '" + entry + "' of '" + spec + "' " + why +
+                         "; expected a comma-separated list of crop:P (pad each side by P pixels, then crop back, "
+                         "1 <= P <= " +
+                         std::to_string(kMaxCropPadding) + ") and flip (mirror the width axis half the time)");
+    };
+    const size_t colon = entry.find(':');
+    const std::string op = trimmed(entry.substr(0, colon));
+    const std::string arg = colon == std::string::npos ? "" : trimmed(entry.substr(colon + 1));
+    if (entry.empty()) throw bad("is empty");
+    if (op == "crop") {
+      if (seen_crop) throw bad("repeats crop");
+      seen_crop = true;
+      if (arg.empty()) throw bad("has no padding");
+      if (arg.find_first_not_of("0123456789") != std::string::npos || arg.size() > 4 || std::stoll(arg) < 1 ||
+          std::stoll(arg) > kMaxCropPadding)
+        throw bad("has padding '" + arg + "'");
+      augment.crop_padding = std::stoll(arg);
+    } else if (op == "flip") {
+      if (seen_flip) throw bad("repeats flip");
+      seen_flip = true;
+      if (colon != std::string::npos) throw bad("gives flip an argument");
+      augment.flip = true;
+    } else {
+      throw bad("is not an augmentation");
+    }
+    if (comma == std::string::npos) break;
+    from = comma + 1;
+  }
+  return augment;
+}
+
+AugmentDraw augment_draw(const Augmentation& augment, uint64_t seed, int64_t epoch, int64_t row) {
+  static const uint64_t purpose = rng::purpose_hash("data.augment");
+  const auto words =
+      rng::philox(rng::make_key(seed, purpose), static_cast<uint64_t>(epoch), static_cast<uint64_t>(row));
+  // A window offset uniform in [0, 2P] by a 32-bit multiply-shift (bias below 2^-21 for P <= 1024).
+  const uint64_t offsets = 2 * static_cast<uint64_t>(augment.crop_padding) + 1;
+  AugmentDraw draw;
+  draw.offset_y = static_cast<int64_t>((uint64_t{words[0]} * offsets) >> 32);
+  draw.offset_x = static_cast<int64_t>((uint64_t{words[1]} * offsets) >> 32);
+  draw.flip = augment.flip && (words[2] & 1u) != 0;
+  return draw;
+}
 
 struct ShardedReader::Impl {
   struct Slot {
@@ -51,8 +112,16 @@ struct ShardedReader::Impl {
   DatasetInfo info;
   int64_t n = 0, numel = 0, local = 0, bpe = 0;
   bool u8 = true;
-  float lut[256];  // uint8 -> normalised float
-  float mean = 0, inv_std = 1;
+  // Normalisation per channel (one channel spanning the whole sample when the file's mean and std
+  // are scalars): channel c covers elements [c * channel_numel, (c + 1) * channel_numel).
+  int64_t channels = 1, channel_numel = 0;
+  std::vector<float> lut;            // channels * 256: uint8 -> normalised float
+  std::vector<float> mean, inv_std;  // per channel, for float32 files
+  std::vector<float> pad_value;      // per channel: what a 0-valued pixel normalises to
+  // Augmentation of [C, H, W] samples: each row is normalised into `normalised`, then cropped and
+  // flipped into its slot.
+  int64_t height = 0, width = 0;
+  std::vector<float> normalised;
 
   // HDF5 state, touched only under hdf5_mutex() (by the constructor, the thread, the destructor).
   h5::Opened file;
@@ -164,35 +233,69 @@ struct ShardedReader::Impl {
 
     read_sorted(s.rows, epoch, batch);
 
-    // Scatter back to batch order, normalising on the way.
+    // Scatter back to batch order, normalising (and augmenting) on the way.
     const size_t elem = u8 ? 1 : 4;
+    const bool augmenting = opt.augment.any();
     for (int64_t j = 0; j < s.rows; ++j) {
       const auto [row, pos] = order[static_cast<size_t>(j)];
-      float* dst = s.x.data() + pos * numel;
+      float* const slot_row = s.x.data() + pos * numel;
+      float* const dst = augmenting ? normalised.data() : slot_row;
       const unsigned char* src = raw.data() + static_cast<size_t>(j * numel) * elem;
       if (info.row_checksums)
         verify_row(row, src, numel * elem, yraw[static_cast<size_t>(j)], crcraw[static_cast<size_t>(j)], epoch, batch);
       if (u8) {
-        for (int64_t i = 0; i < numel; ++i) dst[i] = lut[src[i]];
+        for (int64_t c = 0; c < channels; ++c) {
+          const float* channel_lut = lut.data() + c * 256;
+          for (int64_t i = c * channel_numel, end = i + channel_numel; i < end; ++i) dst[i] = channel_lut[src[i]];
+        }
       } else {
         const float* f = reinterpret_cast<const float*>(src);
         // NaN and Inf are the floats whose exponent bits are all set; adding one to the exponent
         // then carries into the sign bit. An OR over the row keeps the check in the vectorised loop.
         uint32_t carries = 0;
-        for (int64_t i = 0; i < numel; ++i) {
-          uint32_t bits;
-          std::memcpy(&bits, f + i, sizeof bits);
-          carries |= (bits & 0x7f800000u) + 0x00800000u;
-          dst[i] = (f[i] - mean) * inv_std;
+        for (int64_t c = 0; c < channels; ++c) {
+          const float m = mean[static_cast<size_t>(c)], inv = inv_std[static_cast<size_t>(c)];
+          for (int64_t i = c * channel_numel, end = i + channel_numel; i < end; ++i) {
+            uint32_t bits;
+            std::memcpy(&bits, f + i, sizeof bits);
+            carries |= (bits & 0x7f800000u) + 0x00800000u;
+            dst[i] = (f[i] - m) * inv;
+          }
         }
         if (carries & 0x80000000u) nonfinite_error(row, f, epoch, batch);
       }
+      if (augmenting) augment_row(slot_row, dst, augment_draw(opt.augment, opt.seed, epoch, row));
       const int32_t label = yraw[static_cast<size_t>(j)];
       if (label < 0 || label >= info.num_classes)
         throw DataError("data file '" + opt.path + "': dataset '" + h5::object_path(opt.y_name) + "' row " +
                         std::to_string(row) + " has label " + std::to_string(label) + ", expected 0 <= label < " +
                         std::to_string(info.num_classes) + " (num_classes)");
       s.y[static_cast<size_t>(pos)] = label;
+    }
+  }
+
+  // Random crop with padding, then flip, of one normalised [C, H, W] sample: out[c][y][x] is
+  // padded[c][y + offset_y][x' + offset_x] with x' = W-1-x when flipped, else x, where padded is
+  // the sample with P pixels of padding on each side. As torchvision's RandomCrop(padding=P)
+  // before Normalize, the padding is 0 in the raw image, so in normalised space it is what a
+  // 0-valued pixel becomes, per channel (pad_value).
+  void augment_row(float* out, const float* in, const AugmentDraw& draw) const {
+    const int64_t P = opt.augment.crop_padding;
+    for (int64_t c = 0; c < info.sample_shape[0]; ++c) {
+      const float pad = pad_value[static_cast<size_t>(channels == 1 ? 0 : c)];
+      for (int64_t y = 0; y < height; ++y) {
+        float* out_row = out + (c * height + y) * width;
+        const int64_t source_y = y + draw.offset_y - P;
+        if (source_y < 0 || source_y >= height) {
+          std::fill(out_row, out_row + width, pad);
+          continue;
+        }
+        const float* in_row = in + (c * height + source_y) * width;
+        for (int64_t x = 0; x < width; ++x) {
+          const int64_t source_x = (draw.flip ? width - 1 - x : x) + draw.offset_x - P;
+          out_row[x] = source_x >= 0 && source_x < width ? in_row[source_x] : pad;
+        }
+      }
     }
   }
 
@@ -354,13 +457,33 @@ void ShardedReader::init(const ReaderOptions& options) {
                     " samples, fewer than one global batch of " + std::to_string(o.global_batch));
   d.bpe = o.drop_last ? d.n / o.global_batch : (d.n + o.global_batch - 1) / o.global_batch;
   d.u8 = d.info.x_type == "uint8";
-  if (d.info.normalized_attrs) {
-    d.mean = d.info.mean;
-    d.inv_std = 1.0f / d.info.stddev;
+  // Per channel when the file gives per-channel statistics, else one channel over the sample.
+  std::vector<float> means{d.info.normalized_attrs ? d.info.mean : 0.0f},
+      stds{d.info.normalized_attrs ? d.info.stddev : 1.0f};
+  if (!d.info.channel_mean.empty()) {
+    means = d.info.channel_mean;
+    stds = d.info.channel_std;
   }
-  for (int v = 0; v < 256; ++v) {
-    const float scaled = static_cast<float>(v) / 255.0f;
-    d.lut[v] = d.info.normalized_attrs ? (scaled - d.info.mean) / d.info.stddev : scaled;
+  d.channels = static_cast<int64_t>(means.size());
+  d.channel_numel = d.numel / d.channels;
+  d.lut.resize(static_cast<size_t>(d.channels) * 256);
+  for (int64_t c = 0; c < d.channels; ++c) {
+    const float m = means[static_cast<size_t>(c)], sd = stds[static_cast<size_t>(c)];
+    d.mean.push_back(m);
+    d.inv_std.push_back(1.0f / sd);
+    for (int v = 0; v < 256; ++v) {
+      const float scaled = static_cast<float>(v) / 255.0f;
+      d.lut[static_cast<size_t>(c * 256 + v)] = d.info.normalized_attrs ? (scaled - m) / sd : scaled;
+    }
+    d.pad_value.push_back(d.u8 ? d.lut[static_cast<size_t>(c * 256)] : (0.0f - m) * (1.0f / sd));
+  }
+  if (o.augment.any()) {
+    if (d.info.sample_shape.size() != 3)
+      throw ConfigError("data.augment needs samples of shape [C, H, W], but data file '" + o.path +
+                        "' has samples of shape " + shape_string(d.info.sample_shape));
+    d.height = d.info.sample_shape[1];
+    d.width = d.info.sample_shape[2];
+    d.normalised.resize(static_cast<size_t>(d.numel));
   }
 
   {

@@ -7,6 +7,10 @@
 // shuffle); rank r takes the contiguous slice [r*B/W, (r+1)*B/W) of it. Concatenating the ranks'
 // batches in rank order gives exactly the world-1 batch.
 //
+// Augmentation (training data only, ReaderOptions::augment): each sample's random crop offsets and
+// flip are drawn from the counter-based generator keyed by (seed, epoch, file row), so a sample is
+// augmented the same way whatever the world size, the batch it falls in, or a resume.
+//
 // Threading: after construction only the prefetch thread calls HDF5, always under hdf5_mutex().
 // The reader itself is used from one thread (the training loop); it is not thread-safe.
 #include <cstddef>
@@ -27,6 +31,26 @@ enum class ReadMode {
           // ~30x slower on shuffled Fashion-MNIST; kept for comparison)
 };
 
+// Random augmentation of [C, H, W] samples, the spec of data.augment: "crop:P,flip".
+struct Augmentation {
+  int64_t crop_padding = 0;  // crop:P: pad each side by P zeros, then take a random H x W window (0: off)
+  bool flip = false;         // flip: mirror the width axis with probability 1/2
+  bool any() const { return crop_padding > 0 || flip; }
+};
+
+// Parses a comma-separated list of operations ("crop:4,flip", spaces allowed, "" for none). Throws
+// ConfigError naming the bad entry, e.g. "entry 'crop:x' of 'crop:x,flip': ..." (the caller adds
+// the key and where it came from).
+Augmentation parse_augmentation(const std::string& spec);
+
+// Where sample `row` of `epoch` lands: crop offsets in [0, 2P] and whether it is flipped. A pure
+// function of (seed, epoch, row), the same on every rank.
+struct AugmentDraw {
+  int64_t offset_y = 0, offset_x = 0;
+  bool flip = false;
+};
+AugmentDraw augment_draw(const Augmentation& augment, uint64_t seed, int64_t epoch, int64_t row);
+
 struct ReaderOptions {
   std::string path, x_name = "x", y_name = "y";
   int64_t global_batch = 0;
@@ -41,6 +65,9 @@ struct ReaderOptions {
   // Reads the whole file into memory once (data.in_memory) and takes each batch's rows from there:
   // for datasets that fit, when reading rows from the file cannot keep up with a GPU.
   bool in_memory = false;
+  // Random crop and flip of each sample as it is read (data.augment): for training data only.
+  // Refused (ConfigError) for samples that are not [C, H, W].
+  Augmentation augment;
   // Where the prefetch slots' samples live; by default ordinary memory. The GPU path gives pinned
   // host memory, from which copies to the device run asynchronously, on their own stream.
   std::function<void*(size_t bytes)> allocate_slot;

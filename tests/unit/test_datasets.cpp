@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +16,7 @@
 #include <numeric>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "datasets/convert.hpp"
@@ -106,8 +109,9 @@ struct H5Spec {
   std::vector<hsize_t> y_dims;
   std::vector<int32_t> y;
   hid_t y_file_type = H5T_STD_I32LE;
-  int64_t num_classes = -1;         // attribute on the root when >= 0
-  double mean = NAN, stddev = NAN;  // attributes on x when set
+  int64_t num_classes = -1;                       // attribute on the root when >= 0
+  double mean = NAN, stddev = NAN;                // attributes on x when set
+  std::vector<double> channel_mean, channel_std;  // array attributes on x when not empty (per channel)
   hsize_t chunk_rows = 16;
   bool deflate = false;
 };
@@ -134,6 +138,17 @@ void write_h5(const std::string& path, const H5Spec& s) {
         hid_t as = H5Screate(H5S_SCALAR);
         hid_t a = H5Acreate2(d, name, H5T_IEEE_F64LE, as, H5P_DEFAULT, H5P_DEFAULT);
         H5Awrite(a, H5T_NATIVE_DOUBLE, &v);
+        H5Aclose(a);
+        H5Sclose(as);
+      }
+    }
+    if (!s.channel_mean.empty()) {
+      // Float32 arrays, as `data convert --image-folder` writes them.
+      for (auto [name, v] : {std::pair{"mean", &s.channel_mean}, std::pair{"std", &s.channel_std}}) {
+        const hsize_t count = v->size();
+        hid_t as = H5Screate_simple(1, &count, nullptr);
+        hid_t a = H5Acreate2(d, name, H5T_IEEE_F32LE, as, H5P_DEFAULT, H5P_DEFAULT);
+        H5Awrite(a, H5T_NATIVE_DOUBLE, v->data());
         H5Aclose(a);
         H5Sclose(as);
       }
@@ -697,6 +712,348 @@ TEST(DataReader, NormalisesUint8WithMeanAndStd) {
       for (int k = 0; k < 4; ++k) EXPECT_FLOAT_EQ(p[k], (static_cast<float>(row * 6 + k) / 255.0f - 0.25f) / 0.5f);
       EXPECT_EQ(b.y[j], row % 4);
     }
+  }
+}
+
+// ---------------------------------------------------------------- per-channel normalisation
+
+// A 3-channel uint8 file [n, 3, 2, 2]: x[row][c][k] = row * 12 + c * 4 + k, y = row % 5.
+H5Spec colour_spec(int64_t n) {
+  H5Spec s;
+  s.x_type = H5T_NATIVE_UINT8;
+  s.x_dims = {static_cast<hsize_t>(n), 3, 2, 2};
+  for (int64_t r = 0; r < n; ++r)
+    for (int k = 0; k < 12; ++k) s.x_u8.push_back(static_cast<uint8_t>(r * 12 + k));
+  s.y_dims = {static_cast<hsize_t>(n)};
+  for (int64_t r = 0; r < n; ++r) s.y.push_back(static_cast<int32_t>(r % 5));
+  s.channel_mean = {0.1, 0.2, 0.3};
+  s.channel_std = {0.5, 0.25, 0.125};
+  return s;
+}
+
+TEST(DataReader, NormalisesEachChannelWithItsOwnMeanAndStd) {
+  TempDir dir;
+  const int64_t n = 20;
+  const std::vector<float> mean{0.1f, 0.2f, 0.3f}, sd{0.5f, 0.25f, 0.125f};
+  write_h5(dir.file("rgb.h5"), colour_spec(n));
+  const DatasetInfo info = open_dataset_info(dir.file("rgb.h5"));
+  ASSERT_TRUE(info.normalized_attrs);
+  EXPECT_EQ(info.channel_mean, mean);
+  EXPECT_EQ(info.channel_std, sd);
+  EXPECT_NE(
+      inspect(dir.file("rgb.h5")).find("normalisation: per channel, mean [0.1, 0.2, 0.3], std [0.5, 0.25, 0.125]"),
+      std::string::npos)
+      << inspect(dir.file("rgb.h5"));
+
+  ReaderOptions o;
+  o.path = dir.file("rgb.h5");
+  o.global_batch = 4;
+  o.seed = 2;
+  ShardedReader reader(o);
+  std::set<int> rows;
+  for (int i = 0; i < 5; ++i) {
+    Batch b = reader.next();
+    ASSERT_EQ(b.x.shape(), (Shape{4, 3, 2, 2}));
+    for (int64_t j = 0; j < b.rows; ++j) {
+      const float* p = b.x.data() + j * 12;
+      const int row = static_cast<int>(std::lround((p[0] * sd[0] + mean[0]) * 255.0f)) / 12;
+      rows.insert(row);
+      EXPECT_EQ(b.y[j], row % 5);
+      for (int c = 0; c < 3; ++c)
+        for (int k = 0; k < 4; ++k)
+          EXPECT_FLOAT_EQ(p[c * 4 + k], (static_cast<float>(row * 12 + c * 4 + k) / 255.0f - mean[c]) / sd[c])
+              << "row " << row << " channel " << c;
+    }
+  }
+  EXPECT_EQ(rows.size(), 20u);
+
+  // The same statistics on a float32 file (its values taken as they are).
+  H5Spec f = colour_spec(n);
+  f.x_type = H5T_NATIVE_FLOAT;
+  for (uint8_t v : f.x_u8) f.x_f.push_back(static_cast<float>(v));
+  f.x_u8.clear();
+  write_h5(dir.file("rgb_f.h5"), f);
+  o.path = dir.file("rgb_f.h5");
+  o.shuffle = false;
+  ShardedReader floats(o);
+  Batch b = floats.next();
+  for (int64_t j = 0; j < b.rows; ++j)
+    for (int c = 0; c < 3; ++c)
+      for (int k = 0; k < 4; ++k)
+        EXPECT_FLOAT_EQ(b.x.data()[j * 12 + c * 4 + k],
+                        (static_cast<float>(j * 12 + c * 4 + k) - mean[c]) * (1.0f / sd[c]));
+
+  // A scalar std beside a per-channel mean applies to every channel.
+  H5Spec mixed = colour_spec(n);
+  mixed.channel_std = {0.5};
+  write_h5(dir.file("mixed.h5"), mixed);
+  EXPECT_EQ(open_dataset_info(dir.file("mixed.h5")).channel_std, (std::vector<float>{0.5f, 0.5f, 0.5f}));
+}
+
+TEST(DataFormat, PerChannelStatisticsMustMatchTheChannels) {
+  TempDir dir;
+  H5Spec s = colour_spec(10);
+  s.channel_mean = {0.1, 0.2};
+  write_h5(dir.file("two.h5"), s);
+  expect_data_error(
+      [&] { open_dataset_info(dir.file("two.h5")); },
+      {dir.file("two.h5"), "attribute 'mean' has 2 values, expected 1 or 3 (one per channel of samples [3, 2, 2])"});
+  s = colour_spec(10);
+  s.channel_std = {0.5, 0.0, 0.5};
+  write_h5(dir.file("zero.h5"), s);
+  expect_data_error([&] { open_dataset_info(dir.file("zero.h5")); },
+                    {dir.file("zero.h5"), "std = 0.000000 (channel 1), expected finite values with std > 0"});
+}
+
+// ---------------------------------------------------------------- augmentation
+
+TEST(DataAugment, ParsesTheListAndNamesABadEntry) {
+  EXPECT_FALSE(parse_augmentation("").any());
+  EXPECT_FALSE(parse_augmentation("  ").any());
+  Augmentation a = parse_augmentation("crop:4,flip");
+  EXPECT_EQ(a.crop_padding, 4);
+  EXPECT_TRUE(a.flip);
+  a = parse_augmentation(" flip , crop: 2 ");
+  EXPECT_EQ(a.crop_padding, 2);
+  EXPECT_TRUE(a.flip);
+  a = parse_augmentation("crop:1");
+  EXPECT_FALSE(a.flip);
+  for (const auto& [spec, entry, why] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"crop:x,flip", "crop:x", "has padding 'x'"},
+           {"crop:0", "crop:0", "has padding '0'"},
+           {"crop:1025", "crop:1025", "has padding '1025'"},
+           {"crop", "crop", "has no padding"},
+           {"flip:1", "flip:1", "gives flip an argument"},
+           {"flip,rotate:5", "rotate:5", "is not an augmentation"},
+           {"crop:4,,flip", "", "is empty"},
+           {"flip,flip", "flip", "repeats flip"},
+           {"crop:4,crop:2", "crop:2", "repeats crop"}}) {
+    try {
+      parse_augmentation(spec);
+      ADD_FAILURE() << "expected ConfigError for '" << spec << "'";
+    } catch (const ConfigError& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+      EXPECT_NE(msg.find("entry '" + entry + "' of '" + spec + "' " + why), std::string::npos) << msg;
+      EXPECT_NE(msg.find("expected a comma-separated list of crop:P"), std::string::npos) << msg;
+    }
+  }
+}
+
+// Rows [n, 2, 3, 4] float32 encode their index: x[row][k] = row * 100 + k + 1 (never 0, the pad).
+constexpr int64_t kImageNumel = 24;
+H5Spec image_spec(int64_t n) {
+  H5Spec s;
+  s.x_dims = {static_cast<hsize_t>(n), 2, 3, 4};
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t k = 0; k < kImageNumel; ++k) s.x_f.push_back(static_cast<float>(r * 100 + k + 1));
+  s.y_dims = {static_cast<hsize_t>(n)};
+  for (int64_t r = 0; r < n; ++r) s.y.push_back(static_cast<int32_t>(r % 7));
+  s.num_classes = 7;
+  return s;
+}
+
+// The row a sample came from (its label checked), from any value that is not padding.
+int64_t image_row(const float* p, int32_t label) {
+  for (int64_t k = 0; k < kImageNumel; ++k)
+    if (p[k] != 0.0f) {
+      const auto row = static_cast<int64_t>(p[k] - 1) / 100;
+      EXPECT_EQ(label, row % 7);
+      return row;
+    }
+  ADD_FAILURE() << "a sample of padding only";
+  return -1;
+}
+
+// Every augmented sample of `batches` batches, by (epoch, row).
+std::map<std::pair<int64_t, int64_t>, std::vector<float>> augmented_samples(ReaderOptions o, int world, int batches) {
+  std::map<std::pair<int64_t, int64_t>, std::vector<float>> out;
+  std::vector<std::unique_ptr<ShardedReader>> ranks;
+  for (int r = 0; r < world; ++r) {
+    o.rank = r;
+    o.world = world;
+    ranks.push_back(std::make_unique<ShardedReader>(o));
+  }
+  for (int i = 0; i < batches; ++i)
+    for (auto& reader : ranks) {
+      Batch b = reader->next();
+      for (int64_t j = 0; j < b.rows; ++j) {
+        const float* p = b.x.data() + j * kImageNumel;
+        out[{b.epoch, image_row(p, b.y[j])}].assign(p, p + kImageNumel);
+      }
+    }
+  return out;
+}
+
+TEST(DataAugment, ASampleDependsOnlyOnSeedEpochAndRow) {
+  TempDir dir;
+  const int64_t n = 48;
+  write_h5(dir.file("img.h5"), image_spec(n));
+  ReaderOptions o;
+  o.path = dir.file("img.h5");
+  o.seed = 11;
+  o.augment = parse_augmentation("crop:1,flip");
+  o.global_batch = 12;
+  const auto reference = augmented_samples(o, 1, 8);  // epochs 0 and 1
+  ASSERT_EQ(reference.size(), 96u);
+  // Another rank split, another batch size and the in-memory path: the same sample, the same bits.
+  EXPECT_EQ(augmented_samples(o, 4, 8), reference);
+  o.global_batch = 8;
+  EXPECT_EQ(augmented_samples(o, 2, 12), reference);
+  o.in_memory = true;
+  EXPECT_EQ(augmented_samples(o, 1, 12), reference);
+  // A reader started mid-stream (a resume) draws the same as one that read up to there.
+  o.in_memory = false;
+  ShardedReader resumed(o);
+  resumed.start(1, 3);
+  Batch b = resumed.next();
+  for (int64_t j = 0; j < b.rows; ++j) {
+    const float* p = b.x.data() + j * kImageNumel;
+    EXPECT_EQ(std::vector<float>(p, p + kImageNumel), reference.at({1, image_row(p, b.y[j])}));
+  }
+  // It is random: not every sample is the identity, and epochs draw anew.
+  int unchanged = 0, same_in_both_epochs = 0;
+  for (int64_t row = 0; row < n; ++row) {
+    std::vector<float> original(kImageNumel);
+    std::iota(original.begin(), original.end(), static_cast<float>(row * 100 + 1));
+    unchanged += reference.at({0, row}) == original;
+    same_in_both_epochs += reference.at({0, row}) == reference.at({1, row});
+  }
+  EXPECT_LT(unchanged, 12);  // 1 in 18 draws is the identity
+  EXPECT_LT(same_in_both_epochs, 12);
+  // Another seed, other draws of the same samples.
+  o.seed = 12;
+  o.global_batch = 12;
+  const auto other = augmented_samples(o, 1, 4);
+  int same_under_other_seed = 0;
+  for (const auto& [key, sample] : other) same_under_other_seed += reference.at(key) == sample;
+  EXPECT_LT(same_under_other_seed, 12);
+}
+
+TEST(DataAugment, CropPadsWithWhatZeroNormalisesToAndFlipMirrorsTheWidth) {
+  TempDir dir;
+  // One 1x3x3 uint8 image, 10..90, normalised with mean 0.5 and std 0.25: the padding is 0 in the
+  // raw image, so (0 - 0.5) / 0.25 = -2 after normalisation.
+  H5Spec s;
+  s.x_type = H5T_NATIVE_UINT8;
+  s.x_dims = {1, 1, 3, 3};
+  s.x_u8 = {10, 20, 30, 40, 50, 60, 70, 80, 90};
+  s.y_dims = {1};
+  s.y = {0};
+  s.mean = 0.5;
+  s.stddev = 0.25;
+  write_h5(dir.file("one.h5"), s);
+  ReaderOptions o;
+  o.path = dir.file("one.h5");
+  o.global_batch = 1;
+  o.seed = 3;
+  o.augment = parse_augmentation("crop:1,flip");
+  auto norm = [](int v) { return (static_cast<float>(v) / 255.0f - 0.5f) / 0.25f; };
+  const int pad = 0;  // the raw value of padding
+  // Expected raw images for some draws (offset_y, offset_x, flip), the padded image being
+  //   0  0  0  0  0
+  //   0 10 20 30  0
+  //   0 40 50 60  0
+  //   0 70 80 90  0
+  //   0  0  0  0  0
+  const std::map<std::tuple<int64_t, int64_t, bool>, std::vector<int>> known = {
+      {{1, 1, false}, {10, 20, 30, 40, 50, 60, 70, 80, 90}},
+      {{0, 0, false}, {pad, pad, pad, pad, 10, 20, pad, 40, 50}},
+      {{2, 2, false}, {50, 60, pad, 80, 90, pad, pad, pad, pad}},
+      {{1, 1, true}, {30, 20, 10, 60, 50, 40, 90, 80, 70}},
+      {{0, 0, true}, {pad, pad, pad, 20, 10, pad, 50, 40, pad}},
+      {{2, 0, true}, {50, 40, pad, 80, 70, pad, pad, pad, pad}},
+  };
+  ShardedReader reader(o);
+  std::set<std::tuple<int64_t, int64_t, bool>> seen;
+  int flips = 0;
+  const int epochs = 400;
+  for (int e = 0; e < epochs; ++e) {
+    Batch b = reader.next();  // one sample per epoch: a new draw each time
+    ASSERT_EQ(b.epoch, e);
+    const AugmentDraw d = augment_draw(o.augment, o.seed, e, 0);
+    ASSERT_GE(d.offset_y, 0);
+    ASSERT_LE(d.offset_y, 2);
+    ASSERT_GE(d.offset_x, 0);
+    ASSERT_LE(d.offset_x, 2);
+    flips += d.flip;
+    const auto key = std::tuple{d.offset_y, d.offset_x, d.flip};
+    seen.insert(key);
+    const auto it = known.find(key);
+    if (it == known.end()) continue;
+    for (int k = 0; k < 9; ++k)
+      EXPECT_FLOAT_EQ(b.x.data()[k], norm(it->second[static_cast<size_t>(k)])) << "element " << k;
+  }
+  EXPECT_EQ(seen.size(), 18u);  // every window and both flips occur
+  EXPECT_NEAR(flips, epochs / 2, epochs / 8);
+
+  // Per-channel padding on a colour image: each channel pads with its own normalised 0.
+  H5Spec rgb = colour_spec(4);
+  write_h5(dir.file("rgb.h5"), rgb);
+  o.path = dir.file("rgb.h5");
+  o.global_batch = 4;
+  o.augment = parse_augmentation("crop:2");
+  ShardedReader colour(o);
+  int padded = 0;
+  for (int e = 0; e < 20; ++e) {
+    Batch b = colour.next();
+    for (int64_t j = 0; j < b.rows; ++j)
+      for (int c = 0; c < 3; ++c)
+        for (int k = 0; k < 4; ++k) {
+          const float v = b.x.data()[j * 12 + c * 4 + k];
+          const float zero = (0.0f - static_cast<float>(rgb.channel_mean[c])) / static_cast<float>(rgb.channel_std[c]);
+          padded += v == zero;
+          // Either padding of this channel or a pixel of this channel (12 r + 4 c + k', k' < 4).
+          const long raw = std::lround(
+              (v * static_cast<float>(rgb.channel_std[c]) + static_cast<float>(rgb.channel_mean[c])) * 255.0f);
+          EXPECT_TRUE(v == zero || (raw % 12) / 4 == c) << "channel " << c << " value " << v;
+        }
+  }
+  EXPECT_GT(padded, 0);
+}
+
+// The reader's cost of augmentation, rows/s with and without (medians of 5 passes of 100 batches
+// of 128), on the file MGTRAIN_READER_BENCH_FILE (e.g. Fashion-MNIST). A measurement, not a check:
+// run with --gtest_also_run_disabled_tests --gtest_filter='*ReaderRowsPerSecond*'.
+TEST(DataAugment, DISABLED_ReaderRowsPerSecond) {
+  const char* path = std::getenv("MGTRAIN_READER_BENCH_FILE");
+  if (!path) GTEST_SKIP() << "MGTRAIN_READER_BENCH_FILE not set";
+  for (const bool in_memory : {false, true})
+    for (const char* spec : {"", "flip", "crop:4", "crop:4,flip"}) {
+      ReaderOptions o;
+      o.path = path;
+      o.global_batch = 128;
+      o.seed = 1;
+      o.in_memory = in_memory;
+      o.augment = parse_augmentation(spec);
+      ShardedReader reader(o);
+      std::vector<double> rates;
+      for (int pass = 0; pass < 5; ++pass) {
+        reader.start(pass, 0);
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 100; ++i) reader.next();
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        rates.push_back(100 * 128 / s);
+      }
+      std::sort(rates.begin(), rates.end());
+      std::printf("reader %-9s augment %-12s %10.0f rows/s (median of 5)\n", in_memory ? "in_memory" : "file",
+                  *spec ? spec : "off", rates[2]);
+    }
+}
+
+TEST(DataAugment, RefusesSamplesThatAreNotImages) {
+  TempDir dir;
+  write_h5(dir.file("flat.h5"), indexed_spec(20));  // samples [2, 3]
+  ReaderOptions o;
+  o.path = dir.file("flat.h5");
+  o.global_batch = 4;
+  o.augment = parse_augmentation("flip");
+  try {
+    ShardedReader reader(o);
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "data.augment needs samples of shape [C, H, W], but data file '" + o.path +
+                                         "' has samples of shape [2, 3]");
   }
 }
 

@@ -22,6 +22,12 @@ const std::vector<ConfigKey>& core_config_keys() {
        "read the whole training file into each rank's memory once and take the batches from there, "
        "instead of reading each batch's rows from the file: for datasets that fit, when the reader "
        "cannot keep up with a GPU"},
+      {"data.augment", KeyType::string, "",
+       "random augmentation of the training samples ([C, H, W] only; never the test data), a "
+       "comma-separated list: crop:P (pad each side by P zero pixels, then take a random window of "
+       "the original size) and flip (mirror the width axis with probability 1/2), e.g. crop:4,flip; "
+       "drawn per sample from (train.seed, epoch, sample), so the same at any world size and across "
+       "a resume"},
       {"model.name", KeyType::string, nullptr, "model plugin (libmgtrain-model-<name>.so)"},
       {"optimizer.name", KeyType::string, nullptr, "optimizer plugin"},
       {"sync.name", KeyType::string, "allreduce", "sync-strategy plugin"},

@@ -472,6 +472,11 @@ class Trainer {
     ro.prefetch_depth = static_cast<int>(config_.get_int("data.prefetch"));
     ro.chunk_cache_bytes = static_cast<size_t>(config_.get_real("data.cache_mb") * 1e6);
     ro.in_memory = config_.get_bool("data.in_memory");
+    try {
+      ro.augment = data::parse_augmentation(config_.get_string("data.augment"));
+    } catch (const ConfigError& e) {
+      throw ConfigError("config key 'data.augment' (" + config_.values().at("data.augment").source + "): " + e.what());
+    }
     if (kernels::Backend* backend = device_->kind() == DeviceKind::gpu ? &device_->backend() : nullptr) {
       // Pinned prefetch slots: the copies to the GPU run asynchronously, beside the step in flight.
       ro.allocate_slot = [backend](size_t bytes) { return backend->allocate_host(bytes); };

@@ -291,10 +291,15 @@ struct ShardedReader::Impl {
           continue;
         }
         const float* in_row = in + (c * height + source_y) * width;
-        for (int64_t x = 0; x < width; ++x) {
-          const int64_t source_x = (draw.flip ? width - 1 - x : x) + draw.offset_x - P;
-          out_row[x] = source_x >= 0 && source_x < width ? in_row[source_x] : pad;
-        }
+        // The window's columns x + offset_x - P that fall inside the image, [first, last), are
+        // copied; the rest is padding. A flip then reverses the finished row.
+        const int64_t shift = draw.offset_x - P;
+        const int64_t first = std::clamp<int64_t>(-shift, 0, width),
+                      last = std::clamp<int64_t>(width - shift, 0, width);
+        std::fill(out_row, out_row + first, pad);
+        std::copy(in_row + first + shift, in_row + last + shift, out_row + first);
+        std::fill(out_row + last, out_row + width, pad);
+        if (draw.flip) std::reverse(out_row, out_row + width);
       }
     }
   }

@@ -64,6 +64,9 @@ struct Moments {
     const long double mean = s / count;
     long double var = q / count - mean * mean;
     if (var < 0) var = 0;
+    // Integers: exactly zero for constant values, which rounding above may miss by an ulp (a std
+    // of 1e-10 would blow the values up by 1e10 instead of leaving them centred).
+    if (integer && static_cast<unsigned __int128>(count) * isq == static_cast<unsigned __int128>(isum) * isum) var = 0;
     double sd = std::sqrt(static_cast<double>(var));
     if (!(sd > 0)) sd = 1.0;  // constant data: leave the values centred, never divide by zero
     return {static_cast<double>(mean), sd};
@@ -93,12 +96,15 @@ class SampleFileWriter {
     h5::Id xs = h5::space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
     h5::Id xp = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
     H5Pset_chunk(xp.get(), static_cast<int>(chunk.size()), chunk.data());
+    // No modification times in the datasets' headers: the same input gives the same file bytes.
+    H5Pset_obj_track_times(xp.get(), false);
     x_ = h5::dataset(H5Dcreate2(file_.get(), "/x", u8 ? H5T_STD_U8LE : H5T_IEEE_F32LE, xs.get(), H5P_DEFAULT, xp.get(),
                                 H5P_DEFAULT));
     const hsize_t yn = static_cast<hsize_t>(n), ychunk = std::min<hsize_t>(yn, 4096);
     h5::Id ys = h5::space(H5Screate_simple(1, &yn, nullptr));
     h5::Id yp = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
     H5Pset_chunk(yp.get(), 1, &ychunk);
+    H5Pset_obj_track_times(yp.get(), false);
     y_ = h5::dataset(H5Dcreate2(file_.get(), "/y", H5T_STD_I32LE, ys.get(), H5P_DEFAULT, yp.get(), H5P_DEFAULT));
     if (!x_ || !y_) fail("creating datasets");
     file_space_ = h5::space(H5Dget_space(x_.get()));
@@ -141,6 +147,7 @@ class SampleFileWriter {
     h5::Id space = h5::space(H5Screate_simple(1, &n, nullptr));
     h5::Id plist = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
     H5Pset_chunk(plist.get(), 1, &chunk);
+    H5Pset_obj_track_times(plist.get(), false);
     h5::Id crc = h5::dataset(
         H5Dcreate2(file_.get(), kRowChecksums, H5T_STD_U32LE, space.get(), H5P_DEFAULT, plist.get(), H5P_DEFAULT));
     if (!crc || H5Dwrite(crc.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, row_crc_.data()) < 0)

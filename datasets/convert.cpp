@@ -1,4 +1,4 @@
-// IDX and CSV to the HDF5 sample format.
+// IDX, CSV and image folders to the HDF5 sample format.
 #include "datasets/convert.hpp"
 
 #include <zlib.h>
@@ -15,6 +15,7 @@
 
 #include "datasets/hdf5_format.hpp"
 #include "datasets/hdf5_util.hpp"
+#include "datasets/image_decode.hpp"
 
 namespace mgt::data {
 
@@ -471,6 +472,172 @@ void convert_csv(const std::string& csv, const std::string& out, int label_colum
   h5::write_attr_double(writer.x(), "mean", mean);
   h5::write_attr_double(writer.x(), "std", sd);
   writer.commit();
+}
+
+// ---- Image folders ----
+
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+enum class FileKind { image, other_image_format, ignored };
+
+FileKind kind_of(const std::filesystem::path& p) {
+  const std::string ext = lower(p.extension().string());
+  if (ext == ".png" || ext == ".jpg" || ext == ".jpeg") return FileKind::image;
+  // What torchvision's ImageFolder would also load: named, not silently dropped.
+  for (const char* other : {".bmp", ".gif", ".ppm", ".pgm", ".tif", ".tiff", ".webp"})
+    if (ext == other) return FileKind::other_image_format;
+  return FileKind::ignored;
+}
+
+bool hidden(const std::filesystem::path& p) {
+  const std::string name = p.filename().string();
+  return !name.empty() && name[0] == '.';
+}
+
+struct FolderImage {
+  std::string path;
+  int32_t label = 0;
+};
+
+}  // namespace
+
+ImageFolderSummary convert_image_folder(const std::string& dir, const std::string& out,
+                                        const ImageFolderOptions& options,
+                                        const std::function<void(const std::string&)>& warn) {
+  namespace fs = std::filesystem;
+  const std::string where = "image folder '" + dir + "'";
+  if (options.height < 1 || options.width < 1)
+    throw DataError(where + ": size " + std::to_string(options.height) + "x" + std::to_string(options.width) +
+                    " is invalid, expected positive sizes");
+  if (options.channels != 0 && options.channels != 1 && options.channels != 3)
+    throw DataError(where + ": channels " + std::to_string(options.channels) + " is invalid, expected 1 or 3");
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) throw DataError(where + " does not exist");
+  if (!fs::is_directory(dir, ec)) throw DataError(where + " is not a directory");
+
+  ImageFolderSummary summary;
+  std::vector<fs::path> class_dirs;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (hidden(it->path())) continue;
+    if (it->is_directory(ec))
+      class_dirs.push_back(it->path());
+    else
+      ++summary.ignored;
+  }
+  if (ec) throw DataError(where + " cannot be listed: " + ec.message());
+  // Byte order of the names, as Python's sorted() orders torchvision's classes.
+  std::sort(class_dirs.begin(), class_dirs.end(),
+            [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
+  if (class_dirs.empty())
+    throw DataError(where + " has no class folders, expected DIR/<class>/<images> (torchvision's ImageFolder layout)");
+  if (class_dirs.size() > static_cast<size_t>(INT32_MAX)) throw DataError(where + " has too many class folders");
+
+  // Pass 1: list and decode every image; decide the channel count.
+  auto bad = [&](const std::string& file, const std::string& reason) {
+    const std::string what = "image '" + file + "' " + reason;
+    if (options.bad_images == BadImages::error)
+      throw DataError(where + ": " + what + " (--bad-images skip leaves bad images out)");
+    warn(what + "; skipped");
+    ++summary.skipped;
+  };
+  std::vector<FolderImage> images;
+  bool any_colour = false;
+  for (size_t label = 0; label < class_dirs.size(); ++label) {
+    const fs::path& class_dir = class_dirs[label];
+    summary.class_names.push_back(class_dir.filename().string());
+    // Sorted by folder, then by name within it: the order of torchvision's sorted(os.walk(...)).
+    std::vector<std::pair<std::string, std::string>> files;
+    fs::recursive_directory_iterator it(class_dir, fs::directory_options::follow_directory_symlink, ec), end;
+    for (; !ec && it != end; it.increment(ec)) {
+      if (hidden(it->path())) {
+        if (it->is_directory(ec)) it.disable_recursion_pending();
+        continue;
+      }
+      if (it->is_directory(ec)) continue;
+      files.emplace_back(it->path().parent_path().string(), it->path().filename().string());
+    }
+    if (ec) throw DataError(where + ": class folder '" + class_dir.string() + "' cannot be listed: " + ec.message());
+    std::sort(files.begin(), files.end());
+    int64_t usable = 0;
+    for (const auto& [parent, name] : files) {
+      const std::string file = (fs::path(parent) / name).string();
+      switch (kind_of(name)) {
+        case FileKind::ignored:
+          ++summary.ignored;
+          continue;
+        case FileKind::other_image_format:
+          bad(file, "is a " + lower(fs::path(name).extension().string()).substr(1) +
+                        " file; only PNG and JPEG are supported");
+          continue;
+        case FileKind::image:
+          break;
+      }
+      try {
+        const Image image = decode_image(file);
+        any_colour = any_colour || image.channels == 3;
+        images.push_back({file, static_cast<int32_t>(label)});
+        ++usable;
+      } catch (const BadImage& e) {
+        bad(file, e.reason);
+      }
+    }
+    if (usable == 0)
+      throw DataError(where + ": class folder '" + class_dir.string() +
+                      "' has no usable PNG or JPEG images, expected at least one (every class needs samples)");
+  }
+
+  const int channels = options.channels != 0 ? options.channels : any_colour ? 3 : 1;
+  summary.channels = channels;
+  const int64_t n = static_cast<int64_t>(images.size());
+  const int64_t plane = options.height * options.width, row_bytes = plane * channels;
+
+  // Pass 2: decode again, fit to the size, and write blocks of whole chunks.
+  std::lock_guard lock(hdf5_mutex());
+  const int64_t crows = pick_chunk_rows(options.chunk_rows, n);
+  SampleFileWriter writer(out, n, Shape{channels, options.height, options.width}, true, crows);
+  const int64_t block_rows = std::max<int64_t>(1, kBlockBytes / (row_bytes * crows)) * crows;
+  std::vector<uint8_t> block(static_cast<size_t>(std::min(block_rows, n) * row_bytes));
+  std::vector<Moments> moments(static_cast<size_t>(channels));
+  std::vector<int32_t> y(static_cast<size_t>(n));
+  for (int64_t row0 = 0; row0 < n; row0 += block_rows) {
+    const int64_t rows = std::min(block_rows, n - row0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const FolderImage& item = images[static_cast<size_t>(row0 + r)];
+      std::vector<uint8_t> fitted;
+      try {
+        fitted = fit_image(decode_image(item.path), options.height, options.width, channels);
+      } catch (const BadImage& e) {
+        throw DataError(where + ": image '" + item.path + "' changed while it was being converted: it now " + e.reason);
+      }
+      for (int c = 0; c < channels; ++c) moments[static_cast<size_t>(c)].add_u8(fitted.data() + c * plane, plane);
+      std::copy(fitted.begin(), fitted.end(), block.begin() + r * row_bytes);
+      y[static_cast<size_t>(row0 + r)] = item.label;
+    }
+    writer.write_x(row0, rows, block.data());
+  }
+  writer.write_y(y);
+
+  std::vector<float> mean, sd;
+  for (const Moments& m : moments) {
+    const auto [mu, sigma] = m.result(true);
+    mean.push_back(static_cast<float>(mu));
+    sd.push_back(static_cast<float>(sigma));
+  }
+  h5::write_attr_int64(writer.root(), "num_classes", static_cast<int64_t>(summary.class_names.size()));
+  h5::write_attr_strings(writer.root(), "class_names", summary.class_names);
+  h5::write_attr_string(writer.root(), "source",
+                        where + ", " + std::to_string(options.height) + "x" + std::to_string(options.width) + ", " +
+                            std::to_string(channels) + (channels == 1 ? " channel" : " channels"));
+  h5::write_attr_floats(writer.x(), "mean", mean);
+  h5::write_attr_floats(writer.x(), "std", sd);
+  writer.commit();
+  summary.images = n;
+  return summary;
 }
 
 }  // namespace mgt::data

@@ -166,6 +166,15 @@ void write_attr_strings(hid_t obj, const char* name, const std::vector<std::stri
     throw IoError(std::string("writing attribute '") + name + "' failed: " + error_text());
 }
 
+void write_attr_floats(hid_t obj, const char* name, const std::vector<float>& values) {
+  if (has_attr(obj, name)) H5Adelete(obj, name);
+  const hsize_t n = values.size();
+  Id s = space(H5Screate_simple(1, &n, nullptr));
+  Id a = attr(H5Acreate2(obj, name, H5T_IEEE_F32LE, s.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!a || H5Awrite(a.get(), H5T_NATIVE_FLOAT, values.data()) < 0)
+    throw IoError(std::string("writing attribute '") + name + "' failed: " + error_text());
+}
+
 namespace {
 hssize_t attr_points(hid_t a) {
   Id s = space(H5Aget_space(a));

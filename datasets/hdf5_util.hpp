@@ -96,6 +96,8 @@ void write_attr_string(hid_t obj, const char* name, const std::string& value);
 // Variable-length UTF-8 (utf8_string_type()), as h5py writes a str.
 void write_attr_utf8(hid_t obj, const char* name, const std::string& value);
 void write_attr_strings(hid_t obj, const char* name, const std::vector<std::string>& values);
+// A 1-d float32 array (per-channel mean and std).
+void write_attr_floats(hid_t obj, const char* name, const std::vector<float>& values);
 // Readers convert any numeric attribute; return false when it is absent or not numeric/string.
 bool read_attr_double(hid_t obj, const char* name, double& value);
 bool read_attr_int64(hid_t obj, const char* name, int64_t& value);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <tuple>
 
 #include "command_line_config.hpp"
 #include "commands.hpp"
@@ -62,6 +63,24 @@ Shape parse_shape(const std::string& text) {
   return shape;
 }
 
+// --size S (S x S) or HxW (height x width).
+std::pair<int64_t, int64_t> parse_image_size(const std::string& text) {
+  const std::string expected = "--size: expected a size like 32 or 32x48 (height x width), got '" + text + "'";
+  auto number = [&](const std::string& part) {
+    if (part.empty() || part.size() > 6 || part.find_first_not_of("0123456789") != std::string::npos)
+      throw ConfigError(expected);
+    const int64_t v = std::stoll(part);
+    if (v < 1 || v > 65536) throw ConfigError(expected + "; each size must be 1 to 65536");
+    return v;
+  };
+  const size_t x = text.find_first_of("xX");
+  if (x == std::string::npos) {
+    const int64_t s = number(text);
+    return {s, s};
+  }
+  return {number(text.substr(0, x)), number(text.substr(x + 1))};
+}
+
 }  // namespace
 
 int run_eval(const std::vector<std::string>& args) {
@@ -106,6 +125,8 @@ int run_data(const std::vector<std::string>& args) {
   const std::string usage =
       "usage: mgtrain data convert --images IDX --labels IDX --out FILE.h5\n"
       "       mgtrain data convert --csv FILE --shape 1,28,28 [--label-column 0] --out FILE.h5\n"
+      "       mgtrain data convert --image-folder DIR --size 32 [--channels 1|3] [--bad-images error|skip] --out "
+      "FILE.h5\n"
       "       mgtrain data inspect FILE.h5";
   if (args.empty() || args[0] == "--help") {
     std::cout << usage << "\n";
@@ -130,21 +151,66 @@ int run_data(const std::vector<std::string>& args) {
     return 0;
   }
   if (sub == "convert") {
-    po::options_description desc("usage: mgtrain data convert (IDX | CSV) --out FILE.h5\noptions");
+    po::options_description desc(
+        "usage: mgtrain data convert (IDX | CSV | image folder) --out FILE.h5\n"
+        "  IDX:          --images IDX --labels IDX [--class-names A,B,...]\n"
+        "  CSV:          --csv FILE --shape 1,28,28 [--label-column 0]\n"
+        "  image folder: --image-folder DIR --size 32 [--channels 1|3] [--bad-images error|skip]\n"
+        "    DIR/<class>/<images>, torchvision's ImageFolder layout: the class folders, sorted by name, are\n"
+        "    the labels 0, 1, ... and their names the class_names; *.png, *.jpg and *.jpeg files (also in\n"
+        "    sub-folders) are the samples, other files and hidden ones are ignored. Each image is scaled,\n"
+        "    keeping its aspect ratio, until it covers the size, then its middle is kept (torchvision's\n"
+        "    Resize + CenterCrop): a non-square image loses the edges of its longer side, never stretched.\n"
+        "    /x is uint8 [N, C, H, W] with per-channel mean and std. A bad image (corrupt, truncated,\n"
+        "    CMYK, 16-bit, another format) stops the conversion naming it, or with --bad-images skip is\n"
+        "    left out with a warning naming it.\n"
+        "options");
     desc.add_options()("help", "show this help")("images", po::value<std::string>(), "IDX images file (gzip or plain)")(
         "labels", po::value<std::string>(), "IDX labels file (gzip or plain)")("class-names", po::value<std::string>(),
                                                                                "comma-separated class names to store")(
         "csv", po::value<std::string>(), "CSV file, one sample per row")(
         "label-column", po::value<int>()->default_value(0), "CSV column holding the label")(
-        "shape", po::value<std::string>(), "CSV sample shape, e.g. 1,28,28 or 784")("out", po::value<std::string>(),
-                                                                                    "HDF5 file to write");
+        "shape", po::value<std::string>(), "CSV sample shape, e.g. 1,28,28 or 784")(
+        "image-folder", po::value<std::string>(), "folder of class folders of PNG/JPEG images")(
+        "size", po::value<std::string>(), "image size: S (S x S) or HxW (height x width), e.g. 32 or 32x48")(
+        "channels", po::value<int>(),
+        "image channels: 1 (colour made grey) or 3 (grey repeated); default 3 when any "
+        "image is colour, else 1")("bad-images", po::value<std::string>()->default_value("error"),
+                                   "error: stop at the first bad image; skip: leave bad images out, warning for each")(
+        "out", po::value<std::string>(), "HDF5 file to write");
     const auto vm = parse(rest, desc);
     if (vm.count("help")) {
       std::cout << desc << "\n";
       return 0;
     }
     const std::string out = require(vm, "out", "data convert");
-    if (vm.count("csv")) {
+    if (vm.count("image-folder")) {
+      data::ImageFolderOptions options;
+      std::tie(options.height, options.width) = parse_image_size(require(vm, "size", "data convert --image-folder"));
+      if (vm.count("channels")) {
+        options.channels = vm["channels"].as<int>();
+        if (options.channels != 1 && options.channels != 3)
+          throw ConfigError("data convert: --channels must be 1 or 3, got " + std::to_string(options.channels));
+      }
+      const std::string bad = vm["bad-images"].as<std::string>();
+      if (bad != "error" && bad != "skip")
+        throw ConfigError("data convert: --bad-images must be error or skip, got '" + bad + "'");
+      options.bad_images = bad == "skip" ? data::BadImages::skip : data::BadImages::error;
+      const auto summary = data::convert_image_folder(
+          vm["image-folder"].as<std::string>(), out, options,
+          [](const std::string& line) { std::fprintf(stderr, "mgtrain: warning: %s\n", printable(line).c_str()); });
+      if (summary.skipped > 0)
+        std::fprintf(stderr, "mgtrain: warning: skipped %lld bad image%s (named above); wrote %lld\n",
+                     static_cast<long long>(summary.skipped), summary.skipped == 1 ? "" : "s",
+                     static_cast<long long>(summary.images));
+      std::cout << "wrote " << out << ": " << summary.images << " images of " << summary.channels << "x"
+                << options.height << "x" << options.width << ", " << summary.class_names.size() << " classes";
+      if (summary.ignored > 0)
+        std::cout << " (" << summary.ignored << (summary.ignored == 1 ? " file" : " files")
+                  << " ignored: not .png, .jpg or .jpeg)";
+      std::cout << "\n";
+      return 0;
+    } else if (vm.count("csv")) {
       data::convert_csv(vm["csv"].as<std::string>(), out, vm["label-column"].as<int>(),
                         parse_shape(require(vm, "shape", "data convert --csv")));
     } else if (vm.count("images") || vm.count("labels")) {
@@ -156,7 +222,8 @@ int run_data(const std::vector<std::string>& args) {
       }
       data::convert_idx(require(vm, "images", "data convert"), require(vm, "labels", "data convert"), out, names);
     } else {
-      throw ConfigError("data convert: give --images and --labels (IDX) or --csv and --shape (CSV)");
+      throw ConfigError(
+          "data convert: give --images and --labels (IDX), --csv and --shape (CSV) or --image-folder and --size");
     }
     std::cout << "wrote " << out << "\n";
     return 0;

@@ -11,6 +11,8 @@ packages=(
   libdnnl-dev libgtest-dev
   # JSON lines out and in (header-only); SHA-256 for `mgtrain verify`
   nlohmann-json3-dev libssl-dev
+  # PNG and JPEG decoding for `mgtrain data convert --image-folder`
+  libpng-dev libjpeg62-turbo-dev
   dataset-fashion-mnist
   # the format check (scripts/check_format.sh, .clang-format)
   clang-format

@@ -65,7 +65,8 @@ Shape parse_shape(const std::string& text) {
 
 // --size S (S x S) or HxW (height x width).
 std::pair<int64_t, int64_t> parse_image_size(const std::string& text) {
-  const std::string expected = "--size: expected a size like 32 or 32x48 (height x width), got '" + text + "'";
+  const std::string expected =
+      "data convert: --size: expected a size like 32 or 32x48 (height x width), got '" + text + "'";
   auto number = [&](const std::string& part) {
     if (part.empty() || part.size() > 6 || part.find_first_not_of("0123456789") != std::string::npos)
       throw ConfigError(expected);

@@ -74,6 +74,15 @@ convert)
   # --channels 1: colour made grey.
   convert grey.h5 --bad-images skip --channels 1 --size 16x24 >/dev/null 2>&1 || fail "--channels 1 --size 16x24 failed"
   "$MGTRAIN" data inspect grey.h5 | grep -q "^sample shape: *\[1, 16, 24\]" || fail "--channels 1 --size 16x24"
+
+  # Options out of range: one line each, naming the option and what it takes.
+  for bad in "--size 3x" "--size 0" "--channels 2" "--bad-images maybe"; do
+    # shellcheck disable=SC2086
+    if convert opts.h5 $bad >out.log 2>&1; then fail "$bad was accepted"; fi
+    one_error_line out.log
+  done
+  grep -q "expected a size like 32 or 32x48 (height x width), got '3x'" out.log ||
+    grep -q "bad-images must be error or skip, got 'maybe'" out.log || fail "unexpected option error"
   ;;
 train)
   convert train.h5 >/dev/null

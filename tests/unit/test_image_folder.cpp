@@ -278,14 +278,18 @@ TEST_F(ImageFolderTest, BadImageStopsOrIsSkipped) {
     EXPECT_EQ(e.path().filename().string().find(".out.h5"), std::string::npos);
 
   options.bad_images = BadImages::skip;
+  std::ofstream(root + "/b/old.bmp") << "BM";   // a format torchvision reads: named, not dropped
+  std::ofstream(root + "/b/.DS_Store") << "x";  // hidden: ignored
   std::vector<std::string> warnings;
   const auto s =
       convert_image_folder(root, path("out.h5"), options, [&](const std::string& w) { warnings.push_back(w); });
   EXPECT_EQ(s.images, 4);
-  EXPECT_EQ(s.skipped, 2);
-  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_EQ(s.skipped, 3);
+  EXPECT_EQ(s.ignored, 0);
+  ASSERT_EQ(warnings.size(), 3u);
   EXPECT_EQ(warnings[1],
             "image '" + root + "/b/broken.jpg' is neither PNG nor JPEG (its first bytes are 0x6e 0x6f 0x74); skipped");
+  EXPECT_EQ(warnings[2], "image '" + root + "/b/old.bmp' is a bmp file; only PNG and JPEG are supported; skipped");
   EXPECT_EQ(open_dataset_info(path("out.h5")).num_samples, 4);
 }
 

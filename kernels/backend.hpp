@@ -71,13 +71,19 @@ class Backend : public Ops {
   virtual void mark_done(int slot) = 0;
   virtual void wait_done(int slot, double timeout_s, int64_t step, const std::function<void()>& check_peers = {}) = 0;
 
-  // Softmax cross-entropy of one micro-batch: writes grad = (softmax - onehot) * grad_scale, adds
-  // the rows' loss sum to *loss_sum and their count of correct arg-maxes to *correct. row_loss is
-  // scratch of `rows` doubles.
+  // Softmax cross-entropy of one micro-batch: writes grad = (softmax - target) * grad_scale, the
+  // target one-hot or smoothed by label_smoothing (kernels/cpu/softmax.hpp), adds the rows' loss
+  // sum to *loss_sum and their count of correct arg-maxes to *correct. row_loss is scratch of
+  // `rows` doubles.
   virtual void softmax_xent(const float* logits, const int32_t* labels, float* grad, double* row_loss, int64_t rows,
-                            int64_t classes, float grad_scale, double* loss_sum, int64_t* correct) = 0;
+                            int64_t classes, float grad_scale, float label_smoothing, double* loss_sum,
+                            int64_t* correct) = 0;
   // *flag = 1 when any element is NaN or Inf (never cleared here).
   virtual void flag_nonfinite(const float* x, size_t n, int32_t* flag) = 0;
+  // Gradient clipping by global norm: *norm (a double in backend memory) = the L2 norm of x[0..n)
+  // summed in kernels::global_norm's fixed order, the same bits on every backend; x is scaled by
+  // kernels::clip_factor(*norm, max_norm) when that is not 1 (max_norm = 0: never).
+  virtual void clip_global_norm(float* x, size_t n, float max_norm, double* norm) = 0;
   // The optimizer's update on this backend; throws CudaError naming the update when a GPU's
   // compiler refuses its source.
   virtual std::unique_ptr<UpdateOp> make_update(const ElementwiseUpdate& update) = 0;

@@ -207,12 +207,15 @@ class CpuBackend final : public Backend {
     return std::make_unique<CpuMaxPool>(batch * channels, height, width, kernel, stride);
   }
   void softmax_xent(const float* logits, const int32_t* labels, float* grad, double*, int64_t rows, int64_t classes,
-                    float grad_scale, double* loss_sum, int64_t* correct) override {
-    *loss_sum += softmax_cross_entropy(logits, labels, grad, rows, classes, grad_scale);
+                    float grad_scale, float label_smoothing, double* loss_sum, int64_t* correct) override {
+    *loss_sum += softmax_cross_entropy(logits, labels, grad, rows, classes, grad_scale, label_smoothing);
     *correct += count_correct(logits, labels, rows, classes);
   }
   void flag_nonfinite(const float* x, size_t n, int32_t* flag) override {
     if (!all_finite(x, n)) *flag = 1;
+  }
+  void clip_global_norm(float* x, size_t n, float max_norm, double* norm) override {
+    kernels::clip_global_norm(x, n, max_norm, norm);
   }
 
   std::unique_ptr<UpdateOp> make_update(const ElementwiseUpdate& update) override {

@@ -3,6 +3,7 @@
 // (kernels/cpu/pointwise.cpp) and the CUDA kernels (kernels/cuda/elementwise.cu). Transcendental
 // functions come from each side's math library, so the CPU and the GPU agree to rounding, not bits.
 #include <cmath>
+#include <cstddef>
 
 #include "kernels/philox.hpp"
 #include "mgtrain/ops.hpp"
@@ -51,6 +52,19 @@ MGT_HOST_DEVICE float apply_binary(BinaryOp op, float a, float b) {
       return a < b ? a : b;
   }
   return a;
+}
+
+// Clipping by global norm (Backend::clip_global_norm): the norm's squares are summed in chunks of
+// kNormChunk elements; in a chunk, element i goes to lane i % kNormLanes, each lane in order, and
+// the lanes are then added in order; then the chunks' sums in order: on both sides alike. The
+// factor a gradient of norm `norm` is scaled by: max_norm / (norm + 1e-6) when max_norm > 0 and
+// the norm is finite and above it (torch.nn.utils.clip_grad_norm_), else 1.
+constexpr size_t kNormChunk = 1024;
+constexpr size_t kNormLanes = 16;
+MGT_HOST_DEVICE float clip_factor(double norm, float max_norm) {
+  const bool finite = norm - norm == 0.0;  // false for NaN and the infinities, on either side
+  if (!(max_norm > 0.0f) || !finite || norm <= static_cast<double>(max_norm)) return 1.0f;
+  return static_cast<float>(static_cast<double>(max_norm) / (norm + 1e-6));
 }
 
 }  // namespace mgt::kernels

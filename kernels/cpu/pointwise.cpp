@@ -1,5 +1,7 @@
 #include "kernels/cpu/pointwise.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/elementwise.hpp"
@@ -46,6 +48,44 @@ bool all_finite(const float* data, size_t n) {
     bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
   }
   return bad == 0;
+}
+
+MGT_TARGET_CLONES double global_norm(const float* x, size_t n) {
+  double total = 0.0;
+  for (size_t begin = 0; begin < n; begin += kNormChunk) {
+    const size_t end = std::min(n, begin + kNormChunk);
+    // Each lane's chain is independent of the others: four vectors of four lanes, each element
+    // rounded as the scalar loop rounds it, so the order is kept and the loop runs vectorized.
+    using Floats4 = float __attribute__((vector_size(16)));
+    using Doubles4 = double __attribute__((vector_size(32)));
+    static_assert(kNormLanes == 16, "four vectors of four lanes");
+    Doubles4 acc[4] = {};
+    size_t i = begin;
+    for (; i + kNormLanes <= end; i += kNormLanes)
+      for (size_t k = 0; k < 4; ++k) {
+        Floats4 f;
+        std::memcpy(&f, x + i + 4 * k, sizeof(f));
+        const Doubles4 v = __builtin_convertvector(f, Doubles4);
+        acc[k] += v * v;
+      }
+    double lanes[kNormLanes];
+    for (size_t lane = 0; lane < kNormLanes; ++lane) lanes[lane] = acc[lane / 4][lane % 4];
+    for (size_t lane = 0; i < end; ++i, ++lane) {
+      const double v = x[i];
+      lanes[lane] += v * v;
+    }
+    double chunk = 0.0;
+    for (const double lane : lanes) chunk += lane;
+    total += chunk;
+  }
+  return std::sqrt(total);
+}
+
+void clip_global_norm(float* x, size_t n, float max_norm, double* norm) {
+  *norm = global_norm(x, n);
+  const float factor = clip_factor(*norm, max_norm);
+  if (factor == 1.0f) return;
+  for (size_t i = 0; i < n; ++i) x[i] *= factor;
 }
 
 // One loop per op, so each vectorizes without a switch inside.

@@ -29,6 +29,13 @@ void add_column_sums(const float* x, float* acc, int64_t rows, int64_t cols);
 // vectorizes without fast-math: one pass, no dependency chain.
 bool all_finite(const float* data, size_t n);
 
+// The L2 norm of x[0..n), its squares summed in double in the fixed order elementwise.hpp
+// defines (chunks of kNormChunk, each over kNormLanes lanes). The same gradient gives the same bits
+// on every rank, run and backend (squares of floats are exact in double).
+double global_norm(const float* x, size_t n);
+// *norm = global_norm(x, n); x *= clip_factor(*norm, max_norm) where that is not 1.
+void clip_global_norm(float* x, size_t n, float max_norm, double* norm);
+
 // y = x * s element-wise
 void multiply(const float* x, const float* s, float* y, int64_t n);
 // y = op(x), y = op(a, b), y = scale * x + shift (mgt::Ops)

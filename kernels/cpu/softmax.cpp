@@ -15,7 +15,8 @@ void check_labels(const int32_t* labels, int64_t rows, int64_t classes) {
 }
 
 double softmax_cross_entropy(const float* __restrict logits, const int32_t* __restrict labels, float* __restrict grad,
-                             int64_t rows, int64_t classes, float grad_scale) {
+                             int64_t rows, int64_t classes, float grad_scale, float label_smoothing) {
+  const SmoothedTarget target = smoothed_target(grad_scale, label_smoothing, classes);
   double total = 0.0;
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = logits + r * classes;
@@ -29,10 +30,19 @@ double softmax_cross_entropy(const float* __restrict logits, const int32_t* __re
     }
     const int32_t label = labels[r];
     // loss = log(sum exp(x - max)) - (x[label] - max), in double to keep the sum exact enough.
-    total += std::log(static_cast<double>(sum)) - static_cast<double>(x[label] - mx);
+    if (label_smoothing == 0.0f) {
+      total += std::log(static_cast<double>(sum)) - static_cast<double>(x[label] - mx);
+    } else {
+      // -sum_c target_c log p_c = log(sum) - (1 - e)(x[label] - max) - e / classes * sum_c (x_c - max)
+      double shifted = 0.0;
+      for (int64_t c = 0; c < classes; ++c) shifted += static_cast<double>(x[c] - mx);
+      const double e = label_smoothing;
+      total += std::log(static_cast<double>(sum)) - (1.0 - e) * static_cast<double>(x[label] - mx) -
+               e / static_cast<double>(classes) * shifted;
+    }
     const float scale = grad_scale / sum;
-    for (int64_t c = 0; c < classes; ++c) g[c] *= scale;
-    g[label] -= grad_scale;
+    for (int64_t c = 0; c < classes; ++c) g[c] = g[c] * scale - target.every_class;
+    g[label] -= target.label;
   }
   return total;
 }

@@ -14,6 +14,7 @@
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/layer_ops.hpp"
 #include "kernels/cuda/pointwise.hpp"
+#include "kernels/elementwise.hpp"
 #include "mgtrain/error.hpp"
 
 namespace mgt::cuda {
@@ -324,10 +325,19 @@ class CudaBackend final : public kernels::Backend {
     return std::make_unique<CudaMaxPool>(*cudnn_, batch, channels, height, width, kernel, stride);
   }
   void softmax_xent(const float* logits, const int32_t* labels, float* grad, double* row_loss, int64_t rows,
-                    int64_t classes, float grad_scale, double* loss_sum, int64_t* correct) override {
-    softmax_xent_accumulate(logits, labels, grad, row_loss, rows, classes, grad_scale, loss_sum, correct, compute_);
+                    int64_t classes, float grad_scale, float label_smoothing, double* loss_sum,
+                    int64_t* correct) override {
+    softmax_xent_accumulate(logits, labels, grad, row_loss, rows, classes, grad_scale, loss_sum, correct, compute_,
+                            label_smoothing);
   }
   void flag_nonfinite(const float* x, size_t n, int32_t* flag) override { cuda::flag_nonfinite(x, n, flag, compute_); }
+  void clip_global_norm(float* x, size_t n, float max_norm, double* norm) override {
+    // The chunks' partial sums: sized by the first (eager, unrecorded) step, the gradient's size
+    // staying the same after it; freeing a smaller one waits for the device.
+    const size_t chunks = (n + kernels::kNormChunk - 1) / kernels::kNormChunk;
+    if (norm_partials_.size() < chunks) norm_partials_ = DeviceBuffer<double>(chunks);
+    cuda::clip_global_norm(x, n, max_norm, norm, norm_partials_.data(), compute_);
+  }
   std::unique_ptr<kernels::UpdateOp> make_update(const ElementwiseUpdate& update) override {
     return std::make_unique<CudaUpdate>(update, device_, compute_);
   }
@@ -365,7 +375,8 @@ class CudaBackend final : public kernels::Backend {
   std::unique_ptr<BlasHandle> blas_;
   void* blas_workspace_ = nullptr;
   std::unique_ptr<CudnnHandle> cudnn_;
-  const int64_t* step_ = nullptr;  // device memory: the step uniform() draws for
+  const int64_t* step_ = nullptr;       // device memory: the step uniform() draws for
+  DeviceBuffer<double> norm_partials_;  // clip_global_norm's scratch
 };
 
 }  // namespace

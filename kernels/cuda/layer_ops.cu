@@ -6,6 +6,7 @@
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/layer_ops.hpp"
 #include "kernels/cuda/softmax_rows.cuh"
+#include "kernels/elementwise.hpp"
 #include "mgtrain/error.hpp"
 
 namespace mgt::cuda {
@@ -110,6 +111,42 @@ __global__ void flag_nonfinite_kernel(const float* __restrict__ x, int64_t n, in
   if (bad) *flag = 1;
 }
 
+// One thread per chunk of kernels::kNormChunk elements: its squares summed in double, in
+// kernels::global_norm's order.
+__global__ void norm_chunks_kernel(const float* __restrict__ x, int64_t n, int64_t chunks,
+                                   double* __restrict__ partials) {
+  const int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (chunk >= chunks) return;
+  const int64_t begin = chunk * static_cast<int64_t>(kernels::kNormChunk);
+  const int64_t end = min(n, begin + static_cast<int64_t>(kernels::kNormChunk));
+  // The lanes as kernels::global_norm keeps them: element i to lane (i - begin) % kNormLanes.
+  double lanes[kernels::kNormLanes] = {};
+  for (int64_t i = begin; i < end; ++i) {
+    const double v = x[i];
+    double& lane = lanes[(i - begin) % static_cast<int64_t>(kernels::kNormLanes)];
+    lane = __dadd_rn(lane, __dmul_rn(v, v));
+  }
+  double sum = 0.0;
+  for (const double lane : lanes) sum = __dadd_rn(sum, lane);
+  partials[chunk] = sum;
+}
+
+// The chunks' sums in order, as the CPU adds them, and the norm.
+__global__ void norm_total_kernel(const double* __restrict__ partials, int64_t chunks, double* __restrict__ norm) {
+  double total = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) total = __dadd_rn(total, partials[c]);
+  *norm = sqrt(total);
+}
+
+// x *= clip_factor(*norm, max_norm), read on the device so a recorded step clips at each replay.
+__global__ void clip_scale_kernel(float* __restrict__ x, int64_t n, float max_norm, const double* __restrict__ norm) {
+  const float factor = kernels::clip_factor(*norm, max_norm);
+  if (factor == 1.0f) return;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    x[i] = __fmul_rn(x[i], factor);
+}
+
 __global__ void multiply_kernel(const float* __restrict__ x, const float* __restrict__ s, float* __restrict__ y,
                                 int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -147,14 +184,15 @@ void channel_sums(const float* x, float* out, int64_t batch, int64_t channels, i
 }
 
 void softmax_xent_accumulate(const float* logits, const int32_t* labels, float* grad, double* row_loss, int64_t rows,
-                             int64_t classes, float grad_scale, double* loss_sum, int64_t* correct, Stream stream) {
+                             int64_t classes, float grad_scale, double* loss_sum, int64_t* correct, Stream stream,
+                             float label_smoothing) {
   static_assert(sizeof(int64_t) == sizeof(unsigned long long),
                 "the correct count is added to as a 64-bit unsigned integer");
   MGT_CHECK(loss_sum != nullptr && correct != nullptr, Error,
             "softmax cross-entropy: the loss sum and correct count need device memory");
   // Two's complement: adding 1 as unsigned is adding 1 to the signed count.
   detail::launch_softmax_xent(logits, labels, grad, row_loss, rows, classes, grad_scale,
-                              reinterpret_cast<unsigned long long*>(correct), stream);
+                              reinterpret_cast<unsigned long long*>(correct), stream, label_smoothing);
   if (rows <= 0) return;
   add_batch_loss_kernel<<<1, 1, 0, stream>>>(row_loss, rows, loss_sum);
   MGT_CUDA_CHECK_LAUNCH("softmax_xent_accumulate");
@@ -165,6 +203,22 @@ void flag_nonfinite(const float* x, size_t n, int32_t* flag, Stream stream) {
   const auto count = static_cast<int64_t>(n);
   flag_nonfinite_kernel<<<detail::grid_blocks(count, kThreads), kThreads, 0, stream>>>(x, count, flag);
   MGT_CUDA_CHECK_LAUNCH("flag_nonfinite");
+}
+
+void clip_global_norm(float* x, size_t n, float max_norm, double* norm, double* partials, Stream stream) {
+  const auto count = static_cast<int64_t>(n);
+  const int64_t chunks =
+      (count + static_cast<int64_t>(kernels::kNormChunk) - 1) / static_cast<int64_t>(kernels::kNormChunk);
+  if (chunks > 0) {
+    norm_chunks_kernel<<<detail::grid_blocks(chunks, kThreads), kThreads, 0, stream>>>(x, count, chunks, partials);
+    MGT_CUDA_CHECK_LAUNCH("clip_global_norm (chunks)");
+  }
+  norm_total_kernel<<<1, 1, 0, stream>>>(partials, chunks, norm);
+  MGT_CUDA_CHECK_LAUNCH("clip_global_norm (total)");
+  if (max_norm > 0.0f && count > 0) {
+    clip_scale_kernel<<<detail::grid_blocks(count, kThreads), kThreads, 0, stream>>>(x, count, max_norm, norm);
+    MGT_CUDA_CHECK_LAUNCH("clip_global_norm (scale)");
+  }
 }
 
 void to_bf16(const float* x, uint16_t* y, size_t n, Stream stream) {

@@ -24,17 +24,24 @@ void channel_sums(const float* x, float* out, int64_t batch, int64_t channels, i
                   Stream stream = nullptr);
 
 // Softmax cross-entropy of one micro-batch, as softmax_cross_entropy (softmax.hpp) computes it
-// (grad = (softmax - onehot) * grad_scale, row_loss [rows] doubles of scratch), that also adds the
+// (grad = (softmax - target) * grad_scale, row_loss [rows] doubles of scratch), that also adds the
 // batch's loss, its rows summed in order as sum_row_losses does, to *loss_sum and the number of
 // rows whose arg-max (the first maximum, as kernels::count_correct) is the label to *correct. The
 // totals stay on the device, so the step need not wait for them. All pointers device memory.
 void softmax_xent_accumulate(const float* logits, const int32_t* labels, float* grad, double* row_loss, int64_t rows,
                              int64_t classes, float grad_scale, double* loss_sum, int64_t* correct,
-                             Stream stream = nullptr);
+                             Stream stream = nullptr, float label_smoothing = 0.0f);
 
 // Sets *flag = 1 when any of x[0..n) is NaN or infinite; never clears it, so one flag gathers a
 // whole step's checks.
 void flag_nonfinite(const float* x, size_t n, int32_t* flag, Stream stream = nullptr);
+
+// Clipping by global norm, kernels::clip_global_norm on the device: *norm (device memory) = the
+// L2 norm of x[0..n) in kernels::global_norm's order (one thread per chunk, the chunks' sums
+// then added in order by one thread), the same bits as the CPU; then x scaled by
+// kernels::clip_factor(*norm, max_norm) where that is not 1. `partials` is scratch of
+// ceil(n / kernels::kNormChunk) doubles.
+void clip_global_norm(float* x, size_t n, float max_norm, double* norm, double* partials, Stream stream = nullptr);
 
 // y = x rounded to bfloat16 (to nearest, ties to even), as raw 16-bit patterns: the operands of
 // bf16 mixed precision; kernels::to_bf16 gives the same bits on the CPU.

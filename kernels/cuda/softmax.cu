@@ -6,8 +6,9 @@
 namespace mgt::cuda {
 
 void softmax_cross_entropy(const float* logits, const int32_t* labels, float* grad, double* row_loss, int64_t rows,
-                           int64_t classes, float grad_scale, Stream stream) {
-  detail::launch_softmax_xent(logits, labels, grad, row_loss, rows, classes, grad_scale, nullptr, stream);
+                           int64_t classes, float grad_scale, Stream stream, float label_smoothing) {
+  detail::launch_softmax_xent(logits, labels, grad, row_loss, rows, classes, grad_scale, nullptr, stream,
+                              label_smoothing);
 }
 
 double sum_row_losses(const double* row_loss, int64_t rows, Stream stream) {

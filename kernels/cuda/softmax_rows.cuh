@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/cpu/softmax.hpp"
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/runtime.hpp"
 #include "mgtrain/error.hpp"
@@ -54,7 +55,8 @@ __device__ T softmax_block_reduce(T v, Op op) {
 template <int kThreads>
 __global__ void softmax_xent_kernel(const float* __restrict__ logits, const int32_t* __restrict__ labels,
                                     float* __restrict__ grad, double* __restrict__ row_loss, int64_t classes,
-                                    float grad_scale, unsigned long long* __restrict__ correct) {
+                                    float grad_scale, unsigned long long* __restrict__ correct, float label_smoothing,
+                                    kernels::SmoothedTarget target) {
   const int64_t row = blockIdx.x;
   const float* x = logits + row * classes;
   float* g = grad + row * classes;
@@ -83,32 +85,51 @@ __global__ void softmax_xent_kernel(const float* __restrict__ logits, const int3
     if (isnan(x[0]) || first == LLONG_MAX) first = 0;
     if (threadIdx.x == 0 && valid && first == label) atomicAdd(correct, 1ull);
   }
-  if (threadIdx.x == 0)
-    row_loss[row] =
-        valid ? log(static_cast<double>(sum)) - static_cast<double>(x[label] - mx) : static_cast<double>(NAN);
+  // The smoothed target's sum of x - max over the row, each thread's share in order and the
+  // shares in the block's fixed order (the same for every thread, so all reach the barriers).
+  double shifted = 0.0;
+  if (label_smoothing != 0.0f) {
+    for (int64_t c = threadIdx.x; c < classes; c += kThreads) shifted += static_cast<double>(x[c] - mx);
+    shifted = softmax_block_reduce<kThreads>(shifted, SoftmaxSumOp{});
+  }
+  if (threadIdx.x == 0) {
+    double loss = static_cast<double>(NAN);
+    if (valid && label_smoothing == 0.0f) {
+      loss = log(static_cast<double>(sum)) - static_cast<double>(x[label] - mx);
+    } else if (valid) {
+      const double e = label_smoothing;
+      loss = log(static_cast<double>(sum)) - (1.0 - e) * static_cast<double>(x[label] - mx) -
+             e / static_cast<double>(classes) * shifted;
+    }
+    row_loss[row] = loss;
+  }
   // Rounded step by step as the CPU loop is (no fused multiply-add).
   const float scale = __fdiv_rn(grad_scale, sum);
   for (int64_t c = threadIdx.x; c < classes; c += kThreads) {
-    float v = __fmul_rn(g[c], scale);
-    if (valid && c == label) v = __fsub_rn(v, grad_scale);
+    float v = __fsub_rn(__fmul_rn(g[c], scale), target.every_class);
+    if (valid && c == label) v = __fsub_rn(v, target.label);
     g[c] = v;
   }
 }
 
 // Checks the sizes and launches the row kernel on `stream`; `correct` may be null.
 inline void launch_softmax_xent(const float* logits, const int32_t* labels, float* grad, double* row_loss, int64_t rows,
-                                int64_t classes, float grad_scale, unsigned long long* correct, Stream stream) {
+                                int64_t classes, float grad_scale, unsigned long long* correct, Stream stream,
+                                float label_smoothing = 0.0f) {
   MGT_CHECK(classes > 0, Error, "softmax cross-entropy expects at least one class, got " + std::to_string(classes));
   MGT_CHECK(rows <= INT_MAX, Error,
             "softmax cross-entropy on the GPU takes at most " + std::to_string(INT_MAX) + " rows, got " +
                 std::to_string(rows));
   if (rows <= 0) return;
+  const kernels::SmoothedTarget target = kernels::smoothed_target(grad_scale, label_smoothing, classes);
   const auto blocks = static_cast<unsigned>(rows);
   // A warp per row covers the usual handful of classes; wide rows get 256 threads.
   if (classes <= 32) {
-    softmax_xent_kernel<32><<<blocks, 32, 0, stream>>>(logits, labels, grad, row_loss, classes, grad_scale, correct);
+    softmax_xent_kernel<32><<<blocks, 32, 0, stream>>>(logits, labels, grad, row_loss, classes, grad_scale, correct,
+                                                       label_smoothing, target);
   } else {
-    softmax_xent_kernel<256><<<blocks, 256, 0, stream>>>(logits, labels, grad, row_loss, classes, grad_scale, correct);
+    softmax_xent_kernel<256><<<blocks, 256, 0, stream>>>(logits, labels, grad, row_loss, classes, grad_scale, correct,
+                                                         label_smoothing, target);
   }
   MGT_CUDA_CHECK_LAUNCH("softmax_cross_entropy");
 }

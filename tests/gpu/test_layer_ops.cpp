@@ -1,6 +1,7 @@
 // The layers' GPU element-wise and reduction kernels (kernels/cuda/layer_ops.hpp) against the CPU
 // kernels: bias broadcast, column sums (bit for bit), channel sums, the softmax cross-entropy
-// with its on-device loss and accuracy totals, the non-finite check and the dropout product.
+// with its on-device loss and accuracy totals (and label smoothing), the non-finite check,
+// clipping by global norm and the dropout product.
 // Skipped without a device.
 #include <gtest/gtest.h>
 
@@ -204,6 +205,52 @@ TEST_F(GpuLayerOps, FlagNonfiniteFindsNaNAndInfinityAndNeverClears) {
     mgt::cuda::flag_nonfinite(d_x.data(), n, d_flag.data());
     mgt::cuda::synchronize();
     EXPECT_EQ(d_flag.to_host()[0], 1) << "cleared by finite input, n = " << n;
+  }
+}
+
+// Label smoothing: the GPU's loss and gradient against the CPU's, for narrow and wide rows.
+TEST_F(GpuLayerOps, SoftmaxXentWithLabelSmoothingMatchesCpu) {
+  for (const Shape s : {Shape{7, 10}, Shape{300, 257}}) {
+    const int64_t rows = s.rows, classes = s.cols;
+    const std::string what = shape_name(s);
+    const auto logits = random_floats(rows * classes, 17, -8.0f, 8.0f);
+    std::vector<int32_t> labels(rows);
+    for (int64_t r = 0; r < rows; ++r) labels[r] = static_cast<int32_t>((r * 31) % classes);
+    const float grad_scale = 1.0f / static_cast<float>(rows), e = 0.1f;
+    std::vector<float> grad(logits.size());
+    const double loss =
+        mgt::kernels::softmax_cross_entropy(logits.data(), labels.data(), grad.data(), rows, classes, grad_scale, e);
+    DeviceBuffer<float> d_logits(logits), d_grad(logits.size());
+    DeviceBuffer<int32_t> d_labels(labels);
+    DeviceBuffer<double> d_row_loss(rows), d_loss_sum(std::vector<double>{0.0});
+    DeviceBuffer<int64_t> d_correct(std::vector<int64_t>{0});
+    mgt::cuda::softmax_xent_accumulate(d_logits.data(), d_labels.data(), d_grad.data(), d_row_loss.data(), rows,
+                                       classes, grad_scale, d_loss_sum.data(), d_correct.data(), nullptr, e);
+    mgt::cuda::synchronize();
+    EXPECT_NEAR(d_loss_sum.to_host()[0], loss, 1e-5 * std::max(1.0, std::fabs(loss))) << what << " loss";
+    expect_close(d_grad.to_host(), grad, 1e-5, what + " gradient");
+  }
+}
+
+// Clipping by global norm: the norm in the CPU's order gives the CPU's bits, and so does the
+// scaled gradient; under the limit nothing changes.
+TEST_F(GpuLayerOps, ClipGlobalNormMatchesCpuBitForBit) {
+  for (const size_t n : {size_t{1}, size_t{1023}, size_t{1025}, size_t{300007}}) {
+    for (const float max_norm : {0.0f, 0.5f, 1e9f}) {
+      auto x = random_floats(n, 21);
+      std::vector<float> expected = x;
+      double cpu_norm = 0;
+      mgt::kernels::clip_global_norm(expected.data(), n, max_norm, &cpu_norm);
+      DeviceBuffer<float> d_x(x);
+      DeviceBuffer<double> d_norm(1), d_partials((n + 1023) / 1024);
+      mgt::cuda::clip_global_norm(d_x.data(), n, max_norm, d_norm.data(), d_partials.data());
+      mgt::cuda::synchronize();
+      EXPECT_EQ(d_norm.to_host()[0], cpu_norm) << "n = " << n << ", max_norm " << max_norm;
+      EXPECT_EQ(d_x.to_host(), expected) << "n = " << n << ", max_norm " << max_norm;
+      if (max_norm != 0.5f) {
+        EXPECT_EQ(d_x.to_host(), x) << "clipped under the limit, n = " << n;
+      }
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -16,9 +17,11 @@
 #include "kernels/cpu/bf16.hpp"
 #include "kernels/cpu/conv2d.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/pointwise.hpp"
 #include "kernels/cpu/pool.hpp"
 #include "kernels/cpu/softmax.hpp"
 #include "kernels/cpu/tree_outer_products.hpp"
+#include "kernels/elementwise.hpp"
 
 namespace {
 
@@ -306,6 +309,102 @@ TEST(KernelSoftmax, LossOfUniformLogitsIsLogClasses) {
   EXPECT_NEAR(loss, 3 * std::log(4.0), 1e-6);
   EXPECT_NEAR(grad[0], 0.25f - 1.0f, 1e-6f);
   EXPECT_NEAR(grad[1], 0.25f, 1e-6f);
+}
+
+// Label smoothing e = 0.1 over logits [1, 2, 3], label 0. By hand: log(e^1 + e^2 + e^3) =
+// 3.4076059644, so -log p = [2.4076060, 1.4076060, 0.4076060]; PyTorch's
+// CrossEntropyLoss(label_smoothing = e) is (1 - e) * 2.4076060 + e * mean(-log p) = 2.3076060;
+// the gradient softmax - target with target [0.9 + 0.1/3, 0.1/3, 0.1/3] is
+// [0.0900306 - 0.9333333, 0.2447285 - 0.0333333, 0.6652410 - 0.0333333].
+TEST(KernelSoftmax, LabelSmoothingMatchesPyTorchsFormula) {
+  const std::vector<float> logits = {1.0f, 2.0f, 3.0f};
+  const std::vector<int32_t> labels = {0};
+  const float e = 0.1f;
+  std::vector<float> grad(3);
+  const double loss = mgt::kernels::softmax_cross_entropy(logits.data(), labels.data(), grad.data(), 1, 3, 1.0f, e);
+  EXPECT_NEAR(loss, 2.3076060, 1e-6);
+  // The same from PyTorch's formula, computed here from the log-probabilities.
+  const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
+  const double nll[3] = {lse - 1.0, lse - 2.0, lse - 3.0};
+  const double ed = static_cast<double>(e);
+  EXPECT_NEAR(loss, (1.0 - ed) * nll[0] + ed * (nll[0] + nll[1] + nll[2]) / 3.0, 1e-6);
+  EXPECT_NEAR(grad[0], 0.0900306f - 0.9333333f, 1e-6f);
+  EXPECT_NEAR(grad[1], 0.2447285f - 0.0333333f, 1e-6f);
+  EXPECT_NEAR(grad[2], 0.6652410f - 0.0333333f, 1e-6f);
+  // The gradient still sums to 0 over the classes, and grad_scale scales it.
+  EXPECT_NEAR(grad[0] + grad[1] + grad[2], 0.0f, 1e-6f);
+  std::vector<float> half(3);
+  mgt::kernels::softmax_cross_entropy(logits.data(), labels.data(), half.data(), 1, 3, 0.5f, e);
+  for (int c = 0; c < 3; ++c) EXPECT_NEAR(half[c], 0.5f * grad[c], 1e-7f);
+  // Through the backend the step uses: the same loss added to the total, the same gradient.
+  auto backend = mgt::kernels::make_cpu_backend();
+  std::vector<float> step_grad(3);
+  double loss_sum = 1.0;
+  int64_t correct = 0;
+  backend->softmax_xent(logits.data(), labels.data(), step_grad.data(), nullptr, 1, 3, 1.0f, e, &loss_sum, &correct);
+  EXPECT_EQ(loss_sum, 1.0 + loss);
+  EXPECT_EQ(step_grad, grad);
+  EXPECT_EQ(correct, 0);
+  // e = 0 is the plain loss: -log p[label].
+  EXPECT_NEAR(mgt::kernels::softmax_cross_entropy(logits.data(), labels.data(), grad.data(), 1, 3, 1.0f, 0.0f), nll[0],
+              1e-6);
+}
+
+// Clipping by global norm on the CPU backend: the norm is reported whether or not it clips; above
+// the limit the gradient is scaled to it (max_norm / (norm + 1e-6)); at or under it, or with
+// clipping off (0), or for a non-finite gradient, nothing changes.
+TEST(KernelClip, ScalesToTheLimitOnlyAboveIt) {
+  auto backend = mgt::kernels::make_cpu_backend();
+  std::vector<float> g = {3.0f, 4.0f};
+  double norm = -1;
+  backend->clip_global_norm(g.data(), g.size(), 10.0f, &norm);
+  EXPECT_EQ(norm, 5.0);
+  EXPECT_EQ(g, (std::vector<float>{3.0f, 4.0f}));
+  backend->clip_global_norm(g.data(), g.size(), 0.0f, &norm);
+  EXPECT_EQ(norm, 5.0);
+  EXPECT_EQ(g, (std::vector<float>{3.0f, 4.0f}));
+  backend->clip_global_norm(g.data(), g.size(), 5.0f, &norm);  // at the limit: not clipped
+  EXPECT_EQ(g, (std::vector<float>{3.0f, 4.0f}));
+  backend->clip_global_norm(g.data(), g.size(), 1.0f, &norm);
+  EXPECT_EQ(norm, 5.0);
+  const float factor = static_cast<float>(1.0 / (5.0 + 1e-6));
+  EXPECT_EQ(g, (std::vector<float>{3.0f * factor, 4.0f * factor}));
+  EXPECT_NEAR(g[0], 0.6f, 1e-6f);
+  EXPECT_NEAR(g[1], 0.8f, 1e-6f);
+
+  // Over several chunks of the norm's sum: the norm is the plain one to rounding, and after
+  // clipping the gradient's norm is the limit.
+  auto big = random_vector(5000, 3);
+  double reference = 0;
+  for (float v : big) reference += static_cast<double>(v) * v;
+  reference = std::sqrt(reference);
+  backend->clip_global_norm(big.data(), big.size(), 2.0f, &norm);
+  EXPECT_NEAR(norm, reference, 1e-9 * reference);
+  ASSERT_GT(norm, 2.0);
+  double after = 0;
+  backend->clip_global_norm(big.data(), big.size(), 0.0f, &after);
+  EXPECT_NEAR(after, 2.0, 1e-5);
+
+  // The order the norm is defined by (the GPU kernel's too): per chunk of kNormChunk, element i to
+  // lane i % kNormLanes, each lane in order, the lanes in order; then the chunks in order. 3
+  // chunks and a tail that ends mid-lane.
+  const auto many = random_vector(3 * mgt::kernels::kNormChunk + 77, 4);
+  double chunked = 0;
+  for (size_t begin = 0; begin < many.size(); begin += mgt::kernels::kNormChunk) {
+    double lanes[mgt::kernels::kNormLanes] = {};
+    for (size_t i = begin; i < std::min(many.size(), begin + mgt::kernels::kNormChunk); ++i)
+      lanes[(i - begin) % mgt::kernels::kNormLanes] += static_cast<double>(many[i]) * static_cast<double>(many[i]);
+    double sum = 0;
+    for (double lane : lanes) sum += lane;
+    chunked += sum;
+  }
+  EXPECT_EQ(mgt::kernels::global_norm(many.data(), many.size()), std::sqrt(chunked));
+
+  // A NaN gradient: its norm is NaN (the step skips or aborts on it), nothing is scaled.
+  std::vector<float> bad = {1e3f, std::nanf("")};
+  backend->clip_global_norm(bad.data(), bad.size(), 1.0f, &norm);
+  EXPECT_TRUE(std::isnan(norm));
+  EXPECT_EQ(bad[0], 1e3f);
 }
 
 // The deterministic weight gradient: the vector kernel gives the reference's bits exactly, for

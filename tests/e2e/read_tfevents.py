@@ -128,6 +128,7 @@ def main():
         "train/loss": [m["loss"] for m in metrics],
         "train/accuracy": [m["accuracy"] for m in metrics],
         "train/learning_rate": [m["lr"] for m in metrics],
+        "train/grad_norm": [m["grad_norm"] for m in metrics],
         "train/samples_per_s": [m["samples_per_s"] for m in metrics],
     }
     for r in range(ranks):

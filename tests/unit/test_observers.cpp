@@ -42,6 +42,7 @@ IntervalFigures figures(int64_t step, int64_t epoch) {
   f.samples_per_s = 1234.4;
   f.data_wait_share = 0.125;
   f.learning_rate = 0.5;
+  f.grad_norm = 2.5;
   f.time_s = 2.0;
   f.rss_mb = 100.5;
   f.open_fds = 12;
@@ -78,13 +79,29 @@ TEST(MetricsFile, OneLinePerIntervalAppended) {
   std::getline(in, second);
   std::getline(in, third);
   EXPECT_EQ(first, R"({"step":5,"epoch":1,"loss":1.5,"accuracy":0.25,"samples_per_s":1234.4,)"
-                   R"("data_wait_share":0.125,"lr":0.5,"time_s":2,"rss_mb":100.5,"open_fds":12,)"
+                   R"("data_wait_share":0.125,"lr":0.5,"grad_norm":2.5,"time_s":2,"rss_mb":100.5,"open_fds":12,)"
                    R"("rank_step_ms":[10,12.5]})");
   EXPECT_EQ(second, R"({"step":10,"epoch":2,"loss":null,"accuracy":0.25,"samples_per_s":1234.4,)"
-                    R"("data_wait_share":0.125,"lr":0.5,"time_s":2,"rss_mb":100.5,"open_fds":12,)"
+                    R"("data_wait_share":0.125,"lr":0.5,"grad_norm":2.5,"time_s":2,"rss_mb":100.5,"open_fds":12,)"
                     R"("rank_step_ms":[10,12.5],)"
                     R"("gpu":[{"util":93,"mem_used_mb":1024.5,"mem_total_mb":2048,"temp_c":51}]})");
   EXPECT_EQ(third.rfind(R"({"step":15,)", 0), 0u) << third;
+}
+
+// An evaluation of the test file after an epoch: its own record, told apart by its test_ fields.
+TEST(MetricsFile, EvaluationRecord) {
+  TempDir dir;
+  const fs::path path = dir.path() / "metrics.jsonl";
+  {
+    auto metrics = make_metrics_file(path.string());
+    metrics->on_interval(figures(8, 0));
+    metrics->on_evaluation({8, 0, 0.7123, 0.81234567891, 10000, "test.h5"});
+  }
+  std::ifstream in(path);
+  std::string interval, evaluation;
+  std::getline(in, interval);
+  std::getline(in, evaluation);
+  EXPECT_EQ(evaluation, R"({"step":8,"epoch":1,"test_accuracy":0.7123,"test_loss":0.812345679,"test_samples":10000})");
 }
 
 TEST(MetricsFile, UnwritablePathIsNamed) {

@@ -270,6 +270,29 @@ TEST(ReportSvg, EveryPanelWithOnePolylinePerSeries) {
   EXPECT_NE(svg.find("width=\"900\""), std::string::npos);
 }
 
+// Test-file evaluations after epochs (records with test_ fields) between the intervals: the loss
+// line stays whole, and the accuracy panel gets a test series.
+TEST(ReportSvg, EvaluationRecordsAreTheirOwnSeries) {
+  TempDir dir;
+  std::string metrics;
+  for (int step = 10; step <= 40; step += 10) {
+    metrics += metrics_line(step, 1.0 / step, 0.5 + step / 200.0, 2, 3);
+    if (step % 20 == 0)
+      metrics += "{\"step\":" + std::to_string(step) +
+                 ",\"epoch\":1,\"test_accuracy\":0.7,\"test_loss\":0.8,\"test_samples\":100}\n";
+  }
+  dir.write("metrics.jsonl", metrics);
+  const ReportResult r = write_report(dir.path().string(), "");
+  const std::string svg = read(r.path);
+  EXPECT_EQ(xml_problem(svg), "");
+  using Counts = std::vector<std::size_t>;
+  const auto lines = polylines(svg);
+  EXPECT_EQ(lines.count("loss") ? lines.at("loss") : Counts{}, Counts{4});
+  EXPECT_EQ(lines.count("test") ? lines.at("test") : Counts{}, Counts{2});
+  EXPECT_NE(svg.find("class=\"legendtext\">test<"), std::string::npos);
+  EXPECT_NE(svg.find("final loss 0.025"), std::string::npos) << "the summary is not the last interval's";
+}
+
 TEST(ReportSvg, ResumedRunsAndMissingFields) {
   TempDir dir;
   // An older run without accuracy or per-rank times, then a resume from step 20 that logs them.

@@ -29,6 +29,7 @@ struct StepTotals {
   int64_t correct;
   int32_t nonfinite;
   int32_t padding;
+  double grad_norm;
 };
 
 // Room for an update's scalars (ElementwiseUpdate::scalars_bytes), aligned for any of them.
@@ -285,6 +286,7 @@ StepFigures CompiledStep::collect(int slot) {
   f.loss_sum = t.loss_sum;
   f.correct = t.correct;
   f.nonfinite = t.nonfinite != 0;
+  f.grad_norm = t.grad_norm;
   if (f.nonfinite) --applied_;  // the device skipped the update counted when it was launched
   return f;
 }
@@ -390,7 +392,7 @@ bool CompiledStep::enqueue_program(int slot) {
       const float* logits = p.network->forward(input, store_, ctx);
       // Loss, into the totals; its gradient is where backward starts.
       b.softmax_xent(logits, labels, p.network->logits_grad(), p.row_loss, rows, options_.classes, options_.grad_scale,
-                     &p.totals->loss_sum, &p.totals->correct);
+                     options_.label_smoothing, &p.totals->loss_sum, &p.totals->correct);
       fault::at(fault::Phase::backward, fault_step);
       // After an update (or a strategy that took them) the gradients hold garbage: written, not added to.
       ctx.overwrite_grads = store_.grads_discarded();
@@ -416,6 +418,9 @@ bool CompiledStep::enqueue_program(int slot) {
   const auto update_start = Clock::now();
   // After the reduction every rank holds the same sum, so every rank skips the same steps.
   b.flag_nonfinite(store_.grads_data(), flat, &p.totals->nonfinite);
+  // The same reduced gradient on every rank, its norm summed in a fixed order: every rank clips
+  // alike, whatever the world size. A non-finite gradient's norm is not finite and clips nothing.
+  b.clip_global_norm(store_.grads_data(), flat, options_.clip_norm, &p.totals->grad_norm);
   fault::at(fault::Phase::optimizer, fault_step);
   if (p.update_op) {
     p.update_op->run(store_.params_data(), store_.grads_data(), p.state.data(), p.scalars->update, flat,

@@ -71,6 +71,12 @@ struct CompiledStepOptions {
   // Model itself; the optimizer may then lack an element update (Optimizer::step runs instead).
   bool in_place = false;
   float grad_scale = 0.0f;  // 1 / global batch
+  // train.label_smoothing: the loss's target (1 - e) * onehot + e / classes, in [0, 1).
+  float label_smoothing = 0.0f;
+  // optimizer.clip_norm: the reduced gradient is scaled to this global L2 norm when above it,
+  // after the non-finite check and before the update; 0: not clipped. The norm is reported either
+  // way (StepFigures::grad_norm).
+  float clip_norm = 0.0f;
   bool record = true;       // record each slot's step once and replay it (gpu.cuda_graphs)
   bool bf16 = false;        // GEMMs and convolutions on bfloat16 operands (gpu.precision)
   int64_t eager_steps = 2;  // steps run before recording: libraries set up lazily
@@ -109,6 +115,9 @@ struct StepFigures {
   double loss_sum = 0.0;
   int64_t correct = 0;
   bool nonfinite = false;  // the update was skipped on the device
+  // The reduced gradient's global L2 norm before clipping; 0 when the sync strategy made the
+  // update itself (a parameter server).
+  double grad_norm = 0.0;
 };
 
 class CompiledStep {

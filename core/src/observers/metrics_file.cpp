@@ -1,5 +1,5 @@
-// The metrics file: one JSON line per logging interval, what `mgtrain report` draws and scripts
-// read with sed.
+// The metrics file: one JSON line per logging interval and per evaluation of the test file, what `mgtrain report` draws
+// and scripts read with sed.
 #include <filesystem>
 #include <iostream>
 
@@ -35,6 +35,7 @@ class MetricsFile final : public TrainingObserver {
     record["samples_per_s"] = json_significant(f.samples_per_s, 9);
     record["data_wait_share"] = json_significant(f.data_wait_share, 9);
     record["lr"] = json_significant(f.learning_rate, 9);
+    record["grad_norm"] = json_significant(f.grad_norm, 9);
     record["time_s"] = json_significant(f.time_s, 9);
     record["rss_mb"] = json_significant(f.rss_mb, 9);
     record["open_fds"] = f.open_fds;
@@ -44,6 +45,17 @@ class MetricsFile final : public TrainingObserver {
       JsonValue& samples = record["gpu"] = JsonValue::array();
       for (const GpuSample& g : f.gpu) samples.push_back(gpu_sample_json(g));
     }
+    if (!off_) check(out_.append(json_line(record) + "\n"));
+  }
+
+  // An evaluation's own record, told from an interval's by its test_ fields.
+  void on_evaluation(const EvalFigures& f) override {
+    JsonValue record;
+    record["step"] = f.step;
+    record["epoch"] = f.epoch + 1;
+    record["test_accuracy"] = json_significant(f.accuracy, 9);
+    record["test_loss"] = json_significant(f.loss, 9);
+    record["test_samples"] = f.samples;
     if (!off_) check(out_.append(json_line(record) + "\n"));
   }
 

@@ -26,11 +26,21 @@ struct IntervalFigures {
   int64_t step = 0;   // global optimizer step reached
   int64_t epoch = 0;  // 0-based epoch of that step
   double loss = 0, accuracy = 0, samples_per_s = 0, data_wait_share = 0, learning_rate = 0;
+  double grad_norm = 0;              // the last step's reduced gradient's L2 norm, before clipping
   double time_s = 0;                 // since the run's start (or the end of its timing warm-up)
   double rss_mb = 0;                 // resident memory of the largest rank
   int64_t open_fds = 0;              // open file descriptors of the rank with the most
   std::vector<double> rank_step_ms;  // each reporting rank's mean step time over the interval
   std::vector<GpuSample> gpu;        // each reporting rank's GPU; empty off the GPU path
+};
+
+// An evaluation on the test file after an epoch (train.eval_every_epochs), over all training ranks.
+struct EvalFigures {
+  int64_t step = 0;
+  int64_t epoch = 0;  // 0-based epoch just ended
+  double accuracy = 0, loss = 0;
+  int64_t samples = 0;
+  std::string path;  // data.test
 };
 
 // The run as it ends, after the last step it took.
@@ -52,6 +62,8 @@ class TrainingObserver {
   virtual void on_interval(const IntervalFigures& figures) { (void)figures; }
   // After the last step of an epoch, after on_step_end for it.
   virtual void on_epoch_end(int64_t step, int64_t epoch) { (void)step, (void)epoch; }
+  // After on_epoch_end, for an epoch evaluated on the test file.
+  virtual void on_evaluation(const EvalFigures& figures) { (void)figures; }
   virtual void on_run_end(const RunEnd& run) { (void)run; }
 };
 

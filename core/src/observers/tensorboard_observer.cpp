@@ -10,7 +10,8 @@ namespace mgt {
 
 namespace {
 
-// Loss, accuracy, learning rate, samples/s and each rank's step time, flushed every interval so
+// Loss, accuracy, learning rate, gradient norm, samples/s and each rank's step time, and the test
+// file's accuracy and loss after an evaluated epoch, flushed every interval so
 // TensorBoard shows a run as it goes. An interval that cannot be written (a full disk) is left out
 // whole, the run is told once on stderr, and the event file gets nothing more: the run goes on.
 class TensorBoardObserver final : public TrainingObserver {
@@ -22,9 +23,22 @@ class TensorBoardObserver final : public TrainingObserver {
     writer_.add_scalar("train/loss", f.step, f.loss);
     writer_.add_scalar("train/accuracy", f.step, f.accuracy);
     writer_.add_scalar("train/learning_rate", f.step, f.learning_rate);
+    writer_.add_scalar("train/grad_norm", f.step, f.grad_norm);
     writer_.add_scalar("train/samples_per_s", f.step, f.samples_per_s);
     for (size_t r = 0; r < f.rank_step_ms.size(); ++r)
       writer_.add_scalar("step_time_ms/rank" + std::to_string(r), f.step, f.rank_step_ms[r]);
+    flush();
+  }
+
+  void on_evaluation(const EvalFigures& f) override {
+    if (off_) return;
+    writer_.add_scalar("test/accuracy", f.step, f.accuracy);
+    writer_.add_scalar("test/loss", f.step, f.loss);
+    flush();
+  }
+
+ private:
+  void flush() {
     try {
       writer_.flush();
     } catch (const IoError& e) {
@@ -34,7 +48,6 @@ class TensorBoardObserver final : public TrainingObserver {
     }
   }
 
- private:
   TensorBoardWriter writer_;
   bool off_ = false;
 };

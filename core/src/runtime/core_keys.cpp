@@ -11,7 +11,9 @@ namespace mgt {
 const std::vector<ConfigKey>& core_config_keys() {
   static const std::vector<ConfigKey> keys = {
       {"data.train", KeyType::path, nullptr, "HDF5 training file (see `mgtrain data convert`)"},
-      {"data.test", KeyType::path, "", "HDF5 test file: rank 0 reports the final model's accuracy on it"},
+      {"data.test", KeyType::path, "",
+       "HDF5 test file: rank 0 reports the final model's accuracy on it (and every "
+       "train.eval_every_epochs epochs)"},
       {"data.x_name", KeyType::string, "x", "dataset holding the samples, [N, ...]"},
       {"data.y_name", KeyType::string, "y", "dataset holding the integer labels, [N]"},
       {"data.prefetch", KeyType::positive_integer, "3", "batches the reader thread keeps ready"},
@@ -42,6 +44,23 @@ const std::vector<ConfigKey>& core_config_keys() {
        "constant|cosine"},
       {"train.warmup_steps", KeyType::non_negative_integer, "0",
        "steps of linear learning-rate warm-up from 0 to optimizer.lr"},
+      {"train.label_smoothing", KeyType::non_negative_real, "0",
+       "label smoothing e in [0, 1): the loss's target is (1 - e) on the label plus e / classes on "
+       "every class, as PyTorch's CrossEntropyLoss(label_smoothing = e); the test loss stays the plain "
+       "cross-entropy"},
+      {"train.eval_every_epochs", KeyType::non_negative_integer, "0",
+       "with data.test: evaluate the model on it after every N-th epoch, all training ranks sharing the "
+       "test set (a line 'epoch E: test accuracy ...' and a metrics record); 0: only at the end"},
+      {"optimizer.clip_norm", KeyType::non_negative_real, "0",
+       "clip the reduced gradient to this global L2 norm (scaled by clip_norm / norm when its norm is "
+       "above it, as torch.nn.utils.clip_grad_norm_) before the update; 0: no clipping. The norm "
+       "before clipping is in each metrics record (grad_norm)"},
+      {"optimizer.lr_scaling", KeyType::choice, "none",
+       "none, or linear: the learning rate is optimizer.lr x train.global_batch / "
+       "optimizer.lr_base_batch (Goyal et al., 2017), said once at the start",
+       "none|linear"},
+      {"optimizer.lr_base_batch", KeyType::positive_integer, "256",
+       "the global batch optimizer.lr is meant for, with optimizer.lr_scaling = linear"},
       {"train.threads", KeyType::positive_integer, "1",
        "compute threads per rank; more than the cores the rank may use (its CPU affinity) are lowered "
        "to them, with a warning"},
@@ -112,6 +131,12 @@ void check_core_key_ranges(const Config& config) {
       {"metrics.gpu_sample_s", 1e9, "a deadline on the steady clock"},
       {"data.cache_mb", static_cast<double>(SIZE_MAX) / 1e6 / 2, "a byte count"},
   };
+  // Label smoothing of 1 would leave no weight on the label: the target would not depend on it.
+  if (config.has("train.label_smoothing") && !(config.get_real("train.label_smoothing") < 1.0)) {
+    const auto& entry = config.values().at("train.label_smoothing");
+    throw ConfigError("config key 'train.label_smoothing' (" + entry.source + "): expected a value in [0, 1), got '" +
+                      entry.value + "'");
+  }
   for (const auto& range : ranges) {
     if (!config.has(range.key)) continue;
     const double value = config.get_real(range.key);

@@ -33,11 +33,18 @@ void check_eval_data(const Model& model, const std::string& data_path, const std
 EvalResult evaluate_model(Model& model, const std::string& data_path, const std::string& x_name,
                           const std::string& y_name, int64_t batch) {
   check_eval_data(model, data_path, x_name, y_name, batch);
+  return eval_result(evaluate_share(model, data_path, x_name, y_name, batch, 0, 1));
+}
+
+EvalSums evaluate_share(Model& model, const std::string& data_path, const std::string& x_name,
+                        const std::string& y_name, int64_t batch, int rank, int world) {
   data::ReaderOptions ro;
   ro.path = data_path;
   ro.x_name = x_name;
   ro.y_name = y_name;
-  ro.global_batch = batch;
+  ro.global_batch = batch * world;
+  ro.rank = rank;
+  ro.world = world;
   ro.shuffle = false;
   ro.drop_last = false;
   data::ShardedReader reader(ro);
@@ -46,22 +53,29 @@ EvalResult evaluate_model(Model& model, const std::string& data_path, const std:
   Shape input = {batch};
   for (int64_t d : reader.info().sample_shape) input.push_back(d);
   Tensor grad(model.output_shape(input));
-  EvalResult result;
-  double loss_sum = 0;
+  EvalSums sums;
   int64_t correct = 0;
   StepContext ctx;
   ctx.training = false;
   for (int64_t b = 0; b < reader.batches_per_epoch(); ++b) {
     data::Batch next = reader.next();
+    if (next.rows == 0) continue;  // the last global batch can leave a rank nothing
     const Tensor& logits = model.forward(next.x, ctx);
     grad.resize(logits.shape());
-    loss_sum += softmax_cross_entropy(logits, next.y, grad, 1.0f);
+    sums.loss_sum += softmax_cross_entropy(logits, next.y, grad, 1.0f);
     correct += count_correct(logits, next.y);
-    result.samples += next.rows;
+    sums.samples += static_cast<double>(next.rows);
   }
-  const auto n = static_cast<double>(std::max<int64_t>(result.samples, 1));
-  result.loss = loss_sum / n;
-  result.accuracy = static_cast<double>(correct) / n;
+  sums.correct = static_cast<double>(correct);
+  return sums;
+}
+
+EvalResult eval_result(const EvalSums& total) {
+  EvalResult result;
+  result.samples = static_cast<int64_t>(total.samples);
+  const double n = std::max(total.samples, 1.0);
+  result.loss = total.loss_sum / n;
+  result.accuracy = total.correct / n;
   return result;
 }
 

@@ -24,6 +24,19 @@ void check_eval_data(const Model& model, const std::string& data_path, const std
 EvalResult evaluate_model(Model& model, const std::string& data_path, const std::string& x_name,
                           const std::string& y_name, int64_t batch);
 
+// One rank's share of an evaluation over `world` ranks: the rows a ShardedReader gives rank
+// `rank` in global batches of batch x world (every sample once over the ranks), in batches of at
+// most `batch`. Sums, for the ranks to add up; the data file is checked first by the caller.
+struct EvalSums {
+  double loss_sum = 0;
+  double correct = 0;
+  double samples = 0;
+};
+EvalSums evaluate_share(Model& model, const std::string& data_path, const std::string& x_name,
+                        const std::string& y_name, int64_t batch, int rank, int world);
+// The mean figures of sums added over the ranks.
+EvalResult eval_result(const EvalSums& total);
+
 // Rebuilds the model from the config stored in the checkpoint, so no config file is needed.
 EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string& data_path,
                                const std::vector<std::string>& plugin_paths, int64_t batch);

@@ -390,11 +390,17 @@ class Trainer {
       } else {
         open_reader(train_path, static_cast<int>(train_world));
       }
+      check_training_options();
       check_test_file();
-      schedule_.emplace(config_.get_string("train.lr_schedule"), optimizer_->learning_rate(),
+      schedule_.emplace(config_.get_string("train.lr_schedule"), scaled_learning_rate(),
                         config_.get_int("train.warmup_steps"), config_.get_int("train.epochs") * per_epoch_);
       if (trains()) compile_step();
     });
+    if (leader_ && config_.get_string("optimizer.lr_scaling") == "linear")
+      log_ << "learning rate " << scaled_learning_rate() << " = optimizer.lr " << optimizer_->learning_rate()
+           << " x train.global_batch " << global_batch_ << " / optimizer.lr_base_batch "
+           << config_.get_int("optimizer.lr_base_batch") << " (optimizer.lr_scaling = linear)\n"
+           << std::flush;
     if (leader_ && device_->own_memory()) {
       const std::string sync_path = !device_sync ? "sync '" + choice_.sync + "' on host memory, " + comm_.backend() +
                                                        " between ranks, each micro-batch's gradients through the host"
@@ -407,11 +413,34 @@ class Trainer {
     }
   }
 
-  // The test file is read by rank 0 at the end, after training: a file the model cannot take (its
-  // sample shape, its classes, a label out of range) must not wait until then.
+  // The learning rate the schedule starts from: optimizer.lr, or with optimizer.lr_scaling =
+  // linear, optimizer.lr x global batch / optimizer.lr_base_batch (Goyal et al., 2017).
+  double scaled_learning_rate() const {
+    const double lr = optimizer_->learning_rate();
+    if (config_.get_string("optimizer.lr_scaling") != "linear") return lr;
+    return lr * static_cast<double>(global_batch_) / static_cast<double>(config_.get_int("optimizer.lr_base_batch"));
+  }
+
+  // Clipping needs the one reduced gradient every rank holds, and an evaluation mid-run every
+  // training rank at the same step with the same parameters: neither exists with an asynchronous
+  // strategy (a parameter server), whose workers push their own gradients at their own pace.
+  void check_training_options() {
+    if (!serving_) return;
+    for (const char* key : {"optimizer.clip_norm", "train.eval_every_epochs"}) {
+      if (config_.get_real(key) == 0) continue;
+      throw ConfigError(std::string(key) + " = " + config_.get_string(key) +
+                        " is not supported with sync.name = " + choice_.sync +
+                        ": its workers push their own gradients asynchronously, with no reduced gradient to clip "
+                        "nor a step at which all ranks hold the same parameters; set it to 0");
+    }
+  }
+
+  // The test file is read at the end, after training, by rank 0 (and with train.eval_every_epochs
+  // after epochs, by every training rank): a file the model cannot take (its sample shape, its
+  // classes, a label out of range) must not wait until then.
   void check_test_file() {
     const std::string test_path = config_.get_string("data.test");
-    if (!leader_ || test_path.empty()) return;
+    if (test_path.empty() || (!leader_ && !(trains() && config_.get_int("train.eval_every_epochs") > 0))) return;
     try {
       check_eval_data(*model_, test_path, config_.get_string("data.x_name"), config_.get_string("data.y_name"),
                       micro_batch_);
@@ -444,6 +473,8 @@ class Trainer {
     o.micro_batches_per_pass = shards_per_pass_;
     o.accumulation = accum_;
     o.grad_scale = 1.0f / static_cast<float>(global_batch_);
+    o.label_smoothing = static_cast<float>(config_.get_real("train.label_smoothing"));
+    o.clip_norm = static_cast<float>(config_.get_real("optimizer.clip_norm"));
     o.record = config_.get_bool("gpu.cuda_graphs") && device_->can_record();
     o.bf16 = config_.get_string("gpu.precision") == "bf16";
     o.timeout_s = config_.get_real("comm.timeout_s");
@@ -588,6 +619,10 @@ class Trainer {
     total_steps_ = max_steps > 0 ? std::min(max_steps, epochs_ * per_epoch_) : epochs_ * per_epoch_;
     log_every_ = config_.get_int("train.log_every");
     skip_nonfinite_ = config_.get_string("train.nonfinite") == "skip";
+    // bench and verify (quiet) time or compare the steps alone.
+    eval_every_ = config_.get_string("data.test").empty() || options_.quiet || !trains()
+                      ? 0
+                      : config_.get_int("train.eval_every_epochs");
     nan_step_ = fault::nan_step(comm_.rank());
     // Training ranks among themselves: per-step figures and checkpoint barriers stay off the
     // serving ranks, which are busy serving.
@@ -691,8 +726,10 @@ class Trainer {
         log_interval(step, epoch);
       }
       for (auto& o : observers_) o->on_step_end(step, epoch);
-      if (meta_.batch_in_epoch == 0)
+      if (meta_.batch_in_epoch == 0) {
         for (auto& o : observers_) o->on_epoch_end(step, epoch);
+        if (eval_every_ > 0 && (epoch + 1) % eval_every_ == 0) evaluate_epoch(step, epoch);
+      }
       if (stop_agreed(step)) {
         stopped = true;
         break;
@@ -720,6 +757,30 @@ class Trainer {
            << std::flush;
     result_.stopped = stopped;
     return finish(start_step, step);
+  }
+
+  // The model after epoch `epoch` on the test file, every training rank evaluating its share on
+  // the host (a GPU rank's parameters downloaded first) and the sums added up, so no rank waits
+  // alone. Rank 0 says it and tells its observers. Its time is left out of the interval's rate.
+  void evaluate_epoch(int64_t step, int64_t epoch) {
+    const auto start = Clock::now();
+    download_step_state();
+    const std::string test_path = config_.get_string("data.test");
+    const EvalSums mine =
+        evaluate_share(*model_, test_path, config_.get_string("data.x_name"), config_.get_string("data.y_name"),
+                       micro_batch_, train_rank(), train_comm_->size());
+    double sums[3] = {mine.loss_sum, mine.correct, mine.samples};
+    train_comm_->allreduce_sum(sums, 3);
+    const EvalResult test = eval_result({sums[0], sums[1], sums[2]});
+    if (leader_) {
+      char line[200];
+      std::snprintf(line, sizeof(line), "epoch %lld: test accuracy %.4f, loss %.4f on %lld samples of %s\n",
+                    static_cast<long long>(epoch + 1), test.accuracy, test.loss, static_cast<long long>(test.samples),
+                    test_path.c_str());
+      log_ << line << std::flush;
+      for (auto& o : observers_) o->on_evaluation({step, epoch, test.accuracy, test.loss, test.samples, test_path});
+    }
+    interval_start_ += Clock::now() - start;
   }
 
   // Whether the run should stop now because some rank was asked to (scancel, a time limit).
@@ -767,6 +828,7 @@ class Trainer {
     if (!f.valid) return;
     interval_.loss += f.loss_sum;
     interval_.correct += static_cast<double>(f.correct);
+    interval_.grad_norm = f.grad_norm;  // figures come in launch order: the last step's stays
     if (!f.nonfinite) return;
     if (!skip_nonfinite_)
       throw StartupError("non-finite gradient at step " + std::to_string(f.step + 1) +
@@ -820,6 +882,7 @@ class Trainer {
     f.data_wait_share = sums[1] / reporting / elapsed;
     f.samples_per_s = static_cast<double>(interval_.samples) / elapsed;
     f.learning_rate = optimizer_->learning_rate();
+    f.grad_norm = interval_.grad_norm;  // rank 0's: every lock-step rank holds the same gradient
     f.time_s = seconds_since(run_start_);
     f.rss_mb = static_cast<double>(resources[0]) / 1024.0;
     f.open_fds = resources[1];
@@ -890,7 +953,8 @@ class Trainer {
 
   struct Interval {
     double loss = 0, wait = 0, correct = 0;
-    double busy = 0;  // this rank's seconds outside the sync strategy: compute, data wait, update
+    double grad_norm = 0;  // the last step's, before clipping
+    double busy = 0;       // this rank's seconds outside the sync strategy: compute, data wait, update
     int64_t steps = 0;
     int64_t samples = 0;
   };
@@ -930,6 +994,7 @@ class Trainer {
   Clock::time_point interval_start_, run_start_;
   TrainResult result_;
   bool skip_nonfinite_ = false;
+  int64_t eval_every_ = 0;  // train.eval_every_epochs where there is a test file to evaluate on
   int64_t nan_step_ = 0;
   std::vector<std::unique_ptr<TrainingObserver>> observers_;  // rank 0's, unless quiet
 };

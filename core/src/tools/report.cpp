@@ -355,8 +355,13 @@ void draw_panel(std::ostringstream& svg, const Panel& panel, double ox, double o
 
 }  // namespace
 
-std::string render_report_svg(const std::vector<JsonLine>& metrics, const std::map<int, std::vector<JsonLine>>& servers,
-                              const std::string& title) {
+std::string render_report_svg(const std::vector<JsonLine>& all_records,
+                              const std::map<int, std::vector<JsonLine>>& servers, const std::string& title) {
+  // The training intervals' records, and the test file's evaluations (train.eval_every_epochs),
+  // which have test_ fields instead: each its own series, so neither breaks the other's lines.
+  std::vector<JsonLine> metrics, tests;
+  for (const JsonLine& line : all_records) (line.numbers.count("test_accuracy") != 0 ? tests : metrics).push_back(line);
+  if (metrics.empty()) metrics = all_records;  // only evaluations: draw what there is
   std::vector<Panel> panels;
   const std::string blue = kPalette[0];
   panels.push_back({"Loss",
@@ -369,6 +374,11 @@ std::string render_report_svg(const std::vector<JsonLine>& metrics, const std::m
                     false,
                     {make_series(
                         metrics, "step", [](const JsonLine& l) { return field(l, "accuracy"); }, "accuracy", blue)}});
+  if (!tests.empty()) {
+    panels.back().title = "Accuracy";
+    panels.back().series.push_back(make_series(
+        tests, "step", [](const JsonLine& l) { return field(l, "test_accuracy"); }, "test", kPalette[1]));
+  }
   panels.push_back(
       {"Throughput (samples/s)",
        "step",

@@ -43,7 +43,7 @@ const std::vector<ConfigKey>& core_config_keys() {
        "learning-rate schedule over train.epochs: constant, or cosine (decays to 0 at the last step)",
        "constant|cosine"},
       {"train.warmup_steps", KeyType::non_negative_integer, "0",
-       "steps of linear learning-rate warm-up from 0 to optimizer.lr"},
+       "steps of linear learning-rate warm-up from 0 to optimizer.lr (as optimizer.lr_scaling scales it)"},
       {"train.label_smoothing", KeyType::non_negative_real, "0",
        "label smoothing e in [0, 1): the loss's target is (1 - e) on the label plus e / classes on "
        "every class, as PyTorch's CrossEntropyLoss(label_smoothing = e); the test loss stays the plain "

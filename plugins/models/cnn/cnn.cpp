@@ -4,7 +4,7 @@
 namespace {
 
 const mgt::ConfigKey kKeys[] = {
-    {"model.input_shape", mgt::KeyType::integer_list, "1,28,28", "sample shape C,H,W"},
+    {"model.input_shape", mgt::KeyType::integer_list, "1,28,28", "sample shape C,H,W (taken from data.train if unset)"},
     {"model.channels", mgt::KeyType::integer_list, "32,64", "output channels of the two convolutions"},
     {"model.kernel", mgt::KeyType::positive_integer, "3", "convolution kernel size"},
     {"model.hidden", mgt::KeyType::positive_integer, "128", "width of the first fully connected layer"},

@@ -3,8 +3,8 @@
 # loss falls), its checkpoint holds the batch-norm running statistics under /buffers and `mgtrain
 # eval` uses them; the step in device memory (the GPU's form, in_memory in lib.sh) gives the same
 # parameters and buffers as in place; stopping and resuming gives the straight run's bits, buffers
-# included; deterministic mode gives the same parameter bits at np=1 and np=2 (batch statistics
-# per micro-shard). Usage: resnet.sh train|resume|deterministic
+# included; deterministic mode gives the same parameter and running-statistics bits at np=1 and
+# np=2 (batch statistics per micro-shard; running statistics moved on the first micro-shard). Usage: resnet.sh train|resume|deterministic
 source "$(dirname "$0")/lib.sh"
 write_config run.ini "[model]" "name = resnet" "depth = 8" "width = 8" "[optimizer]" "lr = 0.1" "[train]" "log_every = 10"
 common=(--config run.ini --train.max_steps=60)
@@ -50,8 +50,10 @@ case $1 in
       run_np $np 600 train "${common[@]}" --train.max_steps=20 --sync.deterministic=true --sync.micro_shards=4 \
         --checkpoint.dir="$WORK/np$np" >np$np.log 2>&1 || { cat np$np.log; fail "deterministic np=$np"; }
     done
-    [ "$(group_hash np1/step-20.h5 /params)" = "$(group_hash np2/step-20.h5 /params)" ] ||
-      fail "deterministic resnet parameters differ between np=1 and np=2"
+    for group in /params /buffers; do
+      [ "$(group_hash np1/step-20.h5 $group)" = "$(group_hash np2/step-20.h5 $group)" ] ||
+        fail "deterministic resnet $group differ between np=1 and np=2"
+    done
     ;;
   *) fail "unknown case $1" ;;
 esac

@@ -372,12 +372,19 @@ TEST(BatchNorm2dLayer, RunningStatisticsMoveByMomentumAndServeEvaluation) {
     EXPECT_NEAR(running_mean[ch], 0.25 * mean, 1e-5);                           // from 0
     EXPECT_NEAR(running_var[ch], 0.75 * 1.0 + 0.25 * squares / (m - 1), 1e-5);  // from 1, unbiased
   }
-  // Evaluation normalises by the running statistics and leaves them be.
+  // Evaluation normalises by the running statistics and leaves them be; so does a training pass
+  // that does not hold the global batch's first row (once a step, on rank 0's first pass).
   StepContext eval = training_ctx();
   eval.training = false;
   const std::vector<float> before(running_mean, running_mean + 2);
   run_forward(*h.layer, h.store, x, y, eval);
   EXPECT_EQ(running_mean[0], before[0]);
+  StepContext later_rows = training_ctx();
+  later_rows.first_sample = 48;
+  Tensor unused(x.shape());
+  run_forward(*h.layer, h.store, x, unused, later_rows);
+  EXPECT_EQ(running_mean[0], before[0]);
+  EXPECT_EQ(running_mean[1], before[1]);
   for (int64_t i = 0; i < y.numel(); ++i) {
     const int64_t ch = (i / 16) % 2;
     const double want = h.store.param(0)[ch] * (x.data()[i] - running_mean[ch]) / std::sqrt(running_var[ch] + 1e-5) +

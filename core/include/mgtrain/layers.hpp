@@ -141,8 +141,9 @@ MGT_API std::unique_ptr<Layer> make_global_avg_pool2d(const std::string& name);
 // Batch normalisation over [B, C, H, W] per channel, as PyTorch's BatchNorm2d: parameters
 // "<name>.weight" (1) and "<name>.bias" (0), buffers "<name>.running_mean" (0) and
 // "<name>.running_var" (1). Training normalises by the pass's own statistics (per rank; per
-// micro-shard in deterministic mode) and moves the running ones by `momentum`; evaluation uses the
-// running ones.
+// micro-shard in deterministic mode) and moves the running ones by `momentum` once a step, on the
+// pass holding the global batch's first row (StepContext::first_sample == 0), so that rank 0's
+// running statistics do not depend on the number of ranks; evaluation uses the running ones.
 MGT_API std::unique_ptr<Layer> make_batch_norm2d(const std::string& name, int64_t channels, float eps = 1e-5f,
                                                  float momentum = 0.1f);
 // out = branch(x) + shortcut(x): a residual block. An empty shortcut is the identity; otherwise its

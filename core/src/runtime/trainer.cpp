@@ -278,12 +278,14 @@ class Trainer {
   }
 
   // A model's input shape (model.input_shape) that the config leaves unset is the training file's
-  // sample shape, so one model config trains on grey 28x28 and colour 32x32 images alike.
+  // image shape, so one model config trains on grey 28x28 and colour 32x32 images alike.
   void take_input_shape_from_data() {
     const auto it = config_.values().find("model.input_shape");
     if (it == config_.values().end() || it->second.source != "default") return;
     const auto info = data::open_dataset_info(config_.get_string("data.train"), config_.get_string("data.x_name"),
                                               config_.get_string("data.y_name"));
+    // Only images [C, H, W]: other samples do not fit such a model, which the data check names.
+    if (info.sample_shape.size() != 3) return;
     std::string shape;
     for (int64_t d : info.sample_shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
     config_.set("model.input_shape", shape, "data.train");
@@ -765,6 +767,10 @@ class Trainer {
   void evaluate_epoch(int64_t step, int64_t epoch) {
     const auto start = Clock::now();
     download_step_state();
+    // Batch norm's running statistics move on rank 0 only (make_batch_norm2d): every rank
+    // evaluates with those.
+    if (store_.buffers_size() > 0)
+      train_comm_->broadcast(store_.buffers_data(), store_.buffers_size() * sizeof(float), 0);
     const std::string test_path = config_.get_string("data.test");
     const EvalSums mine =
         evaluate_share(*model_, test_path, config_.get_string("data.x_name"), config_.get_string("data.y_name"),

@@ -1,9 +1,12 @@
 // BatchNorm2d: per channel c of x [B, C, H, W], y = gamma_c * (x - mean_c) * inv_std_c + beta_c with
 // inv_std_c = 1 / sqrt(var_c + eps). Training takes mean and (biased) variance from the pass's
-// rows and moves the running statistics towards them (the variance unbiased), as PyTorch does;
-// evaluation uses the running ones. Every step is an operation of mgt::Ops on C-long vectors or
-// on the whole tensor, so the layer runs on every executor; backward reads the input (not the
-// output, over which a ReLU may then run in place) and recomputes nothing but per-channel sums:
+// rows; evaluation uses the running statistics. Those move towards the pass's (the variance
+// unbiased), as PyTorch's do, but once a step: on the pass that holds the global batch's first
+// row (rank 0's first micro-batch). Rank 0's statistics, the ones checkpoints save, then follow
+// the same rows whatever the number of ranks, and in deterministic mode (fixed micro-shards) they
+// are the same bits at any world size; other ranks take rank 0's before they evaluate. Every step is an operation of
+// mgt::Ops on C-long vectors or on the whole tensor, so the layer runs on every executor; backward reads the input (not
+// the output, over which a ReLU may then run in place) and recomputes nothing but per-channel sums:
 //   S1 = sum dy, S2 = sum dy (x - mean), dgamma = inv_std S2, dbeta = S1,
 //   dx = A dy + B x + D with A = gamma inv_std, B = -A inv_std^2 S2 / M, D = -A S1 / M - B mean.
 #include <string>
@@ -60,6 +63,9 @@ class BatchNorm2dLayer final : public Layer {
       // Sum x (x - mean): the sum of squared deviations, without E[x^2] - mean^2's cancellation.
       ops.channel_sums(in.data(), in.data(), mean_, batch_, c, plane_, s1_, s2_);
       ops.affine(s2_, t1_, c, 1.0f / m, eps_);  // biased variance + eps
+    }
+    if (run.step.training && run.step.first_sample == 0) {
+      const auto m = static_cast<float>(batch_ * plane_);
       // running = (1 - momentum) running + momentum batch, the variance unbiased (as PyTorch).
       ops.affine(running_mean, running_mean, c, 1.0f - momentum_, 0.0f);
       ops.affine(mean_, t2_, c, momentum_, 0.0f);
@@ -67,7 +73,7 @@ class BatchNorm2dLayer final : public Layer {
       ops.affine(running_var, running_var, c, 1.0f - momentum_, 0.0f);
       ops.affine(s2_, t2_, c, momentum_ / (m > 1.0f ? m - 1.0f : 1.0f), 0.0f);
       ops.binary(BinaryOp::add, running_var, t2_, running_var, c);
-    } else {
+    } else if (!run.step.training) {
       ops.copy(mean_, running_mean, static_cast<size_t>(c) * sizeof(float));
       ops.affine(running_var, t1_, c, 1.0f, eps_);
     }

@@ -295,6 +295,27 @@ TEST(PoolLayer, OverlappingWindowsGradientsMatchFiniteDifferences) {
   check_gradients(h, x, training_ctx());
 }
 
+TEST(PoolLayer, AveragePoolingIsTheWindowMeanWithItsGradient) {
+  // Overlapping windows (k 3, stride 2) and a last row and column in no window (H 8, W 6).
+  Harness h(mgt::make_avg_pool2d("avgpool", 3, 2));
+  Tensor x = random_tensor({2, 3, 8, 6}, 22);
+  ASSERT_EQ(h.layer->output_shape(x.shape()), (Shape{2, 3, 3, 2}));
+  EXPECT_THROW(h.layer->output_shape({2, 3, 2, 6}), mgt::ConfigError);
+  EXPECT_THROW(mgt::make_avg_pool2d("avgpool", 0, 1), mgt::ConfigError);
+  Tensor y({2, 3, 3, 2});
+  run_forward(*h.layer, h.store, x, y, training_ctx());
+  for (int64_t plane = 0; plane < 6; ++plane)
+    for (int64_t oh = 0; oh < 3; ++oh)
+      for (int64_t ow = 0; ow < 2; ++ow) {
+        double mean = 0.0;
+        for (int64_t i = 0; i < 3; ++i)
+          for (int64_t j = 0; j < 3; ++j) mean += x.data()[(plane * 8 + oh * 2 + i) * 6 + ow * 2 + j];
+        EXPECT_NEAR(y.data()[(plane * 3 + oh) * 2 + ow], mean / 9.0, 1e-6)
+            << "plane " << plane << " window " << oh << "," << ow;
+      }
+  check_gradients(h, x, training_ctx());
+}
+
 TEST(PoolLayer, GlobalAveragePoolingIsTheChannelMeanWithItsGradient) {
   Harness h(mgt::make_global_avg_pool2d("gap"));
   Tensor x = random_tensor({2, 3, 5, 4}, 21);

@@ -136,6 +136,8 @@ MGT_API std::unique_ptr<Layer> make_linear(const std::string& name, int64_t in_f
 MGT_API std::unique_ptr<Layer> make_conv2d(const std::string& name, int64_t in_channels, int64_t out_channels,
                                            int64_t kernel, int64_t stride = 1, int64_t padding = 0);
 MGT_API std::unique_ptr<Layer> make_max_pool2d(const std::string& name, int64_t kernel, int64_t stride);
+// Average over k x k windows (no padding), as PyTorch's AvgPool2d(kernel, stride).
+MGT_API std::unique_ptr<Layer> make_avg_pool2d(const std::string& name, int64_t kernel, int64_t stride);
 // [B, C, H, W] -> [B, C]: each channel's mean over its plane.
 MGT_API std::unique_ptr<Layer> make_global_avg_pool2d(const std::string& name);
 // Batch normalisation over [B, C, H, W] per channel, as PyTorch's BatchNorm2d: parameters

@@ -1,0 +1,69 @@
+// AvgPool2d: mean over k x k windows (no padding), as a convolution of each channel's plane on its
+// own: the input [B, C, H, W] is seen as B * C one-channel images, convolved with a k x k kernel
+// of 1 / (k * k) and no bias; backward is that convolution's data gradient.
+#include <string>
+
+#include "layer_checks.hpp"
+#include "mgtrain/layers.hpp"
+
+namespace mgt {
+namespace {
+
+class AvgPool2dLayer final : public Layer {
+ public:
+  AvgPool2dLayer(const std::string& name, int64_t kernel, int64_t stride)
+      : Layer(name), kernel_(kernel), stride_(stride) {
+    layers::check_positive(name, "kernel", kernel);
+    layers::check_positive(name, "stride", stride);
+  }
+
+  Shape output_shape(const Shape& input) const override {
+    MGT_CHECK(input.size() == 4 && input[2] >= kernel_ && input[3] >= kernel_, ConfigError,
+              "layer '" + name() + "' expects input [B, C, H, W] with H, W >= " + std::to_string(kernel_) + ", got " +
+                  shape_string(input));
+    return {input[0], input[1], (input[2] - kernel_) / stride_ + 1, (input[3] - kernel_) / stride_ + 1};
+  }
+
+  void plan(LayerPlanner& planner, const Shape& input) override {
+    output_shape(input);
+    Conv2dShape shape;
+    shape.in_channels = 1;
+    shape.out_channels = 1;
+    shape.kernel = kernel_;
+    shape.stride = stride_;
+    shape.height = input[2];
+    shape.width = input[3];
+    // FP32 even under bf16: a mean of k * k values gains nothing from bf16 operands.
+    conv_ = planner.ops().make_conv(shape, input[0] * input[1], false);
+    // 1 / (k * k) in every element: 0 * 0 + shift on the planner's zero-filled memory.
+    const int64_t window = kernel_ * kernel_;
+    weights_ = planner.allocate_array<float>(static_cast<size_t>(window));
+    planner.ops().affine(weights_, weights_, window, 0.0f, 1.0f / static_cast<float>(window));
+    planned_ = input;
+  }
+
+  void forward(const LayerRun&, const Tensor& in, Tensor& out) override {
+    layers::check_planned(name(), planned_, in.shape());
+    conv_->forward(in.data(), weights_, nullptr, out.data());
+  }
+
+  void backward(const LayerRun&, const Tensor&, const Tensor&, const Tensor& grad_out, Tensor* grad_in) override {
+    if (grad_in) conv_->backward_data(grad_out.data(), weights_, grad_in->data());
+  }
+
+  bool backward_reads_output() const override { return false; }
+
+ private:
+  int64_t kernel_, stride_;
+  Shape planned_;
+  std::unique_ptr<ConvOp> conv_;
+  float* weights_ = nullptr;  // kernel_ * kernel_ values of 1 / (kernel_ * kernel_)
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_avg_pool2d(const std::string& name, int64_t kernel, int64_t stride) {
+  return std::make_unique<AvgPool2dLayer>(name, kernel, stride);
+}
+
+}  // namespace mgt

@@ -1,0 +1,42 @@
+#pragma once
+// The `layers` model's list of layers, as written in model.layers: parsed into entries, then built
+// into SDK layers for an input shape, each entry checked against the shape the one before gives.
+// Every error is a ConfigError naming the entry (its position and text), expected versus actual.
+//
+//   list  := entry ("," entry)*
+//   entry := KIND ARG* | "residual" "{" list ["|" list] "}"
+//
+// Kinds, with their arguments (C, N, K, S, P integers; the input channels and features are taken
+// from the shape the previous entry gives): conv C kK [sS] [pP], linear N, maxpool K [sS],
+// avgpool K [sS] (S defaults to K), gap, bn, relu, flatten, dropout P, and residual { BRANCH }
+// or residual { BRANCH | SHORTCUT } (an empty shortcut is the identity).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mgtrain/layers.hpp"
+#include "mgtrain/tensor.hpp"
+
+namespace mgt::layer_list {
+
+struct Entry {
+  std::string kind;                     // "conv", "residual", ...
+  std::vector<std::string> args;        // the words after the kind
+  std::string text;                     // as written (whitespace collapsed), for messages
+  std::string position;                 // "3"; in a residual at 5: "5.2", its shortcut's "5.shortcut.1"
+  std::vector<Entry> branch, shortcut;  // residual only
+};
+
+// Parses a list; throws ConfigError on unbalanced braces, an empty entry, an unknown kind or a
+// missing, extra or bad argument.
+std::vector<Entry> parse(const std::string& text);
+
+// Builds the layers for samples of `sample_shape` (no batch dimension: C,H,W or features). Layer
+// names are <name><index>, the index counting that kind within its list from 1: conv1, bn1, fc1
+// (linear), pool1 (maxpool), avgpool1, gap1, relu1, flatten1, dropout1, res1; inside a residual
+// prefixed by its name (res1.conv1), its shortcut's by "<name>.shortcut." (res1.shortcut.conv1).
+// Throws ConfigError naming the entry when it cannot take the previous entry's output.
+std::vector<std::unique_ptr<Layer>> build(const std::vector<Entry>& entries, const Shape& sample_shape);
+
+}  // namespace mgt::layer_list

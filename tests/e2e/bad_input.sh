@@ -47,6 +47,11 @@ case $1 in
   plugin_path)    args+=(--plugin-path=/nonexistent/plugins); expect="--plugin-path '/nonexistent/plugins': No such file or directory" ;;
   # A NUL and an escape sequence in a value: quoted whole, escaped.
   control_bytes)  printf '[sync]\nbucket_mb = 4\000x\033[2J\n' >>run.ini; expect="got '4\\x00x\\x1b[2J'" ;;
+  # A declared model's bad entry: named with its position and text, expected versus actual.
+  layers_shape)   args+=(--model.name=layers "--model.layers=conv 8 k3, gap, conv 8 k3, linear 10")
+                  expect="config key 'model.layers' (command line): entry 3 'conv 8 k3' (conv2): expects an input [B, C, H, W], got [1, 8]" ;;
+  layers_braces)  args+=(--model.name=layers "--model.layers=conv 8 k3, residual { relu, linear 10")
+                  expect="config key 'model.layers' (command line): unbalanced braces: the '{' of entry 2 (residual, at character 21) is never closed" ;;
   *) fail "unknown case $1" ;;
 esac
 

@@ -201,7 +201,10 @@ Shape build_list(const std::vector<Entry>& entries, Shape shape, const std::stri
     } else if (e.kind == "linear") {
       int64_t features = 1;
       for (size_t i = 1; i < shape.size(); ++i) features *= shape[i];
-      layer = make_linear(name, features, std::stoll(a[0]));
+      // The classifier (the list's last layer) starts as PyTorch's nn.Linear and the built-in
+      // models' last layer do; the layers before it, ahead of a ReLU, He-uniform.
+      const bool classifier = prefix.empty() && &e == &entries.back();
+      layer = make_linear(name, features, std::stoll(a[0]), classifier ? Init::fan_in_uniform : Init::he_uniform);
     } else if (e.kind == "maxpool" || e.kind == "avgpool") {
       const int64_t k = std::stoll(a[0]), s = a.size() == 2 ? std::stoll(a[1].substr(1)) : k;
       layer = e.kind == "maxpool" ? make_max_pool2d(name, k, s) : make_avg_pool2d(name, k, s);

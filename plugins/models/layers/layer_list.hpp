@@ -36,6 +36,8 @@ std::vector<Entry> parse(const std::string& text);
 // names are <name><index>, the index counting that kind within its list from 1: conv1, bn1, fc1
 // (linear), pool1 (maxpool), avgpool1, gap1, relu1, flatten1, dropout1, res1; inside a residual
 // prefixed by its name (res1.conv1), its shortcut's by "<name>.shortcut." (res1.shortcut.conv1).
+// A linear entry that ends the list (the classifier) is initialised fan-in uniform, as PyTorch's
+// nn.Linear and the built-in models' last layer; any other, He-uniform.
 // Throws ConfigError naming the entry when it cannot take the previous entry's output.
 std::vector<std::unique_ptr<Layer>> build(const std::vector<Entry>& entries, const Shape& sample_shape);
 

@@ -13,7 +13,8 @@ const mgt::ConfigKey kKeys[] = {
     {"model.input_shape", mgt::KeyType::integer_list, "1,28,28", "sample shape C,H,W (taken from data.train if unset)"},
     {"model.layers", mgt::KeyType::string, nullptr,
      "the layers, comma-separated: conv C kK [sS] [pP], linear N, maxpool K [sS], avgpool K [sS], gap, bn, relu, "
-     "flatten, dropout P, residual { BRANCH [| SHORTCUT] }"},
+     "flatten, dropout P, residual { BRANCH } (a shortcut follows the branch after a bar); README: A model declared "
+     "in the config"},
 };
 
 class Layers final : public mgt::SequentialModel {

@@ -420,7 +420,9 @@ bool CompiledStep::enqueue_program(int slot) {
   b.flag_nonfinite(store_.grads_data(), flat, &p.totals->nonfinite);
   // The same reduced gradient on every rank, its norm summed in a fixed order: every rank clips
   // alike, whatever the world size. A non-finite gradient's norm is not finite and clips nothing.
-  b.clip_global_norm(store_.grads_data(), flat, options_.clip_norm, &p.totals->grad_norm);
+  const int64_t done = ctx.step + 1;
+  if (options_.clip_norm > 0.0f || !options_.in_place || done % options_.norm_every == 0 || done == options_.last_step)
+    b.clip_global_norm(store_.grads_data(), flat, options_.clip_norm, &p.totals->grad_norm);
   fault::at(fault::Phase::optimizer, fault_step);
   if (p.update_op) {
     p.update_op->run(store_.params_data(), store_.grads_data(), p.state.data(), p.scalars->update, flat,

@@ -77,6 +77,11 @@ struct CompiledStepOptions {
   // after the non-finite check and before the update; 0: not clipped. The norm is reported either
   // way (StepFigures::grad_norm).
   float clip_norm = 0.0f;
+  // In place and not clipping, the norm costs a pass over the gradient that only the steps whose
+  // figures are reported need: the steps s (0-based) with (s + 1) % norm_every == 0 or s + 1 ==
+  // last_step. Elsewhere (a recorded step cannot vary) every step computes it.
+  int64_t norm_every = 1;
+  int64_t last_step = 0;
   bool record = true;       // record each slot's step once and replay it (gpu.cuda_graphs)
   bool bf16 = false;        // GEMMs and convolutions on bfloat16 operands (gpu.precision)
   int64_t eager_steps = 2;  // steps run before recording: libraries set up lazily

@@ -477,6 +477,11 @@ class Trainer {
     o.grad_scale = 1.0f / static_cast<float>(global_batch_);
     o.label_smoothing = static_cast<float>(config_.get_real("train.label_smoothing"));
     o.clip_norm = static_cast<float>(config_.get_real("optimizer.clip_norm"));
+    // The steps whose figures are logged (train_loop's log_interval).
+    o.norm_every = config_.get_int("train.log_every");
+    o.last_step = std::min(config_.get_int("train.max_steps") > 0 ? config_.get_int("train.max_steps")
+                                                                  : config_.get_int("train.epochs") * per_epoch_,
+                           config_.get_int("train.epochs") * per_epoch_);
     o.record = config_.get_bool("gpu.cuda_graphs") && device_->can_record();
     o.bf16 = config_.get_string("gpu.precision") == "bf16";
     o.timeout_s = config_.get_real("comm.timeout_s");

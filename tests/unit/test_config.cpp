@@ -39,6 +39,16 @@ TEST(Config, ParsesSectionsCommentsAndOverrides) {
   EXPECT_EQ(c.values().at("train.nesterov").source, "default");
 }
 
+TEST(Config, ALineEndingInABackslashGoesOnWithTheNext) {
+  const Config c =
+      Config::from_string("[model]\nlayers = conv 8 k3, \\\n    relu, \\\n  linear 10\nname = layers\n", "run.ini");
+  EXPECT_EQ(c.get_string("model.layers"), "conv 8 k3, relu, linear 10");
+  EXPECT_EQ(c.get_string("model.name"), "layers");
+  // The value's source is its first line; the keys after it keep their own line numbers.
+  EXPECT_EQ(c.values().at("model.layers").source, "run.ini:2");
+  EXPECT_EQ(c.values().at("model.name").source, "run.ini:5");
+}
+
 TEST(Config, ToIniRoundTrips) {
   Config c = Config::from_string("[model]\nname = mlp\n[optimizer]\nlr = 0.5\n", "a.ini");
   c.validate(kKeys);

@@ -45,7 +45,8 @@ struct ConfigValue {
 
 class MGT_API Config {
  public:
-  // Parses an INI file: `[section]` headers, `key = value`, `#` or `;` comments.
+  // Parses an INI file: `[section]` headers, `key = value`, `#` or `;` comments; a line ending in
+  // a backslash goes on with the next.
   static Config from_ini_file(const std::string& path);
   static Config from_string(const std::string& ini_text, const std::string& source_name);
 

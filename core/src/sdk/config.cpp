@@ -188,6 +188,9 @@ Config Config::from_string(const std::string& ini_text, const std::string& sourc
     const std::string where = source_name + ":" + std::to_string(line_no);
     std::string t = trim(line);
     if (t.empty() || t[0] == '#' || t[0] == ';') continue;
+    // A line ending in a backslash goes on with the next one (a long model.layers list).
+    for (std::string next; !t.empty() && t.back() == '\\' && std::getline(in, next); ++line_no)
+      t = trim(t.substr(0, t.size() - 1)) + " " + trim(next);
     if (t.front() == '[') {
       if (t.back() != ']' || t.size() < 3)
         throw ConfigError(where + ": expected a section header like [model], got '" + t + "'");

@@ -18,10 +18,7 @@ class AvgPool2dLayer final : public Layer {
   }
 
   Shape output_shape(const Shape& input) const override {
-    MGT_CHECK(input.size() == 4 && input[2] >= kernel_ && input[3] >= kernel_, ConfigError,
-              "layer '" + name() + "' expects input [B, C, H, W] with H, W >= " + std::to_string(kernel_) + ", got " +
-                  shape_string(input));
-    return {input[0], input[1], (input[2] - kernel_) / stride_ + 1, (input[3] - kernel_) / stride_ + 1};
+    return layers::pool_output_shape(name(), input, kernel_, stride_);
   }
 
   void plan(LayerPlanner& planner, const Shape& input) override {

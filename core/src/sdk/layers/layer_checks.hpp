@@ -28,4 +28,12 @@ inline void check_planned(const std::string& layer, const Shape& planned, const 
                 shape_string(input) + " (Layer::plan before forward on a new shape)");
 }
 
+// The output of k x k windows at `stride` over [B, C, H, W], no padding (the pooling layers).
+inline Shape pool_output_shape(const std::string& layer, const Shape& input, int64_t kernel, int64_t stride) {
+  MGT_CHECK(input.size() == 4 && input[2] >= kernel && input[3] >= kernel, ConfigError,
+            "layer '" + layer + "' expects input [B, C, H, W] with H, W >= " + std::to_string(kernel) + ", got " +
+                shape_string(input));
+  return {input[0], input[1], (input[2] - kernel) / stride + 1, (input[3] - kernel) / stride + 1};
+}
+
 }  // namespace mgt::layers

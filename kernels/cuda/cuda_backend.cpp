@@ -301,7 +301,7 @@ class CudaBackend final : public kernels::Backend {
   }
   void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels, int64_t plane,
                     float* sum_a, float* sum_ab) override {
-    cuda::channel_sums(a, b, center, batch, channels, plane, sum_a, sum_ab, compute_);
+    cuda::channel_sum_products(a, b, center, batch, channels, plane, sum_a, sum_ab, compute_);
   }
   void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b, const float* shift,
                       float* y, int64_t batch, int64_t channels, int64_t plane) override {

@@ -54,8 +54,8 @@ __global__ void dropout_scales_kernel(float* u, int64_t n, float p, float keep_s
 // block adds the threads' sums in a fixed tree: the same bits on every run.
 constexpr int kChannelThreads = 256;
 
-__global__ void channel_sums_kernel(const float* a, const float* b, const float* center, int64_t batch,
-                                    int64_t channels, int64_t plane, float* sum_a, float* sum_ab) {
+__global__ void channel_sum_products_kernel(const float* a, const float* b, const float* center, int64_t batch,
+                                            int64_t channels, int64_t plane, float* sum_a, float* sum_ab) {
   __shared__ double totals[kChannelThreads];
   __shared__ double products[kChannelThreads];
   const int64_t c = blockIdx.x;
@@ -99,12 +99,12 @@ __global__ void channel_affine_kernel(const float* a, const float* scale_a, cons
 
 }  // namespace
 
-void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels, int64_t plane,
-                  float* sum_a, float* sum_ab, Stream stream) {
+void channel_sum_products(const float* a, const float* b, const float* center, int64_t batch, int64_t channels,
+                          int64_t plane, float* sum_a, float* sum_ab, Stream stream) {
   if (channels <= 0) return;
-  channel_sums_kernel<<<static_cast<unsigned>(channels), kChannelThreads, 0, stream>>>(a, b, center, batch, channels,
-                                                                                       plane, sum_a, sum_ab);
-  MGT_CUDA_CHECK_LAUNCH("channel_sums");
+  channel_sum_products_kernel<<<static_cast<unsigned>(channels), kChannelThreads, 0, stream>>>(
+      a, b, center, batch, channels, plane, sum_a, sum_ab);
+  MGT_CUDA_CHECK_LAUNCH("channel_sum_products");
 }
 
 void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b, const float* shift,

@@ -16,9 +16,10 @@ void affine(const float* x, float* y, int64_t n, float scale, float shift, Strea
 void uniform(float* y, int64_t n, uint64_t key, const int64_t* step, uint64_t first_index, Stream stream);
 // u = 0 where u < p, else 1 / (1 - p)
 void dropout_scales(float* u, int64_t n, float p, Stream stream);
-// mgt::Ops::channel_sums and channel_affine (mgtrain/ops.hpp).
-void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels, int64_t plane,
-                  float* sum_a, float* sum_ab, Stream stream);
+// mgt::Ops::channel_sums (the sums of a and of a * (b - center) per channel; not layer_ops.hpp's
+// channel_sums, a convolution's bias gradient) and channel_affine (mgtrain/ops.hpp).
+void channel_sum_products(const float* a, const float* b, const float* center, int64_t batch, int64_t channels,
+                          int64_t plane, float* sum_a, float* sum_ab, Stream stream);
 void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b, const float* shift,
                     float* y, int64_t batch, int64_t channels, int64_t plane, Stream stream);
 

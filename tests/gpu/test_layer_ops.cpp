@@ -16,6 +16,7 @@
 #include "kernels/cpu/pointwise.hpp"
 #include "kernels/cpu/softmax.hpp"
 #include "kernels/cuda/device_buffer.hpp"
+#include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/layer_ops.hpp"
 #include "kernels/cuda/softmax.hpp"
 
@@ -103,6 +104,36 @@ TEST_F(GpuLayerOps, ChannelSumsMatchAPlainSum) {
     mgt::cuda::synchronize();
     expect_close(d_out.to_host(), acc, 1e-5, what + " accumulated");
   }
+}
+
+// Batch norm's per-channel operations (mgt::Ops::channel_sums and channel_affine) against the CPU
+// loops: the sums in double in another order, so close rather than equal; the affine form, which
+// both compute without FMA, bit for bit.
+TEST_F(GpuLayerOps, BatchNormChannelOpsMatchCpu) {
+  const int64_t batch = 6, channels = 5, plane = 49;
+  const int64_t n = batch * channels * plane;
+  const auto a = random_floats(n, 21), b = random_floats(n, 22);
+  const auto center = random_floats(channels, 23), scale_a = random_floats(channels, 24);
+  const auto scale_b = random_floats(channels, 25), shift = random_floats(channels, 26);
+  std::vector<float> cpu_sum(channels), cpu_product(channels);
+  mgt::kernels::channel_sums(a.data(), b.data(), center.data(), batch, channels, plane, cpu_sum.data(),
+                             cpu_product.data());
+  const std::vector<float> per_channel(channels), per_element(n);
+  DeviceBuffer<float> d_a(a), d_b(b), d_center(center), d_sum(per_channel), d_product(per_channel);
+  mgt::cuda::channel_sum_products(d_a.data(), d_b.data(), d_center.data(), batch, channels, plane, d_sum.data(),
+                                  d_product.data(), nullptr);
+  mgt::cuda::synchronize();
+  expect_close(d_sum.to_host(), cpu_sum, 1e-5, "channel sums");
+  expect_close(d_product.to_host(), cpu_product, 1e-5, "channel sums of products");
+
+  std::vector<float> cpu_y(n);
+  mgt::kernels::channel_affine(a.data(), scale_a.data(), b.data(), scale_b.data(), shift.data(), cpu_y.data(), batch,
+                               channels, plane);
+  DeviceBuffer<float> d_scale_a(scale_a), d_scale_b(scale_b), d_shift(shift), d_y(per_element);
+  mgt::cuda::channel_affine(d_a.data(), d_scale_a.data(), d_b.data(), d_scale_b.data(), d_shift.data(), d_y.data(),
+                            batch, channels, plane, nullptr);
+  mgt::cuda::synchronize();
+  EXPECT_EQ(d_y.to_host(), cpu_y) << "channel affine";
 }
 
 TEST_F(GpuLayerOps, SoftmaxXentAccumulateMatchesCpu) {

@@ -12,13 +12,35 @@ namespace mgt {
 
 namespace {
 constexpr size_t kAlignFloats = 16;  // 64 bytes
+
+// Parameters and buffers share one namespace (checkpoints name both): a new `kind` ("parameter"
+// or "buffer") name must be neither's yet.
+void check_name_free(const std::string& name, const std::string& kind, const std::vector<ParamInfo>& params,
+                     const std::vector<BufferInfo>& buffers) {
+  for (const auto& p : params)
+    MGT_CHECK(p.name != name, Error,
+              kind + " name '" + name + "' " + (kind == "parameter" ? "declared twice" : "is already a parameter's"));
+  for (const auto& b : buffers)
+    MGT_CHECK(b.name != name, Error,
+              kind + " name '" + name + "' " + (kind == "buffer" ? "declared twice" : "is already a buffer's"));
 }
+
+// Gives each item its offset in a flat buffer, in order and 64-byte aligned; returns the floats
+// they span.
+template <typename Info>
+size_t lay_out(std::vector<Info>& items) {
+  size_t offset = 0;
+  for (auto& item : items) {
+    item.offset = offset;
+    offset += (item.numel + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+  }
+  return offset;
+}
+}  // namespace
 
 ParamHandle ParameterStore::declare(const std::string& name, const Shape& shape, Init init, int64_t fan_in) {
   MGT_CHECK(!finalized_, Error, "parameter '" + name + "' declared after the store was finalized");
-  for (const auto& p : params_) MGT_CHECK(p.name != name, Error, "parameter name '" + name + "' declared twice");
-  for (const auto& b : buffers_)
-    MGT_CHECK(b.name != name, Error, "parameter name '" + name + "' is already a buffer's");
+  check_name_free(name, "parameter", params_, buffers_);
   ParamInfo info;
   info.name = name;
   info.shape = shape;
@@ -31,8 +53,7 @@ ParamHandle ParameterStore::declare(const std::string& name, const Shape& shape,
 
 BufferHandle ParameterStore::declare_buffer(const std::string& name, const Shape& shape, float initial) {
   MGT_CHECK(!finalized_, Error, "buffer '" + name + "' declared after the store was finalized");
-  for (const auto& p : params_) MGT_CHECK(p.name != name, Error, "buffer name '" + name + "' is already a parameter's");
-  for (const auto& b : buffers_) MGT_CHECK(b.name != name, Error, "buffer name '" + name + "' declared twice");
+  check_name_free(name, "buffer", params_, buffers_);
   BufferInfo info;
   info.name = name;
   info.shape = shape;
@@ -44,22 +65,12 @@ BufferHandle ParameterStore::declare_buffer(const std::string& name, const Shape
 
 void ParameterStore::finalize() {
   MGT_CHECK(!finalized_, Error, "parameter store finalized twice");
-  size_t offset = 0;
-  for (auto& p : params_) {
-    p.offset = offset;
-    offset += (p.numel + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
-  }
-  flat_size_ = offset;
+  flat_size_ = lay_out(params_);
   params_flat_.resize({static_cast<int64_t>(flat_size_)});
   grads_flat_.resize({static_cast<int64_t>(flat_size_)});
   params_flat_.fill(0.0f);
   grads_flat_.fill(0.0f);
-  size_t buffer_offset = 0;
-  for (auto& b : buffers_) {
-    b.offset = buffer_offset;
-    buffer_offset += (b.numel + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
-  }
-  buffers_size_ = buffer_offset;
+  buffers_size_ = lay_out(buffers_);
   buffers_flat_.resize({static_cast<int64_t>(buffers_size_)});
   buffers_flat_.fill(0.0f);
   for (const auto& b : buffers_) std::fill_n(buffers_flat_.data() + b.offset, b.numel, b.initial);

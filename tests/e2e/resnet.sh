@@ -3,12 +3,32 @@
 # loss falls), its checkpoint holds the batch-norm running statistics under /buffers and `mgtrain
 # eval` uses them; the step in device memory (the GPU's form, in_memory in lib.sh) gives the same
 # parameters and buffers as in place; stopping and resuming gives the straight run's bits, buffers
-# included; deterministic mode gives the same parameter and running-statistics bits at np=1 and
-# np=2 (batch statistics per micro-shard; running statistics moved on the first micro-shard). Usage: resnet.sh train|resume|deterministic
+# included; deterministic mode gives the same parameter and running-statistics bits at np=1, 2
+# and 4 (batch statistics over the global batch, summed in the micro-shard order) and keeps close to
+# a one-rank run, which normalises by the same rows; model.sync_bn = true keeps np=2 as close to
+# one rank, where per-rank statistics drift off, and is refused with a parameter server.
+# Usage: resnet.sh train|resume|deterministic|sync_bn
 source "$(dirname "$0")/lib.sh"
 write_config run.ini "[model]" "name = resnet" "depth = 8" "width = 8" "[optimizer]" "lr = 0.1" "[train]" "log_every = 10"
 common=(--config run.ini --train.max_steps=60)
 losses() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$1"; }
+# The largest |a - b| of one tensor between two checkpoints (mgtrain compare's line for it).
+max_diff() {  # max_diff A.h5 B.h5 TENSOR
+  "$MGTRAIN" compare "$1" "$2" >compare.txt 2>&1 || true
+  awk -v t="$3" '$1 == t { print $4 }' compare.txt
+}
+# A few steps from the same start: rounding alone keeps runs that normalise by the same rows within
+# about 1e-5 of each other; per-rank statistics (other rows) move the stem's weights by about 1e-3.
+short=(--config run.ini --train.max_steps=3 --checkpoint.every_steps=0 --train.global_batch=64)
+one_rank_reference() {
+  run_np 1 300 train "${short[@]}" --checkpoint.dir="$WORK/ref" >ref.log 2>&1 || { cat ref.log; fail "the one-rank run"; }
+}
+close_to_reference() {  # close_to_reference DIR WHAT
+  local d
+  d=$(max_diff ref/step-3.h5 "$1/step-3.h5" conv1.weight)
+  echo "$2: conv1.weight within $d of one rank's after 3 steps"
+  awk -v d="$d" 'BEGIN { exit !(d != "" && d < 1e-4) }' || { cat compare.txt; fail "$2 is not the global batch's normalisation"; }
+}
 
 case $1 in
   train)
@@ -46,14 +66,44 @@ case $1 in
     done
     ;;
   deterministic)
-    for np in 1 2; do
-      run_np $np 600 train "${common[@]}" --train.max_steps=20 --sync.deterministic=true --sync.micro_shards=4 \
+    for np in 1 2 4; do
+      run_np $np 600 train "${common[@]}" --train.max_steps=20 --sync.deterministic=true --sync.micro_shards=8 \
         --checkpoint.dir="$WORK/np$np" >np$np.log 2>&1 || { cat np$np.log; fail "deterministic np=$np"; }
     done
-    for group in /params /buffers; do
-      [ "$(group_hash np1/step-20.h5 $group)" = "$(group_hash np2/step-20.h5 $group)" ] ||
-        fail "deterministic resnet $group differ between np=1 and np=2"
+    for np in 2 4; do
+      for group in /params /buffers; do
+        [ "$(group_hash np1/step-20.h5 $group)" = "$(group_hash np$np/step-20.h5 $group)" ] ||
+          fail "deterministic resnet $group differ between np=1 and np=$np"
+      done
     done
+    echo "deterministic resnet-8: the same /params and /buffers bits at np=1, 2 and 4"
+    one_rank_reference
+    run_np 2 300 train "${short[@]}" --sync.deterministic=true --checkpoint.dir="$WORK/det" >det.log 2>&1 ||
+      { cat det.log; fail "deterministic np=2, 3 steps"; }
+    close_to_reference det "deterministic np=2"
+    # The step in device memory (a GPU's form) runs one micro-shard a pass: refused, with the way out.
+    in_memory device run_np 2 300 train "${short[@]}" --sync.deterministic=true --checkpoint.dir="$WORK/dev" \
+      >dev.log 2>&1 && { cat dev.log; fail "batch norm's global statistics over one micro-shard a pass ran"; }
+    one_error_line dev.log | grep -q "sync.micro_shards to the number of ranks" || fail "no way out named"
+    ;;
+  sync_bn)
+    one_rank_reference
+    run_np 2 300 train "${short[@]}" --model.sync_bn=true --checkpoint.dir="$WORK/sync" >sync.log 2>&1 ||
+      { cat sync.log; fail "model.sync_bn = true at np=2"; }
+    close_to_reference sync "model.sync_bn = true at np=2"
+    run_np 2 300 train "${short[@]}" --checkpoint.dir="$WORK/per_rank" >per_rank.log 2>&1 ||
+      { cat per_rank.log; fail "per-rank statistics at np=2"; }
+    d=$(max_diff ref/step-3.h5 per_rank/step-3.h5 conv1.weight)
+    echo "per-rank statistics at np=2: conv1.weight $d off one rank's"
+    awk -v d="$d" 'BEGIN { exit !(d > 1e-4) }' || fail "per-rank statistics gave the global batch's"
+    # The step in device memory (a GPU's form) sums them through the host alike.
+    in_memory device run_np 2 300 train "${short[@]}" --model.sync_bn=true --checkpoint.dir="$WORK/sync_dev" \
+      >sync_dev.log 2>&1 || { cat sync_dev.log; fail "model.sync_bn = true with the step in device memory"; }
+    close_to_reference sync_dev "model.sync_bn = true, the step in device memory"
+    run_np 3 300 train "${short[@]}" --model.sync_bn=true --sync.name=param_server --checkpoint.dir="$WORK/ps" \
+      >ps.log 2>&1 && { cat ps.log; fail "model.sync_bn with a parameter server ran"; }
+    one_error_line ps.log | grep -q "model.sync_bn = true is not supported with sync.name = param_server" ||
+      fail "the refusal does not name the key"
     ;;
   *) fail "unknown case $1" ;;
 esac

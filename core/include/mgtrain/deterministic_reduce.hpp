@@ -15,7 +15,9 @@
 // rows summed in order, the tree held in registers and cache). The leaves and the tree do not
 // depend on W either, and the largest gradients are written once instead of once per shard. When
 // every gradient arrives that way, the trainer may run several shards through the model at once
-// (SyncStrategy::micro_batches_are_shards); the sink is told how many a call holds.
+// (SyncStrategy::micro_batches_are_shards); the sink is told how many a call holds, and the
+// gradients of layers that are not row-wise (run one shard at a time on slices of the pass, or
+// batch norm's, formed per shard) come per shard in buffers of the reducer's (shard_gradients).
 #include <cstdint>
 #include <vector>
 
@@ -35,6 +37,9 @@ class MGT_API DeterministicReducer final : public WeightGradientSink {
   // bias's gradients for the `shards` shards starting at the current one.
   void add_linear(ParamHandle weight, ParamHandle bias, const float* dy, const float* x, int64_t rows, int64_t out,
                   int64_t in, int64_t shards) override;
+  // A pass of several shards writes their other gradients here (one buffer per shard of the rank,
+  // made on first use); add_shard then takes shard k's from its buffer instead of the store's.
+  Tensor& shard_gradients(int64_t shard) override;
   // After the backward of one of this rank's shards (in order): moves the store's gradient into
   // the tree and zeroes it for the next shard.
   void add_shard();
@@ -58,8 +63,10 @@ class MGT_API DeterministicReducer final : public WeightGradientSink {
   Communicator* comm_ = nullptr;
   ParameterStore* store_ = nullptr;
   int64_t shards_per_rank_ = 1;
-  int64_t shard_in_step_ = 0;  // shards of this step added so far
-  bool batched_step_ = false;  // this step's shards went through the model together
+  int64_t shard_in_step_ = 0;          // shards of this step added so far
+  bool batched_step_ = false;          // this step's shards went through the model together
+  std::vector<Tensor> shard_buffers_;  // shard_gradients(): one flat gradient per shard of the rank
+  bool shard_buffers_used_ = false;    // this step's gradients are in them
   std::vector<Deferred> deferred_;
   // The parts of the flat gradient summed as buffers: all but the deferred weights. Settled at
   // the first shard's add_shard, when every deferring layer has called.

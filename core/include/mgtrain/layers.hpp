@@ -15,6 +15,8 @@
 
 namespace mgt {
 
+class BatchStatistics;
+
 // What a layer may need to know about the step besides its input.
 struct StepContext {
   uint64_t seed = 0;
@@ -29,6 +31,27 @@ struct StepContext {
   // Deterministic mode: the rows are this many micro-shards of equal size, in order (more than one
   // only when the model is shard_batchable). A layer passes it to the WeightGradientSink.
   int64_t shards = 1;
+  // The pass's index within the step on this rank (micro-batches and their passes, in order).
+  int64_t pass = 0;
+  // Where a layer that normalises by batch statistics (batch norm) sums them over the batch: null
+  // when each pass normalises by its own rows (per rank, as PyTorch's BatchNorm2d); otherwise over
+  // every rank's pass (model.sync_bn) or, in deterministic mode, over every micro-shard of the
+  // global batch in a fixed order.
+  BatchStatistics* batch_statistics = nullptr;
+};
+
+// Sums per-micro-shard statistics over the batch a layer normalises by. The trainer provides it
+// (StepContext::batch_statistics) when statistics span more than one pass; a layer calls it from
+// forward and backward, so every rank must make the same calls in the same order.
+class MGT_API BatchStatistics {
+ public:
+  virtual ~BatchStatistics() = default;
+  // partial: `shards` blocks of `count` floats in the executor's memory, one per micro-shard of the
+  // pass (StepContext::shards), in order. Writes into `total` (count floats, executor memory) their
+  // sum over the whole batch. With `elements` (the values each partial sum of this pass adds up, all
+  // shards together), sets it to that count over the whole batch.
+  virtual void sum(Ops& ops, const float* partial, int64_t shards, int64_t count, float* total,
+                   double* elements = nullptr) = 0;
 };
 
 // What an executor hands a layer when it plans it for an input shape: the operations, and memory
@@ -45,6 +68,10 @@ class MGT_API LayerPlanner {
   }
   // GEMMs and convolutions on bfloat16 operands with FP32 accumulation (gpu.precision = bf16).
   virtual bool bf16() const { return false; }
+  // The passes run with this many deterministic micro-shards (StepContext::shards). A layer that
+  // handles_shards() is planned for all of their rows; any other for one shard's rows when it is
+  // not row_wise (the executor then runs it one shard at a time).
+  virtual int64_t shards() const { return 1; }
 };
 
 // What forward and backward run with: the executor's operations, its parameters and gradients
@@ -106,6 +133,15 @@ class MGT_API Layer {
     (void)shards;
     return false;
   }
+  // True when the layer takes a pass of several deterministic micro-shards (StepContext::shards)
+  // itself although it is not row-wise: it forms what it needs per shard in order (batch norm: its
+  // statistics, summed through StepContext::batch_statistics; each shard's parameter gradient
+  // into WeightGradientSink::shard_gradients), or runs layers of its own by the executor's rule (a
+  // residual block). The executor runs any other layer that is not row_wise one shard at a time,
+  // on a slice of the pass, its parameter gradients going to that shard's buffer: every shard's
+  // forward, later every shard's backward, so such a layer's backward must need nothing from its
+  // forward but its input and output (a convolution; not a pooling op that records its maxima).
+  virtual bool handles_shards() const { return false; }
 
  protected:
   explicit Layer(std::string name) : name_(std::move(name)) {}
@@ -142,10 +178,11 @@ MGT_API std::unique_ptr<Layer> make_avg_pool2d(const std::string& name, int64_t 
 MGT_API std::unique_ptr<Layer> make_global_avg_pool2d(const std::string& name);
 // Batch normalisation over [B, C, H, W] per channel, as PyTorch's BatchNorm2d: parameters
 // "<name>.weight" (1) and "<name>.bias" (0), buffers "<name>.running_mean" (0) and
-// "<name>.running_var" (1). Training normalises by the pass's own statistics (per rank; per
-// micro-shard in deterministic mode) and moves the running ones by `momentum` once a step, on the
-// pass holding the global batch's first row (StepContext::first_sample == 0), so that rank 0's
-// running statistics do not depend on the number of ranks; evaluation uses the running ones.
+// "<name>.running_var" (1). Training normalises by the statistics of the pass's own rows, or with
+// StepContext::batch_statistics of the whole batch (model.sync_bn; deterministic mode), and moves
+// the running ones by `momentum` once a step: per rank, on the pass holding the global batch's first
+// row (StepContext::first_sample == 0), so that rank 0's running statistics do not depend on the
+// number of ranks; over the whole batch, on every rank's first pass. Evaluation uses the running ones.
 MGT_API std::unique_ptr<Layer> make_batch_norm2d(const std::string& name, int64_t channels, float eps = 1e-5f,
                                                  float momentum = 0.1f);
 // out = branch(x) + shortcut(x): a residual block. An empty shortcut is the identity; otherwise its

@@ -48,7 +48,8 @@ class MGT_API SequentialModel : public Model {
   const Tensor& forward(const Tensor& input, const StepContext& ctx) override;
   void backward(const Tensor& grad_logits, const StepContext& ctx, const GradientsReady& ready) override;
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
-  bool shard_batchable(int64_t shard_rows, int64_t shards) const override;  // every layer is row_wise
+  // Always (a layer that is not row-wise runs one shard at a time: shard_passes in the SDK).
+  bool shard_batchable(int64_t shard_rows, int64_t shards) const override;
 
  private:
   struct HostExecutor;

@@ -55,6 +55,12 @@ class MGT_API WeightGradientSink {
   virtual ~WeightGradientSink() = default;
   virtual void add_linear(ParamHandle weight, ParamHandle bias, const float* dy, const float* x, int64_t rows,
                           int64_t out, int64_t in, int64_t shards) = 0;
+  // A gradient buffer (the store's flat layout) for micro-shard `shard` of a pass holding several
+  // (StepContext::shards), counted from the pass's first: in a pass of all of a rank's shards, the
+  // gradients that do not go through add_linear are written there, one buffer per shard, instead of
+  // into the store's (the executor runs a layer on one shard's rows with the store's gradient
+  // swapped for it; batch norm writes its own there). Written, not added to.
+  virtual Tensor& shard_gradients(int64_t shard) = 0;
 };
 
 class MGT_API ParameterStore {

@@ -28,7 +28,9 @@
 // 7: ServeContext::write_metrics replaces metrics_path: the core writes and checks the records.
 //    ParameterStore buffers (declare_buffer: batch norm's running statistics), Init::ones,
 //    Ops::channel_sums and channel_affine.
-#define MGTRAIN_PLUGIN_ABI_VERSION 7u
+// 8: statistics over the batch (StepContext::batch_statistics, BatchStatistics, StepContext::pass),
+//    Layer::handles_shards, LayerPlanner::shards, WeightGradientSink::shard_gradients.
+#define MGTRAIN_PLUGIN_ABI_VERSION 8u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
 namespace mgt {

@@ -5,6 +5,7 @@
 #include <exception>
 #include <string>
 
+#include "device/batch_statistics.hpp"
 #include "kernels/cpu/softmax.hpp"
 #include "mgtrain/error.hpp"
 #include "sdk/layer_executor.hpp"
@@ -137,6 +138,7 @@ struct CompiledStep::Program {
   std::unique_ptr<ElementwiseUpdate> update;  // null: Optimizer::step on the host (in place only)
   std::unique_ptr<kernels::UpdateOp> update_op;
   std::unique_ptr<kernels::RecordedStep> recorded[2];
+  std::unique_ptr<BatchStatistics> batch_statistics;  // null: each pass its own
 };
 
 CompiledStep::CompiledStep(Backend& backend, Model& model, ParameterStore& store, Optimizer& optimizer,
@@ -157,7 +159,7 @@ CompiledStep::CompiledStep(Backend& backend, Model& model, ParameterStore& store
             "compiled step: the host sync store's layout differs from the device's");
   // The host strategy runs between the kernels, which a recording cannot hold; in place the host
   // runs every operation as it is called.
-  if (options.host_sync || options.in_place) options_.record = false;
+  if (options.host_sync || options.in_place || options.statistics_comm) options_.record = false;
   if (options.in_place) options_.pipeline_depth = 1;
   MGT_CHECK(options.pipeline_depth == 1 || options.pipeline_depth == 2, Error,
             "compiled step: pipeline depth " + std::to_string(options.pipeline_depth) + ", expected 1 or 2");
@@ -175,6 +177,14 @@ CompiledStep::CompiledStep(Backend& backend, Model& model, ParameterStore& store
     MGT_CHECK(sequential != nullptr, ConfigError,
               "the model is not a SequentialModel, which is what the GPU path runs");
     p.network = std::make_unique<ExecutorNetwork>(backend, *sequential, options.bf16, in_shape);
+  }
+
+  if (options.statistics_comm) {
+    if (options.deterministic_statistics)
+      p.batch_statistics =
+          std::make_unique<DeterministicStatistics>(backend, *options.statistics_comm, options.accumulation);
+    else
+      p.batch_statistics = std::make_unique<AllRanksStatistics>(backend, *options.statistics_comm);
   }
 
   const auto rows = static_cast<size_t>(step_rows());
@@ -373,6 +383,7 @@ bool CompiledStep::enqueue_program(int slot) {
   ctx.step = p.pinned_scalars[slot]->step;
   ctx.training = true;
   ctx.shards = together;
+  ctx.batch_statistics = p.batch_statistics.get();
   // Test-only faults, at the step's phases (1-based), as the host reaches them.
   const int64_t fault_step = ctx.step + 1;
   const GradientsReady ready = [&](const std::vector<ParamHandle>& handles) { sync_.gradients_ready(handles); };
@@ -386,6 +397,7 @@ bool CompiledStep::enqueue_program(int slot) {
       const float* input = p.x[slot] + pass_index * rows * p.sample_numel;
       const int32_t* labels = p.y[slot] + pass_index * rows;
       ctx.micro_step = m;
+      ctx.pass = pass_index;
       // The pass's rows in the global batch: dropout's masks are keyed by the global sample.
       ctx.first_sample = options_.first_sample + pass_index * rows;
       fault::at(fault::Phase::forward, fault_step);

@@ -107,6 +107,13 @@ struct CompiledStepOptions {
   // them), so the caller can tell communication not hidden by compute. Null: not timed.
   double* sync_seconds = nullptr;
   double* update_seconds = nullptr;
+  // Batch norm's statistics over more than one pass (StepContext::batch_statistics), summed on
+  // this communicator (of the training ranks, for them alone): over the micro-shards of the global
+  // batch in their order when deterministic_statistics (a rank's shards are its `accumulation`
+  // micro-batches), else over the ranks' passes by an all-reduce (model.sync_bn). Null: each pass
+  // normalises by its own rows. The sums go through the host, so such a step is not recorded.
+  Communicator* statistics_comm = nullptr;
+  bool deterministic_statistics = false;
   // The step's collectives reach other ranks through NCCL, which needs every rank to record them
   // alike, and a recording that fails midway leaves them half-issued: it then ends the run
   // (gpu.cuda_graphs = false is the way on) instead of going on unrecorded on this rank alone.

@@ -31,6 +31,10 @@ const std::vector<ConfigKey>& core_config_keys() {
        "drawn per sample from (train.seed, epoch, sample), so the same at any world size and across "
        "a resume"},
       {"model.name", KeyType::string, nullptr, "model plugin (libmgtrain-model-<name>.so)"},
+      {"model.sync_bn", KeyType::boolean, "false",
+       "batch norm normalises by the statistics of the global batch, summed over the ranks (as "
+       "PyTorch's SyncBatchNorm), instead of each rank's own rows; deterministic mode always does, "
+       "in a fixed order; not with an asynchronous strategy (param_server)"},
       {"optimizer.name", KeyType::string, nullptr, "optimizer plugin"},
       {"sync.name", KeyType::string, "allreduce", "sync-strategy plugin"},
       {"train.epochs", KeyType::positive_integer, "10", "epochs to train"},

@@ -355,6 +355,13 @@ class Trainer {
       // its roles say which ranks train. A GPU's step hands it each micro-batch's gradients.
       if (!device_sync) sync_->setup(comm_, store_);
     });
+    // Batch norm's statistics over more than one pass get a communicator of their own, so that
+    // their collectives never meet the sync strategy's.
+    agree(comm_, [&] {
+      if (sync_->micro_batches_are_shards() || config_.get_bool("model.sync_bn")) check_sync_bn();
+    });
+    if (sync_->micro_batches_are_shards() || (config_.get_bool("model.sync_bn") && comm_.size() > 1))
+      statistics_comm_ = comm_.split(0, comm_.rank());
     // Each training rank's GPU, bound among the training ranks of its node (a serving rank runs
     // the optimizer on its shard on the CPU and gets none); then NCCL between the GPUs for a
     // strategy that reduces device memory. The answers depend on the config alone, so every rank
@@ -393,6 +400,7 @@ class Trainer {
         open_reader(train_path, static_cast<int>(train_world));
       }
       check_training_options();
+      check_batch_statistics();
       check_test_file();
       schedule_.emplace(config_.get_string("train.lr_schedule"), scaled_learning_rate(),
                         config_.get_int("train.warmup_steps"), config_.get_int("train.epochs") * per_epoch_);
@@ -435,6 +443,47 @@ class Trainer {
                         ": its workers push their own gradients asynchronously, with no reduced gradient to clip "
                         "nor a step at which all ranks hold the same parameters; set it to 0");
     }
+  }
+
+  // Deterministic mode sums batch statistics over all of a rank's micro-shards in one pass, which
+  // the step in device memory (a GPU's) does not make: it runs one micro-shard a pass. Whether the
+  // model normalises by batch statistics at all is asked of the model itself: one training forward
+  // of a row of zeros, stopped at its first sum.
+  void check_batch_statistics() {
+    if (!trains() || !sync_->micro_batches_are_shards() || !device_->own_memory() || accum_ == 1) return;
+    struct Found {};
+    struct Probe final : BatchStatistics {
+      void sum(Ops&, const float*, int64_t, int64_t, float*, double*) override { throw Found{}; }
+    } probe;
+    Shape one_row = {1};
+    for (int64_t d : reader_->info().sample_shape) one_row.push_back(d);
+    Tensor zeros(one_row);
+    StepContext ctx;
+    ctx.batch_statistics = &probe;
+    ctx.pass = 1;          // not a first pass: nothing would move running statistics
+    ctx.first_sample = 1;  // nor a pass holding the global batch's first row
+    try {
+      model_->forward(zeros, ctx);
+      return;
+    } catch (const Found&) {
+    }
+    throw ConfigError(
+        "sync.deterministic = true: the model normalises by batch statistics, which deterministic "
+        "mode sums over every micro-shard of the global batch, so each rank's " +
+        std::to_string(accum_) +
+        " micro-shards must go through one pass; the step in device memory (a GPU's) runs one "
+        "micro-shard a pass: train.device = cpu runs them together, or set sync.micro_shards to the "
+        "number of ranks (" +
+        std::to_string(train_world()) + ")");
+  }
+
+  // Statistics over the whole batch need every rank at the same pass: not so with an asynchronous
+  // strategy, whose serving ranks take no pass at all.
+  void check_sync_bn() {
+    if (!serving_) return;
+    throw ConfigError("model.sync_bn = true is not supported with sync.name = " + choice_.sync +
+                      ": its workers take their steps at their own pace, so no pass sees every rank's rows; "
+                      "set it to false (batch statistics per rank)");
   }
 
   // The test file is read at the end, after training, by rank 0 (and with train.eval_every_epochs
@@ -493,6 +542,8 @@ class Trainer {
     // skipped: so not with train.nonfinite = skip.
     o.pipeline_depth = config_.get_string("train.nonfinite") == "skip" ? 1 : 2;
     if (device_->own_memory() && !sync_->reduces_device_memory()) o.host_sync = &store_;
+    o.statistics_comm = statistics_comm_.get();
+    o.deterministic_statistics = sync_->micro_batches_are_shards();
     o.sync_seconds = &phases_.sync;
     o.update_seconds = &phases_.optimizer;
     step_ = &device_->compile(*model_, store_, *optimizer_, *sync_, o);
@@ -997,6 +1048,8 @@ class Trainer {
   std::unique_ptr<data::ShardedReader> reader_;
   std::optional<LearningRateSchedule> schedule_;
   std::unique_ptr<Communicator> train_comm_;
+  // Batch statistics over more than one pass (deterministic mode, model.sync_bn); null otherwise.
+  std::unique_ptr<Communicator> statistics_comm_;
   CheckpointMeta meta_;
 
   Shape micro_shape_;  // input of one forward pass: micro_batch_ x shards_per_pass_ rows

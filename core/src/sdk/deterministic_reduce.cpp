@@ -31,6 +31,8 @@ void DeterministicReducer::setup(Communicator& comm, ParameterStore& store, int6
   store_ = &store;
   shards_per_rank_ = shards_per_rank;
   shard_in_step_ = 0;
+  shard_buffers_.clear();
+  shard_buffers_used_ = false;
   deferred_.clear();
   merge_ranges_.clear();
   ranges_settled_ = false;
@@ -84,6 +86,18 @@ void DeterministicReducer::add_linear(ParamHandle weight, ParamHandle bias, cons
   it->x_in = it->x.data();
 }
 
+Tensor& DeterministicReducer::shard_gradients(int64_t shard) {
+  MGT_CHECK(shard >= 0 && shard_in_step_ + shard < shards_per_rank_, Error,
+            "deterministic reduction: a gradient for micro-shard " + std::to_string(shard_in_step_ + shard) +
+                " of a rank's " + std::to_string(shards_per_rank_));
+  if (shard_buffers_.empty())
+    for (int64_t k = 0; k < shards_per_rank_; ++k)
+      shard_buffers_.emplace_back(Shape{static_cast<int64_t>(store_->flat_size())});
+  shard_buffers_used_ = true;
+  batched_step_ = true;
+  return shard_buffers_[static_cast<size_t>(shard_in_step_ + shard)];
+}
+
 // dst += src over the merged ranges.
 void DeterministicReducer::add_ranges(float* dst, const float* src) const {
   for (const auto& [begin, end] : merge_ranges_) add_into(dst + begin, src + begin, end - begin);
@@ -130,9 +144,11 @@ void DeterministicReducer::add_shard() {
     ranges_settled_ = true;
   }
   // A batched pass wrote no gradient outside the sink, so every gradient must have gone to it.
-  MGT_CHECK(!batched_step_ || merge_ranges_.empty(), Error,
+  MGT_CHECK(!batched_step_ || merge_ranges_.empty() || shard_buffers_used_, Error,
             "deterministic reduction: micro-shards went through the model together, but some parameter "
             "gradients did not reach the reducer (a layer's row_wise is wrong)");
+  // This shard's gradient is in its own buffer: the store takes it, and the store's goes there.
+  if (shard_buffers_used_) store_->swap_grads(shard_buffers_[static_cast<size_t>(shard_in_step_)]);
   ++shard_in_step_;
   // The shard's gradient joins its group; the store gets a free buffer for the next shard, whose
   // backward overwrites it.
@@ -166,6 +182,7 @@ void DeterministicReducer::finish() {
   for (const auto& d : deferred_) compute_deferred(d, sum);
   shard_in_step_ = 0;
   batched_step_ = false;
+  shard_buffers_used_ = false;
   const size_t bytes = n * sizeof(float);
   for (int distance = 1; distance < comm_->size(); distance <<= 1) {
     const int partner = comm_->rank() ^ distance;

@@ -1,22 +1,26 @@
 #include "layer_executor.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "mgtrain/error.hpp"
+#include "shard_passes.hpp"
 
 namespace mgt {
 
 // Hands the layers the backend's operations and memory from the executor's current plan.
 class LayerExecutor::Planner final : public LayerPlanner {
  public:
-  Planner(BackendMemory& memory, bool bf16) : memory_(memory), bf16_(bf16) {}
+  Planner(BackendMemory& memory, bool bf16, int64_t shards) : memory_(memory), bf16_(bf16), shards_(shards) {}
   Ops& ops() override { return memory_.backend(); }
   void* allocate(size_t bytes) override { return memory_.device_bytes(bytes); }
   bool bf16() const override { return bf16_; }
+  int64_t shards() const override { return shards_; }
 
  private:
   BackendMemory& memory_;
   bool bf16_;
+  int64_t shards_;
 };
 
 LayerExecutor::LayerExecutor(kernels::Backend& backend, const std::vector<std::unique_ptr<Layer>>& layers, bool bf16,
@@ -35,8 +39,8 @@ LayerExecutor::LayerExecutor(kernels::Backend& backend, const std::vector<std::u
 
 LayerExecutor::~LayerExecutor() = default;
 
-void LayerExecutor::plan(const Shape& input) {
-  if (input == input_shape_ && !acts_.empty()) return;
+void LayerExecutor::plan(const Shape& input, int64_t shards) {
+  if (input == input_shape_ && shards == shards_ && !acts_.empty()) return;
   const size_t n = layers_.size();
   // Shapes first, so a layer that does not fit is named before anything is allocated.
   std::vector<Shape> shapes;
@@ -46,7 +50,9 @@ void LayerExecutor::plan(const Shape& input) {
   grads_.clear();
   input_shape_.clear();
   memory_->release_all();
-  Planner planner(*memory_, bf16_);
+  Planner planner(*memory_, bf16_, shards);
+  shards_ = shards;
+  whole_.assign(n, 1);
   acts_.resize(n);
   grads_.resize(n);
   // A layer runs in place over the output of the one before when that output is a buffer of its
@@ -57,7 +63,8 @@ void LayerExecutor::plan(const Shape& input) {
                    !layers_[i - 1]->backward_reads_output();
   Shape in = input;
   for (size_t i = 0; i < n; ++i) {
-    layers_[i]->plan(planner, in);
+    whole_[i] = shard_passes::whole(*layers_[i], backend_, in, shards);
+    layers_[i]->plan(planner, shard_passes::plan_shape(in, shards, whole_[i]));
     // An aliasing layer's view is pointed at its input on each forward.
     float* out = alias_[i]      ? nullptr
                  : in_place_[i] ? acts_[i - 1].data()
@@ -83,6 +90,9 @@ void LayerExecutor::plan(const Shape& input) {
 
 const Tensor& LayerExecutor::forward(const float* input, ParameterStore& store, const StepContext& ctx) {
   MGT_CHECK(!acts_.empty(), Error, "LayerExecutor::forward before plan");
+  MGT_CHECK(std::max<int64_t>(ctx.shards, 1) == shards_, Error,
+            "LayerExecutor::forward: a pass of " + std::to_string(ctx.shards) + " micro-shards, planned for " +
+                std::to_string(shards_));
   input_.rebind(const_cast<float*>(input));
   const LayerRun run{backend_, store, ctx};
   const Tensor* x = &input_;
@@ -90,7 +100,7 @@ const Tensor& LayerExecutor::forward(const float* input, ParameterStore& store, 
     if (alias_[i])
       acts_[i].rebind(const_cast<float*>(x->data()));
     else
-      layers_[i]->forward(run, *x, acts_[i]);
+      shard_passes::forward(*layers_[i], run, *x, acts_[i], whole_[i]);
     x = &acts_[i];
   }
   forwarded_ = true;
@@ -112,7 +122,7 @@ void LayerExecutor::backward(ParameterStore& store, const StepContext& ctx,
       // Below the first layer with parameters no input gradient is needed (e.g. fc1's dx after a
       // leading Flatten would be a wasted GEMM).
       Tensor* dx = i > first_with_params_ ? &grads_[i - 1] : nullptr;
-      layers_[i]->backward(run, in, acts_[i], grads_[i], dx);
+      shard_passes::backward(*layers_[i], run, in, acts_[i], grads_[i], dx, whole_[i]);
     }
     if (ready && !handles_[i].empty()) ready(handles_[i]);
   }

@@ -25,8 +25,10 @@ class LayerExecutor {
   LayerExecutor& operator=(const LayerExecutor&) = delete;
 
   // Plans every layer for `input` (batch first) unless they are planned for it already; throws
-  // ConfigError naming the layer whose input does not fit. Frees the previous plan's memory.
-  void plan(const Shape& input);
+  // ConfigError naming the layer whose input does not fit. Frees the previous plan's memory. With
+  // `shards` > 1 the passes hold that many deterministic micro-shards (StepContext::shards), which
+  // layers that are not row-wise take one at a time (shard_passes.hpp).
+  void plan(const Shape& input, int64_t shards = 1);
   const Shape& planned_input() const { return input_shape_; }
   const Shape& output_shape() const { return output_shape_; }
 
@@ -50,6 +52,8 @@ class LayerExecutor {
   std::unique_ptr<BackendMemory> memory_;
   Shape input_shape_, output_shape_;
   std::vector<std::vector<ParamHandle>> handles_;
+  int64_t shards_ = 1;
+  std::vector<char> whole_;       // layer i takes a pass of several shards whole (shard_passes::whole)
   std::vector<char> alias_;       // layer i's output is its input's memory
   std::vector<char> in_place_;    // layer i runs in place over layer i - 1's output
   std::vector<Tensor> acts_;      // acts_[i]: output of layer i (a view of backend memory)

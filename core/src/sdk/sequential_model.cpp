@@ -58,18 +58,15 @@ Shape SequentialModel::output_shape(const Shape& input) const {
   return s;
 }
 
-bool SequentialModel::shard_batchable(int64_t shard_rows, int64_t shards) const {
-  for (const auto& layer : layers_)
-    if (!layer->row_wise(host_ops(), shard_rows, shards)) return false;
-  return !layers_.empty();
-}
+// Every layer takes a pass of several shards: whole, or the executor runs it shard by shard.
+bool SequentialModel::shard_batchable(int64_t, int64_t) const { return !layers_.empty(); }
 
 const Tensor& SequentialModel::forward(const Tensor& input, const StepContext& ctx) {
   MGT_CHECK(!layers_.empty(), Error, "SequentialModel::forward: the model has no layers");
   MGT_CHECK(store_ != nullptr && store_->finalized(), Error,
             "SequentialModel::forward before its parameters were declared and finalized");
   if (!host_) host_ = std::make_unique<HostExecutor>(layers_);
-  host_->executor.plan(input.shape());
+  host_->executor.plan(input.shape(), ctx.shards);
   host_->step = ctx.step;
   return host_->executor.forward(input.data(), *store_, ctx);
 }

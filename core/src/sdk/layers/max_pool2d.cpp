@@ -35,6 +35,10 @@ class MaxPool2dLayer final : public Layer {
                 Tensor* grad_in) override {
     if (grad_in) pool_->backward(in.data(), out.data(), grad_out.data(), grad_in->data());
   }
+  // Each plane on its own: a maximum is exact and each input element's gradient comes from its own
+  // row's windows, so any batch gives the same bits. (Run whole, too, because backward uses what
+  // forward recorded: one shard at a time, the last shard's record would be all there is.)
+  bool row_wise(const Ops&, int64_t, int64_t) const override { return true; }
 
  private:
   int64_t kernel_, stride_;

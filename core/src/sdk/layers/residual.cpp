@@ -3,12 +3,14 @@
 // SequentialModel and runs on every executor. The block plans its children itself, each output
 // and output gradient a buffer of its own in the executor's memory (no aliasing or in-place runs
 // inside a block); backward sends the block's output gradient down both paths and adds the two
-// input gradients (the identity shortcut passes the output gradient itself).
+// input gradients (the identity shortcut passes the output gradient itself). A pass of several
+// deterministic micro-shards goes through its layers by the executor's rule (shard_passes.hpp).
 #include <string>
 #include <utility>
 
 #include "layer_checks.hpp"
 #include "mgtrain/layers.hpp"
+#include "sdk/shard_passes.hpp"
 
 namespace mgt {
 namespace {
@@ -18,6 +20,7 @@ struct Chain {
   std::vector<std::unique_ptr<Layer>> layers;
   std::vector<Tensor> acts;   // acts[i]: output of layers[i]
   std::vector<Tensor> grads;  // grads[i]: gradient of acts[i] (the last one is the block's grad_out)
+  std::vector<char> whole;    // layers[i] takes a pass of several shards whole
   Tensor dx;                  // gradient of the block's input through this chain
 
   Shape output_shape(Shape s) const {
@@ -28,9 +31,11 @@ struct Chain {
   void plan(LayerPlanner& planner, const Shape& input) {
     acts.clear();
     grads.clear();
+    whole.clear();
     Shape s = input;
     for (auto& layer : layers) {
-      layer->plan(planner, s);
+      whole.push_back(shard_passes::whole(*layer, planner.ops(), s, planner.shards()));
+      layer->plan(planner, shard_passes::plan_shape(s, planner.shards(), whole.back()));
       s = layer->output_shape(s);
       const auto n = static_cast<size_t>(shape_numel(s));
       acts.push_back(Tensor::view(planner.allocate_array<float>(n), s));
@@ -43,7 +48,7 @@ struct Chain {
   const Tensor& forward(const LayerRun& run, const Tensor& in) {
     const Tensor* x = &in;
     for (size_t i = 0; i < layers.size(); ++i) {
-      layers[i]->forward(run, *x, acts[i]);
+      shard_passes::forward(*layers[i], run, *x, acts[i], whole[i]);
       x = &acts[i];
     }
     return *x;
@@ -55,7 +60,7 @@ struct Chain {
       const Tensor& x = i == 0 ? in : acts[i - 1];
       const Tensor& dy = i + 1 == layers.size() ? grad_out : grads[i];
       Tensor* dxi = i > 0 ? &grads[i - 1] : (need_dx ? &dx : nullptr);
-      layers[i]->backward(run, x, acts[i], dy, dxi);
+      shard_passes::backward(*layers[i], run, x, acts[i], dy, dxi, whole[i]);
     }
   }
 };
@@ -127,6 +132,8 @@ class ResidualLayer final : public Layer {
 
   // Its output is a sum the block's backward does not read.
   bool backward_reads_output() const override { return false; }
+  // Its layers take a pass of several shards by the executor's rule; the sum is element-wise.
+  bool handles_shards() const override { return true; }
 
  private:
   Chain branch_, shortcut_;

@@ -6,7 +6,8 @@
 # included; deterministic mode gives the same parameter and running-statistics bits at np=1, 2
 # and 4 (batch statistics over the global batch, summed in the micro-shard order) and keeps close to
 # a one-rank run, which normalises by the same rows; model.sync_bn = true keeps np=2 as close to
-# one rank, where per-rank statistics drift off, and is refused with a parameter server.
+# one rank, where per-rank statistics drift off, skips a NaN step without keeping its statistics,
+# and is refused with a parameter server.
 # Usage: resnet.sh train|resume|deterministic|sync_bn
 source "$(dirname "$0")/lib.sh"
 write_config run.ini "[model]" "name = resnet" "depth = 8" "width = 8" "[optimizer]" "lr = 0.1" "[train]" "log_every = 10"
@@ -100,6 +101,13 @@ case $1 in
     in_memory device run_np 2 300 train "${short[@]}" --model.sync_bn=true --checkpoint.dir="$WORK/sync_dev" \
       >sync_dev.log 2>&1 || { cat sync_dev.log; fail "model.sync_bn = true with the step in device memory"; }
     close_to_reference sync_dev "model.sync_bn = true, the step in device memory"
+    # A NaN in rank 1's rows reaches every rank through the summed statistics: the step is skipped,
+    # named as rank 1's from its first layer on, and its running statistics go with it.
+    MGTRAIN_TEST_NAN_AT=1:2 run_np 2 300 train "${short[@]}" --model.sync_bn=true --train.nonfinite=skip \
+      --checkpoint.dir="$WORK/nan" >nan.log 2>&1 || { cat nan.log; fail "a skipped NaN step with model.sync_bn"; }
+    grep -qF "rank 1's gradient, first the output of layer 'conv1'" nan.log || { cat nan.log; fail "origin not named"; }
+    h5dump -d /buffers/bn1.running_var nan/step-3.h5 >running_var.txt
+    ! grep -E "^ *\(0\):" running_var.txt | grep -qi nan || { cat running_var.txt; fail "the skipped step's statistics were kept"; }
     run_np 3 300 train "${short[@]}" --model.sync_bn=true --sync.name=param_server --checkpoint.dir="$WORK/ps" \
       >ps.log 2>&1 && { cat ps.log; fail "model.sync_bn with a parameter server ran"; }
     one_error_line ps.log | grep -q "model.sync_bn = true is not supported with sync.name = param_server" ||

@@ -4,6 +4,7 @@
 // backward *adds* its parameter gradients into the gradient buffer (so several micro-batches can
 // accumulate) and writes the input gradient when one is asked for.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 namespace mgt {
 
 class BatchStatistics;
+class Layer;
 
 // What a layer may need to know about the step besides its input.
 struct StepContext {
@@ -38,6 +40,9 @@ struct StepContext {
   // every rank's pass (model.sync_bn) or, in deterministic mode, over every micro-shard of the
   // global batch in a fixed order.
   BatchStatistics* batch_statistics = nullptr;
+  // Set only while the trainer looks for where a non-finite gradient came from: the executor calls
+  // it after each layer's forward (a residual block's layers too) with the layer and its output.
+  const std::function<void(const Layer&, const Tensor&)>* after_layer = nullptr;
 };
 
 // Sums per-micro-shard statistics over the batch a layer normalises by. The trainer provides it

@@ -29,7 +29,8 @@
 //    ParameterStore buffers (declare_buffer: batch norm's running statistics), Init::ones,
 //    Ops::channel_sums and channel_affine.
 // 8: statistics over the batch (StepContext::batch_statistics, BatchStatistics, StepContext::pass),
-//    Layer::handles_shards, LayerPlanner::shards, WeightGradientSink::shard_gradients.
+//    Layer::handles_shards, LayerPlanner::shards, WeightGradientSink::shard_gradients,
+//    StepContext::after_layer.
 #define MGTRAIN_PLUGIN_ABI_VERSION 8u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 

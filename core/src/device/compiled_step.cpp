@@ -1,5 +1,6 @@
 #include "device/compiled_step.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -139,6 +140,7 @@ struct CompiledStep::Program {
   std::unique_ptr<kernels::UpdateOp> update_op;
   std::unique_ptr<kernels::RecordedStep> recorded[2];
   std::unique_ptr<BatchStatistics> batch_statistics;  // null: each pass its own
+  std::vector<float> buffers_before;                  // in place: the store's buffers before the step
 };
 
 CompiledStep::CompiledStep(Backend& backend, Model& model, ParameterStore& store, Optimizer& optimizer,
@@ -376,6 +378,10 @@ bool CompiledStep::enqueue_program(int slot) {
   const int64_t rows = options_.pass_rows;
   const int64_t together = options_.micro_batches_per_pass;
   b.zero(p.totals, sizeof(StepTotals));
+  // In place, the buffers as they were (batch norm's running statistics), for a step that is
+  // skipped: its non-finite statistics must not outlive it.
+  if (options_.in_place && store_.buffers_size() > 0)
+    p.buffers_before.assign(store_.buffers_data(), store_.buffers_data() + store_.buffers_size());
   b.copy_from_pinned(p.scalars, p.pinned_scalars[slot], sizeof(StepScalars));
   StepContext ctx;
   ctx.seed = options_.seed;
@@ -430,6 +436,8 @@ bool CompiledStep::enqueue_program(int slot) {
   const auto update_start = Clock::now();
   // After the reduction every rank holds the same sum, so every rank skips the same steps.
   b.flag_nonfinite(store_.grads_data(), flat, &p.totals->nonfinite);
+  if (options_.in_place && p.totals->nonfinite != 0 && !p.buffers_before.empty())
+    std::copy(p.buffers_before.begin(), p.buffers_before.end(), store_.buffers_data());
   // The same reduced gradient on every rank, its norm summed in a fixed order: every rank clips
   // alike, whatever the world size. A non-finite gradient's norm is not finite and clips nothing.
   const int64_t done = ctx.step + 1;
@@ -449,6 +457,68 @@ bool CompiledStep::enqueue_program(int slot) {
   b.copy_to_pinned(p.pinned_totals[slot], p.totals, sizeof(StepTotals));
   if (options_.host_sync) options_.host_sync->discard_grads();  // applied, as in place
   return true;
+}
+
+bool CompiledStep::launched_nonfinite() const {
+  if (!options_.in_place || submitted_ == 0) return false;
+  return program_->pinned_totals[(submitted_ - 1) % 2]->nonfinite != 0;
+}
+
+NonFiniteOrigin CompiledStep::diagnose_nonfinite() {
+  Program& p = *program_;
+  NonFiniteOrigin origin;
+  MGT_CHECK(options_.in_place && submitted_ > 0, Error,
+            "compiled step: diagnose_nonfinite only in place, after a step");
+  const int slot = static_cast<int>((submitted_ - 1) % 2);
+  auto finite = [&](const float* x, size_t n) {
+    int32_t flag = 0;
+    backend_.flag_nonfinite(x, n, &flag);  // on the CPU: at once
+    return flag == 0;
+  };
+  // The pass again must leave the step as it was: the running statistics it moved, the reducer
+  // (whose sink would take the gradients' factors) out of the way, the gradient discarded after.
+  const std::vector<float> buffers(store_.buffers_data(), store_.buffers_data() + store_.buffers_size());
+  WeightGradientSink* sink = store_.weight_gradient_sink();
+  store_.set_weight_gradient_sink(nullptr);
+  const std::function<void(const Layer&, const Tensor&)> after_layer = [&](const Layer& layer, const Tensor& out) {
+    if (origin.layer.empty() && !finite(out.data(), static_cast<size_t>(out.numel()))) origin.layer = layer.name();
+  };
+  const GradientsReady check = [&](const std::vector<ParamHandle>& handles) {
+    for (ParamHandle h : handles)
+      if (origin.parameter.empty() && !finite(store_.grad(h), store_.info(h).numel))
+        origin.parameter = store_.info(h).name;
+  };
+  StepContext ctx;
+  ctx.seed = options_.seed;
+  ctx.step = slot_step_[slot];
+  ctx.training = true;
+  ctx.shards = options_.micro_batches_per_pass;
+  ctx.batch_statistics = p.batch_statistics.get();
+  ctx.after_layer = &after_layer;
+  ctx.overwrite_grads = true;  // each pass on its own
+  const int64_t rows = options_.pass_rows;
+  const int64_t passes = step_rows() / rows;
+  double loss = 0.0;
+  int64_t correct = 0;
+  try {
+    for (int64_t pass = 0; pass < passes; ++pass) {
+      ctx.pass = pass;
+      ctx.micro_step = pass / options_.passes_per_micro_batch * options_.micro_batches_per_pass;
+      ctx.first_sample = options_.first_sample + pass * rows;
+      const float* logits = p.network->forward(p.x[slot] + pass * rows * p.sample_numel, store_, ctx);
+      backend_.softmax_xent(logits, p.y[slot] + pass * rows, p.network->logits_grad(), p.row_loss, rows,
+                            options_.classes, options_.grad_scale, options_.label_smoothing, &loss, &correct);
+      p.network->backward(store_, ctx, check);
+    }
+  } catch (...) {
+    store_.set_weight_gradient_sink(sink);
+    throw;
+  }
+  store_.set_weight_gradient_sink(sink);
+  std::copy(buffers.begin(), buffers.end(), store_.buffers_data());
+  store_.discard_grads();
+  origin.gradient = !origin.parameter.empty();
+  return origin;
 }
 
 // The sync strategy's turn on the host store after micro-batch `micro_step`: the calls in place

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -132,6 +133,13 @@ struct StepFigures {
   double grad_norm = 0.0;
 };
 
+// Where a non-finite gradient came from on one rank (CompiledStep::diagnose_nonfinite).
+struct NonFiniteOrigin {
+  bool gradient = false;  // this rank's own gradient held NaN or Inf
+  std::string layer;      // the first layer, in forward order, whose output did ("" when none)
+  std::string parameter;  // the first parameter, in backward order, whose gradient did ("" when none)
+};
+
 class CompiledStep {
  public:
   // `store` is the store the step works on: the host store in place (the one `model` declared into),
@@ -162,6 +170,15 @@ class CompiledStep {
   void launch(int64_t step, double lr);
   // Waits for the oldest step in flight; its figures (valid = false when none is in flight).
   StepFigures finish();
+  // In place (the CPU, where launch() returns with the step done): whether the step just launched
+  // found its reduced gradient non-finite (and skipped its update).
+  bool launched_nonfinite() const;
+  // In place, right after such a step, while its rows are still the caller's: runs its passes
+  // again on this rank alone (no sync strategy, so the gradient is this rank's), looking at every
+  // layer's output and at every gradient as backward makes it final. Nothing is updated and the
+  // running statistics are left as the step left them. Every training rank calls it after the same
+  // step: batch statistics summed over the ranks make the same collectives as the step did.
+  NonFiniteOrigin diagnose_nonfinite();
   // Destroys the recorded steps, without waiting for the device; later steps run unrecorded. A
   // failing run calls it before aborting NCCL, whose abort waits for the graphs holding its work.
   void drop_recordings();

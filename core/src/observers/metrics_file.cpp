@@ -59,6 +59,24 @@ class MetricsFile final : public TrainingObserver {
     if (!off_) check(out_.append(json_line(record) + "\n"));
   }
 
+  // A non-finite step's own records, one per rank whose own gradient held NaN or Inf ("nonfinite":
+  // the rank; null when no rank's did or none looked), with what became of the step and where it
+  // came from. Flat, so that `mgtrain report` reads the file as before (and leaves them out).
+  void on_nonfinite(const NonFiniteFigures& f) override {
+    std::vector<NonFiniteFigures::Origin> origins = f.ranks;
+    if (origins.empty()) origins.push_back({-1, "", ""});
+    for (const auto& origin : origins) {
+      JsonValue record;
+      record["step"] = f.step;
+      record["nonfinite"] = origin.rank >= 0 ? JsonValue(origin.rank) : JsonValue();
+      record["action"] = f.skipped ? "skip" : "abort";
+      record["diagnosed"] = f.diagnosed;
+      record["layer"] = origin.layer;
+      record["parameter"] = origin.parameter;
+      if (!off_) check(out_.append(json_line(record) + "\n"));
+    }
+  }
+
   void on_run_end(const RunEnd&) override {
     if (!off_) check(out_.close());
   }

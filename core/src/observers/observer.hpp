@@ -43,6 +43,21 @@ struct EvalFigures {
   std::string path;  // data.test
 };
 
+// A step whose reduced gradient held NaN or Inf (train.nonfinite), with where it came from on each
+// rank whose own gradient did (empty: no rank looked, as on a GPU, or each rank's was finite and
+// their sum overflowed).
+struct NonFiniteFigures {
+  struct Origin {
+    int rank = 0;
+    std::string layer;      // the first layer whose output held NaN or Inf ("" none)
+    std::string parameter;  // the first parameter, in backward order, whose gradient did
+  };
+  int64_t step = 0;        // 1-based, as the messages count
+  bool skipped = false;    // train.nonfinite = skip; otherwise the run ends
+  bool diagnosed = false;  // the ranks looked (on the CPU)
+  std::vector<Origin> ranks;
+};
+
 // The run as it ends, after the last step it took.
 struct RunEnd {
   int64_t step = 0;
@@ -64,6 +79,8 @@ class TrainingObserver {
   virtual void on_epoch_end(int64_t step, int64_t epoch) { (void)step, (void)epoch; }
   // After on_epoch_end, for an epoch evaluated on the test file.
   virtual void on_evaluation(const EvalFigures& figures) { (void)figures; }
+  // A step with a non-finite gradient, skipped or about to end the run.
+  virtual void on_nonfinite(const NonFiniteFigures& figures) { (void)figures; }
   virtual void on_run_end(const RunEnd& run) { (void)run; }
 };
 

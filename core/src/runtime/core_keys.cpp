@@ -97,7 +97,10 @@ const std::vector<ConfigKey>& core_config_keys() {
        "(a bar when stdout is a terminal)",
        "auto|bar|lines"},
       {"train.nonfinite", KeyType::choice, "abort",
-       "a NaN or Inf gradient on any rank: abort the job, or skip the step on all ranks and count it", "abort|skip"},
+       "a NaN or Inf gradient on any rank: abort the job, or skip the step on all ranks and count it; "
+       "either way the line and a metrics record name the rank, the first layer whose output and the "
+       "first parameter whose gradient held it (on the CPU)",
+       "abort|skip"},
       {"train.log_every", KeyType::positive_integer, "50", "steps between progress lines and metrics records"},
       {"checkpoint.dir", KeyType::path, "runs/%j",
        "directory for step-<N>.h5, latest and metrics.jsonl; %j becomes SLURM_JOB_ID ('local' outside "

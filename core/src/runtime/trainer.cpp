@@ -868,6 +868,8 @@ class Trainer {
     const double host_phases_before = phases_.sync + phases_.optimizer;
     absorb(step_->begin(batch.x.data(), batch.y));
     step_->launch(step, schedule_->at(step));
+    // On the CPU the step is done and its rows still here: where a non-finite gradient came from.
+    if (step_->launched_nonfinite() && lockstep()) diagnose_nonfinite(step);
     // The rest of the step is compute: forward, loss and backward (on a GPU: staging and enqueueing).
     phases_.compute += seconds_since(t) - (phases_.sync + phases_.optimizer - host_phases_before);
   }
@@ -884,20 +886,61 @@ class Trainer {
     step_->download_state(store_);
   }
 
+  // Every training rank looks at the step it just ran again, alone, and rank 0 learns from each
+  // whose own gradient held NaN or Inf the first layer whose output did and the first parameter
+  // (in backward order) whose gradient did. A fixed-size record a rank: names are cut at 255 bytes.
+  void diagnose_nonfinite(int64_t step) {
+    const NonFiniteOrigin origin = step_->diagnose_nonfinite();
+    struct Record {
+      char gradient;
+      char layer[256];
+      char parameter[256];
+    } mine{};
+    mine.gradient = origin.gradient ? 1 : 0;
+    std::snprintf(mine.layer, sizeof mine.layer, "%s", origin.layer.c_str());
+    std::snprintf(mine.parameter, sizeof mine.parameter, "%s", origin.parameter.c_str());
+    std::vector<Record> all(static_cast<size_t>(train_comm_->size()));
+    train_comm_->allgather(&mine, all.data(), sizeof(Record));
+    nonfinite_ = NonFiniteFigures{};
+    nonfinite_.step = step + 1;
+    nonfinite_.diagnosed = true;
+    for (size_t r = 0; r < all.size(); ++r)
+      if (all[r].gradient) nonfinite_.ranks.push_back({static_cast<int>(r), all[r].layer, all[r].parameter});
+  }
+
+  // Where the non-finite gradient of step `step` (1-based) came from, for its message.
+  std::string nonfinite_origin(int64_t step) const {
+    if (nonfinite_.step != step || !nonfinite_.diagnosed) return "NaN or Inf on some rank";
+    if (nonfinite_.ranks.empty()) return "every rank's own gradient was finite: their sum overflowed the float range";
+    std::string text;
+    for (const auto& origin : nonfinite_.ranks) {
+      text += (text.empty() ? "" : "; ") + std::string("rank ") + std::to_string(origin.rank) + "'s gradient";
+      if (!origin.layer.empty()) text += ", first the output of layer '" + origin.layer + "'";
+      text += ", first parameter in backward order '" + origin.parameter + "'";
+    }
+    return text;
+  }
+
   // A finished step's figures into the interval; a non-finite gradient ends the run or is counted
-  // as skipped (the step already skipped its update).
+  // as skipped (the step already skipped its update), with a metrics record either way.
   void absorb(const StepFigures& f) {
     if (!f.valid) return;
     interval_.loss += f.loss_sum;
     interval_.correct += static_cast<double>(f.correct);
     interval_.grad_norm = f.grad_norm;  // figures come in launch order: the last step's stays
     if (!f.nonfinite) return;
+    const int64_t step = f.step + 1;
+    if (nonfinite_.step != step) nonfinite_ = NonFiniteFigures{step};
+    nonfinite_.skipped = skip_nonfinite_;
+    for (auto& o : observers_) o->on_nonfinite(nonfinite_);
     if (!skip_nonfinite_)
-      throw StartupError("non-finite gradient at step " + std::to_string(f.step + 1) +
-                             " (NaN or Inf on some rank); train.nonfinite = skip skips such steps",
+      throw StartupError("non-finite gradient at step " + std::to_string(step) + " (" + nonfinite_origin(step) +
+                             "); train.nonfinite = skip skips such steps",
                          leader_);
     ++result_.skipped_steps;
-    if (leader_) log_ << "warning: non-finite gradient at step " << f.step + 1 << ": step skipped\n" << std::flush;
+    if (leader_)
+      log_ << "warning: non-finite gradient at step " << step << " (" << nonfinite_origin(step) << "): step skipped\n"
+           << std::flush;
   }
 
   // Rank 0's observers, in the order they report: the slow-rank warning and the progress output
@@ -1058,7 +1101,8 @@ class Trainer {
   Clock::time_point interval_start_, run_start_;
   TrainResult result_;
   bool skip_nonfinite_ = false;
-  int64_t eval_every_ = 0;  // train.eval_every_epochs where there is a test file to evaluate on
+  NonFiniteFigures nonfinite_;  // the latest non-finite step's
+  int64_t eval_every_ = 0;      // train.eval_every_epochs where there is a test file to evaluate on
   int64_t nan_step_ = 0;
   std::vector<std::unique_ptr<TrainingObserver>> observers_;  // rank 0's, unless quiet
 };

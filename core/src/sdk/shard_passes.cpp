@@ -67,14 +67,15 @@ void forward(Layer& layer, const LayerRun& run, const Tensor& in, Tensor& out, b
   const int64_t shards = run.step.shards;
   if (whole || shards <= 1) {
     layer.forward(run, in, out);
-    return;
+  } else {
+    const int64_t rows = in.shape()[0] / shards;
+    for (int64_t s = 0; s < shards; ++s) {
+      const StepContext ctx = shard_context(run.step, rows, s);
+      Tensor out_s = slice(out, shards, s);
+      layer.forward(LayerRun{run.ops, run.store, ctx}, slice(in, shards, s), out_s);
+    }
   }
-  const int64_t rows = in.shape()[0] / shards;
-  for (int64_t s = 0; s < shards; ++s) {
-    const StepContext ctx = shard_context(run.step, rows, s);
-    Tensor out_s = slice(out, shards, s);
-    layer.forward(LayerRun{run.ops, run.store, ctx}, slice(in, shards, s), out_s);
-  }
+  if (run.step.after_layer) (*run.step.after_layer)(layer, out);
 }
 
 void backward(Layer& layer, const LayerRun& run, const Tensor& in, const Tensor& out, const Tensor& grad_out,

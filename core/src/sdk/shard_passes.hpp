@@ -17,7 +17,8 @@ namespace mgt::shard_passes {
 bool whole(const Layer& layer, const Ops& ops, const Shape& input, int64_t shards);
 // The input shape to plan `layer` for: `input`, or one shard's rows of it.
 Shape plan_shape(const Shape& input, int64_t shards, bool whole);
-// Forward and backward of the pass (run.step.shards shards), whole or shard by shard.
+// Forward and backward of the pass (run.step.shards shards), whole or shard by shard; forward then
+// hands the output to run.step.after_layer when one is set.
 void forward(Layer& layer, const LayerRun& run, const Tensor& in, Tensor& out, bool whole);
 void backward(Layer& layer, const LayerRun& run, const Tensor& in, const Tensor& out, const Tensor& grad_out,
               Tensor* grad_in, bool whole);

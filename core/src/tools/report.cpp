@@ -359,8 +359,11 @@ std::string render_report_svg(const std::vector<JsonLine>& all_records,
                               const std::map<int, std::vector<JsonLine>>& servers, const std::string& title) {
   // The training intervals' records, and the test file's evaluations (train.eval_every_epochs),
   // which have test_ fields instead: each its own series, so neither breaks the other's lines.
+  // A non-finite step's records ("nonfinite") carry nothing to draw.
   std::vector<JsonLine> metrics, tests;
-  for (const JsonLine& line : all_records) (line.numbers.count("test_accuracy") != 0 ? tests : metrics).push_back(line);
+  for (const JsonLine& line : all_records)
+    if (line.numbers.count("nonfinite") == 0)
+      (line.numbers.count("test_accuracy") != 0 ? tests : metrics).push_back(line);
   if (metrics.empty()) metrics = all_records;  // only evaluations: draw what there is
   std::vector<Panel> panels;
   const std::string blue = kPalette[0];

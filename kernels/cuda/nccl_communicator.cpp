@@ -152,6 +152,8 @@ class DoneRequest final : public CommRequest {
   void wait() override {}
 };
 
+ncclDataType_t nccl_type(ElementType type) { return type == ElementType::f32 ? ncclFloat32 : ncclBfloat16; }
+
 class NcclCommunicator final : public Communicator {
  public:
   // Bootstrap over `host`: rank 0 makes the unique id, every rank joins with it.
@@ -236,6 +238,28 @@ class NcclCommunicator final : public Communicator {
     MGT_NCCL_COMM_CHECK(ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm_, stream()), comm_);
     return std::make_unique<NcclRequest>(compute_, mark());
   }
+  void allreduce_sum(void* data, size_t count, ElementType type) override {
+    if (count == 0) return;
+    require_live(type == ElementType::f32 ? "allreduce (floats)" : "allreduce (bfloat16)");
+    ++collective_count_;
+    fork();
+    MGT_NCCL_COMM_CHECK(ncclAllReduce(data, data, count, nccl_type(type), ncclSum, comm_, stream()), comm_);
+    join();
+  }
+  void reduce_scatter_sum(const void* send, void* recv, size_t count, ElementType type) override {
+    if (count == 0) return;
+    require_live(type == ElementType::f32 ? "reduce-scatter (floats)" : "reduce-scatter (bfloat16)");
+    ++collective_count_;
+    fork();
+    // NCCL's in place is recv at send + rank * count; this interface's puts the sum first.
+    const bool in_place = send == recv;
+    void* out = in_place ? static_cast<char*>(recv) + static_cast<size_t>(rank()) * count * element_bytes(type) : recv;
+    MGT_NCCL_COMM_CHECK(ncclReduceScatter(send, out, count, nccl_type(type), ncclSum, comm_, stream()), comm_);
+    if (in_place && rank() != 0)
+      MGT_CUDA_CHECK(cudaMemcpyAsync(recv, out, count * element_bytes(type), cudaMemcpyDeviceToDevice, stream()));
+    join();
+  }
+  using Communicator::allgather;
   void broadcast(void* data, size_t bytes, int root) override {
     if (bytes == 0) return;
     require_live("broadcast (bytes)");

@@ -1,12 +1,15 @@
 // The MPI communicator under mpirun: collectives give the right values on every rank, several
 // non-blocking all-reduces can be in flight, and a wait on a silent peer ends at its deadline.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "comm/mpi_communicator.hpp"
+#include "kernels/cpu/bf16.hpp"
 #include "mgtrain/error.hpp"
 #include "mpi_check.hpp"
 
@@ -56,6 +59,48 @@ int main(int argc, char** argv) {
   int value = rank == 1 ? 4242 : -1;
   comm->broadcast(&value, sizeof(value), 1);
   check(value == 4242, "broadcast from rank 1", rank);
+
+  // Typed collectives. Reduce-scatter: block r of every rank summed into rank r's; FP32 exact here
+  // (small integers), in place too (the sum in the first block).
+  const size_t block = 1000;
+  std::vector<float> blocks(block * static_cast<size_t>(size)), mine_sum(block);
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<float>(rank + static_cast<int>(i % 5));
+  comm->reduce_scatter_sum(blocks.data(), mine_sum.data(), block, mgt::ElementType::f32);
+  bool scatter_ok = true;
+  for (size_t i = 0; i < block; ++i) {
+    const size_t at = static_cast<size_t>(rank) * block + i;
+    scatter_ok =
+        scatter_ok && mine_sum[i] == static_cast<float>(size * (size - 1) / 2 + size * static_cast<int>(at % 5));
+  }
+  check(scatter_ok, "reduce_scatter_sum of floats", rank);
+  comm->reduce_scatter_sum(blocks.data(), blocks.data(), block, mgt::ElementType::f32);
+  check(std::equal(mine_sum.begin(), mine_sum.end(), blocks.begin()), "reduce_scatter_sum in place", rank);
+  // bfloat16: half the bytes; small integers are exact in bfloat16, and so is 1 + 2^-7 (its 8
+  // significant bits) and a few ranks' sum of it.
+  std::vector<uint16_t> halves(block * static_cast<size_t>(size)), half_sum(block);
+  for (size_t i = 0; i < halves.size(); ++i)
+    halves[i] = mgt::kernels::to_bf16(static_cast<float>(rank + 1) * static_cast<float>(1 + i % 3));
+  comm->reduce_scatter_sum(halves.data(), half_sum.data(), block, mgt::ElementType::bf16);
+  bool half_ok = true;
+  for (size_t i = 0; i < block; ++i) {
+    const size_t at = static_cast<size_t>(rank) * block + i;
+    half_ok = half_ok && mgt::kernels::from_bf16(half_sum[i]) ==
+                             static_cast<float>(size * (size + 1) / 2) * static_cast<float>(1 + at % 3);
+  }
+  check(half_ok, "reduce_scatter_sum of bfloat16", rank);
+  std::vector<uint16_t> fine(100, mgt::kernels::to_bf16(1.0f + 1.0f / 128.0f));
+  comm->allreduce_sum(fine.data(), fine.size(), mgt::ElementType::bf16);
+  const float fine_sum = mgt::kernels::from_bf16(fine[0]);
+  check(fine_sum == static_cast<float>(size) * (1.0f + 1.0f / 128.0f),
+        "allreduce_sum of bfloat16: " + std::to_string(fine_sum), rank);
+  std::vector<float> pieces(static_cast<size_t>(size) * 3);
+  const float three[3] = {static_cast<float>(rank), 0.5f, -1.0f};
+  comm->allgather(three, pieces.data(), 3, mgt::ElementType::f32);
+  bool pieces_ok = true;
+  for (int r = 0; r < size; ++r) pieces_ok = pieces_ok && pieces[static_cast<size_t>(r) * 3] == static_cast<float>(r);
+  check(pieces_ok, "allgather of typed elements", rank);
+  check(mgt::Communicator::kPluginTagFirst > 7201 && mgt::Communicator::kPluginTagLast <= 32767,
+        "the plugins' tags lie above the core's and within MPI's guaranteed range", rank);
 
   std::vector<int> gathered(static_cast<size_t>(size));
   const int mine = rank * rank;

@@ -44,6 +44,24 @@ int main(int argc, char** argv) {
   const int rank = comm->rank(), size = comm->size();
   check(size >= 2 && comm->local_rank() == host->local_rank(), "rank, size and local rank are the host's", rank);
 
+  {
+    // Reduce-scatter of backend memory through the host, and a bfloat16 all-reduce.
+    const size_t block = 300;
+    std::vector<float> blocks(block * static_cast<size_t>(size));
+    for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<float>(rank + static_cast<int>(i % 3));
+    BackendBuffer<float> send(*backend, blocks), recv(*backend, std::vector<float>(block));
+    comm->reduce_scatter_sum(send.data, recv.data, block, mgt::ElementType::f32);
+    const auto got = recv.host();
+    bool ok = true;
+    for (size_t i = 0; i < block; ++i)
+      ok = ok && got[i] == static_cast<float>(size * (size - 1) / 2 +
+                                              size * static_cast<int>((static_cast<size_t>(rank) * block + i) % 3));
+    check(ok, "reduce_scatter_sum of floats in backend memory", rank);
+    BackendBuffer<uint16_t> half(*backend, std::vector<uint16_t>(64, 0x3f80));  // 1.0 in bfloat16
+    comm->allreduce_sum(half.data, half.size, mgt::ElementType::bf16);
+    check(half.host()[0] == (size == 2 ? 0x4000 : 0x4080), "allreduce_sum of bfloat16 in backend memory", rank);
+  }
+
   for (size_t n : {size_t{1}, size_t{1000}, size_t{1} << 18}) {
     std::vector<float> v(n);
     for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(rank + static_cast<int>(i % 7));

@@ -19,8 +19,18 @@ class MGT_API CommRequest {
   virtual void wait() = 0;  // blocks up to the communicator's deadline
 };
 
+// The elements of a typed collective: FP32, or bfloat16 (a float's upper 16 bits, held as
+// uint16_t, rounded to nearest even): half the bytes on the wire, for compressed gradients.
+enum class ElementType { f32, bf16 };
+inline size_t element_bytes(ElementType type) { return type == ElementType::f32 ? 4 : 2; }
+
 class MGT_API Communicator {
  public:
+  // Message tags a plugin may use for its point-to-point messages; the core's and the built-in
+  // plugins' are below kPluginTagFirst. (MPI guarantees tags up to 32767.)
+  static constexpr int kPluginTagFirst = 16384;
+  static constexpr int kPluginTagLast = 32767;
+
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
@@ -34,6 +44,18 @@ class MGT_API Communicator {
   virtual void allreduce_sum(double* data, size_t count) = 0;
   virtual void allreduce_max(int64_t* data, size_t count) = 0;
   virtual std::unique_ptr<CommRequest> iallreduce_sum(float* data, size_t count) = 0;
+  // Sum in place over all ranks of `count` elements of `type`. bfloat16 sums are formed in FP32
+  // and rounded back to bfloat16 at each addition the implementation makes (as NCCL's).
+  virtual void allreduce_sum(void* data, size_t count, ElementType type) = 0;
+  // Each rank's `send` holds size() blocks of `count` elements; rank r's `recv` (count elements)
+  // gets the sum over the ranks of their block r (MPI_Reduce_scatter_block, ncclReduceScatter).
+  // `send` may be `recv` (in place): the sum then lands in its first block. With allgather below,
+  // the two halves of an all-reduce, for a strategy that updates a shard.
+  virtual void reduce_scatter_sum(const void* send, void* recv, size_t count, ElementType type) = 0;
+  // Each rank's `count` elements of `type`; recv holds size() blocks, rank r's at block r.
+  void allgather(const void* send, void* recv, size_t count, ElementType type) {
+    allgather(send, recv, count * element_bytes(type));
+  }
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   // recv holds size() * bytes; rank r's block lands at recv + r * bytes.
   virtual void allgather(const void* send, void* recv, size_t bytes) = 0;

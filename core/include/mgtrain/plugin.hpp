@@ -30,7 +30,8 @@
 //    Ops::channel_sums and channel_affine.
 // 8: statistics over the batch (StepContext::batch_statistics, BatchStatistics, StepContext::pass),
 //    Layer::handles_shards, LayerPlanner::shards, WeightGradientSink::shard_gradients,
-//    StepContext::after_layer.
+//    StepContext::after_layer; Communicator::allreduce_sum and reduce_scatter_sum of
+//    ElementType (FP32, bfloat16), the plugins' tag range.
 #define MGTRAIN_PLUGIN_ABI_VERSION 8u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/bf16.hpp"
 #include "mgtrain/error.hpp"
 
 // Converts an MPI status code into the core's exception, with file and line.
@@ -63,6 +64,25 @@ std::string rank_list(const std::vector<int>& ranks) {
 }
 
 namespace {
+
+// bfloat16 sums for MPI: each pair added in FP32 and rounded back, as NCCL does.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = kernels::to_bf16(kernels::from_bf16(a[i]) + kernels::from_bf16(b[i]));
+}
+
+MPI_Datatype mpi_type(ElementType type) { return type == ElementType::f32 ? MPI_FLOAT : MPI_UINT16_T; }
+
+MPI_Op sum_op(ElementType type) {
+  if (type == ElementType::f32) return MPI_SUM;
+  static const MPI_Op op = [] {
+    MPI_Op created;
+    MPI_Op_create(&bf16_sum, /*commute=*/1, &created);
+    return created;
+  }();
+  return op;
+}
 
 bool thread_multiple() {
   int level = MPI_THREAD_SINGLE;
@@ -260,6 +280,16 @@ class MpiCommunicator final : public Communicator {
     MGT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_INT64_T, MPI_MAX, comm_));
   }
   std::unique_ptr<CommRequest> iallreduce_sum(float* data, size_t count) override;
+  void allreduce_sum(void* data, size_t count, ElementType type) override {
+    Guarded g(*this, type == ElementType::f32 ? "allreduce (floats)" : "allreduce (bfloat16)", count);
+    MGT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpi_type(type), sum_op(type), comm_));
+  }
+  void reduce_scatter_sum(const void* send, void* recv, size_t count, ElementType type) override {
+    Guarded g(*this, type == ElementType::f32 ? "reduce-scatter (floats)" : "reduce-scatter (bfloat16)", count);
+    MGT_MPI_CHECK(MPI_Reduce_scatter_block(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
+                                           mpi_type(type), sum_op(type), comm_));
+  }
+  using Communicator::allgather;
   std::unique_ptr<CommRequest> isend(const void* data, size_t bytes, int dest, int tag) override;
   std::unique_ptr<CommRequest> irecv(void* data, size_t bytes, int source, int tag) override;
   std::unique_ptr<Communicator> split(int color, int key) override {

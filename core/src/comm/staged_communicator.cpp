@@ -41,6 +41,20 @@ class StagedCommunicator final : public Communicator {
     allreduce_sum(data, count);
     return std::make_unique<DoneRequest>();
   }
+  void allreduce_sum(void* data, size_t count, ElementType type) override {
+    const size_t bytes = count * element_bytes(type);
+    reduce(static_cast<char*>(data), bytes, [&](char* h) { host_.allreduce_sum(h, count, type); });
+  }
+  void reduce_scatter_sum(const void* send, void* recv, size_t count, ElementType type) override {
+    sync_host();
+    ++collective_count_;
+    const size_t block = count * element_bytes(type), all = block * static_cast<size_t>(size());
+    staging_.resize(all + block);
+    backend_.download(staging_.data(), send, all);
+    host_.reduce_scatter_sum(staging_.data(), staging_.data() + all, count, type);
+    backend_.upload(recv, staging_.data() + all, block);
+  }
+  using Communicator::allgather;
   void broadcast(void* data, size_t bytes, int root) override {
     reduce(static_cast<char*>(data), bytes, [&](char* h) { host_.broadcast(h, bytes, root); });
   }

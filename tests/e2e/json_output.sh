@@ -2,7 +2,8 @@
 # Every JSON line mgtrain writes is JSON to a real parser (Python's json, which refuses bare NaN
 # when told to): a checkpoint directory with a quote, a backslash and a space in its name, and a
 # run that diverges (lr 1e30, train.nonfinite = skip), whose non-finite losses are written as null.
-# Then `mgtrain report` reads those lines back and `mgtrain eval --json` parses too.
+# Then `mgtrain report` reads those lines back (the skipped steps' records too) and `mgtrain eval
+# --json` parses.
 source "$(dirname "$0")/lib.sh"
 write_config run.ini
 sed -i '/^test =/d' run.ini
@@ -29,7 +30,12 @@ if result["checkpoint"] != os.path.join(run_dir, "step-10.h5") or not os.path.ex
     sys.exit(f"checkpoint {result['checkpoint']!r} is not the file written in {run_dir!r}")
 if result["final_loss"] is not None:
     sys.exit(f"final_loss {result['final_loss']!r}: a diverged run's loss must be null")
-lines = [strict(line) for line in open(metrics_path)]
+records = [strict(line) for line in open(metrics_path)]
+# Each skipped step has its own record ("nonfinite": the rank whose gradient held NaN or Inf).
+skipped = [m for m in records if "nonfinite" in m]
+lines = [m for m in records if "nonfinite" not in m]
+if not skipped or any(m["action"] != "skip" or not isinstance(m["layer"], str) for m in skipped):
+    sys.exit(f"non-finite records {skipped}")
 if [m["step"] for m in lines] != [5, 10]:
     sys.exit(f"metrics steps {[m['step'] for m in lines]}")
 if any(m["loss"] is not None for m in lines) or not all(isinstance(m["lr"], float) for m in lines):

@@ -359,11 +359,8 @@ std::string render_report_svg(const std::vector<JsonLine>& all_records,
                               const std::map<int, std::vector<JsonLine>>& servers, const std::string& title) {
   // The training intervals' records, and the test file's evaluations (train.eval_every_epochs),
   // which have test_ fields instead: each its own series, so neither breaks the other's lines.
-  // A non-finite step's records ("nonfinite") carry nothing to draw.
   std::vector<JsonLine> metrics, tests;
-  for (const JsonLine& line : all_records)
-    if (line.numbers.count("nonfinite") == 0)
-      (line.numbers.count("test_accuracy") != 0 ? tests : metrics).push_back(line);
+  for (const JsonLine& line : all_records) (line.numbers.count("test_accuracy") != 0 ? tests : metrics).push_back(line);
   if (metrics.empty()) metrics = all_records;  // only evaluations: draw what there is
   std::vector<Panel> panels;
   const std::string blue = kPalette[0];
@@ -475,7 +472,14 @@ ReportResult write_report(const std::string& run_dir, const std::string& out_pat
                   (fs::exists(run_dir) ? "is not a directory" : "does not exist") +
                   " (expected the checkpoint.dir of a run, holding metrics.jsonl)");
   }
-  const std::vector<JsonLine> metrics = read_json_lines((fs::path(run_dir) / "metrics.jsonl").string(), "step");
+  // A non-finite step's records ("nonfinite": the rank it came from) carry nothing to draw.
+  const std::string metrics_path = (fs::path(run_dir) / "metrics.jsonl").string();
+  std::vector<JsonLine> metrics = read_json_lines(metrics_path, "step");
+  const size_t records = metrics.size();
+  std::erase_if(metrics, [](const JsonLine& line) { return line.numbers.count("nonfinite") != 0; });
+  if (metrics.empty())
+    throw DataError("metrics file '" + metrics_path + "' holds no figures to draw, only " + std::to_string(records) +
+                    " non-finite step record(s) (the run ended before its first train.log_every steps)");
 
   std::map<int, std::vector<JsonLine>> servers;
   static const std::regex kServerFile(R"(metrics\.rank([0-9]{1,9})\.jsonl)");

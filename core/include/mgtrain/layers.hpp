@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mgtrain/export.hpp"
+#include "mgtrain/layer_description.hpp"
 #include "mgtrain/ops.hpp"
 #include "mgtrain/parameters.hpp"
 #include "mgtrain/tensor.hpp"
@@ -147,6 +148,9 @@ class MGT_API Layer {
   // forward, later every shard's backward, so such a layer's backward must need nothing from its
   // forward but its input and output (a convolution; not a pooling op that records its maxima).
   virtual bool handles_shards() const { return false; }
+  // What the layer computes, for `mgtrain export` (mgtrain/layer_description.hpp); the default,
+  // LayerKind::none, says it has no export form.
+  virtual LayerDescription describe() const { return {}; }
 
  protected:
   explicit Layer(std::string name) : name_(std::move(name)) {}

@@ -33,6 +33,9 @@ class MGT_API Model {
     (void)shards;
     return false;
   }
+  // The layers the model applies one after another, for `mgtrain export`; empty (the default)
+  // when it is not such a stack, as a model that drives its layers itself: no export form.
+  virtual std::vector<const Layer*> export_layers() const { return {}; }
 };
 
 // Layers applied in order, run on the CPU in host memory by the same executor that runs them on
@@ -50,6 +53,7 @@ class MGT_API SequentialModel : public Model {
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   // Always (a layer that is not row-wise runs one shard at a time: shard_passes in the SDK).
   bool shard_batchable(int64_t shard_rows, int64_t shards) const override;
+  std::vector<const Layer*> export_layers() const override;
 
  private:
   struct HostExecutor;

@@ -32,7 +32,9 @@
 //    Layer::handles_shards, LayerPlanner::shards, WeightGradientSink::shard_gradients,
 //    StepContext::after_layer; Communicator::allreduce_sum and reduce_scatter_sum of
 //    ElementType (FP32, bfloat16), the plugins' tag range.
-#define MGTRAIN_PLUGIN_ABI_VERSION 8u
+// 9: Layer::describe (LayerDescription, mgtrain/layer_description.hpp) and Model::export_layers:
+//    what a model computes, for `mgtrain export`.
+#define MGTRAIN_PLUGIN_ABI_VERSION 9u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
 namespace mgt {

@@ -61,6 +61,12 @@ Shape SequentialModel::output_shape(const Shape& input) const {
 // Every layer takes a pass of several shards: whole, or the executor runs it shard by shard.
 bool SequentialModel::shard_batchable(int64_t, int64_t) const { return !layers_.empty(); }
 
+std::vector<const Layer*> SequentialModel::export_layers() const {
+  std::vector<const Layer*> layers;
+  for (const auto& layer : layers_) layers.push_back(layer.get());
+  return layers;
+}
+
 const Tensor& SequentialModel::forward(const Tensor& input, const StepContext& ctx) {
   MGT_CHECK(!layers_.empty(), Error, "SequentialModel::forward: the model has no layers");
   MGT_CHECK(store_ != nullptr && store_->finalized(), Error,

@@ -49,6 +49,12 @@ class AvgPool2dLayer final : public Layer {
   }
 
   bool backward_reads_output() const override { return false; }
+  LayerDescription describe() const override {
+    LayerDescription d;
+    d.kind = LayerKind::avg_pool2d;
+    d.ints = {{"kernel", kernel_}, {"stride", stride_}};
+    return d;
+  }
 
  private:
   int64_t kernel_, stride_;

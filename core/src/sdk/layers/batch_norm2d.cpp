@@ -174,6 +174,14 @@ class BatchNorm2dLayer final : public Layer {
   bool backward_reads_output() const override { return false; }
   // Its statistics are summed per micro-shard, its gradients formed per micro-shard.
   bool handles_shards() const override { return true; }
+  LayerDescription describe() const override {
+    LayerDescription d;
+    d.kind = LayerKind::batch_norm2d;
+    d.floats = {{"epsilon", eps_}};
+    d.params = {gamma_, beta_};
+    d.buffers = {running_mean_, running_var_};
+    return d;
+  }
 
  private:
   void check_shards(const StepContext& step) const {

@@ -62,6 +62,13 @@ class Conv2dLayer final : public Layer {
 
   std::vector<ParamHandle> param_handles() const override { return {weight_, bias_}; }
   bool backward_reads_output() const override { return false; }
+  LayerDescription describe() const override {
+    LayerDescription d;
+    d.kind = LayerKind::conv2d;
+    d.ints = {{"kernel", shape_.kernel}, {"stride", shape_.stride}, {"padding", shape_.padding}};
+    d.params = {weight_, bias_};
+    return d;
+  }
 
  private:
   Conv2dShape with_input(const Shape& input) const {

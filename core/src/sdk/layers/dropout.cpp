@@ -51,6 +51,12 @@ class DropoutLayer final : public Layer {
 
   // Each element's mask comes from its global sample index: rows are independent.
   bool row_wise(const Ops&, int64_t, int64_t) const override { return true; }
+  LayerDescription describe() const override {
+    LayerDescription d;
+    d.kind = LayerKind::dropout;
+    d.floats = {{"probability", p_}};
+    return d;
+  }
 
  private:
   float p_;

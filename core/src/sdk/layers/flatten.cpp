@@ -18,6 +18,11 @@ class FlattenLayer final : public Layer {
   void forward(const LayerRun&, const Tensor&, Tensor&) override {}
   void backward(const LayerRun&, const Tensor&, const Tensor&, const Tensor&, Tensor*) override {}
   bool row_wise(const Ops&, int64_t, int64_t) const override { return true; }
+  LayerDescription describe() const override {
+    LayerDescription d;
+    d.kind = LayerKind::flatten;
+    return d;
+  }
 };
 
 }  // namespace

@@ -43,6 +43,11 @@ class GlobalAvgPool2dLayer final : public Layer {
   }
 
   bool backward_reads_output() const override { return false; }
+  LayerDescription describe() const override {
+    LayerDescription d;
+    d.kind = LayerKind::global_avg_pool2d;
+    return d;
+  }
 
  private:
   int64_t plane_ = 0;

@@ -94,6 +94,12 @@ class LinearLayer final : public Layer {
   bool row_wise(const Ops& ops, int64_t shard_rows, int64_t shards) const override {
     return ops.gemm_rows_independent(shard_rows, shards, out_, in_);
   }
+  LayerDescription describe() const override {
+    LayerDescription d;
+    d.kind = LayerKind::linear;
+    d.params = {weight_, bias_};
+    return d;
+  }
 
  private:
   int64_t in_, out_;

@@ -40,6 +40,13 @@ class MaxPool2dLayer final : public Layer {
   // forward recorded: one shard at a time, the last shard's record would be all there is.)
   bool row_wise(const Ops&, int64_t, int64_t) const override { return true; }
 
+  LayerDescription describe() const override {
+    LayerDescription d;
+    d.kind = LayerKind::max_pool2d;
+    d.ints = {{"kernel", kernel_}, {"stride", stride_}};
+    return d;
+  }
+
  private:
   int64_t kernel_, stride_;
   Shape planned_;

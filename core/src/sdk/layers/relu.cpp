@@ -18,6 +18,11 @@ class ReluLayer final : public Layer {
   bool row_wise(const Ops&, int64_t, int64_t) const override { return true; }
   // Element-wise, and backward reads only the output.
   bool runs_in_place() const override { return true; }
+  LayerDescription describe() const override {
+    LayerDescription d;
+    d.kind = LayerKind::relu;
+    return d;
+  }
 };
 
 }  // namespace

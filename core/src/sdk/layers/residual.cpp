@@ -135,6 +135,14 @@ class ResidualLayer final : public Layer {
   // Its layers take a pass of several shards by the executor's rule; the sum is element-wise.
   bool handles_shards() const override { return true; }
 
+  LayerDescription describe() const override {
+    LayerDescription d;
+    d.kind = LayerKind::residual;
+    for (const auto& layer : branch_.layers) d.branch.push_back(layer.get());
+    for (const auto& layer : shortcut_.layers) d.shortcut.push_back(layer.get());
+    return d;
+  }
+
  private:
   Chain branch_, shortcut_;
   Shape planned_;

@@ -1,0 +1,47 @@
+#pragma once
+// What a layer computes, in terms another framework can rebuild: `mgtrain export` writes a model's
+// layers as ONNX from these descriptions. A description holds no framework's types: a kind, named
+// attributes, the parameters and buffers the layer reads (handles into the store it declared
+// into) and, for a block, the layers inside it. A layer that cannot say what it computes keeps
+// Layer::describe()'s default, LayerKind::none, and a model holding one cannot be exported.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mgtrain/parameters.hpp"
+
+namespace mgt {
+
+class Layer;
+
+enum class LayerKind {
+  none,               // no export form
+  linear,             // params {weight [out, in], bias [out]}; an input of higher rank is flattened first
+  conv2d,             // params {weight [out_c, in_c, k, k], bias [out_c]}; ints kernel, stride, padding
+  max_pool2d,         // ints kernel, stride (no padding, windows that fit)
+  avg_pool2d,         // ints kernel, stride (no padding, windows that fit)
+  global_avg_pool2d,  // [B, C, H, W] -> [B, C]
+  batch_norm2d,       // params {weight, bias}, buffers {running_mean, running_var}; floats epsilon
+  relu,               // max(x, 0)
+  flatten,            // [B, ...] -> [B, features]
+  dropout,            // the identity outside training
+  residual,           // branch(x) + shortcut(x); an empty shortcut is the identity
+  onnx_operator,      // one ONNX operator, op_type (below)
+};
+
+// onnx_operator: the ONNX operator `op_type` (default domain, opset 17) over (input, params...,
+// buffers...), with one output; `ints` and `floats` become its attributes. For a layer of a
+// plugin's own that one operator computes in evaluation (Tanh, LeakyRelu with alpha, Mul by a
+// parameter, ...).
+struct LayerDescription {
+  LayerKind kind = LayerKind::none;
+  std::string op_type;                                // onnx_operator: "Tanh", "LeakyRelu", ...
+  std::vector<std::pair<std::string, int64_t>> ints;  // named integer attributes
+  std::vector<std::pair<std::string, float>> floats;  // named real attributes
+  std::vector<ParamHandle> params;                    // in the order the kind lists them
+  std::vector<BufferHandle> buffers;                  // in the order the kind lists them
+  std::vector<const Layer*> branch, shortcut;         // residual
+};
+
+}  // namespace mgt

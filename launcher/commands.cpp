@@ -90,6 +90,8 @@ int run_eval(const std::vector<std::string>& args) {
       "data", po::value<std::string>(), "HDF5 data file to evaluate on")(
       "batch", po::value<int64_t>()->default_value(1000), "samples per forward pass")("json", po::bool_switch(),
                                                                                       "print one JSON line")(
+      "logits", po::value<std::string>(),
+      "write every row's logits to this .npy file (float32 [N, classes], the data file's row order)")(
       "plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory");
   const auto vm = parse(args, desc);
   if (vm.count("help")) {
@@ -100,7 +102,8 @@ int run_eval(const std::vector<std::string>& args) {
   const std::string data = require(vm, "data", "eval");
   const auto batch = vm["batch"].as<int64_t>();
   if (batch <= 0) throw ConfigError("eval: --batch must be positive, got " + std::to_string(batch));
-  const EvalResult r = evaluate_checkpoint(checkpoint, data, plugin_paths(vm), batch);
+  const std::string logits = vm.count("logits") ? vm["logits"].as<std::string>() : "";
+  const EvalResult r = evaluate_checkpoint(checkpoint, data, plugin_paths(vm), batch, logits);
   if (vm["json"].as<bool>())
     std::printf("%s\n", eval_result_json(r).c_str());
   else

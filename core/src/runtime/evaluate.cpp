@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "checkpoint/checkpoint.hpp"
 #include "datasets/sharded_reader.hpp"
+#include "io/atomic_file.hpp"
+#include "io/npy.hpp"
 #include "loader/plugin_loader.hpp"
 #include "runtime/trainer.hpp"
 
@@ -31,13 +34,13 @@ void check_eval_data(const Model& model, const std::string& data_path, const std
 }
 
 EvalResult evaluate_model(Model& model, const std::string& data_path, const std::string& x_name,
-                          const std::string& y_name, int64_t batch) {
+                          const std::string& y_name, int64_t batch, std::vector<float>* logits) {
   check_eval_data(model, data_path, x_name, y_name, batch);
-  return eval_result(evaluate_share(model, data_path, x_name, y_name, batch, 0, 1));
+  return eval_result(evaluate_share(model, data_path, x_name, y_name, batch, 0, 1, logits));
 }
 
 EvalSums evaluate_share(Model& model, const std::string& data_path, const std::string& x_name,
-                        const std::string& y_name, int64_t batch, int rank, int world) {
+                        const std::string& y_name, int64_t batch, int rank, int world, std::vector<float>* logits_out) {
   data::ReaderOptions ro;
   ro.path = data_path;
   ro.x_name = x_name;
@@ -64,6 +67,7 @@ EvalSums evaluate_share(Model& model, const std::string& data_path, const std::s
     grad.resize(logits.shape());
     sums.loss_sum += softmax_cross_entropy(logits, next.y, grad, 1.0f);
     correct += count_correct(logits, next.y);
+    if (logits_out) logits_out->insert(logits_out->end(), logits.data(), logits.data() + logits.numel());
     sums.samples += static_cast<double>(next.rows);
   }
   sums.correct = static_cast<double>(correct);
@@ -80,7 +84,10 @@ EvalResult eval_result(const EvalSums& total) {
 }
 
 EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string& data_path,
-                               const std::vector<std::string>& plugin_paths, int64_t batch) {
+                               const std::vector<std::string>& plugin_paths, int64_t batch,
+                               const std::string& logits_path) {
+  std::optional<AtomicFile> logits_file;
+  if (!logits_path.empty()) logits_file.emplace(logits_path, "logits file");
   const CheckpointMeta stored = read_checkpoint_meta(checkpoint);
   Config config = Config::from_string(stored.config_ini, checkpoint + " (stored config)");
   PluginRegistry registry(plugin_paths);
@@ -89,7 +96,14 @@ EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string&
   auto model = build_model(registry, config, store);
   for (const auto& note : registry.notes()) std::fprintf(stderr, "mgtrain: note: %s\n", note.c_str());
   load_checkpoint(checkpoint, store, nullptr);
-  return evaluate_model(*model, data_path, config.get_string("data.x_name"), config.get_string("data.y_name"), batch);
+  std::vector<float> logits;
+  const EvalResult result = evaluate_model(*model, data_path, config.get_string("data.x_name"),
+                                           config.get_string("data.y_name"), batch, logits_file ? &logits : nullptr);
+  if (logits_file) {
+    const auto rows = result.samples;
+    logits_file->commit(npy_float32(logits.data(), {rows, static_cast<int64_t>(logits.size()) / rows}));
+  }
+  return result;
 }
 
 }  // namespace mgt

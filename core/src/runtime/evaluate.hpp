@@ -20,9 +20,10 @@ struct EvalResult {
 void check_eval_data(const Model& model, const std::string& data_path, const std::string& x_name,
                      const std::string& y_name, int64_t batch);
 
-// The model's parameters must be loaded; the data file is checked first (check_eval_data).
+// The model's parameters must be loaded; the data file is checked first (check_eval_data). With
+// `logits`, every row's logits are appended to it, in the file's order.
 EvalResult evaluate_model(Model& model, const std::string& data_path, const std::string& x_name,
-                          const std::string& y_name, int64_t batch);
+                          const std::string& y_name, int64_t batch, std::vector<float>* logits = nullptr);
 
 // One rank's share of an evaluation over `world` ranks: the rows a ShardedReader gives rank
 // `rank` in global batches of batch x world (every sample once over the ranks), in batches of at
@@ -33,12 +34,16 @@ struct EvalSums {
   double samples = 0;
 };
 EvalSums evaluate_share(Model& model, const std::string& data_path, const std::string& x_name,
-                        const std::string& y_name, int64_t batch, int rank, int world);
+                        const std::string& y_name, int64_t batch, int rank, int world,
+                        std::vector<float>* logits = nullptr);
 // The mean figures of sums added over the ranks.
 EvalResult eval_result(const EvalSums& total);
 
-// Rebuilds the model from the config stored in the checkpoint, so no config file is needed.
+// Rebuilds the model from the config stored in the checkpoint, so no config file is needed. A
+// non-empty `logits_path` gets every row's logits as a .npy file ([N, classes] float32, the
+// file's row order), written whole or not at all; a path that cannot be written is refused first.
 EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string& data_path,
-                               const std::vector<std::string>& plugin_paths, int64_t batch);
+                               const std::vector<std::string>& plugin_paths, int64_t batch,
+                               const std::string& logits_path = "");
 
 }  // namespace mgt

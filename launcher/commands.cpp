@@ -1,4 +1,4 @@
-// `mgtrain eval`, `data`, `plugins` and `config-keys`: single-process commands, no MPI.
+// `mgtrain eval`, `export`, `data`, `plugins` and `config-keys`: single-process commands, no MPI.
 #include <boost/program_options.hpp>
 
 #include <unistd.h>
@@ -21,6 +21,7 @@
 #include "runtime/core_keys.hpp"
 #include "runtime/evaluate.hpp"
 #include "tools/checkpoint_compare.hpp"
+#include "tools/onnx_export.hpp"
 
 namespace po = boost::program_options;
 
@@ -109,6 +110,38 @@ int run_eval(const std::vector<std::string>& args) {
   else
     std::printf("accuracy %.4f  loss %.4f  samples %lld  (%s on %s)\n", r.accuracy, r.loss,
                 static_cast<long long>(r.samples), checkpoint.c_str(), data.c_str());
+  return 0;
+}
+
+int run_export(const std::vector<std::string>& args) {
+  po::options_description desc(
+      "usage: mgtrain export --checkpoint FILE --out MODEL.onnx [options]\n"
+      "  The checkpoint's model as ONNX (opset 17): input \"input\", float32 [N, ...sample shape], the\n"
+      "  samples as the data file stores them (uint8 pixels as 0..255), normalised in the graph as the\n"
+      "  data reader does; output \"logits\" [N, classes]; N is free. Batch norm runs on its running\n"
+      "  statistics, dropout is the identity. A layer or model with no ONNX form is refused by name.\n"
+      "options");
+  desc.add_options()("help", "show this help")("checkpoint", po::value<std::string>(), "checkpoint file (step-<N>.h5)")(
+      "out", po::value<std::string>(), "ONNX file to write (under a temporary name, renamed when complete)")(
+      "data", po::value<std::string>(),
+      "data file giving the sample shape and normalisation (default: the checkpoint's data.train; eval "
+      "normalises each file by its own statistics)")("plugin-path", po::value<std::vector<std::string>>()->composing(),
+                                                     "extra plugin directory");
+  const auto vm = parse(args, desc);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return 0;
+  }
+  const std::string checkpoint = require(vm, "checkpoint", "export");
+  const std::string out = require(vm, "out", "export");
+  const std::string data = vm.count("data") ? vm["data"].as<std::string>() : "";
+  const OnnxExport e = export_onnx(checkpoint, out, data, plugin_paths(vm));
+  std::printf(
+      "wrote %s: model %s, %lld nodes; input \"input\" float32 [N, %s samples of %s, normalised in the "
+      "graph: %s; output \"logits\" [N, %lld]\n",
+      out.c_str(), e.model_name.c_str(), static_cast<long long>(e.onnx.nodes),
+      shape_string(e.sample_shape).substr(1).c_str(), e.data_path.c_str(), e.normalisation.text().c_str(),
+      static_cast<long long>(e.onnx.classes));
   return 0;
 }
 

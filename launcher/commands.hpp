@@ -13,6 +13,7 @@ int run_doctor(int argc, char** argv, const std::vector<std::string>& args);
 // the one executable that links the GPU libraries. Returns only on failure.
 int exec_doctor(char** argv);
 int run_eval(const std::vector<std::string>& args);
+int run_export(const std::vector<std::string>& args);
 int run_data(const std::vector<std::string>& args);
 int run_compare(const std::vector<std::string>& args);
 int run_plugins(const std::vector<std::string>& args);

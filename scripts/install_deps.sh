@@ -13,10 +13,12 @@ packages=(
   nlohmann-json3-dev libssl-dev
   # PNG and JPEG decoding for `mgtrain data convert --image-folder`
   libpng-dev libjpeg62-turbo-dev
+  # ONNX's protobuf messages for `mgtrain export` (onnx/onnx-ml.pb.h, libonnx_proto)
+  libonnx-dev libprotobuf-dev
   dataset-fashion-mnist
   # the format check (scripts/check_format.sh, .clang-format)
   clang-format
-  # the TensorBoard read-back test: a venv for the tensorboard package from PyPI
+  # the TensorBoard and ONNX Runtime tests: a venv for tensorboard, onnxruntime, onnx from PyPI
   python3 python3-venv
   # the Slurm test: a real one-node cluster (libpmix-dev: Slurm's PMIx plugin loads libpmix.so)
   slurmctld slurmd slurm-client munge libpmix-dev

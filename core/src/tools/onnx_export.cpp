@@ -1,0 +1,426 @@
+#include "tools/onnx_export.hpp"
+
+#include <onnx/onnx_pb.h>
+
+#include <cstdio>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "checkpoint/checkpoint.hpp"
+#include "datasets/hdf5_format.hpp"
+#include "io/atomic_file.hpp"
+#include "loader/plugin_loader.hpp"
+#include "mgtrain/version.hpp"
+#include "runtime/trainer.hpp"
+
+namespace mgt {
+
+namespace {
+
+// Opset 17 is the newest the ONNX release Debian 12 ships (1.12) knows; ONNX Runtime from 1.13 on
+// runs it.
+constexpr int64_t kOpset = 17;
+
+std::string number(float v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", static_cast<double>(v));
+  return text;
+}
+
+std::string values(const std::vector<float>& v) {
+  if (v.size() == 1) return number(v[0]);
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + number(v[i]);
+  return out + "]";
+}
+
+const char* kind_name(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::none:
+      return "none";
+    case LayerKind::linear:
+      return "linear";
+    case LayerKind::conv2d:
+      return "conv2d";
+    case LayerKind::max_pool2d:
+      return "max_pool2d";
+    case LayerKind::avg_pool2d:
+      return "avg_pool2d";
+    case LayerKind::global_avg_pool2d:
+      return "global_avg_pool2d";
+    case LayerKind::batch_norm2d:
+      return "batch_norm2d";
+    case LayerKind::relu:
+      return "relu";
+    case LayerKind::flatten:
+      return "flatten";
+    case LayerKind::dropout:
+      return "dropout";
+    case LayerKind::residual:
+      return "residual";
+    case LayerKind::onnx_operator:
+      return "onnx_operator";
+  }
+  return "?";
+}
+
+onnx::AttributeProto int_attr(const std::string& name, int64_t value) {
+  onnx::AttributeProto a;
+  a.set_name(name);
+  a.set_type(onnx::AttributeProto::INT);
+  a.set_i(value);
+  return a;
+}
+
+onnx::AttributeProto ints_attr(const std::string& name, const std::vector<int64_t>& values) {
+  onnx::AttributeProto a;
+  a.set_name(name);
+  a.set_type(onnx::AttributeProto::INTS);
+  for (int64_t v : values) a.add_ints(v);
+  return a;
+}
+
+onnx::AttributeProto float_attr(const std::string& name, float value) {
+  onnx::AttributeProto a;
+  a.set_name(name);
+  a.set_type(onnx::AttributeProto::FLOAT);
+  a.set_f(value);
+  return a;
+}
+
+// Walks the layers' descriptions and adds their nodes and initializers to one graph. Tensor names
+// are the layers' (and the parameters' canonical) names, made unique where they meet.
+class GraphBuilder {
+ public:
+  GraphBuilder(onnx::GraphProto& graph, ParameterStore& store, std::string model_name)
+      : graph_(graph), store_(store), model_(std::move(model_name)) {}
+
+  // Adds the nodes of `layers` applied to `x` of shape `shape` (batch 1); returns the output's name
+  // and leaves its shape in `shape`.
+  std::string layers(const std::vector<const Layer*>& list, std::string x, Shape& shape) {
+    for (const Layer* layer : list) x = layer_nodes(*layer, x, shape);
+    return x;
+  }
+
+  std::string node(const std::string& op, const std::vector<std::string>& inputs, const std::string& name,
+                   const std::vector<onnx::AttributeProto>& attributes = {}) {
+    onnx::NodeProto* n = graph_.add_node();
+    n->set_op_type(op);
+    const std::string output = unique(name);
+    n->set_name(output);
+    for (const auto& input : inputs) n->add_input(input);
+    n->add_output(output);
+    for (const auto& a : attributes) *n->add_attribute() = a;
+    return output;
+  }
+
+  // A constant tensor of the graph: float32 `values` of shape `dims`.
+  std::string constant(const std::string& name, const Shape& dims, const float* values, size_t count) {
+    onnx::TensorProto* t = graph_.add_initializer();
+    const std::string unique_name = unique(name);
+    t->set_name(unique_name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+    // raw_data is little-endian, as every host mgtrain builds for.
+    t->set_raw_data(std::string(reinterpret_cast<const char*>(values), count * sizeof(float)));
+    return unique_name;
+  }
+
+  std::string unique(const std::string& name) {
+    std::string candidate = name;
+    for (int i = 2; !names_.insert(candidate).second; ++i) candidate = name + "_" + std::to_string(i);
+    return candidate;
+  }
+
+  int64_t nodes() const { return graph_.node_size(); }
+
+ private:
+  [[noreturn]] void no_form(const Layer& layer, const std::string& why) const {
+    throw Error("model '" + model_ + "': layer '" + layer.name() + "' " + why +
+                " (docs/plugins.md, \"A layer's export form\")");
+  }
+
+  std::string param(const Layer& layer, const LayerDescription& d, size_t i) {
+    if (i >= d.params.size())
+      no_form(layer, std::string("describes itself as ") + kind_name(d.kind) + " with " +
+                         std::to_string(d.params.size()) + " parameter(s), expected " + std::to_string(i + 1));
+    const ParamHandle h = d.params[i];
+    if (h >= store_.params().size()) no_form(layer, "names parameter handle " + std::to_string(h) + ", not declared");
+    if (auto it = params_.find(h); it != params_.end()) return it->second;
+    const ParamInfo& info = store_.info(h);
+    return params_[h] = constant(info.name, info.shape, store_.param(h), info.numel);
+  }
+
+  std::string buffer(const Layer& layer, const LayerDescription& d, size_t i) {
+    if (i >= d.buffers.size())
+      no_form(layer, std::string("describes itself as ") + kind_name(d.kind) + " with " +
+                         std::to_string(d.buffers.size()) + " buffer(s), expected " + std::to_string(i + 1));
+    const BufferHandle h = d.buffers[i];
+    if (h >= store_.buffers().size()) no_form(layer, "names buffer handle " + std::to_string(h) + ", not declared");
+    if (auto it = buffers_.find(h); it != buffers_.end()) return it->second;
+    const BufferInfo& info = store_.buffers()[h];
+    return buffers_[h] = constant(info.name, info.shape, store_.buffer(h), info.numel);
+  }
+
+  int64_t int_attribute(const Layer& layer, const LayerDescription& d, const std::string& key) const {
+    for (const auto& [name, value] : d.ints)
+      if (name == key) return value;
+    no_form(layer, std::string("describes itself as ") + kind_name(d.kind) + " without the attribute '" + key + "'");
+  }
+
+  float float_attribute(const Layer& layer, const LayerDescription& d, const std::string& key) const {
+    for (const auto& [name, value] : d.floats)
+      if (name == key) return value;
+    no_form(layer, std::string("describes itself as ") + kind_name(d.kind) + " without the attribute '" + key + "'");
+  }
+
+  std::string layer_nodes(const Layer& layer, std::string x, Shape& shape) {
+    const LayerDescription d = layer.describe();
+    const Shape out = layer.output_shape(shape);
+    const std::string& name = layer.name();
+    std::string y;
+    switch (d.kind) {
+      case LayerKind::none:
+        no_form(layer, "has no ONNX form: its describe() says LayerKind::none");
+      case LayerKind::linear:
+        // Linear takes any rank and flattens it; Gemm takes [N, features] only.
+        if (shape.size() != 2) x = node("Flatten", {x}, name + ".flatten", {int_attr("axis", 1)});
+        y = node("Gemm", {x, param(layer, d, 0), param(layer, d, 1)}, name, {int_attr("transB", 1)});
+        break;
+      case LayerKind::conv2d: {
+        const int64_t k = int_attribute(layer, d, "kernel"), s = int_attribute(layer, d, "stride"),
+                      p = int_attribute(layer, d, "padding");
+        y = node("Conv", {x, param(layer, d, 0), param(layer, d, 1)}, name,
+                 {ints_attr("kernel_shape", {k, k}), ints_attr("strides", {s, s}), ints_attr("pads", {p, p, p, p})});
+        break;
+      }
+      case LayerKind::max_pool2d:
+      case LayerKind::avg_pool2d: {
+        const int64_t k = int_attribute(layer, d, "kernel"), s = int_attribute(layer, d, "stride");
+        y = node(d.kind == LayerKind::max_pool2d ? "MaxPool" : "AveragePool", {x}, name,
+                 {ints_attr("kernel_shape", {k, k}), ints_attr("strides", {s, s})});
+        break;
+      }
+      case LayerKind::global_avg_pool2d:
+        // GlobalAveragePool keeps [N, C, 1, 1]; the layer gives [N, C].
+        y = node("Flatten", {node("GlobalAveragePool", {x}, name + ".pool")}, name, {int_attr("axis", 1)});
+        break;
+      case LayerKind::batch_norm2d:
+        // Inference mode: normalised by the running statistics, as the layer evaluates.
+        y = node("BatchNormalization",
+                 {x, param(layer, d, 0), param(layer, d, 1), buffer(layer, d, 0), buffer(layer, d, 1)}, name,
+                 {float_attr("epsilon", float_attribute(layer, d, "epsilon"))});
+        break;
+      case LayerKind::relu:
+        y = node("Relu", {x}, name);
+        break;
+      case LayerKind::flatten:
+        y = node("Flatten", {x}, name, {int_attr("axis", 1)});
+        break;
+      case LayerKind::dropout:
+        y = node("Identity", {x}, name);  // outside training
+        break;
+      case LayerKind::residual: {
+        if (d.branch.empty()) no_form(layer, "describes itself as a residual block with no branch");
+        Shape branch_shape = shape, shortcut_shape = shape;
+        const std::string branch = layers(d.branch, x, branch_shape);
+        const std::string shortcut = d.shortcut.empty() ? x : layers(d.shortcut, x, shortcut_shape);
+        y = node("Add", {branch, shortcut}, name);
+        break;
+      }
+      case LayerKind::onnx_operator: {
+        if (d.op_type.empty()) no_form(layer, "describes itself as an ONNX operator but names none (op_type)");
+        std::vector<std::string> inputs{x};
+        for (size_t i = 0; i < d.params.size(); ++i) inputs.push_back(param(layer, d, i));
+        for (size_t i = 0; i < d.buffers.size(); ++i) inputs.push_back(buffer(layer, d, i));
+        std::vector<onnx::AttributeProto> attributes;
+        for (const auto& [key, v] : d.ints) attributes.push_back(int_attr(key, v));
+        for (const auto& [key, v] : d.floats) attributes.push_back(float_attr(key, v));
+        y = node(d.op_type, inputs, name, attributes);
+        break;
+      }
+    }
+    shape = out;
+    return y;
+  }
+
+  onnx::GraphProto& graph_;
+  ParameterStore& store_;
+  std::string model_;
+  std::set<std::string> names_;
+  std::map<ParamHandle, std::string> params_;
+  std::map<BufferHandle, std::string> buffers_;
+};
+
+void set_tensor_type(onnx::ValueInfoProto* value, const std::string& name, const Shape& dims) {
+  value->set_name(name);
+  auto* tensor = value->mutable_type()->mutable_tensor_type();
+  tensor->set_elem_type(onnx::TensorProto::FLOAT);
+  auto* shape = tensor->mutable_shape();
+  shape->add_dim()->set_dim_param("N");  // the batch: any size
+  for (size_t i = 1; i < dims.size(); ++i) shape->add_dim()->set_dim_value(dims[i]);
+}
+
+}  // namespace
+
+std::string InputNormalisation::text() const {
+  std::string out;
+  if (divide_by != 0) out = "x / " + number(divide_by);
+  if (!mean.empty()) {
+    if (!out.empty()) out += ", then ";
+    out += "(x - " + values(mean) + ") / " + values(stddev);
+  }
+  return out.empty() ? "none" : out;
+}
+
+InputNormalisation input_normalisation(const data::DatasetInfo& info) {
+  // As the reader (datasets/sharded_reader.cpp): uint8 samples become (v / 255 - mean) / std
+  // (v / 255 without the attributes), float32 ones (x - mean) * (1 / std).
+  InputNormalisation n;
+  const bool u8 = info.x_type == "uint8";
+  if (u8) n.divide_by = 255.0f;
+  if (!info.channel_mean.empty()) {
+    n.mean = info.channel_mean;
+    n.stddev = info.channel_std;
+  } else if (info.normalized_attrs) {
+    n.mean = {info.mean};
+    n.stddev = {info.stddev};
+  }
+  n.multiply_by_reciprocal = !u8;
+  return n;
+}
+
+OnnxModel onnx_model(const Model& model, ParameterStore& store, const std::string& model_name,
+                     const Shape& sample_shape, const InputNormalisation& normalisation,
+                     const std::vector<std::pair<std::string, std::string>>& metadata) {
+  const std::vector<const Layer*> stack = model.export_layers();
+  if (stack.empty())
+    throw Error("model '" + model_name +
+                "' has no ONNX form: it is not a stack of layers (Model::export_layers() is empty; docs/plugins.md, "
+                "\"A layer's export form\")");
+  Shape input{1};
+  input.insert(input.end(), sample_shape.begin(), sample_shape.end());
+  const Shape logits = model.output_shape(input);
+  MGT_CHECK(logits.size() == 2, Error,
+            "model '" + model_name + "' gives " + shape_string(logits) + " for input " + shape_string(input) +
+                ", expected logits [N, classes]");
+
+  onnx::ModelProto proto;
+  proto.set_ir_version(onnx::IR_VERSION);
+  proto.set_producer_name("mgtrain");
+  proto.set_producer_version(MGTRAIN_VERSION);
+  proto.set_doc_string("input: float32 samples as stored in the data file, normalised in the graph: " +
+                       normalisation.text() + "; output: logits");
+  proto.add_opset_import()->set_version(kOpset);
+  for (const auto& [key, value] : metadata) {
+    auto* prop = proto.add_metadata_props();
+    prop->set_key(key);
+    prop->set_value(value);
+  }
+  onnx::GraphProto& graph = *proto.mutable_graph();
+  graph.set_name(model_name);
+  set_tensor_type(graph.add_input(), "input", input);
+
+  GraphBuilder builder(graph, store, model_name);
+  builder.unique("input");
+  builder.unique("logits");
+  std::string x = "input";
+  // The reader's normalisation, with the same float operations in the same order.
+  Shape stat_dims(input.size() - 1, 1);  // one value per channel, broadcast over the rest
+  if (normalisation.divide_by != 0) {
+    const float scale = normalisation.divide_by;
+    x = builder.node("Div", {x, builder.constant("input_scale", {1}, &scale, 1)}, "input_scaled");
+  }
+  if (!normalisation.mean.empty()) {
+    const size_t c = normalisation.mean.size();
+    Shape dims = c == 1 ? Shape{1} : stat_dims;
+    if (c != 1) dims[0] = static_cast<int64_t>(c);
+    x = builder.node("Sub", {x, builder.constant("input_mean", dims, normalisation.mean.data(), c)}, "input_centred");
+    if (normalisation.multiply_by_reciprocal) {
+      std::vector<float> inverse;
+      for (float s : normalisation.stddev) inverse.push_back(1.0f / s);
+      x = builder.node("Mul", {x, builder.constant("input_inv_std", dims, inverse.data(), c)}, "input_normalised");
+    } else {
+      x = builder.node("Div", {x, builder.constant("input_std", dims, normalisation.stddev.data(), c)},
+                       "input_normalised");
+    }
+  }
+  const int64_t before = builder.nodes();
+  Shape shape = input;
+  x = builder.layers(stack, x, shape);
+  // The last node's output is the graph's.
+  if (builder.nodes() > before && graph.node(graph.node_size() - 1).output(0) == x) {
+    graph.mutable_node(graph.node_size() - 1)->set_output(0, "logits");
+  } else {
+    builder.node("Identity", {x}, "logits_identity");
+    graph.mutable_node(graph.node_size() - 1)->set_output(0, "logits");
+  }
+  set_tensor_type(graph.add_output(), "logits", logits);
+
+  OnnxModel result;
+  result.nodes = graph.node_size();
+  result.classes = logits[1];
+  if (!proto.SerializeToString(&result.bytes))
+    throw Error("model '" + model_name + "': the ONNX graph cannot be serialized (over 2 GB?)");
+  return result;
+}
+
+OnnxExport export_onnx(const std::string& checkpoint, const std::string& out, const std::string& data_path,
+                       const std::vector<std::string>& plugin_paths) {
+  AtomicFile file(out, "ONNX file");  // refuses an output that cannot be written before any work
+  const CheckpointMeta stored = read_checkpoint_meta(checkpoint);
+  Config config = Config::from_string(stored.config_ini, checkpoint + " (stored config)");
+  PluginRegistry registry(plugin_paths);
+  registry.add_recorded_paths(stored.plugin_paths, "the checkpoint's run");
+  ParameterStore store;
+  auto model = build_model(registry, config, store);
+  for (const auto& note : registry.notes()) std::fprintf(stderr, "mgtrain: note: %s\n", note.c_str());
+  load_checkpoint(checkpoint, store, nullptr);
+
+  OnnxExport result;
+  result.model_name = plugin_choice(config).model;
+  result.data_path = data_path.empty() ? config.get_string("data.train") : data_path;
+  data::DatasetInfo info;
+  try {
+    info =
+        data::open_dataset_info(result.data_path, config.get_string("data.x_name"), config.get_string("data.y_name"));
+  } catch (const Error& e) {
+    throw DataError(std::string(e.what()) + (data_path.empty() ? " (the checkpoint's data.train, which gives the "
+                                                                 "sample shape and normalisation; --data names "
+                                                                 "another file)"
+                                                               : ""));
+  }
+  result.sample_shape = info.sample_shape;
+  result.normalisation = input_normalisation(info);
+  Shape input{1};
+  input.insert(input.end(), info.sample_shape.begin(), info.sample_shape.end());
+  try {
+    model->output_shape(input);
+  } catch (const Error& e) {
+    throw DataError("data file '" + result.data_path + "': the model cannot take its samples of shape " +
+                    shape_string(info.sample_shape) + ": " + e.what());
+  }
+  std::vector<std::pair<std::string, std::string>> metadata{
+      {"mgtrain.model", result.model_name},
+      {"mgtrain.checkpoint", checkpoint},
+      {"mgtrain.step", std::to_string(stored.step)},
+      {"mgtrain.input", "float32 [N, " + shape_string(info.sample_shape).substr(1) + " samples as stored in '" +
+                            result.data_path + "' (" + info.x_type + ")"},
+      {"mgtrain.normalisation", result.normalisation.text()},
+  };
+  if (!info.class_names.empty()) {
+    std::string names;
+    for (const auto& n : info.class_names) names += (names.empty() ? "" : ",") + n;
+    metadata.emplace_back("mgtrain.class_names", names);
+  }
+  try {
+    result.onnx = onnx_model(*model, store, result.model_name, info.sample_shape, result.normalisation, metadata);
+  } catch (const Error& e) {
+    throw Error("cannot export checkpoint '" + checkpoint + "' to ONNX: " + e.what());
+  }
+  file.commit(result.onnx.bytes);
+  return result;
+}
+
+}  // namespace mgt

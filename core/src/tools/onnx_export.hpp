@@ -1,0 +1,58 @@
+#pragma once
+// `mgtrain export`: a checkpoint's model as an ONNX file for ONNX Runtime and other frameworks.
+// The graph takes the data file's samples as stored ("input", float32 [N, ...sample shape], N
+// left free), normalises them as the data reader does, runs the model's layers as they evaluate
+// (batch norm on its running statistics, dropout the identity) and gives "logits" [N, classes].
+// It is built from the layers' descriptions (Layer::describe), so no ONNX type reaches the SDK.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mgtrain/model.hpp"
+
+namespace mgt {
+
+namespace data {
+struct DatasetInfo;
+}
+
+// What the data reader does to a raw sample before the model sees it, which the graph repeats
+// with the same float operations in the same order.
+struct InputNormalisation {
+  float divide_by = 0;                  // uint8 samples are divided by 255 first; 0: not
+  std::vector<float> mean;              // one value for every element, or one per channel; empty: none
+  std::vector<float> stddev;            // as mean
+  bool multiply_by_reciprocal = false;  // float32 samples: (x - mean) * (1 / std), as the reader
+  std::string text() const;             // "x / 255, then (x - 0.286) / 0.353", for messages and metadata
+};
+InputNormalisation input_normalisation(const data::DatasetInfo& info);
+
+struct OnnxModel {
+  std::string bytes;  // a serialized onnx.ModelProto
+  int64_t nodes = 0;
+  int64_t classes = 0;
+};
+
+// Builds the graph of `model` (its parameters and buffers in `store`) for samples of
+// `sample_shape`. Throws Error naming the model and the layer when a layer has no ONNX form
+// (LayerKind::none), or the model is no stack of layers (Model::export_layers() empty).
+OnnxModel onnx_model(const Model& model, ParameterStore& store, const std::string& model_name,
+                     const Shape& sample_shape, const InputNormalisation& normalisation,
+                     const std::vector<std::pair<std::string, std::string>>& metadata = {});
+
+struct OnnxExport {
+  std::string model_name;
+  std::string data_path;  // where the sample shape and normalisation came from
+  Shape sample_shape;
+  InputNormalisation normalisation;
+  OnnxModel onnx;
+};
+
+// Rebuilds the model from the checkpoint as `mgtrain eval` does and writes it to `out` under a
+// temporary name in the same directory, renamed when complete: a failure leaves no file. The
+// sample shape and normalisation come from `data_path`, or when it is empty from the
+// checkpoint's data.train.
+OnnxExport export_onnx(const std::string& checkpoint, const std::string& out, const std::string& data_path,
+                       const std::vector<std::string>& plugin_paths);
+
+}  // namespace mgt

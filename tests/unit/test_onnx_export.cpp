@@ -1,0 +1,281 @@
+// The ONNX export's graph, read back with ONNX's own protobuf messages: the nodes each SDK layer
+// becomes (attributes, initializers under the canonical names holding the store's values), the
+// input's normalisation, the free batch dimension, and the refusals of a layer and a model with no
+// ONNX form. ONNX Runtime runs the exported models in tests/e2e/onnx_export.sh.
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "datasets/hdf5_format.hpp"
+#include "mgtrain/error.hpp"
+#include "mgtrain/layers.hpp"
+#include "mgtrain/model.hpp"
+#include "tools/onnx_export.hpp"
+
+namespace {
+
+using mgt::Shape;
+
+class TestModel final : public mgt::SequentialModel {
+ public:
+  TestModel() {
+    add(mgt::make_conv2d("conv1", 1, 4, 3, 2, 1));
+    add(mgt::make_batch_norm2d("bn1", 4, 1e-3f));
+    add(mgt::make_relu("relu1"));
+    std::vector<std::unique_ptr<mgt::Layer>> branch, shortcut, branch2;
+    branch.push_back(mgt::make_conv2d("res1.conv1", 4, 8, 3, 2, 1));
+    shortcut.push_back(mgt::make_conv2d("res1.shortcut.conv1", 4, 8, 1, 2, 0));
+    add(mgt::make_residual("res1", std::move(branch), std::move(shortcut)));
+    branch2.push_back(mgt::make_relu("res2.relu1"));
+    add(mgt::make_residual("res2", std::move(branch2)));
+    add(mgt::make_max_pool2d("pool1", 2, 1));
+    add(mgt::make_avg_pool2d("avgpool1", 2, 1));
+    add(mgt::make_dropout("dropout1", 0.5f));
+    add(mgt::make_linear("fc1", 8 * 2 * 2, 6));
+    add(mgt::make_flatten("flatten1"));
+    add(mgt::make_linear("fc2", 6, 3));
+  }
+};
+
+// Values that say where they came from: element i of the k-th parameter or buffer is k + i / 1000.
+void fill_store(mgt::ParameterStore& store) {
+  float k = 0;
+  for (size_t h = 0; h < store.params().size(); ++h, ++k)
+    for (size_t i = 0; i < store.params()[h].numel; ++i) store.param(h)[i] = k + static_cast<float>(i) / 1000;
+  for (size_t h = 0; h < store.buffers().size(); ++h, ++k)
+    for (size_t i = 0; i < store.buffers()[h].numel; ++i) store.buffer(h)[i] = k + static_cast<float>(i) / 1000;
+}
+
+onnx::ModelProto parse(const std::string& bytes) {
+  onnx::ModelProto proto;
+  EXPECT_TRUE(proto.ParseFromString(bytes));
+  return proto;
+}
+
+std::vector<std::string> op_types(const onnx::GraphProto& graph) {
+  std::vector<std::string> ops;
+  for (const auto& node : graph.node()) ops.push_back(node.op_type());
+  return ops;
+}
+
+const onnx::NodeProto& node_named(const onnx::GraphProto& graph, const std::string& name) {
+  for (const auto& node : graph.node())
+    if (node.name() == name) return node;
+  throw std::runtime_error("no node " + name);
+}
+
+const onnx::AttributeProto& attribute(const onnx::NodeProto& node, const std::string& name) {
+  for (const auto& a : node.attribute())
+    if (a.name() == name) return a;
+  throw std::runtime_error("node " + node.name() + " has no attribute " + name);
+}
+
+std::vector<int64_t> ints(const onnx::AttributeProto& a) { return {a.ints().begin(), a.ints().end()}; }
+
+std::vector<float> initializer(const onnx::GraphProto& graph, const std::string& name, Shape* dims = nullptr) {
+  for (const auto& t : graph.initializer())
+    if (t.name() == name) {
+      EXPECT_EQ(t.data_type(), onnx::TensorProto::FLOAT);
+      if (dims) *dims = Shape(t.dims().begin(), t.dims().end());
+      std::vector<float> v(t.raw_data().size() / sizeof(float));
+      std::memcpy(v.data(), t.raw_data().data(), t.raw_data().size());
+      return v;
+    }
+  throw std::runtime_error("no initializer " + name);
+}
+
+mgt::InputNormalisation uint8_normalisation() {
+  mgt::data::DatasetInfo info;
+  info.x_type = "uint8";
+  info.normalized_attrs = true;
+  info.mean = 0.25f;
+  info.stddev = 0.5f;
+  return mgt::input_normalisation(info);
+}
+
+TEST(OnnxExport, EachLayerBecomesItsNodes) {
+  TestModel model;
+  mgt::ParameterStore store;
+  model.declare(store);
+  store.finalize();
+  fill_store(store);
+  const auto exported = mgt::onnx_model(model, store, "test", {1, 16, 16}, uint8_normalisation());
+  const onnx::ModelProto proto = parse(exported.bytes);
+  const onnx::GraphProto& g = proto.graph();
+  EXPECT_EQ(proto.opset_import(0).version(), 17);
+  EXPECT_EQ(proto.producer_name(), "mgtrain");
+  const std::vector<std::string> expected{
+      "Div",  "Sub", "Div",     "Conv",        "BatchNormalization", "Relu",    "Conv", "Conv",    "Add",
+      "Relu", "Add", "MaxPool", "AveragePool", "Identity",           "Flatten", "Gemm", "Flatten", "Gemm"};
+  EXPECT_EQ(op_types(g), expected);
+  EXPECT_EQ(exported.nodes, static_cast<int64_t>(expected.size()));
+  EXPECT_EQ(exported.classes, 3);
+
+  const auto& conv = node_named(g, "conv1");
+  EXPECT_EQ(ints(attribute(conv, "kernel_shape")), (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(ints(attribute(conv, "strides")), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(ints(attribute(conv, "pads")), (std::vector<int64_t>{1, 1, 1, 1}));
+  EXPECT_EQ(conv.input(1), "conv1.weight");
+  EXPECT_EQ(conv.input(2), "conv1.bias");
+  const auto& bn = node_named(g, "bn1");
+  EXPECT_FLOAT_EQ(attribute(bn, "epsilon").f(), 1e-3f);
+  EXPECT_EQ(std::vector<std::string>(bn.input().begin() + 1, bn.input().end()),
+            (std::vector<std::string>{"bn1.weight", "bn1.bias", "bn1.running_mean", "bn1.running_var"}));
+  // The residual blocks add the branch to the projection, and to the block's input itself.
+  EXPECT_EQ(node_named(g, "res1").input(0), "res1.conv1");
+  EXPECT_EQ(node_named(g, "res1").input(1), "res1.shortcut.conv1");
+  EXPECT_EQ(node_named(g, "res2").input(1), "res1");
+  EXPECT_EQ(ints(attribute(node_named(g, "pool1"), "strides")), (std::vector<int64_t>{1, 1}));
+  // fc1 takes [N, 8, 2, 2]: flattened for Gemm, whose weight is [out, in] (transB).
+  EXPECT_EQ(node_named(g, "fc1.flatten").input(0), "dropout1");
+  EXPECT_EQ(attribute(node_named(g, "fc1"), "transB").i(), 1);
+  EXPECT_EQ(g.node(g.node_size() - 1).output(0), "logits");
+
+  // Every parameter and buffer, by its canonical name, with the store's values and shape.
+  for (size_t h = 0; h < store.params().size(); ++h) {
+    Shape dims;
+    const auto values = initializer(g, store.params()[h].name, &dims);
+    EXPECT_EQ(dims, store.params()[h].shape) << store.params()[h].name;
+    EXPECT_EQ(values, std::vector<float>(store.param(h), store.param(h) + store.params()[h].numel));
+  }
+  EXPECT_EQ(initializer(g, "bn1.running_var"),
+            std::vector<float>(store.buffer(1), store.buffer(1) + store.buffers()[1].numel));
+
+  // input float32 [N, 1, 16, 16] with N free; logits [N, 3].
+  ASSERT_EQ(g.input_size(), 1);
+  EXPECT_EQ(g.input(0).name(), "input");
+  const auto& in = g.input(0).type().tensor_type();
+  EXPECT_EQ(in.elem_type(), onnx::TensorProto::FLOAT);
+  ASSERT_EQ(in.shape().dim_size(), 4);
+  EXPECT_EQ(in.shape().dim(0).dim_param(), "N");
+  EXPECT_EQ(in.shape().dim(3).dim_value(), 16);
+  ASSERT_EQ(g.output_size(), 1);
+  EXPECT_EQ(g.output(0).name(), "logits");
+  EXPECT_EQ(g.output(0).type().tensor_type().shape().dim(0).dim_param(), "N");
+  EXPECT_EQ(g.output(0).type().tensor_type().shape().dim(1).dim_value(), 3);
+}
+
+TEST(OnnxExport, NormalisesTheInputAsTheReader) {
+  // uint8: x / 255, then (x - mean) / std.
+  const auto u8 = uint8_normalisation();
+  EXPECT_EQ(u8.text(), "x / 255, then (x - 0.25) / 0.5");
+  mgt::SequentialModel model;
+  model.add(mgt::make_flatten("flatten"));
+  model.add(mgt::make_linear("fc", 12, 2));
+  mgt::ParameterStore store;
+  model.declare(store);
+  store.finalize();
+  {
+    const auto g = parse(mgt::onnx_model(model, store, "m", {3, 2, 2}, u8).bytes).graph();
+    EXPECT_EQ(initializer(g, "input_scale"), std::vector<float>{255.0f});
+    EXPECT_EQ(initializer(g, "input_mean"), std::vector<float>{0.25f});
+    EXPECT_EQ(initializer(g, "input_std"), std::vector<float>{0.5f});
+  }
+  // float32 with a mean and std per channel: (x - mean) * (1 / std), each [C, 1, 1].
+  mgt::data::DatasetInfo info;
+  info.x_type = "float32";
+  info.channel_mean = {0.1f, 0.2f, 0.3f};
+  info.channel_std = {2.0f, 4.0f, 8.0f};
+  const auto g = parse(mgt::onnx_model(model, store, "m", {3, 2, 2}, mgt::input_normalisation(info)).bytes).graph();
+  EXPECT_EQ(op_types(g), (std::vector<std::string>{"Sub", "Mul", "Flatten", "Gemm"}));
+  Shape dims;
+  EXPECT_EQ(initializer(g, "input_inv_std", &dims), (std::vector<float>{0.5f, 0.25f, 0.125f}));
+  EXPECT_EQ(dims, (Shape{3, 1, 1}));
+  // A float32 file without statistics is taken as it is.
+  mgt::data::DatasetInfo plain;
+  plain.x_type = "float32";
+  EXPECT_EQ(mgt::input_normalisation(plain).text(), "none");
+  const auto raw = parse(mgt::onnx_model(model, store, "m", {12}, mgt::input_normalisation(plain)).bytes).graph();
+  EXPECT_EQ(op_types(raw), (std::vector<std::string>{"Flatten", "Gemm"}));
+  EXPECT_EQ(raw.node(0).input(0), "input");
+}
+
+// A layer of a plugin's own that does not describe itself, and one that is one ONNX operator.
+class Scale final : public mgt::Layer {
+ public:
+  Scale(const std::string& name, bool described) : Layer(name), described_(described) {}
+  mgt::Shape output_shape(const mgt::Shape& input) const override { return input; }
+  void declare(mgt::ParameterStore& store) override {
+    weight_ = store.declare(name() + ".weight", {4}, mgt::Init::ones, 1);
+  }
+  void forward(const mgt::LayerRun&, const mgt::Tensor&, mgt::Tensor&) override {}
+  void backward(const mgt::LayerRun&, const mgt::Tensor&, const mgt::Tensor&, const mgt::Tensor&,
+                mgt::Tensor*) override {}
+  std::vector<mgt::ParamHandle> param_handles() const override { return {weight_}; }
+  mgt::LayerDescription describe() const override {
+    mgt::LayerDescription d;
+    if (!described_) return d;
+    d.kind = mgt::LayerKind::onnx_operator;
+    d.op_type = "Mul";
+    d.params = {weight_};
+    return d;
+  }
+
+ private:
+  bool described_;
+  mgt::ParamHandle weight_ = 0;
+};
+
+TEST(OnnxExport, APluginLayerDescribedAsAnOperator) {
+  mgt::SequentialModel model;
+  model.add(std::make_unique<Scale>("scale1", true));
+  model.add(mgt::make_linear("fc", 4, 2));
+  mgt::ParameterStore store;
+  model.declare(store);
+  store.finalize();
+  store.initialize(1);
+  const auto g = parse(mgt::onnx_model(model, store, "m", {4}, {}).bytes).graph();
+  EXPECT_EQ(op_types(g), (std::vector<std::string>{"Mul", "Gemm"}));
+  EXPECT_EQ(g.node(0).input(0), "input");
+  EXPECT_EQ(g.node(0).input(1), "scale1.weight");
+  EXPECT_EQ(initializer(g, "scale1.weight"), std::vector<float>(4, 1.0f));
+}
+
+TEST(OnnxExport, RefusesALayerWithNoForm) {
+  mgt::SequentialModel model;
+  model.add(mgt::make_linear("fc1", 4, 4));
+  std::vector<std::unique_ptr<mgt::Layer>> branch;
+  branch.push_back(std::make_unique<Scale>("scale1", false));
+  model.add(mgt::make_residual("res1", std::move(branch)));
+  mgt::ParameterStore store;
+  model.declare(store);
+  store.finalize();
+  try {
+    mgt::onnx_model(model, store, "scaled", {4}, {});
+    FAIL() << "exported a layer with no ONNX form";
+  } catch (const mgt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model 'scaled': layer 'scale1' has no ONNX form"), std::string::npos)
+        << e.what();
+  }
+}
+
+class HandWritten final : public mgt::Model {
+ public:
+  void declare(mgt::ParameterStore&) override {}
+  mgt::Shape output_shape(const mgt::Shape& input) const override { return {input[0], 2}; }
+  const mgt::Tensor& forward(const mgt::Tensor&, const mgt::StepContext&) override { return out_; }
+  void backward(const mgt::Tensor&, const mgt::StepContext&, const mgt::GradientsReady&) override {}
+
+ private:
+  mgt::Tensor out_;
+};
+
+TEST(OnnxExport, RefusesAModelThatIsNoStack) {
+  HandWritten model;
+  mgt::ParameterStore store;
+  store.finalize();
+  try {
+    mgt::onnx_model(model, store, "hand", {4}, {});
+    FAIL() << "exported a model with no layers";
+  } catch (const mgt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model 'hand' has no ONNX form: it is not a stack of layers"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# `mgtrain export` to ONNX, checked by ONNX Runtime. Each model case trains briefly at np=2 under
+# mpirun (agreement is the point, not accuracy), exports the checkpoint, and tests/e2e/onnx_check.py
+# checks the file with onnx.checker and runs it with ONNX Runtime on the whole Fashion-MNIST test
+# set, fed the raw pixels: the predictions agree with `mgtrain eval --logits` on at least 99.9% of
+# the rows and the logits differ by at most 1e-4. The errors case: a file that is no checkpoint, an
+# output that cannot be written, a layer and a model with no ONNX form; each one error line naming
+# it, a non-zero exit and no file (nor a temporary one) left behind.
+# The checker needs python3 with the venv module (Debian: python3-venv) and PyPI for onnxruntime,
+# onnx, numpy and h5py, installed into "$WORK/../onnx-venv" (ONNX_VENV overrides) on first use and
+# reused; exits 77 (skip) when PyPI cannot be reached.
+# Usage: onnx_export.sh mlp|cnn|resnet|layers|plugin_operator|errors
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/lib.sh"
+: "${TEST_PLUGIN_DIR:?}"
+case_name=$1
+
+skip() { echo "SKIP: $*" >&2; exit 77; }
+
+# The venv, made once and shared by the cases (under a lock: ctest may run them at once).
+python=${PYTHON:-python3}
+venv=${ONNX_VENV:-$WORK/../onnx-venv}
+packages=(onnxruntime onnx numpy h5py)
+has_packages() { "$venv/bin/python" -c "import onnxruntime, onnx, numpy, h5py" >/dev/null 2>&1; }
+prepare_venv() {
+  mkdir -p "$(dirname "$venv")"
+  exec 9>"$venv.lock"
+  flock 9
+  if ! has_packages; then
+    command -v "$python" >/dev/null || fail "no $python on PATH (scripts/install_deps.sh installs python3, python3-venv)"
+    if [[ ! -x "$venv/bin/pip" ]]; then
+      rm -rf "$venv"
+      "$python" -m venv "$venv" >venv.log 2>&1 || { cat venv.log; rm -rf "$venv"; fail "'$python -m venv' failed"; }
+    fi
+    if ! "$venv/bin/pip" install --disable-pip-version-check -q "${packages[@]}" >pip.log 2>&1; then
+      tail -20 pip.log
+      # Only an unreachable package index is a skip; anything else is a failure.
+      index=${PIP_INDEX_URL:-https://pypi.org/simple}
+      "$venv/bin/python" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + '/onnxruntime/', timeout=20)" \
+        "$index" >/dev/null 2>&1 || skip "the package index $index cannot be reached for ${packages[*]}"
+      fail "'pip install ${packages[*]}' into $venv failed, though $index is reachable"
+    fi
+    has_packages || fail "${packages[*]} installed into $venv but cannot be imported"
+  fi
+  flock -u 9
+  exec 9>&-
+}
+
+# Trains NAME briefly at np=2 with the extra arguments, exports its checkpoint and checks it.
+# Usage: train_export_check NAME [checker options --] [train arguments...]
+train_export_check() {
+  local name=$1 checker=()
+  shift
+  if [[ ${1:-} == --checkpoint-buffers ]]; then
+    checker=(--checkpoint "$WORK/$name/step-40.h5")
+    shift
+  fi
+  run_np 2 600 train --config run.ini --train.max_steps=40 --train.log_every=20 --checkpoint.dir="$WORK/$name" "$@" \
+    >"$name-train.log" 2>&1 || { cat "$name-train.log"; fail "training $name"; }
+  local ckpt=$WORK/$name/step-40.h5
+  "$MGTRAIN" eval --checkpoint "$ckpt" --data "$DATA_DIR/test.h5" --logits "$name-logits.npy" --json \
+    "${plugin_args[@]}" >"$name-eval.log" 2>&1 || { cat "$name-eval.log"; fail "eval --logits of $name"; }
+  # By default the graph normalises as the training file's statistics say, which the model was
+  # trained on; eval normalises each file by its own, so the comparison exports with the test
+  # file's (--data).
+  "$MGTRAIN" export --checkpoint "$ckpt" --out "$name.onnx" "${plugin_args[@]}" >"$name-export.log" 2>&1 ||
+    { cat "$name-export.log"; fail "export of $name"; }
+  grep -qF "samples of $DATA_DIR/train.h5, normalised in the graph: x / 255, then (x - 0.28" "$name-export.log" ||
+    { cat "$name-export.log"; fail "export of $name: not normalised by the training file's statistics"; }
+  "$MGTRAIN" export --checkpoint "$ckpt" --out "$name-test.onnx" --data "$DATA_DIR/test.h5" "${plugin_args[@]}" \
+    >"$name-export-test.log" 2>&1 || { cat "$name-export-test.log"; fail "export of $name --data test.h5"; }
+  cat "$name-export-test.log"
+  [[ -s $name.onnx && -s $name-test.onnx ]] || fail "export of $name wrote no file"
+  ! ls -a | grep -q '\.tmp-' || { ls -a; fail "export left a temporary file"; }
+  "$venv/bin/python" "$HERE/onnx_check.py" "$name-test.onnx" "$DATA_DIR/test.h5" "$name-logits.npy" "${checker[@]}" ||
+    fail "onnx_check.py on $name"
+}
+
+write_config run.ini "[optimizer]" "lr = 0.05"
+plugin_args=()
+case $case_name in
+  mlp)
+    prepare_venv
+    train_export_check mlp --model.name=mlp --model.hidden=128,64 --model.dropout=0.1
+    ;;
+  cnn)
+    prepare_venv
+    train_export_check cnn --model.name=cnn --model.channels=8,16 --model.hidden=32 --model.dropout=0.1
+    ;;
+  resnet)
+    prepare_venv
+    train_export_check resnet --checkpoint-buffers --model.name=resnet --model.depth=8 --model.width=8
+    ;;
+  layers)
+    # Every SDK layer the grammar has: conv with stride and padding, batch norm, both poolings,
+    # a residual block with a projection shortcut and one with the identity, dropout, flatten,
+    # global pooling and a linear layer on an image input.
+    prepare_venv
+    layers='conv 8 k3 p1, bn, relu, avgpool 2, residual { conv 16 k3 s2 p1, bn, relu, conv 16 k3 p1, bn | conv 16 k1 s2, bn },
+            relu, residual { conv 16 k3 p1, bn, relu }, maxpool 2 s1, dropout 0.1, conv 16 k1, relu, gap, flatten, linear 10'
+    train_export_check layers --checkpoint-buffers --model.name=layers "--model.layers=${layers//$'\n'/ }"
+    ;;
+  plugin_operator)
+    # A plugin's own layer that describes itself as one ONNX operator (tests/plugins/tanh_mlp.cpp).
+    prepare_venv
+    plugin_args=(--plugin-path "$TEST_PLUGIN_DIR/hand-written")
+    train_export_check tanh_mlp --model.name=tanh_mlp "${plugin_args[@]}"
+    ;;
+  errors)
+    run_np 2 300 train --config run.ini --train.max_steps=5 --checkpoint.dir="$WORK/mlp" >train.log 2>&1 ||
+      { cat train.log; fail "training the mlp"; }
+    ckpt=$WORK/mlp/step-5.h5
+    mkdir out
+    # Usage: refused NAME EXPECTED-TEXT export-arguments...: one error line naming what is wrong,
+    # a non-zero exit, and nothing written in out/.
+    refused() {
+      local name=$1 expected=$2 status=0
+      shift 2
+      "$MGTRAIN" export "$@" >"$name.log" 2>&1 || status=$?
+      [[ $status -ne 0 ]] || { cat "$name.log"; fail "$name: export exited 0"; }
+      echo "$name: $(one_error_line "$name.log")"
+      grep -qF -- "$expected" "$name.log" || { cat "$name.log"; fail "$name: the error does not say '$expected'"; }
+      [[ -z $(ls -A out) ]] || { ls -la out; fail "$name: export left files in out/"; }
+    }
+    echo "not a checkpoint" >not_a_checkpoint.h5
+    refused not_a_checkpoint "not_a_checkpoint.h5" --checkpoint not_a_checkpoint.h5 --out out/m.onnx
+    refused missing_checkpoint "missing.h5' does not exist" --checkpoint missing.h5 --out out/m.onnx
+    refused unwritable_out "ONNX file 'no/such/dir/m.onnx' cannot be written" --checkpoint "$ckpt" \
+      --out no/such/dir/m.onnx
+    refused out_is_directory "ONNX file 'out' cannot be written: it is a directory" --checkpoint "$ckpt" --out out
+    refused missing_data "data file 'missing.h5'" --checkpoint "$ckpt" --out out/m.onnx --data missing.h5
+
+    hand=(--plugin-path "$TEST_PLUGIN_DIR/hand-written")
+    run_np 2 300 train --config run.ini --train.max_steps=5 --checkpoint.dir="$WORK/no-form" "${hand[@]}" \
+      --model.name=tanh_mlp --model.export_form=false >no-form.log 2>&1 || { cat no-form.log; fail "training tanh_mlp"; }
+    refused layer_without_form "model 'tanh_mlp': layer 'tanh1' has no ONNX form" \
+      --checkpoint "$WORK/no-form/step-5.h5" --out out/m.onnx "${hand[@]}"
+    run_np 2 300 train --config run.ini --train.max_steps=5 --checkpoint.dir="$WORK/hand-model" "${hand[@]}" \
+      --model.name=residual_mlp >hand-model.log 2>&1 || { cat hand-model.log; fail "training residual_mlp"; }
+    refused model_without_form "model 'residual_mlp' has no ONNX form: it is not a stack of layers" \
+      --checkpoint "$WORK/hand-model/step-5.h5" --out out/m.onnx "${hand[@]}"
+
+    # A failed export leaves an existing file as it was.
+    echo "an older model" >out/m.onnx
+    "$MGTRAIN" export --checkpoint "$WORK/hand-model/step-5.h5" --out out/m.onnx "${hand[@]}" >keep.log 2>&1 &&
+      fail "export of residual_mlp exited 0"
+    [[ $(cat out/m.onnx) == "an older model" && $(ls -A out) == m.onnx ]] ||
+      { ls -la out; fail "a failed export changed out/m.onnx or left a file beside it"; }
+    # eval --logits refuses an output it cannot write before it evaluates.
+    "$MGTRAIN" eval --checkpoint "$ckpt" --data "$DATA_DIR/test.h5" --logits no/such/dir/l.npy >logits.log 2>&1 &&
+      fail "eval --logits into a missing directory exited 0"
+    echo "logits: $(one_error_line logits.log)"
+    grep -qF "logits file 'no/such/dir/l.npy' cannot be written" logits.log || fail "eval --logits: unclear error"
+    ;;
+  *) fail "unknown case '$case_name'" ;;
+esac
+echo "PASS"

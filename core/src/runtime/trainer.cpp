@@ -1,8 +1,5 @@
 #include "runtime/trainer.hpp"
 
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -32,6 +29,7 @@
 #include "runtime/core_keys.hpp"
 #include "runtime/evaluate.hpp"
 #include "runtime/lr_schedule.hpp"
+#include "runtime/resident_memory.hpp"
 #include "runtime/stop_signal.hpp"
 #include "testing/fault_injection.hpp"
 
@@ -50,14 +48,6 @@ struct AgreementItem {
   std::string text;
   char separator;
 };
-
-// Resident memory now (not the peak), in KiB; 0 where /proc is missing.
-int64_t current_rss_kib() {
-  std::ifstream statm("/proc/self/statm");
-  long long pages_total = 0, pages_resident = 0;
-  if (!(statm >> pages_total >> pages_resident)) return 0;
-  return pages_resident * (sysconf(_SC_PAGESIZE) / 1024);
-}
 
 // Open file descriptors of this process: a leak shows as a count that grows with the steps.
 int64_t open_file_descriptors() {
@@ -1041,10 +1031,8 @@ class Trainer {
     const int ranks_summed = all_ranks_here ? train_comm_->size() : 1;
     const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(timed_steps, 1) * ranks_summed);
     result_.phases = {totals[0] * per_step, totals[1] * per_step, totals[2] * per_step, totals[3] * per_step};
-    // Peak resident memory of the largest rank (ru_maxrss is in KiB on Linux).
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    int64_t peak_kib = usage.ru_maxrss;
+    // Peak resident memory of the largest rank.
+    int64_t peak_kib = peak_rss_kib();
     if (all_ranks_here) train_comm_->allreduce_max(&peak_kib, 1);
     result_.peak_rss_mb = static_cast<double>(peak_kib) / 1024.0;
     return result_;

@@ -8,6 +8,7 @@
 
 #include "comm/mpi_communicator.hpp"
 #include "loader/plugin_loader.hpp"
+#include "runtime/resident_memory.hpp"
 
 namespace mgt {
 
@@ -54,7 +55,9 @@ BenchResult run_bench(Communicator& world, const TrainOptions& base, int64_t ste
       });
       world.broadcast(&np1, sizeof(double), 0);
     }
-    // 2. All ranks.
+    // 2. All ranks. Each rank's peak memory from here on is this run's alone: rank 0's reference
+    // run above, with every rank's rows, would otherwise be what it reports.
+    reset_peak_rss();
     result.run = train(world, options, silent);
     if (world.size() == 1) np1 = result.run.samples_per_s;
     np1_runs.push_back(np1);

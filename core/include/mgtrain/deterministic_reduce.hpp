@@ -51,8 +51,8 @@ class MGT_API DeterministicReducer final : public WeightGradientSink {
   struct Deferred {
     ParamHandle weight, bias;
     int64_t rows, out, in;         // rows per shard
-    std::vector<float> dy, x;      // copies, shards_per_rank_ blocks each, when shards come one by one
-    const float* dy_in = nullptr;  // this step's factors: the copies, or the layer's own buffers
+    std::vector<float> dy, x;      // copies, shards_per_rank_ blocks each (only dy when one call brought all shards)
+    const float* dy_in = nullptr;  // this step's factors: the copies, or the layer's own input x
     const float* x_in = nullptr;   // when one call brought all shards
   };
 

@@ -47,9 +47,10 @@ using BufferHandle = size_t;
 // and db = the column sums of dy (dy [rows, out], x [rows, in], W [out, in]), the rows being
 // `shards` micro-shards of equal size in order. The deterministic reduction is one: it forms the
 // tree sums over its micro-shards in one pass at the end of the step, instead of one full gradient
-// per micro-shard. When a call holds all of the step's shards, dy and x must stay valid until the
-// step's gradient is reduced (the layer's output gradient and input, untouched until the next
-// forward), and are read in place instead of copied.
+// per micro-shard. When a call holds all of the step's shards, x (the layer's input, untouched
+// until the next forward) is read in place at the step's end instead of copied; dy, an output
+// gradient whose buffer the executor reuses for other layers' gradients during backward, is
+// copied in any case.
 class MGT_API WeightGradientSink {
  public:
   virtual ~WeightGradientSink() = default;

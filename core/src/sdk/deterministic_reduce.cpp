@@ -71,8 +71,10 @@ void DeterministicReducer::add_linear(ParamHandle weight, ParamHandle bias, cons
             "deterministic reduction: parameter '" + name + "' changed its gradient's shape between micro-shards");
   if (shards > 1) batched_step_ = true;
   if (shards == shards_per_rank_) {
-    // The whole step at once: the layer's buffers stay as they are until finish().
-    it->dy_in = dy;
+    // The whole step at once: x, the layer's input, stays as it is until finish(); dy is copied,
+    // since executors reuse the buffers of gradients between layers during backward.
+    it->dy.assign(dy, dy + rows * out);
+    it->dy_in = it->dy.data();
     it->x_in = x;
     return;
   }

@@ -74,14 +74,21 @@ void LayerExecutor::plan(const Shape& input, int64_t shards) {
   }
   // grads_[i] is the input gradient of layer i + 1: the same memory as grads_[i + 1] when that
   // layer aliases or runs in place. Below the first layer with parameters no gradient is needed.
+  // Backward reads only grads_[i + 1] while it writes grads_[i], so two buffers taken in turn
+  // hold them all: slot[i] says which.
+  std::vector<int> slot(n, -1);
+  size_t slot_numel[2] = {0, 0};
   for (size_t i = n; i-- > 0;) {
     if (i + 1 < n && (alias_[i + 1] || in_place_[i + 1]))
-      grads_[i] = Tensor::view(grads_[i + 1].data(), shapes[i]);
-    else if (i >= first_with_params_ || i + 1 == n)
-      grads_[i] = Tensor::view(memory_->device<float>(static_cast<size_t>(shape_numel(shapes[i]))), shapes[i]);
-    else
-      grads_[i] = Tensor::view(nullptr, shapes[i]);
+      slot[i] = slot[i + 1];
+    else if (i + 1 == n)
+      slot[i] = 0;
+    else if (i >= first_with_params_)
+      slot[i] = 1 - slot[i + 1];
+    if (slot[i] >= 0) slot_numel[slot[i]] = std::max(slot_numel[slot[i]], static_cast<size_t>(shape_numel(shapes[i])));
   }
+  float* const slot_memory[2] = {memory_->device<float>(slot_numel[0]), memory_->device<float>(slot_numel[1])};
+  for (size_t i = 0; i < n; ++i) grads_[i] = Tensor::view(slot[i] >= 0 ? slot_memory[slot[i]] : nullptr, shapes[i]);
   input_ = Tensor::view(nullptr, input);
   input_shape_ = input;
   output_shape_ = shapes.back();

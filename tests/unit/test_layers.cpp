@@ -439,6 +439,87 @@ TEST(ResidualLayer, ProjectionShortcutGradientsFlowThroughBothPaths) {
   check_gradients(h, x, training_ctx());
 }
 
+TEST(ResidualLayer, BranchEndingInReluKeepsItsOutputAndTheBlocksGradient) {
+  // The ReLU runs in place over the batch norm's output, and its backward reads that output: the
+  // branch's output cannot be the block's, and the ReLU's input gradient cannot be written over
+  // the block's output gradient, which the identity shortcut passes on too.
+  std::vector<std::unique_ptr<Layer>> branch;
+  branch.push_back(mgt::make_conv2d("b.conv1", 3, 3, 3, 1, 1));
+  branch.push_back(mgt::make_batch_norm2d("b.bn1", 3));
+  branch.push_back(mgt::make_relu("b.relu"));
+  Harness h(mgt::make_residual("b", std::move(branch)));
+  Tensor x = random_tensor({2, 3, 6, 6}, 35);
+  check_gradients(h, x, training_ctx());
+}
+
+// Plans in host memory, as HostLayerPlanner does, and counts the bytes.
+class CountingPlanner final : public mgt::LayerPlanner {
+ public:
+  mgt::Ops& ops() override { return host_.ops(); }
+  void* allocate(size_t bytes) override {
+    total += bytes;
+    return host_.allocate(bytes);
+  }
+  size_t total = 0;
+
+ private:
+  mgt::HostLayerPlanner host_;
+};
+
+std::vector<std::unique_ptr<Layer>> basic_branch(const std::string& name, int64_t in, int64_t out, int64_t stride) {
+  std::vector<std::unique_ptr<Layer>> branch;
+  branch.push_back(mgt::make_conv2d(name + ".conv1", in, out, 3, stride, 1));
+  branch.push_back(mgt::make_batch_norm2d(name + ".bn1", out));
+  branch.push_back(mgt::make_relu(name + ".relu1"));
+  branch.push_back(mgt::make_conv2d(name + ".conv2", out, out, 3, 1, 1));
+  branch.push_back(mgt::make_batch_norm2d(name + ".bn2", out));
+  return branch;
+}
+
+// What layers allocate for themselves when planned one after another from `input` (batch norm's
+// per-channel vectors), apart from any block's activations and gradients.
+size_t own_bytes(const std::vector<std::unique_ptr<Layer>>& layers, Shape input) {
+  size_t total = 0;
+  for (const auto& layer : layers) {
+    CountingPlanner planner;
+    layer->plan(planner, input);
+    total += planner.total;
+    input = layer->output_shape(input);
+  }
+  return total;
+}
+
+std::vector<std::unique_ptr<Layer>> projection(const std::string& name, int64_t in, int64_t out) {
+  std::vector<std::unique_ptr<Layer>> shortcut;
+  shortcut.push_back(mgt::make_conv2d(name + ".shortcut.0", in, out, 1, 2, 0));
+  shortcut.push_back(mgt::make_batch_norm2d(name + ".shortcut.1", out));
+  return shortcut;
+}
+
+TEST(ResidualLayer, BasicBlockKeepsOnlyWhatBackwardReads) {
+  // ResNet's block: backward reads conv1's output (bn1's input), relu1's output (over bn1's, in
+  // place) and conv2's output (bn2's input); bn2 writes the block's output itself. The gradients
+  // between the layers take turns in two buffers: 5 tensors of the block's shape in all, besides
+  // what the layers keep for themselves, where a buffer for every output and gradient would be 11.
+  const int64_t batch = 2, channels = 16, side = 8;
+  const Shape input = {batch, channels, side, side};
+  const size_t tensor = batch * channels * side * side * sizeof(float);
+  CountingPlanner planner;
+  auto block = mgt::make_residual("b", basic_branch("b", channels, channels, 1));
+  block->plan(planner, input);
+  EXPECT_EQ(planner.total, 5 * tensor + own_bytes(basic_branch("c", channels, channels, 1), input));
+
+  // With a projection shortcut (stride 2, twice the channels): the same 5 of the output's shape,
+  // the shortcut's convolution and batch norm outputs, and its input gradient, of the input's.
+  CountingPlanner projecting;
+  auto down =
+      mgt::make_residual("b", basic_branch("b", channels, 2 * channels, 2), projection("b", channels, 2 * channels));
+  down->plan(projecting, input);
+  const size_t output = tensor / 2;
+  EXPECT_EQ(projecting.total, 7 * output + tensor + own_bytes(basic_branch("c", channels, 2 * channels, 2), input) +
+                                  own_bytes(projection("c", channels, 2 * channels), input));
+}
+
 TEST(ResidualLayer, RefusesPathsThatDisagreeNamingBothShapes) {
   std::vector<std::unique_ptr<Layer>> branch;
   branch.push_back(mgt::make_conv2d("b.conv1", 3, 4, 3, 1, 1));
@@ -715,6 +796,31 @@ TEST(SequentialModel, SmallCnnWithFlattenMatchesLayersComposedByHand) {
   ASSERT_EQ(ready.size(), 2u);
   EXPECT_EQ(ready[0], (std::vector<mgt::ParamHandle>{2, 3}));
   EXPECT_EQ(ready[1], (std::vector<mgt::ParamHandle>{0, 1}));
+}
+
+TEST(SequentialModel, SmallResNetMatchesLayersComposedByHand) {
+  // Residual blocks in the executor, whose gradients between layers take turns in two buffers:
+  // identity and projection shortcuts, a branch that ends in a ReLU, ReLUs in place after blocks.
+  auto build = [] {
+    std::vector<std::unique_ptr<Layer>> v;
+    v.push_back(mgt::make_conv2d("conv1", 1, 4, 3, 1, 1));
+    v.push_back(mgt::make_batch_norm2d("bn1", 4));
+    v.push_back(mgt::make_relu("relu1"));
+    v.push_back(mgt::make_residual("l1", basic_branch("l1", 4, 4, 1)));
+    v.push_back(mgt::make_relu("l1.relu"));
+    v.push_back(mgt::make_residual("l2", basic_branch("l2", 4, 8, 2), projection("l2", 4, 8)));
+    v.push_back(mgt::make_relu("l2.relu"));
+    std::vector<std::unique_ptr<Layer>> ends_in_relu;
+    ends_in_relu.push_back(mgt::make_conv2d("l3.conv1", 8, 8, 3, 1, 1));
+    ends_in_relu.push_back(mgt::make_relu("l3.relu1"));
+    v.push_back(mgt::make_residual("l3", std::move(ends_in_relu)));
+    v.push_back(mgt::make_global_avg_pool2d("avgpool"));
+    v.push_back(mgt::make_linear("fc", 8, 3));
+    return v;
+  };
+  std::vector<std::vector<mgt::ParamHandle>> ready;
+  compare_with_manual(build, {3, 1, 8, 8}, ready);
+  EXPECT_EQ(ready.size(), 6u);  // conv1, bn1, the three blocks, fc
 }
 
 TEST(SequentialModel, HandlesBatchSizeChange) {

@@ -1,10 +1,14 @@
 // Residual: out = branch(x) + shortcut(x), a block of layers with a skip connection, as one layer
 // of a stack: the executor plans and runs it like any other, so a residual network is still a
-// SequentialModel and runs on every executor. The block plans its children itself, each output
-// and output gradient a buffer of its own in the executor's memory (no aliasing or in-place runs
-// inside a block); backward sends the block's output gradient down both paths and adds the two
-// input gradients (the identity shortcut passes the output gradient itself). A pass of several
+// SequentialModel and runs on every executor. The block plans its children itself, with the
+// executor's rules for memory: a ReLU runs in place over an output no backward reads, the
+// branch's last layer writes the block's output itself when its backward does not read it (the
+// shortcut is then added to it), and the gradients between the layers of both paths, alive only
+// during the block's backward, take turns in two buffers. Backward sends the block's output
+// gradient down both paths: the branch writes the block's input gradient, to which the shortcut's
+// is added (the identity shortcut's is the output gradient itself). A pass of several
 // deterministic micro-shards goes through its layers by the executor's rule (shard_passes.hpp).
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -18,32 +22,61 @@ namespace {
 // A chain of layers run one after another, with the activations and gradients between them.
 struct Chain {
   std::vector<std::unique_ptr<Layer>> layers;
-  std::vector<Tensor> acts;   // acts[i]: output of layers[i]
-  std::vector<Tensor> grads;  // grads[i]: gradient of acts[i] (the last one is the block's grad_out)
-  std::vector<char> whole;    // layers[i] takes a pass of several shards whole
-  Tensor dx;                  // gradient of the block's input through this chain
+  std::vector<Tensor> acts;          // acts[i]: output of layers[i]
+  std::vector<Tensor> grads;         // grads[i]: gradient of acts[i], i + 1 < layers.size() (the last is the block's)
+  std::vector<int> grad_slot;        // which of the block's two gradient buffers holds grads[i]
+  std::vector<Shape> shapes;         // shapes[i]: of acts[i]
+  std::vector<char> whole;           // layers[i] takes a pass of several shards whole
+  bool writes_block_output = false;  // acts.back() is the block's output, bound on each forward
+  Tensor dx;                         // the shortcut's input gradient (the branch writes the block's)
 
   Shape output_shape(Shape s) const {
     for (const auto& layer : layers) s = layer->output_shape(s);
     return s;
   }
 
-  void plan(LayerPlanner& planner, const Shape& input) {
+  // Plans the layers and their activations; the gradients get slots, whose sizes (in floats) go
+  // into slot_numel, and are bound to memory by bind_gradients.
+  void plan(LayerPlanner& planner, const Shape& input, bool may_write_block_output, bool own_dx, size_t slot_numel[2]) {
+    const size_t n = layers.size();
     acts.clear();
-    grads.clear();
+    shapes.clear();
     whole.clear();
+    std::vector<char> in_place(n, 0);
     Shape s = input;
-    for (auto& layer : layers) {
-      whole.push_back(shard_passes::whole(*layer, planner.ops(), s, planner.shards()));
-      layer->plan(planner, shard_passes::plan_shape(s, planner.shards(), whole.back()));
-      s = layer->output_shape(s);
-      const auto n = static_cast<size_t>(shape_numel(s));
-      acts.push_back(Tensor::view(planner.allocate_array<float>(n), s));
-      grads.push_back(Tensor::view(planner.allocate_array<float>(n), s));
+    for (size_t i = 0; i < n; ++i) {
+      whole.push_back(shard_passes::whole(*layers[i], planner.ops(), s, planner.shards()));
+      layers[i]->plan(planner, shard_passes::plan_shape(s, planner.shards(), whole.back()));
+      shapes.push_back(s = layers[i]->output_shape(s));
+      in_place[i] = i > 0 && !in_place[i - 1] && layers[i]->runs_in_place() && !layers[i - 1]->backward_reads_output();
     }
-    if (!layers.empty())
+    writes_block_output =
+        may_write_block_output && n > 0 && !in_place[n - 1] && !layers[n - 1]->backward_reads_output();
+    for (size_t i = 0; i < n; ++i) {
+      float* out = in_place[i]                         ? acts[i - 1].data()
+                   : i + 1 == n && writes_block_output ? nullptr
+                                                       : planner.allocate_array<float>(numel(i));
+      acts.push_back(Tensor::view(out, shapes[i]));
+    }
+    // grads[i] is written by layers[i + 1]'s backward and read by layers[i]'s: the slot other
+    // than grads[i + 1]'s, or the same one when layers[i + 1] runs in place (never over the
+    // block's output gradient, which the shortcut reads after the branch).
+    grad_slot.assign(n > 0 ? n - 1 : 0, 0);
+    for (size_t i = grad_slot.size(); i-- > 0;) {
+      const bool above_is_block = i + 2 == n;
+      grad_slot[i] = above_is_block ? 0 : in_place[i + 1] ? grad_slot[i + 1] : 1 - grad_slot[i + 1];
+      slot_numel[grad_slot[i]] = std::max(slot_numel[grad_slot[i]], numel(i));
+    }
+    if (own_dx && n > 0)
       dx = Tensor::view(planner.allocate_array<float>(static_cast<size_t>(shape_numel(input))), input);
   }
+
+  void bind_gradients(float* const slots[2]) {
+    grads.clear();
+    for (size_t i = 0; i < grad_slot.size(); ++i) grads.push_back(Tensor::view(slots[grad_slot[i]], shapes[i]));
+  }
+
+  size_t numel(size_t i) const { return static_cast<size_t>(shape_numel(shapes[i])); }
 
   const Tensor& forward(const LayerRun& run, const Tensor& in) {
     const Tensor* x = &in;
@@ -54,12 +87,12 @@ struct Chain {
     return *x;
   }
 
-  // Backward from grad_out (the block's); the input gradient into dx when `need_dx`.
-  void backward(const LayerRun& run, const Tensor& in, const Tensor& grad_out, bool need_dx) {
+  // Backward from grad_out (the block's); the input gradient into *grad_in unless it is null.
+  void backward(const LayerRun& run, const Tensor& in, const Tensor& grad_out, Tensor* grad_in) {
     for (size_t i = layers.size(); i-- > 0;) {
       const Tensor& x = i == 0 ? in : acts[i - 1];
       const Tensor& dy = i + 1 == layers.size() ? grad_out : grads[i];
-      Tensor* dxi = i > 0 ? &grads[i - 1] : (need_dx ? &dx : nullptr);
+      Tensor* dxi = i > 0 ? &grads[i - 1] : grad_in;
       shard_passes::backward(*layers[i], run, x, acts[i], dy, dxi, whole[i]);
     }
   }
@@ -99,13 +132,19 @@ class ResidualLayer final : public Layer {
 
   void plan(LayerPlanner& planner, const Shape& input) override {
     output_shape(input);
-    branch_.plan(planner, input);
-    shortcut_.plan(planner, input);
+    size_t slot_numel[2] = {0, 0};
+    branch_.plan(planner, input, /*may_write_block_output=*/true, /*own_dx=*/false, slot_numel);
+    shortcut_.plan(planner, input, /*may_write_block_output=*/false, /*own_dx=*/true, slot_numel);
+    float* const slots[2] = {planner.allocate_array<float>(slot_numel[0]),
+                             planner.allocate_array<float>(slot_numel[1])};
+    branch_.bind_gradients(slots);
+    shortcut_.bind_gradients(slots);
     planned_ = input;
   }
 
   void forward(const LayerRun& run, const Tensor& in, Tensor& out) override {
     layers::check_planned(name(), planned_, in.shape());
+    if (branch_.writes_block_output) branch_.acts.back().rebind(out.data());
     const Tensor& b = branch_.forward(run, in);
     const Tensor& s = shortcut_.forward(run, in);
     run.ops.binary(BinaryOp::add, b.data(), s.data(), out.data(), out.numel());
@@ -113,12 +152,11 @@ class ResidualLayer final : public Layer {
 
   void backward(const LayerRun& run, const Tensor& in, const Tensor&, const Tensor& grad_out,
                 Tensor* grad_in) override {
-    const bool need_dx = grad_in != nullptr;
-    branch_.backward(run, in, grad_out, need_dx);
-    shortcut_.backward(run, in, grad_out, need_dx);
-    if (!need_dx) return;
+    branch_.backward(run, in, grad_out, grad_in);
+    shortcut_.backward(run, in, grad_out, grad_in ? &shortcut_.dx : nullptr);
+    if (!grad_in) return;
     const float* through_shortcut = shortcut_.layers.empty() ? grad_out.data() : shortcut_.dx.data();
-    run.ops.binary(BinaryOp::add, branch_.dx.data(), through_shortcut, grad_in->data(), grad_in->numel());
+    run.ops.binary(BinaryOp::add, grad_in->data(), through_shortcut, grad_in->data(), grad_in->numel());
   }
 
   // The branch's gradients become final from its last layer back, then the shortcut's.

@@ -1,5 +1,8 @@
 #include "kernels/cpu/conv2d.hpp"
 
+#include <atomic>
+#include <cstdlib>
+#include <new>
 #include <string>
 #include <unordered_map>
 
@@ -15,9 +18,57 @@ using tag = memory::format_tag;
 using dt = memory::data_type;
 using Args = std::unordered_map<int, memory>;
 
+// Memory a primitive needs only while it runs, shared by every convolution of the thread that
+// runs them one after another: the blocked copies of y (forward), of dy (both backward passes of
+// one layer, which run back to back) and of dx, and the scratchpads. A network of N convolutions
+// then holds one of each, the size of the largest, instead of N. It grows while the first step
+// plans the primitives and is freed when the last convolution is.
+class Workspace {
+ public:
+  enum Part { output_side, input_side, scratchpad, parts };
+  void* get(Part part, size_t bytes) {
+    Buffer& b = buffers_[part];
+    if (bytes > b.bytes) {
+      std::free(b.data);
+      b.data = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+      if (!b.data) throw std::bad_alloc();
+      b.bytes = bytes;
+      b.holder = nullptr;
+    }
+    return b.data;
+  }
+  // Who last wrote a part's content that someone may read again (a layer's blocked dy).
+  const void* holder(Part part) const { return buffers_[part].holder; }
+  void set_holder(Part part, const void* who) { buffers_[part].holder = who; }
+  void release() {
+    for (Buffer& b : buffers_) {
+      std::free(b.data);
+      b = Buffer{};
+    }
+  }
+  ~Workspace() { release(); }
+
+ private:
+  struct Buffer {
+    void* data = nullptr;
+    size_t bytes = 0;
+    const void* holder = nullptr;
+  };
+  Buffer buffers_[parts];
+};
+
+Workspace& thread_workspace() {
+  thread_local Workspace workspace;
+  return workspace;
+}
+
+std::atomic<int64_t> live_convolutions{0};
+
 // One tensor argument of a primitive. The caller's data is plain NCHW/OIHW; the primitive is
 // created with format_tag::any so oneDNN picks its fast (blocked) layout, and when that differs
-// from plain the port owns a buffer in that layout (allocated once) and a cached reorder.
+// from plain the port has a buffer in that layout and a cached reorder. The buffer is its own
+// (allocated once) when its content outlives the call, else a part of the thread's workspace,
+// bound before each use.
 struct Port {
   memory user;   // plain, data handle set per call
   memory inner;  // what the primitive reads or writes
@@ -25,28 +76,36 @@ struct Port {
   Args to_inner_args, to_user_args;
   bool reordered = false;
   bool shares = false;  // inner is another port's buffer
+  int part = -1;        // the workspace part inner lives in, or -1 for a buffer of its own
 
   // `share`, when it is a reordered port wanting the same layout, lends its buffer, so a tensor
   // two primitives read (x in forward and backward-weights, dy in both backward passes) is
   // reordered once per step.
   void init(const memory::desc& plain, const memory::desc& wanted, bool owned_plain = false,
-            const Port* share = nullptr) {
+            const Port* share = nullptr, int workspace_part = -1) {
     auto& eng = cpu_engine();
     user = owned_plain ? memory(plain, eng) : memory(plain, eng, nullptr);
     reordered = !(plain == wanted);
     shares = false;
+    part = -1;
     if (!reordered) {
       inner = user;
       return;
     }
-    shares = share && share->reordered && share->inner.get_desc() == wanted;
-    inner = shares ? share->inner : memory(wanted, eng);
+    shares = share && share->reordered && share->inner.get_desc() == wanted && share->part == workspace_part;
+    part = workspace_part;
+    inner = shares ? share->inner : part >= 0 ? memory(wanted, eng, nullptr) : memory(wanted, eng);
     to_inner = dnnl::reorder(user, inner);
     to_user = dnnl::reorder(inner, user);
     to_inner_args = {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, inner}};
     to_user_args = {{DNNL_ARG_FROM, inner}, {DNNL_ARG_TO, user}};
   }
   void set(const void* p) { user.set_data_handle(const_cast<void*>(p)); }
+  // Points inner at its workspace part (before the primitive or a reorder touches it).
+  void bind(Workspace& ws) {
+    if (reordered && part >= 0)
+      inner.set_data_handle(ws.get(static_cast<Workspace::Part>(part), inner.get_desc().get_size()));
+  }
   void pull() {
     if (reordered) to_inner.execute(cpu_stream(), to_inner_args);
   }
@@ -56,12 +115,17 @@ struct Port {
 };
 
 // A primitive with its argument map, whose memory objects are the ports' (handles set per call),
-// and its own scratchpad, so executing allocates nothing.
+// and its scratchpad in the thread's workspace, so executing allocates nothing after the first
+// step.
 struct Bound {
   dnnl::primitive prim;
   Args args;
+  memory scratchpad;
   bool ready = false;
-  void run() { prim.execute(cpu_stream(), args); }
+  void run(Workspace& ws) {
+    scratchpad.set_data_handle(ws.get(Workspace::scratchpad, scratchpad.get_desc().get_size()));
+    prim.execute(cpu_stream(), args);
+  }
 };
 
 dnnl::primitive_attr user_scratchpad() {
@@ -92,6 +156,12 @@ struct Conv2d::Impl {
   const void* src_in_block = nullptr;
   const void* ddst_in_block = nullptr;
 
+  static Bound bind(dnnl::primitive prim, const memory::desc& scratchpad_desc, Args args) {
+    Bound bound{std::move(prim), std::move(args), memory(scratchpad_desc, cpu_engine(), nullptr), true};
+    bound.args.emplace(DNNL_ARG_SCRATCHPAD, bound.scratchpad);
+    return bound;
+  }
+
   void reset(const Conv2dShape& s, int64_t b, bool with_bias) {
     MGT_CHECK(s.out_height() > 0 && s.out_width() > 0, Error,
               "conv2d: input " + std::to_string(s.height) + "x" + std::to_string(s.width) + " is smaller than kernel " +
@@ -115,15 +185,12 @@ struct Conv2d::Impl {
     dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src_any,
                                       weights_any, with_bias ? bias : memory::desc(), dst_any, strides, pad, pad);
     fwd_pd = dnnl::convolution_forward::primitive_desc(d, user_scratchpad(), eng);
+    // x's blocked copy is kept for backward-weights; y's is pushed to the caller at once.
     f_src.init(src, fwd_pd.src_desc());
     f_w.init(weights, fwd_pd.weights_desc());
-    f_dst.init(dst, fwd_pd.dst_desc());
-    fwd = Bound{dnnl::convolution_forward(fwd_pd),
-                {{DNNL_ARG_SRC, f_src.inner},
-                 {DNNL_ARG_WEIGHTS, f_w.inner},
-                 {DNNL_ARG_DST, f_dst.inner},
-                 {DNNL_ARG_SCRATCHPAD, memory(fwd_pd.scratchpad_desc(), eng)}},
-                true};
+    f_dst.init(dst, fwd_pd.dst_desc(), false, nullptr, Workspace::output_side);
+    fwd = bind(dnnl::convolution_forward(fwd_pd), fwd_pd.scratchpad_desc(),
+               {{DNNL_ARG_SRC, f_src.inner}, {DNNL_ARG_WEIGHTS, f_w.inner}, {DNNL_ARG_DST, f_dst.inner}});
     if (with_bias) {
       f_bias = memory(bias, eng, nullptr);
       fwd.args.emplace(DNNL_ARG_BIAS, f_bias);
@@ -135,6 +202,11 @@ struct Conv2d::Impl {
 
   // Whichever backward port was created second borrowed the other's buffer.
   bool ddst_shared() const { return (d_dst.shares && bwd_data.ready) || (w_ddst.shares && bwd_weights.ready); }
+  // The blocked dy from this layer's other backward pass is still in the workspace: the same dy,
+  // and no other convolution has used that part since.
+  bool ddst_reusable(const Workspace& ws, const float* dy) const {
+    return ddst_shared() && ddst_in_block == dy && ws.holder(Workspace::output_side) == this;
+  }
 
   void ensure(const Conv2dShape& s, int64_t b, bool with_bias) {
     if (batch != b || !(shape == s) || has_bias != with_bias || !fwd.ready) reset(s, b, with_bias);
@@ -146,15 +218,12 @@ struct Conv2d::Impl {
     dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, src_any, weights_any, dst_any, strides,
                                             pad, pad);
     dnnl::convolution_backward_data::primitive_desc pd(d, user_scratchpad(), eng, fwd_pd);
-    d_dst.init(dst, pd.diff_dst_desc(), false, bwd_weights.ready ? &w_ddst : nullptr);
+    d_dst.init(dst, pd.diff_dst_desc(), false, bwd_weights.ready ? &w_ddst : nullptr, Workspace::output_side);
     d_w.init(weights, pd.weights_desc());
-    d_src.init(src, pd.diff_src_desc());
-    bwd_data = Bound{dnnl::convolution_backward_data(pd),
-                     {{DNNL_ARG_DIFF_DST, d_dst.inner},
-                      {DNNL_ARG_WEIGHTS, d_w.inner},
-                      {DNNL_ARG_DIFF_SRC, d_src.inner},
-                      {DNNL_ARG_SCRATCHPAD, memory(pd.scratchpad_desc(), eng)}},
-                     true};
+    d_src.init(src, pd.diff_src_desc(), false, nullptr, Workspace::input_side);
+    bwd_data =
+        bind(dnnl::convolution_backward_data(pd), pd.scratchpad_desc(),
+             {{DNNL_ARG_DIFF_DST, d_dst.inner}, {DNNL_ARG_WEIGHTS, d_w.inner}, {DNNL_ARG_DIFF_SRC, d_src.inner}});
   }
 
   void ensure_bwd_weights(bool with_bias) {
@@ -164,16 +233,13 @@ struct Conv2d::Impl {
                                                with_bias ? bias : memory::desc(), dst_any, strides, pad, pad);
     dnnl::convolution_backward_weights::primitive_desc pd(d, user_scratchpad(), eng, fwd_pd);
     w_src.init(src, pd.src_desc(), false, &f_src);
-    w_ddst.init(dst, pd.diff_dst_desc(), false, bwd_data.ready ? &d_dst : nullptr);
+    w_ddst.init(dst, pd.diff_dst_desc(), false, bwd_data.ready ? &d_dst : nullptr, Workspace::output_side);
     // oneDNN overwrites diff_weights while ours accumulate: it writes an owned plain buffer that
     // is then added into the gradient.
     w_dw.init(weights, pd.diff_weights_desc(), /*owned_plain=*/true);
-    bwd_weights = Bound{dnnl::convolution_backward_weights(pd),
-                        {{DNNL_ARG_SRC, w_src.inner},
-                         {DNNL_ARG_DIFF_DST, w_ddst.inner},
-                         {DNNL_ARG_DIFF_WEIGHTS, w_dw.inner},
-                         {DNNL_ARG_SCRATCHPAD, memory(pd.scratchpad_desc(), eng)}},
-                        true};
+    bwd_weights =
+        bind(dnnl::convolution_backward_weights(pd), pd.scratchpad_desc(),
+             {{DNNL_ARG_SRC, w_src.inner}, {DNNL_ARG_DIFF_DST, w_ddst.inner}, {DNNL_ARG_DIFF_WEIGHTS, w_dw.inner}});
     if (with_bias) {
       w_dbias = memory(bias, eng);
       bwd_weights.args.emplace(DNNL_ARG_DIFF_BIAS, w_dbias);
@@ -182,8 +248,11 @@ struct Conv2d::Impl {
   }
 };
 
-Conv2d::Conv2d() : impl_(std::make_unique<Impl>()) {}
-Conv2d::~Conv2d() = default;
+Conv2d::Conv2d() : impl_(std::make_unique<Impl>()) { ++live_convolutions; }
+Conv2d::~Conv2d() {
+  // The last convolution gone (a network freed), the workspace goes too.
+  if (--live_convolutions == 0) thread_workspace().release();
+}
 
 void Conv2d::forward(const Conv2dShape& s, int64_t batch, const float* x, const float* w, const float* bias, float* y) {
   auto& m = *impl_;
@@ -192,11 +261,14 @@ void Conv2d::forward(const Conv2dShape& s, int64_t batch, const float* x, const 
   m.f_w.set(w);
   m.f_dst.set(y);
   if (bias) m.f_bias.set_data_handle(const_cast<float*>(bias));
+  Workspace& ws = thread_workspace();
+  m.f_dst.bind(ws);
+  ws.set_holder(Workspace::output_side, nullptr);
   m.f_src.pull();
   m.src_in_block = x;
   m.ddst_in_block = nullptr;
   m.f_w.pull();
-  m.fwd.run();
+  m.fwd.run(ws);
   m.f_dst.push();
   cpu_stream().wait();
 }
@@ -208,10 +280,14 @@ void Conv2d::backward_data(const Conv2dShape& s, int64_t batch, const float* dy,
   m.d_dst.set(dy);
   m.d_w.set(w);
   m.d_src.set(dx);
-  if (!(m.ddst_shared() && m.ddst_in_block == dy)) m.d_dst.pull();
+  Workspace& ws = thread_workspace();
+  m.d_dst.bind(ws);
+  m.d_src.bind(ws);
+  if (!m.ddst_reusable(ws, dy)) m.d_dst.pull();
   m.ddst_in_block = dy;
+  ws.set_holder(Workspace::output_side, &m);
   m.d_w.pull();
-  m.bwd_data.run();
+  m.bwd_data.run(ws);
   m.d_src.push();
   cpu_stream().wait();
 }
@@ -227,9 +303,12 @@ void Conv2d::backward_weights(const Conv2dShape& s, int64_t batch, const float* 
   // copy of x from forward is still valid.
   if (!(m.w_src.shares && m.src_in_block == x)) m.w_src.pull();
   m.src_in_block = x;
-  if (!(m.ddst_shared() && m.ddst_in_block == dy)) m.w_ddst.pull();
+  Workspace& ws = thread_workspace();
+  m.w_ddst.bind(ws);
+  if (!m.ddst_reusable(ws, dy)) m.w_ddst.pull();
   m.ddst_in_block = dy;
-  m.bwd_weights.run();
+  ws.set_holder(Workspace::output_side, &m);
+  m.bwd_weights.run(ws);
   m.w_dw.push();
   cpu_stream().wait();
 

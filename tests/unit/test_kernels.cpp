@@ -281,6 +281,31 @@ TEST(KernelConv, TrainingSequenceReusesNothingStale) {
   for (int64_t i = 0; i < nw; ++i) ASSERT_NEAR(dw[i], ew[i], 1e-3f);
 }
 
+// Convolutions share the blocked copies of y, dy and dx and their scratchpads (one workspace per
+// thread). A layer's blocked dy is reused between its two backward passes only when no other
+// convolution ran in between: here another one does, with another dy of the same layout.
+TEST(KernelConv, InterleavedLayersReuseNoOtherLayersBlockedCopy) {
+  const ConvCase c{4, 16, 32, 8, 8, 3, 1, 1};
+  const auto s = to_shape(c);
+  const int64_t nx = c.batch * c.ic * c.h * c.w, nw = c.oc * c.ic * c.k * c.k;
+  const int64_t ny = c.batch * c.oc * c.h * c.w;
+  const auto wt = random_vector(nw, 80), bias = random_vector(c.oc, 81);
+  const auto xa = random_vector(nx, 82), xb = random_vector(nx, 83);
+  const auto dya = random_vector(ny, 84), dyb = random_vector(ny, 85);
+  mgt::kernels::Conv2d a, b;
+  std::vector<float> y(ny), dw(nw), db(c.oc), dxa(nx), dxb(nx), ex(nx), ew(nw), eb(c.oc);
+  a.forward(s, c.batch, xa.data(), wt.data(), bias.data(), y.data());
+  b.forward(s, c.batch, xb.data(), wt.data(), bias.data(), y.data());
+  b.backward_weights(s, c.batch, xb.data(), dyb.data(), dw.data(), db.data(), false);
+  a.backward_weights(s, c.batch, xa.data(), dya.data(), dw.data(), db.data(), false);
+  b.backward_data(s, c.batch, dyb.data(), wt.data(), dxb.data());
+  a.backward_data(s, c.batch, dya.data(), wt.data(), dxa.data());
+  naive_conv_backward(c, xa.data(), wt.data(), dya.data(), ex.data(), ew.data(), eb.data());
+  for (int64_t i = 0; i < nx; ++i) ASSERT_NEAR(dxa[i], ex[i], 1e-3f) << "first layer's dx " << i;
+  naive_conv_backward(c, xb.data(), wt.data(), dyb.data(), ex.data(), ew.data(), eb.data());
+  for (int64_t i = 0; i < nx; ++i) ASSERT_NEAR(dxb[i], ex[i], 1e-3f) << "second layer's dx " << i;
+}
+
 // ---------------------------------------------------------------------------------------------
 
 TEST(KernelPool, MaxPoolPicksWindowMaximum) {

@@ -375,6 +375,39 @@ TEST(KernelSoftmax, LabelSmoothingMatchesPyTorchsFormula) {
               1e-6);
 }
 
+// Batch norm's channel sums in double over 16 lanes (element i of a plane to lane i % 16, the
+// lanes added at the end): 2^60 and -2^60 in one lane cancel there, and the ones in the other
+// lanes all count. One chain over the plane in order would lose the ones added to 2^60.
+TEST(KernelPointwise, ChannelSumsAddEachLaneApart) {
+  const int64_t batch = 2, channels = 3, plane = 49;  // 3 whole groups of 16 and one more
+  std::vector<float> a(batch * channels * plane, 1.0f), b(a.size()), center = {0.5f, -2.0f, 4.0f};
+  a[plane + 0] = 0x1p60f;    // sample 0, channel 1: lane 0 ...
+  a[plane + 16] = -0x1p60f;  // ... and lane 0 again
+  for (size_t i = 0; i < b.size(); ++i) b[i] = center[(i / plane) % channels] + 1.0f;  // b - center = 1
+  std::vector<float> sums(channels), products(channels), only(channels);
+  mgt::kernels::channel_sums(a.data(), b.data(), center.data(), batch, channels, plane, sums.data(), products.data());
+  mgt::kernels::channel_sums(a.data(), nullptr, nullptr, batch, channels, plane, only.data(), nullptr);
+  const auto all = static_cast<float>(batch * plane);
+  EXPECT_EQ(sums, (std::vector<float>{all, all - 2.0f, all}));
+  EXPECT_EQ(products, sums);
+  EXPECT_EQ(only, sums);
+}
+
+// Element-wise binary ops, also written over one of their operands (ops.hpp allows y == a or b).
+TEST(KernelPointwise, BinaryOpsInPlaceMatchOutOfPlace) {
+  const auto a = random_vector(1001, 90), b = random_vector(1001, 91);
+  for (auto op : {mgt::BinaryOp::add, mgt::BinaryOp::subtract, mgt::BinaryOp::multiply, mgt::BinaryOp::divide,
+                  mgt::BinaryOp::maximum, mgt::BinaryOp::minimum}) {
+    std::vector<float> y(a.size()), over_a = a, over_b = b;
+    mgt::kernels::binary(op, a.data(), b.data(), y.data(), static_cast<int64_t>(y.size()));
+    mgt::kernels::binary(op, over_a.data(), b.data(), over_a.data(), static_cast<int64_t>(y.size()));
+    mgt::kernels::binary(op, a.data(), over_b.data(), over_b.data(), static_cast<int64_t>(y.size()));
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], mgt::kernels::apply_binary(op, a[i], b[i])) << i;
+    EXPECT_EQ(over_a, y);
+    EXPECT_EQ(over_b, y);
+  }
+}
+
 // Clipping by global norm on the CPU backend: the norm is reported whether or not it clips; above
 // the limit the gradient is scaled to it (max_norm / (norm + 1e-6)); at or under it, or with
 // clipping off (0), or for a non-finite gradient, nothing changes.

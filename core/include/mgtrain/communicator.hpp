@@ -24,6 +24,16 @@ class MGT_API CommRequest {
 enum class ElementType { f32, bf16 };
 inline size_t element_bytes(ElementType type) { return type == ElementType::f32 ? 4 : 2; }
 
+// Hears when each bucket of a bucketed all-reduce over a communicator (mgt::GradientBuckets)
+// starts and when this rank sees it complete, for the timeline trace (metrics.trace). Called on
+// the rank's main thread, between the strategy's calls.
+class MGT_API AllreduceObserver {
+ public:
+  virtual ~AllreduceObserver() = default;
+  virtual void bucket_started(size_t bucket, size_t bytes) = 0;
+  virtual void bucket_finished(size_t bucket) = 0;
+};
+
 class MGT_API Communicator {
  public:
   // Message tags a plugin may use for its point-to-point messages; the core's and the built-in
@@ -79,10 +89,15 @@ class MGT_API Communicator {
   // Counts collectives started, for tests that check a step made no communication.
   int64_t collective_count() const { return collective_count_; }
 
+  // Who hears of the bucketed all-reduces over this communicator; null (the default): nobody.
+  void set_allreduce_observer(AllreduceObserver* observer) { allreduce_observer_ = observer; }
+  AllreduceObserver* allreduce_observer() const { return allreduce_observer_; }
+
  protected:
   double timeout_s_ = 300.0;
   int64_t step_ = 0;
   int64_t collective_count_ = 0;
+  AllreduceObserver* allreduce_observer_ = nullptr;
 };
 
 }  // namespace mgt

@@ -33,7 +33,8 @@
 //    StepContext::after_layer; Communicator::allreduce_sum and reduce_scatter_sum of
 //    ElementType (FP32, bfloat16), the plugins' tag range.
 // 9: Layer::describe (LayerDescription, mgtrain/layer_description.hpp) and Model::export_layers:
-//    what a model computes, for `mgtrain export`.
+//    what a model computes, for `mgtrain export`. Communicator's AllreduceObserver
+//    (set_allreduce_observer), which GradientBuckets tells of each bucket.
 #define MGTRAIN_PLUGIN_ABI_VERSION 9u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 

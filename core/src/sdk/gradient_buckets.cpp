@@ -29,34 +29,48 @@ void GradientBuckets::setup(Communicator& comm, ParameterStore& store, size_t bu
   }
 }
 
-void GradientBuckets::launch(Bucket& bucket) {
+void GradientBuckets::launch(size_t index) {
+  Bucket& bucket = buckets_[index];
+  if (AllreduceObserver* observer = comm_->allreduce_observer())
+    observer->bucket_started(index, (bucket.end - bucket.begin) * sizeof(float));
   bucket.request = comm_->iallreduce_sum(store_->grads_data() + bucket.begin, bucket.end - bucket.begin);
 }
 
 void GradientBuckets::mark_ready(const std::vector<ParamHandle>& handles) {
   if (comm_->size() == 1 || !overlap_) return;
   for (ParamHandle h : handles) {
-    Bucket& b = buckets_[bucket_of_param_[h]];
-    if (++b.ready == b.params) launch(b);
+    const size_t index = bucket_of_param_[h];
+    if (++buckets_[index].ready == buckets_[index].params) launch(index);
   }
   // Open MPI has no asynchronous progress: testing the oldest request lets it advance while
   // backward goes on.
   while (next_to_progress_ < buckets_.size() && buckets_[next_to_progress_].request &&
-         buckets_[next_to_progress_].request->test())
+         buckets_[next_to_progress_].request->test()) {
+    if (AllreduceObserver* observer = comm_->allreduce_observer()) observer->bucket_finished(next_to_progress_);
     ++next_to_progress_;
+  }
 }
 
 double GradientBuckets::finish() {
   if (comm_->size() == 1) return 0.0;
   const auto start = std::chrono::steady_clock::now();
+  AllreduceObserver* observer = comm_->allreduce_observer();
   if (!overlap_) {
-    for (auto& b : buckets_) comm_->allreduce_sum(store_->grads_data() + b.begin, b.end - b.begin);
+    for (size_t i = 0; i < buckets_.size(); ++i) {
+      const Bucket& b = buckets_[i];
+      if (observer) observer->bucket_started(i, (b.end - b.begin) * sizeof(float));
+      comm_->allreduce_sum(store_->grads_data() + b.begin, b.end - b.begin);
+      if (observer) observer->bucket_finished(i);
+    }
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  for (auto& b : buckets_)
-    if (!b.request) launch(b);
-  for (auto& b : buckets_) {
+  for (size_t i = 0; i < buckets_.size(); ++i)
+    if (!buckets_[i].request) launch(i);
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    Bucket& b = buckets_[i];
     b.request->wait();
+    // The buckets before next_to_progress_ were seen complete during backward, and said so then.
+    if (observer && i >= next_to_progress_) observer->bucket_finished(i);
     b.request.reset();
     b.ready = 0;
   }

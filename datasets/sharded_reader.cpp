@@ -184,7 +184,9 @@ struct ShardedReader::Impl {
         if (stopping) return;
       }
       try {
+        const auto read_start = std::chrono::steady_clock::now();
         fill(slots[static_cast<size_t>(k) % slots.size()], epoch, batch);
+        if (opt.on_batch_read) opt.on_batch_read(read_start, std::chrono::steady_clock::now(), batch);
       } catch (...) {
         std::lock_guard lk(m);
         error = std::current_exception();

@@ -13,6 +13,7 @@
 //
 // Threading: after construction only the prefetch thread calls HDF5, always under hdf5_mutex().
 // The reader itself is used from one thread (the training loop); it is not thread-safe.
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -72,6 +73,11 @@ struct ReaderOptions {
   // host memory, from which copies to the device run asynchronously, on their own stream.
   std::function<void*(size_t bytes)> allocate_slot;
   std::function<void(void*)> release_slot;
+  // Called by the prefetch thread after it read each batch: when it began and ended, and the
+  // batch's index in its epoch (the timeline trace). Empty: nothing is timed.
+  std::function<void(std::chrono::steady_clock::time_point begin, std::chrono::steady_clock::time_point end,
+                     int64_t batch)>
+      on_batch_read;
 };
 
 struct Batch {

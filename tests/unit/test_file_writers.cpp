@@ -60,6 +60,29 @@ TEST(AtomicFile, AppearsWholeOrNotAtAll) {
   fs::remove_all(dir);
 }
 
+// A file written in parts (the timeline trace, as rank 0 receives each rank's) appears whole at
+// the commit, its parts in order, and not before.
+TEST(AtomicFile, PartsAppearTogetherAtTheCommit) {
+  const fs::path dir = scratch_dir("atomic-parts");
+  const std::string path = (dir / "trace.json").string();
+  {
+    mgt::AtomicFile file(path, "the trace");
+    file.append("{\"a\":");
+    file.append("[1,");
+    EXPECT_FALSE(fs::exists(path));
+    file.commit("2]}");
+  }
+  EXPECT_EQ(read_file(path), "{\"a\":[1,2]}");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
+  {
+    mgt::AtomicFile file(path, "the trace");
+    file.append("half");  // abandoned after a part: the old file stays whole
+  }
+  EXPECT_EQ(read_file(path), "{\"a\":[1,2]}");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
+  fs::remove_all(dir);
+}
+
 TEST(Npy, HeaderAndValues) {
   const std::vector<float> v{1.0f, -2.5f, 3.0f, 4.0f, 5.0f, 6.0f};
   const std::string npy = mgt::npy_float32(v.data(), {2, 3});

@@ -39,7 +39,7 @@ void AtomicFile::fail(const std::string& why) const {
   throw IoError(what_ + " '" + path_ + "' cannot be written: " + why);
 }
 
-void AtomicFile::commit(std::string_view bytes) {
+void AtomicFile::append(std::string_view bytes) {
   const char* p = bytes.data();
   size_t left = bytes.size();
   while (left > 0) {
@@ -49,6 +49,10 @@ void AtomicFile::commit(std::string_view bytes) {
     p += n;
     left -= static_cast<size_t>(n);
   }
+}
+
+void AtomicFile::commit(std::string_view bytes) {
+  append(bytes);
   if (::fsync(fd_) != 0) fail(std::strerror(errno));
   const int closed = ::close(fd_);
   fd_ = -1;

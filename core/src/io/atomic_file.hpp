@@ -16,7 +16,10 @@ class AtomicFile {
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
 
-  // Writes `bytes` as the whole file, flushes it and renames it to the path: throws IoError
+  // Writes `bytes` after what was appended, for a file made of parts: throws IoError naming the
+  // path when it cannot.
+  void append(std::string_view bytes);
+  // Writes `bytes` as the rest of the file, flushes it and renames it to the path: throws IoError
   // naming the path (and leaves no file) when any of that fails.
   void commit(std::string_view bytes);
   const std::string& path() const { return path_; }

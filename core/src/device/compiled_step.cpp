@@ -9,6 +9,7 @@
 #include "device/batch_statistics.hpp"
 #include "kernels/cpu/softmax.hpp"
 #include "mgtrain/error.hpp"
+#include "observers/trace.hpp"
 #include "sdk/layer_executor.hpp"
 #include "testing/fault_injection.hpp"
 
@@ -406,23 +407,29 @@ bool CompiledStep::enqueue_program(int slot) {
       ctx.pass = pass_index;
       // The pass's rows in the global batch: dropout's masks are keyed by the global sample.
       ctx.first_sample = options_.first_sample + pass_index * rows;
+      TraceSpan forward_span(options_.trace, "forward", "micro_batch", m);
       fault::at(fault::Phase::forward, fault_step);
       const float* logits = p.network->forward(input, store_, ctx);
       // Loss, into the totals; its gradient is where backward starts.
       b.softmax_xent(logits, labels, p.network->logits_grad(), p.row_loss, rows, options_.classes, options_.grad_scale,
                      options_.label_smoothing, &p.totals->loss_sum, &p.totals->correct);
+      forward_span.end();
+      TraceSpan backward_span(options_.trace, "backward", "micro_batch", m);
       fault::at(fault::Phase::backward, fault_step);
       // After an update (or a strategy that took them) the gradients hold garbage: written, not added to.
       ctx.overwrite_grads = store_.grads_discarded();
       // The micro-batch's gradients of a layer are final after its last pass.
       p.network->backward(store_, ctx, last_pass && !options_.host_sync ? ready : not_yet);
       store_.mark_grads_written();
+      backward_span.end();
     }
     const auto sync_start = Clock::now();
+    TraceSpan sync_span(options_.trace, "sync", "micro_batch", m);
     fault::at(fault::Phase::allreduce, fault_step);
     for (int64_t shard = m; shard < m + together; ++shard)
       apply = options_.host_sync ? sync_on_host(shard, shard + 1 == options_.accumulation) : sync_.end_backward(shard);
     add_seconds(options_.sync_seconds, sync_start);
+    sync_span.end();
   }
   if (!apply && (options_.host_sync || options_.in_place)) {
     // The strategy made the update itself (a parameter server, whose pull left the parameters):
@@ -434,6 +441,7 @@ bool CompiledStep::enqueue_program(int slot) {
             "sync strategy: end_backward did not complete the step after its " + std::to_string(options_.accumulation) +
                 " micro-batch(es)");
   const auto update_start = Clock::now();
+  TraceSpan update_span(options_.trace, "optimizer");
   // After the reduction every rank holds the same sum, so every rank skips the same steps.
   b.flag_nonfinite(store_.grads_data(), flat, &p.totals->nonfinite);
   if (options_.in_place && p.totals->nonfinite != 0 && !p.buffers_before.empty())
@@ -454,6 +462,7 @@ bool CompiledStep::enqueue_program(int slot) {
   }
   store_.discard_grads();  // applied or skipped: the next backward writes them
   add_seconds(options_.update_seconds, update_start);
+  update_span.end();
   b.copy_to_pinned(p.pinned_totals[slot], p.totals, sizeof(StepTotals));
   if (options_.host_sync) options_.host_sync->discard_grads();  // applied, as in place
   return true;

@@ -39,6 +39,8 @@
 
 namespace mgt {
 
+class TraceBuffer;
+
 // The parameters, gradients and buffers in backend memory, laid out as the host store; `store`
 // views them, for the sync strategy.
 struct DeviceParameters {
@@ -108,6 +110,9 @@ struct CompiledStepOptions {
   // them), so the caller can tell communication not hidden by compute. Null: not timed.
   double* sync_seconds = nullptr;
   double* update_seconds = nullptr;
+  // The main thread's timeline (metrics.trace): forward, backward, sync and optimizer spans of
+  // each step the host runs or enqueues (a recorded step's replay is one launch). Null: none.
+  TraceBuffer* trace = nullptr;
   // Batch norm's statistics over more than one pass (StepContext::batch_statistics), summed on
   // this communicator (of the training ranks, for them alone): over the micro-shards of the global
   // batch in their order when deterministic_statistics (a rank's shards are its `accumulation`

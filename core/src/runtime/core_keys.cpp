@@ -117,6 +117,14 @@ const std::vector<ConfigKey>& core_config_keys() {
       {"metrics.file", KeyType::path, "", "JSON-lines metrics file (default: <checkpoint.dir>/metrics.jsonl)"},
       {"metrics.tensorboard_dir", KeyType::path, "",
        "write TensorBoard event files here (rank 0, every train.log_every steps); %j as in checkpoint.dir"},
+      {"metrics.trace", KeyType::path, "",
+       "write a timeline of the run to this file at its end, a Chrome/Perfetto JSON trace (ui.perfetto.dev, "
+       "chrome://tracing): a process per rank with its data wait, forward, backward, sync, optimizer, "
+       "checkpoints and evaluations, each all-reduce bucket on a track of its own, the data reader's reads; "
+       "clocks aligned on rank 0's; %j as in checkpoint.dir"},
+      {"metrics.trace_steps", KeyType::positive_integer, "1000",
+       "steps metrics.trace records: the first ones of the run (then the final checkpoint and evaluation); "
+       "each rank keeps at most 2^20 spans per thread"},
       {"comm.timeout_s", KeyType::positive_real, "300",
        "seconds any wait on other ranks may take before the job is ended"},
   };

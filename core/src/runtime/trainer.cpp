@@ -26,6 +26,7 @@
 #include "mgtrain/rng.hpp"
 #include "mgtrain/version.hpp"
 #include "observers/observer.hpp"
+#include "observers/trace.hpp"
 #include "runtime/core_keys.hpp"
 #include "runtime/evaluate.hpp"
 #include "runtime/lr_schedule.hpp"
@@ -230,6 +231,8 @@ class Trainer {
         log_(options_.quiet ? null_log_ : log),
         registry_(options_.plugin_paths),
         leader_(comm.rank() == 0) {}
+  // The communicator outlives the run (mgtrain bench runs several on it).
+  ~Trainer() { comm_.set_allreduce_observer(nullptr); }
 
   TrainResult run() {
     configure();
@@ -240,7 +243,13 @@ class Trainer {
                             {"the model's parameter names and shapes", parameter_layout(store_), '\n'}});
     if (!options_.resume.empty()) resume();
     prepare_run();
-    return trains() ? train_loop() : serve();
+    try {
+      return trains() ? train_loop() : serve();
+    } catch (const StartupError&) {
+      // Every lock-step rank stops here together (a non-finite gradient): the trace shows the run up to it.
+      if (trace_ && !serving_) trace_->write(comm_, true, log_);
+      throw;
+    }
   }
 
  private:
@@ -253,13 +262,14 @@ class Trainer {
       fault::configure(comm_.rank());
       take_input_shape_from_data();
     });
-    expand_job_id(config_, {"checkpoint.dir", "metrics.file", "metrics.tensorboard_dir"});
+    expand_job_id(config_, {"checkpoint.dir", "metrics.file", "metrics.tensorboard_dir", "metrics.trace"});
     comm_.set_timeout_seconds(config_.get_real("comm.timeout_s"));
     set_compute_threads();
     seed_ = static_cast<uint64_t>(config_.get_int("train.seed"));
     global_batch_ = config_.get_int("train.global_batch");
     checkpoint_dir_ = config_.get_string("checkpoint.dir");
     claim_checkpoint_dir();
+    claim_trace_path();
     if (leader_)
       log_ << "mgtrain " << MGTRAIN_VERSION << ": " << comm_.size() << " rank(s)\n"
            << "# resolved config\n"
@@ -317,6 +327,16 @@ class Trainer {
                     "back; --resume latest continues that run, --checkpoint.overwrite=true removes its checkpoints "
                     "first, or give another checkpoint.dir");
     });
+  }
+
+  // metrics.trace: rank 0 writes it at the end, so it checks now that it can.
+  void claim_trace_path() {
+    const std::string path = config_.get_string("metrics.trace");
+    if (path.empty()) return;
+    agree(comm_, [&] {
+      if (leader_) Trace::check_writable(path, "metrics.trace", config_.values().at("metrics.trace").source);
+    });
+    trace_ = std::make_unique<Trace>(path, config_.get_int("metrics.trace_steps"));
   }
 
   // Where this rank trains (train.device): every rank the same kind. Each GPU is bound and opened
@@ -536,6 +556,7 @@ class Trainer {
     o.deterministic_statistics = sync_->micro_batches_are_shards();
     o.sync_seconds = &phases_.sync;
     o.update_seconds = &phases_.optimizer;
+    o.trace = traced();
     step_ = &device_->compile(*model_, store_, *optimizer_, *sync_, o);
   }
 
@@ -561,6 +582,10 @@ class Trainer {
       ro.allocate_slot = [backend](size_t bytes) { return backend->allocate_host(bytes); };
       ro.release_slot = [backend](void* ptr) { backend->release_host(ptr); };
     }
+    if (trace_)
+      ro.on_batch_read = [buffer = trace_->reader_thread()](auto begin, auto end, int64_t batch) {
+        buffer->record("read batch", begin, end, "batch", batch);
+      };
     reader_ = std::make_unique<data::ShardedReader>(ro);
     per_epoch_ = reader_->batches_per_epoch();
     micro_shape_ = {micro_batch_ * shards_per_pass_};
@@ -685,6 +710,11 @@ class Trainer {
     result_.gradient_floats = store_.flat_size();
     result_.device = device_kind_name(device_->kind());
     if (step_) step_->upload_state(store_);
+    if (trace_) {
+      trace_->start(comm_);
+      // The bucketed all-reduces on host memory; NCCL's run inside the device's step.
+      comm_.set_allreduce_observer(trace_.get());
+    }
   }
 
   TrainResult serve() {
@@ -716,10 +746,13 @@ class Trainer {
       if (!why.empty()) metrics_off("metrics file '" + path + "' cannot be written: " + why);
     };
     context.log_every = log_every_;
+    TraceSpan serve_span(traced(), "serve");
     serving_->serve(*optimizer_, context);
+    serve_span.end();
     serving_->gather_state(*optimizer_);
     result_.lost_ranks = serving_->lost_ranks();
     if (result_.lost_ranks.empty()) comm_.barrier();  // the final checkpoint is written
+    if (trace_) trace_->write(comm_, result_.lost_ranks.empty(), log_);
     return result_;
   }
 
@@ -748,16 +781,21 @@ class Trainer {
         lockstep() ? total_steps_ : start_step + (total_steps_ - start_step) * train_comm_->size();
     const int slow_ms = fault::slowdown_ms(comm_.rank());
     while (step < step_limit && !(serving_ && serving_->finished())) {
+      if (trace_) trace_->at_step(step - start_step);
+      TraceSpan step_span(traced(), "step", "step", step + 1);
       const auto step_start = Clock::now();
       if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
       comm_.set_step(step + 1);
       train_comm_->set_step(step + 1);
+      TraceSpan wait_span(traced(), "data wait");
       data::Batch batch = reader_->next();
+      wait_span.end();
       epoch = batch.epoch;
       interval_.wait += batch.wait_seconds;
       phases_.data_wait += batch.wait_seconds;
       const double sync_before = phases_.sync;
       run_step(batch, step);
+      step_span.end();
       interval_.busy += seconds_since(step_start) - (phases_.sync - sync_before);
       ++interval_.steps;
       ++step;
@@ -770,6 +808,7 @@ class Trainer {
       meta_.epoch = batch.epoch + (batch.batch_in_epoch + 1 == per_epoch_ ? 1 : 0);
       meta_.batch_in_epoch = (batch.batch_in_epoch + 1) % per_epoch_;
       if (step % log_every_ == 0 || step == total_steps_) {
+        TraceSpan metrics_span(traced(), "metrics", "step", step);
         finish_steps();
         log_interval(step, epoch);
       }
@@ -783,6 +822,7 @@ class Trainer {
         break;
       }
       if (options_.write_checkpoints && checkpoint_every > 0 && step % checkpoint_every == 0 && step < total_steps_) {
+        TraceSpan checkpoint_span(traced(), "checkpoint", "step", step);
         download_step_state();
         if (leader_) {
           result_.checkpoint =
@@ -811,6 +851,7 @@ class Trainer {
   // the host (a GPU rank's parameters downloaded first) and the sums added up, so no rank waits
   // alone. Rank 0 says it and tells its observers. Its time is left out of the interval's rate.
   void evaluate_epoch(int64_t step, int64_t epoch) {
+    TraceSpan span(traced(), "evaluation", "epoch", epoch + 1);
     const auto start = Clock::now();
     download_step_state();
     // Batch norm's running statistics move on rank 0 only (make_batch_norm2d): every rank
@@ -1001,13 +1042,18 @@ class Trainer {
       log_ << "warning: the run went on without rank(s) " << rank_list(result_.lost_ranks)
            << " (sync.on_lost_worker = continue); figures below are rank 0's own\n"
            << std::flush;
+    if (trace_) trace_->resume_recording();
+    TraceSpan checkpoint_span(leader_ && options_.write_checkpoints && step > start_step ? traced() : nullptr,
+                              "checkpoint", "step", step);
     if (leader_ && options_.write_checkpoints && step > start_step)
       result_.checkpoint =
           write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(), config_.get_int("checkpoint.keep"));
+    checkpoint_span.end();
     // The final model on the test set, by rank 0 (the parameters are the same everywhere now), in
     // batches of the training micro-batch so the model's activations are reused, not grown.
     const std::string test_path = config_.get_string("data.test");
     if (leader_ && !test_path.empty() && !options_.quiet && step > start_step) {
+      TraceSpan span(traced(), "evaluation");
       const EvalResult test = evaluate_model(*model_, test_path, config_.get_string("data.x_name"),
                                              config_.get_string("data.y_name"), micro_batch_);
       result_.test_accuracy = test.accuracy;
@@ -1017,6 +1063,7 @@ class Trainer {
       log_ << line << std::flush;
     }
     if (all_ranks_here) comm_.barrier();
+    if (trace_) trace_->write(comm_, all_ranks_here, log_);
     result_.train_seconds = run_seconds;
     result_.steps = step;
     result_.steps_run = step - start_step;
@@ -1037,6 +1084,9 @@ class Trainer {
     result_.peak_rss_mb = static_cast<double>(peak_kib) / 1024.0;
     return result_;
   }
+
+  // The main thread's timeline, or null: metrics.trace is off.
+  TraceBuffer* traced() const { return trace_ ? trace_->main_thread() : nullptr; }
 
   // The serving role's answers, or a replicated strategy's: every rank trains, in lock step.
   bool trains() const { return !serving_ || serving_->trains(); }
@@ -1069,6 +1119,8 @@ class Trainer {
   bool overwrite_checkpoints_ = false;                  // another run's, with checkpoint.overwrite
   std::string resumed_from_, resume_note_;              // rank 0's resume checkpoint, position note
 
+  // metrics.trace's recorder, or null. Declared before what records into it (the reader's thread).
+  std::unique_ptr<Trace> trace_;
   std::unique_ptr<TrainingDevice> device_;
   CompiledStep* step_ = nullptr;  // every training rank's step (device_'s); null on a serving rank
   std::unique_ptr<Model> model_;

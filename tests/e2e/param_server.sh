@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # The asynchronous parameter server (np=3: two workers, one server).
-# Usage: param_server.sh accuracy|slow_worker|lockstep|lost_worker|killed_worker|killed_server|stopped_server
-#                        |continue_stopped|continue_rank0
+# Usage: param_server.sh accuracy|stop_resume|kill_resume|slow_worker|lockstep|lost_worker|killed_worker
+#                        |killed_server|stopped_server|continue_stopped|continue_rank0
 source "$(dirname "$0")/lib.sh"
 write_config run.ini
 ps=(--sync.name=param_server --checkpoint.every_steps=0)
+
+# The value of a one-dimensional integer dataset of a checkpoint, as "a,b,c".
+h5_ints() {  # h5_ints FILE DATASET
+  h5dump -d "$2" -y -w 0 "$1" | awk '/DATA \{/ { on = 1; next } on && /\}/ { exit } on' | tr -d ' \n'
+}
 
 # Once the job writing out.log has logged a training step, sends SIGNAL to its rank RANK (found by
 # the job's checkpoint directory and Open MPI's rank variable).
@@ -19,14 +24,81 @@ signal_rank() {  # signal_rank RANK SIGNAL
 }
 
 case $1 in
-  accuracy)  # the MLP example reaches 0.87 in the epochs all-reduce uses (10)
+  accuracy)  # the MLP example as shipped (a checkpoint every 1000 steps) reaches 0.85 in 3 epochs
     run_np 3 900 train --config "$EXAMPLES/fashion_mnist_mlp.ini" --data.train="$DATA_DIR/train.h5" --data.test="$DATA_DIR/test.h5" \
-      --checkpoint.dir="$WORK/ckpt" "${ps[@]}" --json >train.log 2>&1 || { cat train.log; fail "training failed"; }
+      --checkpoint.dir="$WORK/ckpt" --sync.name=param_server --train.epochs=3 --json >train.log 2>&1 \
+      || { cat train.log; fail "training failed"; }
     checkpoint=$(grep '^{' train.log | tail -n 1 | json_field checkpoint)
     accuracy=$("$MGTRAIN" eval --checkpoint "$checkpoint" --data "$DATA_DIR/test.h5" --json | json_field accuracy)
     echo "param_server test accuracy $accuracy"
-    awk -v a="$accuracy" 'BEGIN { exit !(a >= 0.87) }' || fail "accuracy $accuracy below 0.87"
+    awk -v a="$accuracy" 'BEGIN { exit !(a >= 0.85) }' || fail "accuracy $accuracy below 0.85"
     grep -q '"staleness_mean"' ckpt/metrics.rank2.jsonl || fail "the server recorded no staleness figures"
+    # The periodic checkpoint: the servers' state after 1000 x 2 updates, each worker's steps
+    # adding up to them, and a model `mgtrain eval` reads.
+    [ -f ckpt/step-1000.h5 ] || { ls ckpt; fail "no checkpoint at step 1000"; }
+    [ "$(h5_ints ckpt/step-1000.h5 /sync/updates)" = 2000 ] || fail "step-1000.h5: /sync/updates $(h5_ints ckpt/step-1000.h5 /sync/updates)"
+    steps=$(h5_ints ckpt/step-1000.h5 /sync/worker_steps)
+    [ $(( ${steps//,/+} )) -eq 2000 ] || fail "step-1000.h5: worker steps $steps do not add up to 2000 updates"
+    mid=$("$MGTRAIN" eval --checkpoint ckpt/step-1000.h5 --data "$DATA_DIR/test.h5" --json | json_field accuracy)
+    echo "step-1000.h5 (workers at steps $steps): test accuracy $mid"
+    awk -v a="$mid" 'BEGIN { exit !(a >= 0.8) }' || fail "the periodic checkpoint holds no trained model ($mid)"
+    ;;
+  stop_resume)
+    # Every rank is sent SIGTERM, as scancel does: the workers stop, the servers hand rank 0 their
+    # state, and the final checkpoint keeps each worker's own step. Resumed with as many workers,
+    # each goes on from there, and the servers' update count (their metrics) goes on too.
+    export MGTRAIN_TEST_SLOW_RANK=0:20
+    args=(train --config run.ini --train.max_steps=400 --train.log_every=20 --checkpoint.dir="$WORK/ckpt"
+          --sync.name=param_server --checkpoint.every_steps=100)
+    run_np 3 300 "${args[@]}" >out.log 2>&1 &
+    job=$!
+    for _ in $(seq 150); do [ -f ckpt/step-100.h5 ] && break; sleep 0.2; done
+    for rank in 0 1 2; do signal_rank $rank TERM; done
+    rc=0
+    wait $job || rc=$?
+    # 128 + SIGTERM: the run is not done, as the scheduler is told.
+    [ $rc -eq 143 ] || { cat out.log; fail "the stopped job ended with $rc, expected 143"; }
+    grep -q "stopped by signal 15 at step [0-9]* of rank 0: writing the servers' state" out.log \
+      || { cat out.log; fail "the job did not stop cleanly"; }
+    stopped=$(cat ckpt/latest)
+    updates=$(h5_ints "ckpt/$stopped" /sync/updates) steps=$(h5_ints "ckpt/$stopped" /sync/worker_steps)
+    echo "stopped: $stopped, $updates updates, workers at steps $steps"
+    [ $(( ${steps//,/+} )) -eq "$updates" ] || fail "worker steps $steps do not add up to $updates updates"
+    [ "$updates" -lt 800 ] || fail "the run was not stopped midway ($updates updates)"
+    last_before=$(tail -n 1 ckpt/metrics.rank2.jsonl | sed -n 's/.*"updates":\([0-9]*\).*/\1/p')
+    unset MGTRAIN_TEST_SLOW_RANK
+    run_np 3 300 "${args[@]}" --resume latest --json >resume.log 2>&1 || { cat resume.log; fail "resume failed"; }
+    grep -q "^resumed from step $(( updates / 2 ))" resume.log || { cat resume.log; fail "not resumed from step $(( updates / 2 ))"; }
+    # Each worker's first push after the resume is its own next step: none is applied twice.
+    first_after=$(sed -n 's/.*"updates":\([0-9]*\).*/\1/p' ckpt/metrics.rank2.jsonl | awk -v b="$last_before" '$1 > b' | head -n 1)
+    echo "server metrics: last record before the stop at $last_before updates, first after at $first_after"
+    [ -n "$first_after" ] && [ "$first_after" -gt "$updates" ] || fail "the update count did not go on from $updates"
+    [ -f ckpt/step-400.h5 ] || { ls ckpt; fail "the resumed run did not finish"; }
+    final=$(h5_ints ckpt/step-400.h5 /sync/updates)
+    [ "$final" -ge 800 ] || fail "the finished run counts $final updates, expected 800"
+    ;;
+  kill_resume)
+    # A worker killed (SIGKILL): mpirun ends the job. The last periodic checkpoint resumes with
+    # three workers and two servers instead of two and one.
+    args=(train --config run.ini --train.max_steps=400 --train.global_batch=96 --checkpoint.dir="$WORK/ckpt"
+          --sync.name=param_server --checkpoint.every_steps=50)
+    MGTRAIN_TEST_SLOW_RANK=0:20 run_np 3 120 "${args[@]}" >out.log 2>&1 &
+    job=$!
+    for _ in $(seq 150); do [ -f ckpt/step-100.h5 ] && break; sleep 0.2; done
+    signal_rank 1 KILL
+    wait $job && fail "the job went on without a worker"
+    latest=$(cat ckpt/latest)
+    echo "killed; latest checkpoint $latest"
+    run_np 5 300 "${args[@]}" --sync.servers=2 --resume latest --json >resume.log 2>&1 || { cat resume.log; fail "resume failed"; }
+    latest_step=${latest#step-}
+    grep -q "^resumed from step ${latest_step%.h5} " resume.log || { cat resume.log; fail "not resumed from $latest"; }
+    # Three workers from the checkpoint's step on: 3 x that many updates, then every step after it.
+    steps=$(h5_ints ckpt/step-400.h5 /sync/worker_steps)
+    [ "$(h5_ints ckpt/step-400.h5 /sync/updates)" -ge 1200 ] || fail "step-400.h5 counts $(h5_ints ckpt/step-400.h5 /sync/updates) updates"
+    [ "$(echo "$steps" | tr ',' '\n' | wc -l)" -eq 3 ] || fail "step-400.h5: worker steps $steps, expected three workers"
+    accuracy=$("$MGTRAIN" eval --checkpoint ckpt/step-400.h5 --data "$DATA_DIR/test.h5" --json | json_field accuracy)
+    echo "resumed run: workers at steps $steps, test accuracy $accuracy"
+    awk -v a="$accuracy" 'BEGIN { exit !(a >= 0.75) }' || fail "the resumed run holds no trained model ($accuracy)"
     ;;
   slow_worker)  # rank 1 sleeps 20 ms a step: all-reduce waits for it, the asynchronous server does not
     export MGTRAIN_TEST_SLOW_RANK=1:20

@@ -468,6 +468,50 @@ TEST_F(CheckpointTest, MissingAndExtraParametersAreErrors) {
   EXPECT_NE(msg.find("'fc1.bias'"), std::string::npos) << msg;
 }
 
+// A sync strategy's counters (a parameter server's updates and each worker's steps) come back as
+// written; a damaged one, or a shard of the state that is missing, is named.
+TEST_F(CheckpointTest, SyncCountersRoundTripAndAreChecked) {
+  auto store = make_store(1.0f);
+  TestOptimizer opt;
+  opt.setup(store->flat_size());
+  mgt::CheckpointMeta meta = make_meta(50);
+  meta.sync = {"param_server", {{"updates", {100}}, {"worker_steps", {49, 51}}}};
+  const std::string path = mgt::write_checkpoint(ckdir(), meta, *store, &opt, 0);
+  const mgt::CheckpointMeta loaded = mgt::load_checkpoint(path, *store, &opt);
+  EXPECT_EQ(loaded.sync.strategy, "param_server");
+  EXPECT_EQ(loaded.sync.values, meta.sync.values);
+  // Without counters, no group: what every lock-step strategy writes.
+  const std::string plain = write(60);
+  EXPECT_TRUE(mgt::load_checkpoint(plain, *store, &opt).sync.strategy.empty());
+
+  {
+    std::lock_guard lock(mgt::data::hdf5_mutex());
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    const hid_t dset = H5Dopen2(file, "/sync/worker_steps", H5P_DEFAULT);
+    ASSERT_GE(dset, 0);
+    const int64_t changed[2] = {49, 52};
+    EXPECT_GE(H5Dwrite(dset, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, changed), 0);
+    H5Dclose(dset);
+    H5Fclose(file);
+  }
+  std::string msg = error_message<mgt::IoError>([&] { mgt::load_checkpoint(path, *store, nullptr); });
+  EXPECT_NE(msg.find("'/sync/worker_steps' checksum mismatch"), std::string::npos) << msg;
+  // Part of the momentum gone: a checkpoint holds the whole state, one dataset per parameter,
+  // whichever server had it.
+  meta.step = 70;
+  const std::string second = mgt::write_checkpoint(ckdir(), meta, *store, &opt, 0);
+  {
+    std::lock_guard lock(mgt::data::hdf5_mutex());
+    const hid_t file = H5Fopen(second.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    EXPECT_GE(H5Ldelete(file, "/optimizer/momentum/fc1.bias", H5P_DEFAULT), 0);
+    H5Fclose(file);
+  }
+  msg = error_message<mgt::DataError>([&] { mgt::load_checkpoint(second, *store, &opt); });
+  EXPECT_NE(msg.find("has no 'momentum' optimizer state for parameter 'fc1.bias'"), std::string::npos) << msg;
+}
+
 TEST_F(CheckpointTest, OptimizerStateMustMatch) {
   const std::string path = write(13);
   auto store = make_store(0.0f);

@@ -35,7 +35,7 @@
 // 9: Layer::describe (LayerDescription, mgtrain/layer_description.hpp) and Model::export_layers:
 //    what a model computes, for `mgtrain export`. Communicator's AllreduceObserver
 //    (set_allreduce_observer), which GradientBuckets tells of each bucket.
-#define MGTRAIN_PLUGIN_ABI_VERSION 9u
+#define MGTRAIN_PLUGIN_ABI_VERSION 10u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
 namespace mgt {

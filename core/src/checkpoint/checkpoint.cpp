@@ -320,6 +320,59 @@ std::vector<float> read_dataset(const H5Context& h5, hid_t group, const std::str
   return data;
 }
 
+// A sync strategy's counters (/sync): one int64 dataset each, with its checksum.
+void write_sync_counters(const H5Context& h5, hid_t file, const SyncCounters& sync) {
+  h5::Id group = create_group(h5, file, "sync", "/sync");
+  h5.write_attr([&] { h5::write_attr_utf8(group.get(), "strategy", sync.strategy); });
+  for (const auto& [name, values] : sync.values) {
+    const hsize_t dims[1] = {values.size()};
+    h5::Id space = h5.check(H5Screate_simple(1, dims, nullptr), H5Sclose, "cannot create dataspace for '" + name + "'");
+    h5::Id dcpl = untimed_plist(h5, H5P_DATASET_CREATE);
+    h5::Id dset = h5.check(
+        H5Dcreate2(group.get(), name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+        H5Dclose, "cannot create dataset '/sync/" + name + "'");
+    if (!values.empty())
+      h5.check(H5Dwrite(dset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
+               "cannot write dataset '/sync/" + name + "'");
+    h5.write_attr([&] {
+      h5::write_attr_uint32(dset.get(), kChecksumAttr, checksum_bytes(values.data(), values.size() * sizeof(int64_t)));
+    });
+  }
+}
+
+// The counters a strategy kept, checksums verified; empty when the checkpoint has no /sync.
+SyncCounters read_sync_counters(const H5Context& h5, hid_t file) {
+  SyncCounters sync;
+  const htri_t exists = H5Lexists(file, "sync", H5P_DEFAULT);
+  h5.check(static_cast<herr_t>(exists), "cannot open group '/sync'");
+  if (exists == 0) return sync;
+  h5::Id group = open_group(h5, file, "sync", "/sync");
+  sync.strategy = read_string_attr(h5, group.get(), "group '/sync'", "strategy");
+  for (const auto& name : group_members(h5, group.get(), "'/sync'")) {
+    const std::string full = "/sync/" + name;
+    h5::Id dset =
+        h5.check(H5Dopen2(group.get(), name.c_str(), H5P_DEFAULT), H5Dclose, "cannot open dataset " + quote(full));
+    h5::Id type = h5.check(H5Dget_type(dset.get()), H5Tclose, "cannot read dataset " + quote(full));
+    h5::Id space = h5.check(H5Dget_space(dset.get()), H5Sclose, "cannot read dataset " + quote(full));
+    const Shape shape = h5::dims_of(space.get());
+    if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != sizeof(int64_t) || shape.size() != 1)
+      throw DataError("checkpoint " + quote(h5.path) + ": dataset " + quote(full) +
+                      " is not a one-dimensional int64 array (shape " + shape_string(shape) + ")");
+    std::vector<int64_t> values(static_cast<size_t>(shape[0]));
+    if (!values.empty())
+      h5.check(H5Dread(dset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
+               "cannot read dataset " + quote(full));
+    const auto stored =
+        read_int_attr<uint32_t>(h5, dset.get(), "dataset " + quote(full), kChecksumAttr, H5T_NATIVE_UINT32);
+    const uint32_t computed = checksum_bytes(values.data(), values.size() * sizeof(int64_t));
+    if (stored != computed)
+      throw IoError("checkpoint " + quote(h5.path) + ": dataset " + quote(full) + " checksum mismatch (stored " +
+                    hex32(stored) + ", computed " + hex32(computed) + ")");
+    sync.values[name] = std::move(values);
+  }
+  return sync;
+}
+
 // Every value of the root attributes in range and consistent with the others and with the stored
 // config, else one DataError naming the checkpoint and the attribute. For an older checkpoint
 // without global_batch, takes it from the stored config.
@@ -502,6 +555,7 @@ FileImage build_image(const std::string& path, const std::string& image_name, co
         for (const auto& p : store.params()) write_dataset(h5, group.get(), p.name, p.shape, buffer.data + p.offset);
       }
     }
+    if (!meta.sync.strategy.empty()) write_sync_counters(h5, file.get(), meta.sync);
     h5.check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "cannot flush file");
   }
   const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);
@@ -813,7 +867,8 @@ CheckpointMeta load_checkpoint(const std::string& path, ParameterStore& store, O
   h5::silence_errors();
   const H5Context h5{path};
   h5::Id file = open_checkpoint(h5);
-  const CheckpointMeta meta = read_meta(h5, file.get());
+  CheckpointMeta meta = read_meta(h5, file.get());
+  meta.sync = read_sync_counters(h5, file.get());
 
   // Everything is read and verified before anything is copied: a bad file leaves the model as it was.
   std::vector<std::vector<float>> params;

@@ -1,6 +1,7 @@
 #pragma once
 // Checkpoints: one HDF5 file per checkpoint, written atomically, readable by any HDF5 tool.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,14 @@
 #include "mgtrain/parameters.hpp"
 
 namespace mgt {
+
+// A sync strategy's own counters, kept under /sync: the group's attribute `strategy` names it, and
+// each entry is an int64 dataset (with its checksum), e.g. a parameter server's update count and
+// each worker's position. Empty (no group) for a strategy that keeps none.
+struct SyncCounters {
+  std::string strategy;
+  std::map<std::string, std::vector<int64_t>> values;
+};
 
 struct CheckpointMeta {
   int64_t step = 0;            // optimizer steps done
@@ -23,6 +32,7 @@ struct CheckpointMeta {
   std::string plugins;       // PluginRegistry::loaded_summary()
   std::string plugin_paths;  // PluginRegistry::loaded_paths(): where `mgtrain eval` looks last
   std::string config_ini;    // the full resolved config
+  SyncCounters sync;         // read by load_checkpoint only
 };
 
 // Writes <dir>/step-<N>.h5 atomically (temporary name in dir, fsync, rename, fsync dir), then

@@ -243,6 +243,7 @@ class Trainer {
                             {"the model's parameter names and shapes", parameter_layout(store_), '\n'}});
     if (!options_.resume.empty()) resume();
     prepare_run();
+    if (serving_) start_serving_run();
     try {
       return trains() ? train_loop() : serve();
     } catch (const StartupError&) {
@@ -606,12 +607,14 @@ class Trainer {
   // 4. Resume: rank 0 reads the checkpoint, every rank receives its state.
   void resume() {
     agree(comm_, [&] {
-      if (!lockstep())
-        throw ConfigError("--resume is not supported with sync.name = " + choice_.sync +
-                          " yet: its optimizer state lives sharded on the serving ranks");
       if (leader_) {
         load_resume_checkpoint();
         continue_at_the_same_sample();
+        // The strategy that wrote it kept its own counters: this run's strategy may take them
+        // (start_serving_run), its checkpoints keep their own.
+        resumed_sync_ = std::move(meta_.sync);
+        meta_.sync = SyncCounters{};
+        if (serving_ && resumed_sync_.strategy == choice_.sync) serving_position(resumed_sync_, resumed_from_);
       }
     });
     int64_t position[4] = {meta_.step, meta_.epoch, meta_.batch_in_epoch, optimizer_->step_count()};
@@ -622,8 +625,10 @@ class Trainer {
     optimizer_->set_step_count(position[3]);
     comm_.broadcast(store_.params_data(), store_.flat_size() * sizeof(float), 0);
     if (store_.buffers_size() > 0) comm_.broadcast(store_.buffers_data(), store_.buffers_size() * sizeof(float), 0);
-    for (auto& buffer : optimizer_->state_buffers())
-      comm_.broadcast(buffer.data, store_.flat_size() * sizeof(float), 0);
+    // A serving strategy's ranks hold parts of the optimizer state: it hands them out (start).
+    if (!serving_)
+      for (auto& buffer : optimizer_->state_buffers())
+        comm_.broadcast(buffer.data, store_.flat_size() * sizeof(float), 0);
     if (leader_) {
       log_ << "resumed from step " << meta_.step << " (epoch " << meta_.epoch + 1 << ", batch " << meta_.batch_in_epoch
            << ")\n";
@@ -717,6 +722,42 @@ class Trainer {
     }
   }
 
+  // Every rank of a serving strategy's run: where it starts (a resumed run's position, the servers'
+  // parts of the optimizer state) and how often rank 0 checkpoints it.
+  void start_serving_run() {
+    ServingStart start;
+    start.step = meta_.step;
+    start.checkpoint_every = options_.write_checkpoints ? config_.get_int("checkpoint.every_steps") : 0;
+    start.resumed = !options_.resume.empty();
+    if (leader_ && start.resumed && resumed_sync_.strategy == choice_.sync)
+      start.saved = serving_position(resumed_sync_, resumed_from_);
+    serving_->start(*optimizer_, start);
+  }
+
+  // A serving run's position as its checkpoints keep it (/sync), and back.
+  static SyncCounters sync_counters(const std::string& strategy, const ServingPosition& at) {
+    return {strategy, {{"updates", {at.updates}}, {"worker_steps", at.worker_steps}}};
+  }
+  // Checked: every push applied is one worker's step, so the steps add up to the updates.
+  static ServingPosition serving_position(const SyncCounters& sync, const std::string& path) {
+    const auto value = [&](const char* name) {
+      const auto it = sync.values.find(name);
+      if (it == sync.values.end() || it->second.empty())
+        throw DataError("checkpoint '" + path + "': '/sync' of strategy '" + sync.strategy + "' has no dataset '" +
+                        name + "'");
+      return it->second;
+    };
+    ServingPosition at;
+    at.updates = value("updates")[0];
+    at.worker_steps = value("worker_steps");
+    int64_t sum = 0;
+    for (int64_t s : at.worker_steps) sum += s;
+    if (sum != at.updates || *std::min_element(at.worker_steps.begin(), at.worker_steps.end()) < 0)
+      throw DataError("checkpoint '" + path + "': '/sync/worker_steps' add up to " + std::to_string(sum) +
+                      " steps, '/sync/updates' = " + std::to_string(at.updates) + ": expected equal, none negative");
+    return at;
+  }
+
   TrainResult serve() {
     ServeContext context;
     context.steps_per_worker = total_steps_ - meta_.step;
@@ -760,8 +801,12 @@ class Trainer {
     if (leader_ && !options_.quiet) add_observers();
     const int64_t checkpoint_every = config_.get_int("checkpoint.every_steps");
     const int64_t start_step = meta_.step;
-    int64_t step = start_step;
-    reader_->start(meta_.epoch, meta_.batch_in_epoch);
+    // A resumed asynchronous worker goes on from its own step, a few ahead of or behind the run's.
+    const int64_t first_step = serving_ ? serving_->first_step(start_step) : start_step;
+    int64_t step = first_step;
+    run_position_ = meta_.epoch * per_epoch_ + meta_.batch_in_epoch - start_step;
+    const int64_t first_position = std::max<int64_t>(0, run_position_ + first_step);
+    reader_->start(first_position / per_epoch_, first_position % per_epoch_);
     if (leader_)
       log_ << "training " << total_steps_ - step << " steps: " << per_epoch_ << " steps/epoch, global batch "
            << global_batch_ << " (" << train_comm_->size() << " training ranks x " << micro_batch_ << " x " << accum_
@@ -821,7 +866,9 @@ class Trainer {
         stopped = true;
         break;
       }
-      if (options_.write_checkpoints && checkpoint_every > 0 && step % checkpoint_every == 0 && step < total_steps_) {
+      if (!lockstep() && leader_ && options_.write_checkpoints && checkpoint_every > 0) write_served_checkpoint();
+      if (lockstep() && options_.write_checkpoints && checkpoint_every > 0 && step % checkpoint_every == 0 &&
+          step < total_steps_) {
         TraceSpan checkpoint_span(traced(), "checkpoint", "step", step);
         download_step_state();
         if (leader_) {
@@ -841,10 +888,46 @@ class Trainer {
     for (auto& o : observers_) o->on_run_end({step, epoch, stopped});
     if (stopped && leader_)
       log_ << "stopped by signal " << stop_signal() << " at step " << step
-           << ": writing a final checkpoint; resubmit with --resume latest to continue\n"
+           << (lockstep() ? ": writing a final checkpoint"
+                          : " of rank 0: writing the servers' state as a final checkpoint")
+           << "; resubmit with --resume latest to continue\n"
            << std::flush;
     result_.stopped = stopped;
     return finish(start_step, step);
+  }
+
+  // Rank 0 of an asynchronous run, between its steps: a checkpoint of the servers' state once all
+  // of one moment has come (the others train on meanwhile). This rank's own parameters, which its
+  // next step computes on, are put aside while the snapshot's are written.
+  void write_served_checkpoint() {
+    served_params_.resize(store_.flat_size());
+    ServingPosition at;
+    if (!serving_->take_snapshot(served_params_.data(), *optimizer_, at)) return;
+    TraceSpan checkpoint_span(traced(), "checkpoint", "updates", at.updates);
+    CheckpointMeta meta = served_meta(at);
+    float* params = store_.params_data();
+    std::swap_ranges(params, params + store_.flat_size(), served_params_.begin());
+    try {
+      result_.checkpoint =
+          write_checkpoint(checkpoint_dir_, meta, store_, optimizer_.get(), config_.get_int("checkpoint.keep"));
+    } catch (...) {
+      std::swap_ranges(params, params + store_.flat_size(), served_params_.begin());
+      throw;
+    }
+    std::swap_ranges(params, params + store_.flat_size(), served_params_.begin());
+  }
+
+  // The checkpoint metadata of an asynchronous run at `at`: its step is the updates per worker,
+  // its data position that many global batches from the run's start.
+  CheckpointMeta served_meta(const ServingPosition& at) const {
+    CheckpointMeta meta = meta_;
+    // A push already on its way when the run's count was reached is applied too.
+    meta.step = std::min(at.updates / train_world(), total_steps_);
+    const int64_t position = std::max<int64_t>(0, run_position_ + meta.step);
+    meta.epoch = position / per_epoch_;
+    meta.batch_in_epoch = position % per_epoch_;
+    meta.sync = sync_counters(choice_.sync, at);
+    return meta;
   }
 
   // The model after epoch `epoch` on the test file, every training rank evaluating its share on
@@ -1032,10 +1115,11 @@ class Trainer {
   // and the run's figures over the training ranks.
   TrainResult finish(int64_t start_step, int64_t step) {
     const double run_seconds = seconds_since(run_start_);
-    if (!lockstep()) meta_.step = total_steps_;  // the run's length, whoever took the steps
     if (serving_) {
       serving_->gather_state(*optimizer_);
       result_.lost_ranks = serving_->lost_ranks();
+      // Where the servers stand, whoever took the steps: the run's end, or where it stopped.
+      if (leader_) meta_ = served_meta(serving_->position());
     }
     const bool all_ranks_here = result_.lost_ranks.empty();
     if (leader_ && !all_ranks_here)
@@ -1088,6 +1172,12 @@ class Trainer {
   // The main thread's timeline, or null: metrics.trace is off.
   TraceBuffer* traced() const { return trace_ ? trace_->main_thread() : nullptr; }
 
+  // Rank 0 of an asynchronous run: a snapshot's parameters, or its own while one is written.
+  std::vector<float> served_params_;
+  SyncCounters resumed_sync_;  // rank 0: what the resumed checkpoint's strategy kept
+  // The global batch (from the first epoch's) that step 0 of this run would read: its data position
+  // is this plus the step.
+  int64_t run_position_ = 0;
   // The serving role's answers, or a replicated strategy's: every rank trains, in lock step.
   bool trains() const { return !serving_ || serving_->trains(); }
   bool lockstep() const { return !serving_ || serving_->lockstep(); }

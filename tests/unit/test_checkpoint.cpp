@@ -468,18 +468,19 @@ TEST_F(CheckpointTest, MissingAndExtraParametersAreErrors) {
   EXPECT_NE(msg.find("'fc1.bias'"), std::string::npos) << msg;
 }
 
-// A sync strategy's counters (a parameter server's updates and each worker's steps) come back as
-// written; a damaged one, or a shard of the state that is missing, is named.
-TEST_F(CheckpointTest, SyncCountersRoundTripAndAreChecked) {
+// A sync strategy's counters (a parameter server's updates and each worker's steps) and arrays (a
+// residual) come back as written; a damaged one, or a shard of the state that is missing, is named.
+TEST_F(CheckpointTest, SyncStateRoundTripsAndIsChecked) {
   auto store = make_store(1.0f);
   TestOptimizer opt;
   opt.setup(store->flat_size());
   mgt::CheckpointMeta meta = make_meta(50);
-  meta.sync = {"param_server", {{"updates", {100}}, {"worker_steps", {49, 51}}}};
+  meta.sync = {"bf16_ef", {{"updates", {100}}, {"worker_steps", {49, 51}}}, {{"residual.rank0", {0.5f, -0.25f}}}};
   const std::string path = mgt::write_checkpoint(ckdir(), meta, *store, &opt, 0);
   const mgt::CheckpointMeta loaded = mgt::load_checkpoint(path, *store, &opt);
-  EXPECT_EQ(loaded.sync.strategy, "param_server");
-  EXPECT_EQ(loaded.sync.values, meta.sync.values);
+  EXPECT_EQ(loaded.sync.strategy, "bf16_ef");
+  EXPECT_EQ(loaded.sync.counters, meta.sync.counters);
+  EXPECT_EQ(loaded.sync.arrays, meta.sync.arrays);
   // Without counters, no group: what every lock-step strategy writes.
   const std::string plain = write(60);
   EXPECT_TRUE(mgt::load_checkpoint(plain, *store, &opt).sync.strategy.empty());

@@ -2,6 +2,7 @@
 // The interface a sync-strategy plugin implements: how the ranks' gradients become the gradient
 // the optimizer applies (all-reduce, accumulation over micro-batches, a parameter server).
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "mgtrain/communicator.hpp"
@@ -11,6 +12,12 @@
 #include "mgtrain/serving.hpp"
 
 namespace mgt {
+
+// One array of a strategy's own state (an error-feedback residual, a momentum buffer), one rank's.
+struct SyncStateArray {
+  std::string name;  // letters, digits, '_' and '-'
+  std::vector<float> values;
+};
 
 class MGT_API SyncStrategy {
  public:
@@ -38,6 +45,20 @@ class MGT_API SyncStrategy {
   // gradients (a copy each way, no CUDA graph). Called before setup: the answer may depend on the
   // config only.
   virtual bool reduces_device_memory() const { return false; }
+
+  // State of the strategy's own that a resumed run needs to go on as if never stopped: called on
+  // every training rank at each checkpoint, between steps, on the host. Checkpoints keep each
+  // rank's arrays as /sync/<name>.rank<R> (float32, with checksums), so `mgtrain verify` and a
+  // resume see them. Empty (the default): the strategy keeps none. Lock-step strategies only.
+  virtual std::vector<SyncStateArray> checkpoint_state() { return {}; }
+  // On resume, on every training rank after setup and before step 1, when the checkpoint was
+  // written by a strategy of the same name: this rank's arrays as checkpoint_state() gave them
+  // (none for a rank the checkpoint's run did not have), and that run's number of ranks. At
+  // another number of ranks the strategy decides what its state still means.
+  virtual void restore_state(const std::vector<SyncStateArray>& saved, int saved_ranks) {
+    (void)saved;
+    (void)saved_ranks;
+  }
 
   // The serving role of a strategy that takes some ranks out of training (a parameter server),
   // or null: every rank trains, in lock step. The strategy owns it.

@@ -320,11 +320,12 @@ std::vector<float> read_dataset(const H5Context& h5, hid_t group, const std::str
   return data;
 }
 
-// A sync strategy's counters (/sync): one int64 dataset each, with its checksum.
-void write_sync_counters(const H5Context& h5, hid_t file, const SyncCounters& sync) {
+// A sync strategy's state (/sync): counters as int64 datasets, arrays as float32 ones, each with
+// its checksum.
+void write_sync_state(const H5Context& h5, hid_t file, const SyncState& sync) {
   h5::Id group = create_group(h5, file, "sync", "/sync");
   h5.write_attr([&] { h5::write_attr_utf8(group.get(), "strategy", sync.strategy); });
-  for (const auto& [name, values] : sync.values) {
+  for (const auto& [name, values] : sync.counters) {
     const hsize_t dims[1] = {values.size()};
     h5::Id space = h5.check(H5Screate_simple(1, dims, nullptr), H5Sclose, "cannot create dataspace for '" + name + "'");
     h5::Id dcpl = untimed_plist(h5, H5P_DATASET_CREATE);
@@ -338,11 +339,13 @@ void write_sync_counters(const H5Context& h5, hid_t file, const SyncCounters& sy
       h5::write_attr_uint32(dset.get(), kChecksumAttr, checksum_bytes(values.data(), values.size() * sizeof(int64_t)));
     });
   }
+  for (const auto& [name, values] : sync.arrays)
+    write_dataset(h5, group.get(), name, {static_cast<int64_t>(values.size())}, values.data());
 }
 
-// The counters a strategy kept, checksums verified; empty when the checkpoint has no /sync.
-SyncCounters read_sync_counters(const H5Context& h5, hid_t file) {
-  SyncCounters sync;
+// The state a strategy kept, checksums verified (arrays also finite); empty without /sync.
+SyncState read_sync_state(const H5Context& h5, hid_t file) {
+  SyncState sync;
   const htri_t exists = H5Lexists(file, "sync", H5P_DEFAULT);
   h5.check(static_cast<herr_t>(exists), "cannot open group '/sync'");
   if (exists == 0) return sync;
@@ -355,9 +358,15 @@ SyncCounters read_sync_counters(const H5Context& h5, hid_t file) {
     h5::Id type = h5.check(H5Dget_type(dset.get()), H5Tclose, "cannot read dataset " + quote(full));
     h5::Id space = h5.check(H5Dget_space(dset.get()), H5Sclose, "cannot read dataset " + quote(full));
     const Shape shape = h5::dims_of(space.get());
-    if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != sizeof(int64_t) || shape.size() != 1)
+    const H5T_class_t type_class = H5Tget_class(type.get());
+    if (shape.size() != 1 || (type_class != H5T_INTEGER && type_class != H5T_FLOAT) ||
+        H5Tget_size(type.get()) != (type_class == H5T_INTEGER ? sizeof(int64_t) : sizeof(float)))
       throw DataError("checkpoint " + quote(h5.path) + ": dataset " + quote(full) +
-                      " is not a one-dimensional int64 array (shape " + shape_string(shape) + ")");
+                      " is neither a one-dimensional int64 nor a float32 array (shape " + shape_string(shape) + ")");
+    if (type_class == H5T_FLOAT) {
+      sync.arrays[name] = read_dataset(h5, group.get(), "/sync", name, shape, "sync state");
+      continue;
+    }
     std::vector<int64_t> values(static_cast<size_t>(shape[0]));
     if (!values.empty())
       h5.check(H5Dread(dset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
@@ -368,7 +377,7 @@ SyncCounters read_sync_counters(const H5Context& h5, hid_t file) {
     if (stored != computed)
       throw IoError("checkpoint " + quote(h5.path) + ": dataset " + quote(full) + " checksum mismatch (stored " +
                     hex32(stored) + ", computed " + hex32(computed) + ")");
-    sync.values[name] = std::move(values);
+    sync.counters[name] = std::move(values);
   }
   return sync;
 }
@@ -555,7 +564,7 @@ FileImage build_image(const std::string& path, const std::string& image_name, co
         for (const auto& p : store.params()) write_dataset(h5, group.get(), p.name, p.shape, buffer.data + p.offset);
       }
     }
-    if (!meta.sync.strategy.empty()) write_sync_counters(h5, file.get(), meta.sync);
+    if (!meta.sync.strategy.empty() && !meta.sync.empty()) write_sync_state(h5, file.get(), meta.sync);
     h5.check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "cannot flush file");
   }
   const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);
@@ -868,7 +877,7 @@ CheckpointMeta load_checkpoint(const std::string& path, ParameterStore& store, O
   const H5Context h5{path};
   h5::Id file = open_checkpoint(h5);
   CheckpointMeta meta = read_meta(h5, file.get());
-  meta.sync = read_sync_counters(h5, file.get());
+  meta.sync = read_sync_state(h5, file.get());
 
   // Everything is read and verified before anything is copied: a bad file leaves the model as it was.
   std::vector<std::vector<float>> params;

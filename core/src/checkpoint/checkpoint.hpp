@@ -10,12 +10,15 @@
 
 namespace mgt {
 
-// A sync strategy's own counters, kept under /sync: the group's attribute `strategy` names it, and
-// each entry is an int64 dataset (with its checksum), e.g. a parameter server's update count and
-// each worker's position. Empty (no group) for a strategy that keeps none.
-struct SyncCounters {
+// A sync strategy's own state, kept under /sync (the group's attribute `strategy` names it): int64
+// counters (a parameter server's update count, each worker's steps) and float32 arrays (each
+// rank's error-feedback residual, as "<name>.rank<R>"), every dataset with its checksum. Empty (no
+// group) for a strategy that keeps none.
+struct SyncState {
   std::string strategy;
-  std::map<std::string, std::vector<int64_t>> values;
+  std::map<std::string, std::vector<int64_t>> counters;
+  std::map<std::string, std::vector<float>> arrays;
+  bool empty() const { return counters.empty() && arrays.empty(); }
 };
 
 struct CheckpointMeta {
@@ -32,7 +35,7 @@ struct CheckpointMeta {
   std::string plugins;       // PluginRegistry::loaded_summary()
   std::string plugin_paths;  // PluginRegistry::loaded_paths(): where `mgtrain eval` looks last
   std::string config_ini;    // the full resolved config
-  SyncCounters sync;         // read by load_checkpoint only
+  SyncState sync;            // read by load_checkpoint only
 };
 
 // Writes <dir>/step-<N>.h5 atomically (temporary name in dir, fsync, rename, fsync dir), then

@@ -1,10 +1,12 @@
 #include "runtime/trainer.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -125,6 +127,51 @@ std::string flat_config(const Config& config) {
   std::string out;
   for (const auto& [key, value] : config.values()) out += key + " = " + value.value + "\n";
   return out;
+}
+
+// A rank's sync-strategy arrays as one message: per array its name's length, the name, its length
+// and its floats. Names must be plain (letters, digits, '_', '-'): they become dataset names.
+std::vector<char> pack_sync_arrays(const std::vector<SyncStateArray>& arrays, int rank) {
+  std::vector<char> out;
+  const auto put = [&](const void* data, size_t bytes) {
+    out.insert(out.end(), static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
+  };
+  for (const auto& a : arrays) {
+    const bool plain = !a.name.empty() && std::all_of(a.name.begin(), a.name.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-';
+    });
+    MGT_CHECK(plain, Error,
+              "rank " + std::to_string(rank) + ": the sync strategy's checkpoint_state() names an array '" + a.name +
+                  "': expected letters, digits, '_' and '-' only");
+    const uint64_t name_size = a.name.size(), count = a.values.size();
+    put(&name_size, sizeof(name_size));
+    put(a.name.data(), a.name.size());
+    put(&count, sizeof(count));
+    put(a.values.data(), a.values.size() * sizeof(float));
+  }
+  return out;
+}
+
+std::vector<SyncStateArray> unpack_sync_arrays(const std::vector<char>& blob) {
+  std::vector<SyncStateArray> arrays;
+  size_t at = 0;
+  const auto get = [&](void* data, size_t bytes) {
+    MGT_CHECK(at + bytes <= blob.size(), Error, "sync state message cut short");
+    std::memcpy(data, blob.data() + at, bytes);
+    at += bytes;
+  };
+  while (at < blob.size()) {
+    SyncStateArray a;
+    uint64_t name_size = 0, count = 0;
+    get(&name_size, sizeof(name_size));
+    a.name.resize(name_size);
+    get(a.name.data(), name_size);
+    get(&count, sizeof(count));
+    a.values.resize(count);
+    get(a.values.data(), count * sizeof(float));
+    arrays.push_back(std::move(a));
+  }
+  return arrays;
 }
 
 // "name [shape]" per line, in parameter order.
@@ -613,7 +660,7 @@ class Trainer {
         // The strategy that wrote it kept its own counters: this run's strategy may take them
         // (start_serving_run), its checkpoints keep their own.
         resumed_sync_ = std::move(meta_.sync);
-        meta_.sync = SyncCounters{};
+        meta_.sync = SyncState{};
         if (serving_ && resumed_sync_.strategy == choice_.sync) serving_position(resumed_sync_, resumed_from_);
       }
     });
@@ -629,6 +676,7 @@ class Trainer {
     if (!serving_)
       for (auto& buffer : optimizer_->state_buffers())
         comm_.broadcast(buffer.data, store_.flat_size() * sizeof(float), 0);
+    if (!serving_) restore_sync_state();
     if (leader_) {
       log_ << "resumed from step " << meta_.step << " (epoch " << meta_.epoch + 1 << ", batch " << meta_.batch_in_epoch
            << ")\n";
@@ -722,6 +770,77 @@ class Trainer {
     }
   }
 
+  // Every training rank's own state of a lock-step sync strategy (checkpoint_state), on rank 0 as
+  // the arrays "<name>.rank<R>" of the checkpoint's /sync; empty when the strategy keeps none.
+  // Every training rank calls it at each checkpoint.
+  SyncState gather_sync_state() {
+    std::vector<char> mine;
+    std::string why;
+    try {
+      mine = pack_sync_arrays(sync_->checkpoint_state(), comm_.rank());
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    // A rank that cannot give its state says so with a size of -1: every rank then stops.
+    const int64_t my_size = why.empty() ? static_cast<int64_t>(mine.size()) : -1;
+    std::vector<int64_t> sizes(static_cast<size_t>(train_comm_->size()));
+    train_comm_->allgather(&my_size, sizes.data(), sizeof(int64_t));
+    if (!why.empty()) throw Error(why);
+    for (size_t r = 0; r < sizes.size(); ++r)
+      if (sizes[r] < 0)
+        throw Error("rank " + std::to_string(r) + " could not give the sync strategy's state for the checkpoint");
+    SyncState state;
+    if (std::all_of(sizes.begin(), sizes.end(), [](int64_t n) { return n == 0; })) return state;
+    if (!leader_) {
+      if (my_size > 0) train_comm_->send(mine.data(), mine.size(), 0, kSyncStateTag);
+      return state;
+    }
+    state.strategy = choice_.sync;
+    for (int r = 0; r < train_comm_->size(); ++r) {
+      std::vector<char> blob = r == 0 ? mine : std::vector<char>(static_cast<size_t>(sizes[r]));
+      if (r > 0 && !blob.empty()) train_comm_->recv(blob.data(), blob.size(), r, kSyncStateTag);
+      for (auto& array : unpack_sync_arrays(blob))
+        state.arrays[array.name + ".rank" + std::to_string(r)] = std::move(array.values);
+    }
+    return state;
+  }
+
+  // On resume: every training rank's arrays back to it (restore_state), when the checkpoint was
+  // written by a strategy of this name.
+  void restore_sync_state() {
+    int64_t saved_ranks = 0;
+    if (leader_ && resumed_sync_.strategy == choice_.sync && !resumed_sync_.arrays.empty())
+      saved_ranks = meta_.world_size;
+    comm_.broadcast(&saved_ranks, sizeof(saved_ranks), 0);
+    if (saved_ranks == 0) return;
+    std::vector<SyncStateArray> mine;
+    if (leader_) {
+      for (int r = comm_.size() - 1; r >= 0; --r) {
+        const std::string suffix = ".rank" + std::to_string(r);
+        std::vector<SyncStateArray> arrays;
+        for (const auto& [name, values] : resumed_sync_.arrays)
+          if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+            arrays.push_back({name.substr(0, name.size() - suffix.size()), values});
+        if (r == 0) {
+          mine = std::move(arrays);
+          break;
+        }
+        const std::vector<char> blob = pack_sync_arrays(arrays, r);
+        const int64_t size = static_cast<int64_t>(blob.size());
+        comm_.send(&size, sizeof(size), r, kSyncStateTag);
+        if (size > 0) comm_.send(blob.data(), blob.size(), r, kSyncStateTag);
+      }
+    } else {
+      int64_t size = 0;
+      comm_.recv(&size, sizeof(size), 0, kSyncStateTag);
+      std::vector<char> blob(static_cast<size_t>(size));
+      if (size > 0) comm_.recv(blob.data(), blob.size(), 0, kSyncStateTag);
+      mine = unpack_sync_arrays(blob);
+    }
+    sync_->restore_state(mine, static_cast<int>(saved_ranks));
+  }
+  static constexpr int kSyncStateTag = 7301;
+
   // Every rank of a serving strategy's run: where it starts (a resumed run's position, the servers'
   // parts of the optimizer state) and how often rank 0 checkpoints it.
   void start_serving_run() {
@@ -735,14 +854,14 @@ class Trainer {
   }
 
   // A serving run's position as its checkpoints keep it (/sync), and back.
-  static SyncCounters sync_counters(const std::string& strategy, const ServingPosition& at) {
-    return {strategy, {{"updates", {at.updates}}, {"worker_steps", at.worker_steps}}};
+  static SyncState sync_counters(const std::string& strategy, const ServingPosition& at) {
+    return {strategy, {{"updates", {at.updates}}, {"worker_steps", at.worker_steps}}, {}};
   }
   // Checked: every push applied is one worker's step, so the steps add up to the updates.
-  static ServingPosition serving_position(const SyncCounters& sync, const std::string& path) {
+  static ServingPosition serving_position(const SyncState& sync, const std::string& path) {
     const auto value = [&](const char* name) {
-      const auto it = sync.values.find(name);
-      if (it == sync.values.end() || it->second.empty())
+      const auto it = sync.counters.find(name);
+      if (it == sync.counters.end() || it->second.empty())
         throw DataError("checkpoint '" + path + "': '/sync' of strategy '" + sync.strategy + "' has no dataset '" +
                         name + "'");
       return it->second;
@@ -871,6 +990,7 @@ class Trainer {
           step < total_steps_) {
         TraceSpan checkpoint_span(traced(), "checkpoint", "step", step);
         download_step_state();
+        meta_.sync = gather_sync_state();
         if (leader_) {
           result_.checkpoint =
               write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(), config_.get_int("checkpoint.keep"));
@@ -1127,6 +1247,7 @@ class Trainer {
            << " (sync.on_lost_worker = continue); figures below are rank 0's own\n"
            << std::flush;
     if (trace_) trace_->resume_recording();
+    if (lockstep() && options_.write_checkpoints && step > start_step) meta_.sync = gather_sync_state();
     TraceSpan checkpoint_span(leader_ && options_.write_checkpoints && step > start_step ? traced() : nullptr,
                               "checkpoint", "step", step);
     if (leader_ && options_.write_checkpoints && step > start_step)
@@ -1174,7 +1295,7 @@ class Trainer {
 
   // Rank 0 of an asynchronous run: a snapshot's parameters, or its own while one is written.
   std::vector<float> served_params_;
-  SyncCounters resumed_sync_;  // rank 0: what the resumed checkpoint's strategy kept
+  SyncState resumed_sync_;  // rank 0: what the resumed checkpoint's strategy kept
   // The global batch (from the first epoch's) that step 0 of this run would read: its data position
   // is this plus the step.
   int64_t run_position_ = 0;

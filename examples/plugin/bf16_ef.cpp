@@ -85,8 +85,8 @@ class Bf16ErrorFeedback final : public mgt::SyncStrategy {
       if (array.name != "residual") continue;
       MGT_CHECK(array.values.size() == residual_.size(), mgt::DataError,
                 "sync bf16_ef: the checkpoint's residual of rank " + std::to_string(comm_->rank()) + " holds " +
-                    std::to_string(array.values.size()) + " values, the model has " +
-                    std::to_string(residual_.size()) + " parameters");
+                    std::to_string(array.values.size()) + " values, the model has " + std::to_string(residual_.size()) +
+                    " parameters");
       residual_ = array.values;
     }
   }

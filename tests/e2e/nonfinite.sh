@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A NaN gradient on one rank (test-only MGTRAIN_TEST_NAN_AT): train.nonfinite = abort ends every
 # rank with one line naming the step; skip skips that step on all ranks, counts it and trains on.
-# In place (the CPU) the line and a metrics record also name where it came from: rank 1, the first
-# layer whose output held the NaN, the first parameter in backward order whose gradient did.
+# The line and a metrics record also name where it came from: rank 1, the first layer whose output
+# held the NaN, the first parameter in backward order whose gradient did; in place (the CPU) right
+# after the step, in device memory (a GPU's path) when the step's figures come back.
 # Usage: nonfinite.sh abort|skip [host|device]  (where the step runs: in_memory in lib.sh)
 source "$(dirname "$0")/lib.sh"
 write_config run.ini
@@ -12,9 +13,8 @@ memory=${2:-host}
 # The MLP's NaN enters through its first sample: fc1's output holds it, the ReLU after it gives 0
 # for it, so of the gradients only fc1.weight's (dy^T x, x the sample) does.
 origin="rank 1's gradient, first the output of layer 'fc1', first parameter in backward order 'fc1.weight'"
-# The origin in the message (in place) and in the metrics record of step 7.
+# The origin in the message and in the metrics record of step 7.
 check_origin() {  # check_origin LOG ACTION
-  [ "$memory" = host ] || return 0
   grep -qF "$origin" "$1" || { cat "$1"; fail "the message does not name the origin: $origin"; }
   local record
   record=$(grep '"nonfinite"' ckpt/metrics.jsonl) || fail "no non-finite record in the metrics file"

@@ -301,6 +301,11 @@ StepFigures CompiledStep::collect(int slot) {
   f.nonfinite = t.nonfinite != 0;
   f.grad_norm = t.grad_norm;
   if (f.nonfinite) --applied_;  // the device skipped the update counted when it was launched
+  // Its rows are still in its slot (begin() collects before it stages the next step there).
+  if (f.nonfinite && options_.diagnose_nonfinite && !options_.in_place) {
+    collected_origin_ = run_again_for_origin(slot);
+    collected_origin_step_ = f.step;
+  }
   return f;
 }
 
@@ -474,19 +479,30 @@ bool CompiledStep::launched_nonfinite() const {
 }
 
 NonFiniteOrigin CompiledStep::diagnose_nonfinite() {
-  Program& p = *program_;
-  NonFiniteOrigin origin;
   MGT_CHECK(options_.in_place && submitted_ > 0, Error,
             "compiled step: diagnose_nonfinite only in place, after a step");
-  const int slot = static_cast<int>((submitted_ - 1) % 2);
+  return run_again_for_origin(static_cast<int>((submitted_ - 1) % 2));
+}
+
+NonFiniteOrigin CompiledStep::collected_nonfinite_origin(int64_t step) const {
+  return step == collected_origin_step_ ? collected_origin_ : NonFiniteOrigin{};
+}
+
+NonFiniteOrigin CompiledStep::run_again_for_origin(int slot) {
+  Program& p = *program_;
+  NonFiniteOrigin origin;
+  // Flags and sums in the backend's memory (the totals, free between steps), read back at once.
   auto finite = [&](const float* x, size_t n) {
+    backend_.zero(&p.totals->nonfinite, sizeof(p.totals->nonfinite));
+    backend_.flag_nonfinite(x, n, &p.totals->nonfinite);
     int32_t flag = 0;
-    backend_.flag_nonfinite(x, n, &flag);  // on the CPU: at once
+    backend_.download(&flag, &p.totals->nonfinite, sizeof(flag));
     return flag == 0;
   };
   // The pass again must leave the step as it was: the running statistics it moved, the reducer
   // (whose sink would take the gradients' factors) out of the way, the gradient discarded after.
-  const std::vector<float> buffers(store_.buffers_data(), store_.buffers_data() + store_.buffers_size());
+  std::vector<float> buffers(store_.buffers_size());
+  if (!buffers.empty()) backend_.download(buffers.data(), store_.buffers_data(), buffers.size() * sizeof(float));
   WeightGradientSink* sink = store_.weight_gradient_sink();
   store_.set_weight_gradient_sink(nullptr);
   const std::function<void(const Layer&, const Tensor&)> after_layer = [&](const Layer& layer, const Tensor& out) {
@@ -497,6 +513,8 @@ NonFiniteOrigin CompiledStep::diagnose_nonfinite() {
       if (origin.parameter.empty() && !finite(store_.grad(h), store_.info(h).numel))
         origin.parameter = store_.info(h).name;
   };
+  // That step's scalars (its index: dropout's masks) back in force, where its slot still holds them.
+  if (!options_.in_place) backend_.copy_from_pinned(p.scalars, p.pinned_scalars[slot], sizeof(StepScalars));
   StepContext ctx;
   ctx.seed = options_.seed;
   ctx.step = slot_step_[slot];
@@ -507,8 +525,6 @@ NonFiniteOrigin CompiledStep::diagnose_nonfinite() {
   ctx.overwrite_grads = true;  // each pass on its own
   const int64_t rows = options_.pass_rows;
   const int64_t passes = step_rows() / rows;
-  double loss = 0.0;
-  int64_t correct = 0;
   try {
     for (int64_t pass = 0; pass < passes; ++pass) {
       ctx.pass = pass;
@@ -516,7 +532,8 @@ NonFiniteOrigin CompiledStep::diagnose_nonfinite() {
       ctx.first_sample = options_.first_sample + pass * rows;
       const float* logits = p.network->forward(p.x[slot] + pass * rows * p.sample_numel, store_, ctx);
       backend_.softmax_xent(logits, p.y[slot] + pass * rows, p.network->logits_grad(), p.row_loss, rows,
-                            options_.classes, options_.grad_scale, options_.label_smoothing, &loss, &correct);
+                            options_.classes, options_.grad_scale, options_.label_smoothing, &p.totals->loss_sum,
+                            &p.totals->correct);
       p.network->backward(store_, ctx, check);
     }
   } catch (...) {
@@ -524,7 +541,7 @@ NonFiniteOrigin CompiledStep::diagnose_nonfinite() {
     throw;
   }
   store_.set_weight_gradient_sink(sink);
-  std::copy(buffers.begin(), buffers.end(), store_.buffers_data());
+  if (!buffers.empty()) backend_.upload(store_.buffers_data(), buffers.data(), buffers.size() * sizeof(float));
   store_.discard_grads();
   origin.gradient = !origin.parameter.empty();
   return origin;

@@ -92,6 +92,11 @@ struct CompiledStepOptions {
   // of it is known to have applied its update, assuming it did: exact unless a step skips its
   // update for a non-finite gradient, so 2 is for runs that stop there (train.nonfinite = abort).
   int64_t pipeline_depth = 1;
+  // Not in place: when a step's figures show a non-finite gradient, its passes run again at once,
+  // on its rows still in its slot, to find where it came from (collected_nonfinite_origin). Every
+  // training rank must set it alike: they all see the same reduced gradient, so they all run again
+  // together, and batch statistics summed over the ranks make the collectives the step made.
+  bool diagnose_nonfinite = false;
   uint64_t seed = 0;         // train.seed: dropout masks
   int64_t first_sample = 0;  // this rank's first row in the global batch: dropout masks
   double timeout_s = 300.0;  // the longest wait for a step (comm.timeout_s)
@@ -184,6 +189,12 @@ class CompiledStep {
   // running statistics are left as the step left them. Every training rank calls it after the same
   // step: batch statistics summed over the ranks make the same collectives as the step did.
   NonFiniteOrigin diagnose_nonfinite();
+  // Not in place, with CompiledStepOptions::diagnose_nonfinite: the same for step `step` (0-based),
+  // found when its figures were collected. Its passes ran again after the steps launched behind it
+  // (at most one), with the parameters they left: what made the gradient non-finite usually
+  // outlives one more step (a NaN in the rows, parameters gone to Inf). Empty when that step's
+  // gradient was finite.
+  NonFiniteOrigin collected_nonfinite_origin(int64_t step) const;
   // Destroys the recorded steps, without waiting for the device; later steps run unrecorded. A
   // failing run calls it before aborting NCCL, whose abort waits for the graphs holding its work.
   void drop_recordings();
@@ -199,6 +210,9 @@ class CompiledStep {
   bool sync_on_host(int64_t micro_step, bool last);
   void record(int slot);
   StepFigures collect(int slot);
+  // Runs slot `slot`'s step's passes again on this rank alone (no sync strategy), looking at every
+  // layer's output and every gradient; leaves the parameters, buffers and gradients as they were.
+  NonFiniteOrigin run_again_for_origin(int slot);
   // Waits until no step runs, leaving their figures for finish() to collect.
   void wait_for_steps_in_flight(const std::function<void()>& check_peers);
 
@@ -211,8 +225,10 @@ class CompiledStep {
   int64_t submitted_ = 0;  // steps launched; step k ran in slot k % 2
   int64_t collected_ = 0;  // steps whose figures were collected, in launch order
   bool staged_ = false;
-  int64_t slot_step_[2] = {};  // the global step index of each slot's latest launch
-  int64_t applied_ = 0;        // optimizer updates counted so far (optimistically for the steps in flight)
+  int64_t slot_step_[2] = {};         // the global step index of each slot's latest launch
+  int64_t applied_ = 0;               // optimizer updates counted so far (optimistically for the steps in flight)
+  NonFiniteOrigin collected_origin_;  // of step collected_origin_step_ (diagnose_nonfinite, not in place)
+  int64_t collected_origin_step_ = -1;
 };
 
 }  // namespace mgt

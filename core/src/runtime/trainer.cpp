@@ -599,6 +599,9 @@ class Trainer {
     // second is then set before the first is known to have applied its own, exact unless a step is
     // skipped: so not with train.nonfinite = skip.
     o.pipeline_depth = config_.get_string("train.nonfinite") == "skip" ? 1 : 2;
+    // Where a non-finite gradient came from: on a GPU found when the step's figures come back (in
+    // place, the CPU, right after the step: run_step). Lock-step ranks all see it at once.
+    o.diagnose_nonfinite = lockstep();
     if (device_->own_memory() && !sync_->reduces_device_memory()) o.host_sync = &store_;
     o.statistics_comm = statistics_comm_.get();
     o.deterministic_statistics = sync_->micro_batches_are_shards();
@@ -1124,7 +1127,8 @@ class Trainer {
   // whose own gradient held NaN or Inf the first layer whose output did and the first parameter
   // (in backward order) whose gradient did. A fixed-size record a rank: names are cut at 255 bytes.
   void diagnose_nonfinite(int64_t step) {
-    const NonFiniteOrigin origin = step_->diagnose_nonfinite();
+    const NonFiniteOrigin origin =
+        device_->own_memory() ? step_->collected_nonfinite_origin(step) : step_->diagnose_nonfinite();
     struct Record {
       char gradient;
       char layer[256];
@@ -1164,6 +1168,8 @@ class Trainer {
     interval_.grad_norm = f.grad_norm;  // figures come in launch order: the last step's stays
     if (!f.nonfinite) return;
     const int64_t step = f.step + 1;
+    // A GPU's step found where it came from as its figures came back: every rank says so now.
+    if (device_->own_memory() && lockstep() && nonfinite_.step != step) diagnose_nonfinite(f.step);
     if (nonfinite_.step != step) nonfinite_ = NonFiniteFigures{step};
     nonfinite_.skipped = skip_nonfinite_;
     for (auto& o : observers_) o->on_nonfinite(nonfinite_);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
+#include <utility>
 
 #include "checkpoint/checkpoint.hpp"
 #include "datasets/sharded_reader.hpp"
@@ -83,22 +84,27 @@ EvalResult eval_result(const EvalSums& total) {
   return result;
 }
 
+CheckpointModel::CheckpointModel(const std::string& checkpoint, CheckpointMeta meta,
+                                 const std::vector<std::string>& plugin_paths)
+    : stored(std::move(meta)),
+      config(Config::from_string(stored.config_ini, checkpoint + " (stored config)")),
+      registry(plugin_paths) {
+  registry.add_recorded_paths(stored.plugin_paths, "the checkpoint's run");
+  model = build_model(registry, config, store);
+  for (const auto& note : registry.notes()) std::fprintf(stderr, "mgtrain: note: %s\n", note.c_str());
+  load_checkpoint(checkpoint, store, nullptr);
+}
+
 EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string& data_path,
                                const std::vector<std::string>& plugin_paths, int64_t batch,
                                const std::string& logits_path) {
   std::optional<AtomicFile> logits_file;
   if (!logits_path.empty()) logits_file.emplace(logits_path, "logits file");
-  const CheckpointMeta stored = read_checkpoint_meta(checkpoint);
-  Config config = Config::from_string(stored.config_ini, checkpoint + " (stored config)");
-  PluginRegistry registry(plugin_paths);
-  registry.add_recorded_paths(stored.plugin_paths, "the checkpoint's run");
-  ParameterStore store;
-  auto model = build_model(registry, config, store);
-  for (const auto& note : registry.notes()) std::fprintf(stderr, "mgtrain: note: %s\n", note.c_str());
-  load_checkpoint(checkpoint, store, nullptr);
+  CheckpointModel loaded(checkpoint, plugin_paths);
   std::vector<float> logits;
-  const EvalResult result = evaluate_model(*model, data_path, config.get_string("data.x_name"),
-                                           config.get_string("data.y_name"), batch, logits_file ? &logits : nullptr);
+  const EvalResult result =
+      evaluate_model(*loaded.model, data_path, loaded.config.get_string("data.x_name"),
+                     loaded.config.get_string("data.y_name"), batch, logits_file ? &logits : nullptr);
   if (logits_file) {
     const auto rows = result.samples;
     logits_file->commit(npy_float32(logits.data(), {rows, static_cast<int64_t>(logits.size()) / rows}));

@@ -1,10 +1,15 @@
 #pragma once
 // Evaluation: accuracy and mean loss of a model over every sample of a data file, in order.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.hpp"
+#include "loader/plugin_loader.hpp"
+#include "mgtrain/config.hpp"
 #include "mgtrain/model.hpp"
+#include "mgtrain/parameters.hpp"
 
 namespace mgt {
 
@@ -39,7 +44,24 @@ EvalSums evaluate_share(Model& model, const std::string& data_path, const std::s
 // The mean figures of sums added over the ranks.
 EvalResult eval_result(const EvalSums& total);
 
-// Rebuilds the model from the config stored in the checkpoint, so no config file is needed. A
+// A checkpoint's model as its run built it, from the config and plugins stored in the checkpoint
+// (no config file needed; `plugin_paths` searched first), with the checkpoint's parameters and
+// buffers loaded. The registry outlives the model its library made (members go in reverse order).
+struct CheckpointModel {
+  CheckpointModel(const std::string& checkpoint, const std::vector<std::string>& plugin_paths)
+      : CheckpointModel(checkpoint, read_checkpoint_meta(checkpoint), plugin_paths) {}
+
+  CheckpointMeta stored;
+  Config config;
+  PluginRegistry registry;
+  ParameterStore store;
+  std::unique_ptr<Model> model;
+
+ private:
+  CheckpointModel(const std::string& checkpoint, CheckpointMeta meta, const std::vector<std::string>& plugin_paths);
+};
+
+// Rebuilds the model from the config stored in the checkpoint (CheckpointModel). A
 // non-empty `logits_path` gets every row's logits as a .npy file ([N, classes] float32, the
 // file's row order), written whole or not at all; a path that cannot be written is refused first.
 EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string& data_path,

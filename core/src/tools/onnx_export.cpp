@@ -12,6 +12,7 @@
 #include "io/atomic_file.hpp"
 #include "loader/plugin_loader.hpp"
 #include "mgtrain/version.hpp"
+#include "runtime/evaluate.hpp"
 #include "runtime/trainer.hpp"
 
 namespace mgt {
@@ -369,14 +370,11 @@ OnnxModel onnx_model(const Model& model, ParameterStore& store, const std::strin
 OnnxExport export_onnx(const std::string& checkpoint, const std::string& out, const std::string& data_path,
                        const std::vector<std::string>& plugin_paths) {
   AtomicFile file(out, "ONNX file");  // refuses an output that cannot be written before any work
-  const CheckpointMeta stored = read_checkpoint_meta(checkpoint);
-  Config config = Config::from_string(stored.config_ini, checkpoint + " (stored config)");
-  PluginRegistry registry(plugin_paths);
-  registry.add_recorded_paths(stored.plugin_paths, "the checkpoint's run");
-  ParameterStore store;
-  auto model = build_model(registry, config, store);
-  for (const auto& note : registry.notes()) std::fprintf(stderr, "mgtrain: note: %s\n", note.c_str());
-  load_checkpoint(checkpoint, store, nullptr);
+  CheckpointModel loaded(checkpoint, plugin_paths);
+  const CheckpointMeta& stored = loaded.stored;
+  const Config& config = loaded.config;
+  Model* model = loaded.model.get();
+  ParameterStore& store = loaded.store;
 
   OnnxExport result;
   result.model_name = plugin_choice(config).model;

@@ -31,6 +31,7 @@
 #include "observers/trace.hpp"
 #include "runtime/core_keys.hpp"
 #include "runtime/evaluate.hpp"
+#include "runtime/host_name.hpp"
 #include "runtime/lr_schedule.hpp"
 #include "runtime/resident_memory.hpp"
 #include "runtime/stop_signal.hpp"
@@ -181,6 +182,44 @@ std::string parameter_layout(const ParameterStore& store) {
   return out;
 }
 
+// Where the job's ranks run, as `mgtrain doctor` says it: "on 2 node(s): n1 (ranks 0-1), n2 (ranks
+// 2-3)", from every rank's host name, so a log shows whether a job spans the nodes it was given.
+// A collective.
+std::string node_summary(Communicator& comm) {
+  constexpr size_t kNameBytes = 64;
+  char mine[kNameBytes] = {};
+  std::snprintf(mine, kNameBytes, "%s", host_name().c_str());
+  std::vector<char> names(kNameBytes * static_cast<size_t>(comm.size()));
+  comm.allgather(mine, names.data(), kNameBytes);
+  // Each host with its ranks, in order of first appearance.
+  std::vector<std::pair<std::string, std::vector<int>>> hosts;
+  for (int r = 0; r < comm.size(); ++r) {
+    const char* name = names.data() + static_cast<size_t>(r) * kNameBytes;
+    const std::string host(name, strnlen(name, kNameBytes));
+    auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) { return h.first == host; });
+    if (it == hosts.end()) it = hosts.insert(hosts.end(), {host, {}});
+    it->second.push_back(r);
+  }
+  // Consecutive ranks as one run: "0-1, 4".
+  const auto runs = [](const std::vector<int>& ranks) {
+    std::string out;
+    for (size_t i = 0; i < ranks.size();) {
+      size_t j = i;
+      while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+      out += (out.empty() ? "" : ", ") + std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
+      i = j + 1;
+    }
+    return out;
+  };
+  constexpr size_t kShownHosts = 8;
+  std::string out = "on " + std::to_string(hosts.size()) + " node(s): ";
+  for (size_t i = 0; i < hosts.size() && i < kShownHosts; ++i) {
+    const auto& [host, ranks] = hosts[i];
+    out += (i ? ", " : "") + host + (ranks.size() > 1 ? " (ranks " : " (rank ") + runs(ranks) + ")";
+  }
+  return out + (hosts.size() > kShownHosts ? ", ..." : "");
+}
+
 }  // namespace
 
 void agree(Communicator& comm, const std::function<void()>& check) {
@@ -318,8 +357,9 @@ class Trainer {
     checkpoint_dir_ = config_.get_string("checkpoint.dir");
     claim_checkpoint_dir();
     claim_trace_path();
+    const std::string nodes = node_summary(comm_);
     if (leader_)
-      log_ << "mgtrain " << MGTRAIN_VERSION << ": " << comm_.size() << " rank(s)\n"
+      log_ << "mgtrain " << MGTRAIN_VERSION << ": " << comm_.size() << " rank(s) " << nodes << "\n"
            << "# resolved config\n"
            << config_.to_ini() << std::flush;
     choose_device();

@@ -24,6 +24,9 @@ packages=(
   nodejs
   # the Slurm test: a real one-node cluster (libpmix-dev: Slurm's PMIx plugin loads libpmix.so)
   slurmctld slurmd slurm-client munge libpmix-dev
+  # the tests across simulated nodes: network namespaces, a bridge, veths, tc (ip, tc); unshare,
+  # nsenter and flock come with util-linux
+  iproute2 util-linux
 )
 
 missing=()

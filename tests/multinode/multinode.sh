@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# mgtrain across simulated nodes (nodes.sh), launched as on a cluster: `mpirun --hostfile` from
+# node n1 over 2 nodes x 2 ranks, each link limited to 1 Gbit/s, against 4 ranks on this machine.
+#   deterministic MODEL: sync.deterministic = true gives the same /params bits across nodes.
+#   default: the default mode reaches the same test accuracy (within 0.01); mgtrain doctor
+#     reports each rank's node.
+#   unreachable: a hostfile naming a node that cannot reach mpirun fails promptly, naming it.
+source "$(dirname "$0")/../e2e/lib.sh"
+source "$(dirname "$0")/nodes.sh"
+
+# Runs mgtrain under mpirun started on n1, with a hard outer limit so a hang is a failure.
+across_nodes() {  # across_nodes HOSTFILE NP SECONDS ARGS...
+  local hosts=$1 np=$2 limit=$3
+  shift 3
+  # shellcheck disable=SC2046  # the MCA options are separate words
+  node_run n1 timeout --kill-after=10 "$limit" mpirun --hostfile "$hosts" -np "$np" $(sim_mpirun_options) \
+    "$MGTRAIN" "$@"
+}
+
+# Bytes that crossed node n2's link (both directions), to show the ranks did talk over the network.
+link_bytes() {
+  local dir=/sys/class/net/$SIM_PREFIX-v2/statistics
+  echo $(($(cat $dir/rx_bytes) + $(cat $dir/tx_bytes)))
+}
+
+# Trains on 4 ranks here and on 2 nodes x 2 ranks; checks where the ranks ran and that the
+# gradients crossed the network. Usage: both_ways STEPS [overrides...]
+both_ways() {
+  local steps=$1
+  shift
+  run_np 4 600 train --config run.ini --train.max_steps="$steps" --checkpoint.dir="$WORK/one" "$@" >one.log 2>&1 ||
+    { cat one.log; fail "4 ranks on one node"; }
+  grep -q "^mgtrain .*: 4 rank(s) on 1 node(s): " one.log || { head -n 3 one.log; fail "the one-node run's banner"; }
+  local before
+  before=$(link_bytes)
+  across_nodes hosts 4 600 train --config run.ini --train.max_steps="$steps" --checkpoint.dir="$WORK/two" "$@" \
+    >two.log 2>&1 || { cat two.log; fail "2 nodes x 2 ranks"; }
+  head -n 1 two.log
+  grep -q "^mgtrain .*: 4 rank(s) on 2 node(s): n1 (ranks 0-1), n2 (ranks 2-3)$" two.log ||
+    { head -n 3 two.log; fail "the banner does not show ranks 0-1 on n1 and 2-3 on n2"; }
+  # Each step all-reduces the gradients: far more than the MLP's 0.4 MB of parameters go over n2's link.
+  local crossed=$(($(link_bytes) - before))
+  echo "bytes over n2's link: $crossed"
+  [ "$crossed" -gt 4000000 ] || fail "only $crossed bytes crossed n2's link: the ranks did not talk over the network"
+}
+
+case $1 in
+  deterministic)
+    model=$2 steps=100
+    nodes_up 2 --rate 1gbit
+    printf 'n1 slots=2\nn2 slots=2\n' >hosts
+    write_config run.ini "[model]" "name = $model" "[sync]" "deterministic = true"
+    both_ways $steps
+    one=$(group_hash "$WORK/one/step-$steps.h5" /params)
+    two=$(group_hash "$WORK/two/step-$steps.h5" /params)
+    echo "/params after $steps steps: one node $one, two nodes $two"
+    [ "$one" = "$two" ] || fail "deterministic mode: 2 nodes x 2 ranks differ from 4 ranks on one node"
+    ;;
+  default)
+    steps=300
+    nodes_up 2 --rate 1gbit
+    printf 'n1 slots=2\nn2 slots=2\n' >hosts
+    write_config run.ini
+    both_ways $steps
+    one=$(sed -n 's/^test accuracy \([0-9.]*\),.*/\1/p' one.log)
+    two=$(sed -n 's/^test accuracy \([0-9.]*\),.*/\1/p' two.log)
+    echo "test accuracy after $steps steps: one node $one, two nodes $two"
+    [ -n "$one" ] && [ -n "$two" ] || fail "a run printed no test accuracy"
+    awk -v a="$one" -v b="$two" 'BEGIN { d = a - b; exit !(d <= 0.01 && d >= -0.01) }' ||
+      fail "test accuracy across nodes ($two) is more than 0.01 from one node's ($one)"
+    # mgtrain doctor across the nodes: one row per rank with its host and node-local rank.
+    across_nodes hosts 4 120 doctor >doctor.log 2>&1 || { cat doctor.log; fail "mgtrain doctor across nodes"; }
+    for row in "0 n1 0/2" "1 n1 1/2" "2 n2 0/2" "3 n2 1/2"; do
+      awk -v row="$row" '$1 " " $2 " " $3 == row { found = 1 } END { exit !found }' doctor.log ||
+        { cat doctor.log; fail "mgtrain doctor has no row '$row' (rank, host, local rank)"; }
+    done
+    ;;
+  unreachable)
+    # n3's link is down: the daemon mpirun starts there cannot call back. Open MPI says which
+    # node failed (its own message) and mpirun ends with an error, well within the limit.
+    nodes_up 3
+    ip link set "$SIM_PREFIX-v3" down
+    printf 'n1 slots=2\nn3 slots=2\n' >hosts
+    write_config run.ini
+    start=$SECONDS
+    set +e
+    across_nodes hosts 4 120 train --config run.ini --train.max_steps=10 >out.log 2>&1
+    rc=$?
+    set -e
+    cat out.log
+    echo "mpirun exited with $rc after $((SECONDS - start)) s"
+    [ $rc -ne 0 ] || fail "mpirun succeeded with node n3 unreachable"
+    [ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "mpirun hung with node n3 unreachable (killed at 120 s)"
+    grep -q "Local host: *n3" out.log || fail "Open MPI's message does not name the unreachable node n3"
+    ;;
+  *) fail "unknown case $1" ;;
+esac

@@ -5,6 +5,8 @@
 #   default: the default mode reaches the same test accuracy (within 0.01); mgtrain doctor
 #     reports each rank's node.
 #   unreachable: a hostfile naming a node that cannot reach mpirun fails promptly, naming it.
+#   slurm: a real Slurm with one slurmd per node; `sbatch -N 2` of both example scripts trains
+#     on 2 nodes x 2 ranks.
 source "$(dirname "$0")/../e2e/lib.sh"
 source "$(dirname "$0")/nodes.sh"
 
@@ -92,6 +94,32 @@ case $1 in
     [ $rc -ne 0 ] || fail "mpirun succeeded with node n3 unreachable"
     [ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "mpirun hung with node n3 unreachable (killed at 120 s)"
     grep -q "Local host: *n3" out.log || fail "Open MPI's message does not name the unreachable node n3"
+    ;;
+  slurm)
+    nodes_up 2
+    source "$(dirname "$0")/../slurm/cluster.sh"
+    trap 'cluster_stop; nodes_down' EXIT
+    cluster_start "$WORK/cluster" 2 || fail "could not bring up the test cluster on nodes n1, n2"
+    # The jobs' environment (sbatch passes it on): Open MPI on the simulated network.
+    export OMPI_MCA_btl=tcp,self,vader OMPI_MCA_btl_tcp_if_include=$SIM_SUBNET \
+      OMPI_MCA_oob_tcp_if_include=$SIM_SUBNET OMPI_MCA_mpi_yield_when_idle=1
+    write_config run.ini
+    export MGTRAIN CONFIG=run.ini
+    for style in mpirun srun; do
+      out=$(timeout 300 sbatch --parsable --wait --nodes=2 --ntasks=4 --ntasks-per-node=2 --chdir="$WORK" \
+        --output="$WORK/$style-%j.log" "$EXAMPLES/slurm/train_$style.sbatch" --train.max_steps=30 \
+        --train.log_every=10 --checkpoint.dir="runs/%j") ||
+        { cat "$WORK"/$style-*.log; fail "sbatch --wait -N 2 of the $style example failed"; }
+      job=${out%%;*}
+      log="$WORK/$style-$job.log"
+      echo "== $style: job $job"
+      head -n 1 "$log"
+      tail -n 1 "$log"
+      grep -q "^mgtrain .*: 4 rank(s) on 2 node(s): n1 (ranks 0-1), n2 (ranks 2-3)$" "$log" ||
+        fail "$style: the banner does not show ranks 0-1 on n1 and 2-3 on n2"
+      grep -q "^done: 30 steps" "$log" || fail "$style: the log does not end with the run's summary"
+      [ -f "$WORK/runs/$job/step-30.h5" ] || fail "$style: no checkpoint in runs/$job"
+    done
     ;;
   *) fail "unknown case $1" ;;
 esac

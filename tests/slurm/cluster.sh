@@ -1,11 +1,16 @@
-# A real one-node Slurm (munge, slurmctld, slurmd from Debian's packages) in a private directory,
-# for the tests: nothing in /etc is touched and clients find it through SLURM_CONF.
+# A real Slurm (munge, slurmctld, slurmd from Debian's packages) in a private directory, for the
+# tests: nothing in /etc is touched and clients find it through SLURM_CONF.
 #   source cluster.sh; cluster_start DIR; ... sbatch ...; cluster_stop
+# One node (localhost) by default; cluster_start DIR N runs one slurmd on each of the simulated
+# nodes n1..nN that tests/multinode/nodes.sh brought up (2 CPUs each), and slurmctld as host
+# "ctl" on their bridge. Each node gets its own /tmp, as real nodes have: PMIx's directories
+# there would clash otherwise. The cluster's directory must not be under /tmp.
 # (See the project's SLURM.md notes: config_overrides lets 2 cores advertise 8 CPUs; MinJobAge=5
 # keeps `sbatch --wait` polling every 2 s; no cgroups.)
 
-cluster_start() {
+cluster_start() {  # cluster_start DIR [NODES]
   CLUSTER_DIR=$1
+  local nodes=${2:-0} i
   rm -rf "$CLUSTER_DIR"
   mkdir -p "$CLUSTER_DIR"/{state,spool,log,munge}
   chmod 0755 "$CLUSTER_DIR" "$CLUSTER_DIR/munge"
@@ -15,21 +20,27 @@ cluster_start() {
   munged --force --socket="$CLUSTER_DIR/munge/munge.socket" --key-file="$CLUSTER_DIR/munge/munge.key" \
     --pid-file="$CLUSTER_DIR/munge/munged.pid" --log-file="$CLUSTER_DIR/log/munged.log" \
     --seed-file="$CLUSTER_DIR/munge/munged.seed" || return 1
+  # Simulated nodes: per-node spool, pid and log files (%n is the node's name), and ports of their
+  # own so that a one-node test cluster on this machine does not collide with this one.
+  local controller=localhost\(127.0.0.1\) port=16817 node_files="" node_spool=""
+  if [ "$nodes" -gt 0 ]; then
+    controller=ctl\(10.77.0.254\) port=16827 node_files=-%n node_spool=/%n
+  fi
   cat >"$CLUSTER_DIR/slurm.conf" <<CONF
 ClusterName=mgtrain-test
-SlurmctldHost=localhost(127.0.0.1)
-SlurmctldPort=16817
-SlurmdPort=16818
+SlurmctldHost=$controller
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
 SlurmUser=root
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$CLUSTER_DIR/munge/munge.socket
 StateSaveLocation=$CLUSTER_DIR/state
-SlurmdSpoolDir=$CLUSTER_DIR/spool
+SlurmdSpoolDir=$CLUSTER_DIR/spool$node_spool
 SlurmctldPidFile=$CLUSTER_DIR/slurmctld.pid
-SlurmdPidFile=$CLUSTER_DIR/slurmd.pid
+SlurmdPidFile=$CLUSTER_DIR/slurmd$node_files.pid
 SlurmctldLogFile=$CLUSTER_DIR/log/slurmctld.log
-SlurmdLogFile=$CLUSTER_DIR/log/slurmd.log
+SlurmdLogFile=$CLUSTER_DIR/log/slurmd$node_files.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -41,14 +52,33 @@ MailProg=/bin/true
 SlurmdParameters=config_overrides
 MinJobAge=5
 KillWait=20
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 CONF
+  if [ "$nodes" -eq 0 ]; then
+    printf '%s\n' "NodeName=localhost NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN" \
+      "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP" >>"$CLUSTER_DIR/slurm.conf"
+  else
+    for i in $(seq "$nodes"); do
+      echo "NodeName=n$i NodeAddr=10.77.0.$i CPUs=2 State=UNKNOWN" >>"$CLUSTER_DIR/slurm.conf"
+    done
+    echo "PartitionName=sim Nodes=n[1-$nodes] Default=YES MaxTime=INFINITE State=UP" >>"$CLUSTER_DIR/slurm.conf"
+  fi
   export SLURM_CONF=$CLUSTER_DIR/slurm.conf
-  slurmctld -c || return 1
-  slurmd -N localhost || return 1
+  if [ "$nodes" -eq 0 ]; then
+    slurmctld -c || return 1
+    slurmd -N localhost || return 1
+  else
+    # slurmctld runs only on a host named as the controller. nsenter, not `ip netns exec`, for
+    # slurmd: the latter remounts /sys, and slurmd refuses to start without /sys/fs/cgroup.
+    unshare --uts sh -c 'hostname ctl && exec slurmctld -c' || return 1
+    for i in $(seq "$nodes"); do
+      nsenter --net="/run/netns/$(sim_ns "n$i")" unshare --uts --mount --propagation private \
+        sh -c "hostname n$i && mount -t tmpfs tmpfs /tmp && exec slurmd -N n$i" || return 1
+    done
+  fi
+  local want=idle
+  [ "$nodes" -eq 0 ] || want=$(printf 'idle%.0s\n' $(seq "$nodes"))
   for _ in $(seq 60); do
-    [ "$(sinfo -h -N -o %t 2>/dev/null)" = "idle" ] && return 0
+    [ "$(sinfo -h -N -o %t 2>/dev/null)" = "$want" ] && return 0
     sleep 0.5
   done
   echo "the test cluster did not become idle:" >&2
@@ -62,7 +92,7 @@ CONF
 cluster_stop() {
   [ -n "${CLUSTER_DIR:-}" ] || return 0
   local pids=()
-  for f in "$CLUSTER_DIR/slurmd.pid" "$CLUSTER_DIR/slurmctld.pid" "$CLUSTER_DIR/munge/munged.pid"; do
+  for f in "$CLUSTER_DIR"/slurmd*.pid "$CLUSTER_DIR/slurmctld.pid" "$CLUSTER_DIR/munge/munged.pid"; do
     [ -f "$f" ] && pids+=("$(cat "$f")")
   done
   for p in $(pgrep -x slurmstepd || true); do

@@ -106,3 +106,20 @@ no_ranks_left() {
 json_field() {  # json_field FIELD < line
   sed -n "s/.*\"$1\":\"\{0,1\}\([^\",}]*\).*/\1/p"
 }
+
+# mgtrain installed into $WORK/prefix and examples/plugin built out of tree against it, as a plugin
+# author does; LIB must be among the plugins. Sets PREFIX, PLUGIN_BUILD (plugins in
+# $PLUGIN_BUILD/plugins) and MGTRAIN (the installed launcher). Usage: build_example_plugins LIB
+build_example_plugins() {
+  local src build
+  src=$(cd "$EXAMPLES/.." && pwd)
+  build=$(cd "$(dirname "$MGTRAIN")/.." && pwd)
+  PREFIX=$WORK/prefix
+  PLUGIN_BUILD=$WORK/plugin-build
+  cmake --install "$build" --prefix "$PREFIX" >install.log 2>&1 || { cat install.log; fail "cmake --install $build"; }
+  cmake -S "$src/examples/plugin" -B "$PLUGIN_BUILD" -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_BUILD_TYPE=Release \
+    >configure.log 2>&1 || { cat configure.log; fail "configure examples/plugin"; }
+  cmake --build "$PLUGIN_BUILD" -j2 >build.log 2>&1 || { cat build.log; fail "build examples/plugin"; }
+  [[ -f $PLUGIN_BUILD/plugins/$1 ]] || fail "no $1"
+  MGTRAIN=$PREFIX/bin/mgtrain
+}

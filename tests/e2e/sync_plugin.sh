@@ -7,16 +7,7 @@
 source "$(dirname "$0")/lib.sh"
 unset MGTRAIN_PLUGIN_PATH
 
-SRC=$(cd "$EXAMPLES/.." && pwd)
-BUILD=$(cd "$(dirname "$MGTRAIN")/.." && pwd)
-PREFIX=$WORK/prefix
-PLUGIN_BUILD=$WORK/plugin-build
-cmake --install "$BUILD" --prefix "$PREFIX" >install.log 2>&1 || { cat install.log; fail "cmake --install $BUILD"; }
-cmake -S "$SRC/examples/plugin" -B "$PLUGIN_BUILD" -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_BUILD_TYPE=Release \
-  >configure.log 2>&1 || { cat configure.log; fail "configure examples/plugin"; }
-cmake --build "$PLUGIN_BUILD" -j2 >build.log 2>&1 || { cat build.log; fail "build examples/plugin"; }
-[[ -f $PLUGIN_BUILD/plugins/libmgtrain-sync-bf16_ef.so ]] || fail "no libmgtrain-sync-bf16_ef.so"
-MGTRAIN=$PREFIX/bin/mgtrain
+build_example_plugins libmgtrain-sync-bf16_ef.so
 
 write_config run.ini
 common=(--config run.ini --plugin-path "$PLUGIN_BUILD/plugins" --train.max_steps=200 --train.log_every=50 --json)

@@ -35,7 +35,11 @@
 // 9: Layer::describe (LayerDescription, mgtrain/layer_description.hpp) and Model::export_layers:
 //    what a model computes, for `mgtrain export`. Communicator's AllreduceObserver
 //    (set_allreduce_observer), which GradientBuckets tells of each bucket.
-#define MGTRAIN_PLUGIN_ABI_VERSION 10u
+// 10: ServingRole's start, first_step, take_snapshot and position (a parameter server's periodic
+//     checkpoints and resume); SyncStrategy::checkpoint_state and restore_state.
+// 11: SyncStrategy::sharding() and OptimizerSharding (mgtrain/sharding.hpp): a strategy that updates
+//     a shard of the parameters on each rank, the optimizer set up for that shard alone.
+#define MGTRAIN_PLUGIN_ABI_VERSION 11u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
 namespace mgt {

@@ -10,6 +10,7 @@
 #include "mgtrain/optimizer.hpp"
 #include "mgtrain/parameters.hpp"
 #include "mgtrain/serving.hpp"
+#include "mgtrain/sharding.hpp"
 
 namespace mgt {
 
@@ -63,6 +64,9 @@ class MGT_API SyncStrategy {
   // The serving role of a strategy that takes some ranks out of training (a parameter server),
   // or null: every rank trains, in lock step. The strategy owns it.
   virtual ServingRole* serving() { return nullptr; }
+  // The optimizer sharding of a strategy that updates only a shard of the parameters on each rank
+  // (ZeRO), or null: every rank updates the whole buffer. The strategy owns it.
+  virtual OptimizerSharding* sharding() { return nullptr; }
 };
 
 }  // namespace mgt

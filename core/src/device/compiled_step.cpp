@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <string>
 
 #include "device/batch_statistics.hpp"
 #include "kernels/cpu/softmax.hpp"
+#include "kernels/elementwise.hpp"
 #include "mgtrain/error.hpp"
 #include "observers/trace.hpp"
 #include "sdk/layer_executor.hpp"
@@ -160,6 +162,9 @@ CompiledStep::CompiledStep(Backend& backend, Model& model, ParameterStore& store
             "compiled step: micro-batches share a pass only in place, one pass each");
   MGT_CHECK(!options.host_sync || (!options.in_place && options.host_sync->flat_size() == store.flat_size()), Error,
             "compiled step: the host sync store's layout differs from the device's");
+  // A sharded optimizer's shard lives on the host, between the strategy's collectives over MPI.
+  MGT_CHECK(!sync.sharding() || options.in_place, Error,
+            "compiled step: a sync strategy that shards the optimizer runs in place on the CPU only");
   // The host strategy runs between the kernels, which a recording cannot hold; in place the host
   // runs every operation as it is called.
   if (options.host_sync || options.in_place || options.statistics_comm) options_.record = false;
@@ -447,30 +452,67 @@ bool CompiledStep::enqueue_program(int slot) {
                 " micro-batch(es)");
   const auto update_start = Clock::now();
   TraceSpan update_span(options_.trace, "optimizer");
+  const int64_t done = ctx.step + 1;
+  const bool norm_wanted =
+      options_.clip_norm > 0.0f || !options_.in_place || done % options_.norm_every == 0 || done == options_.last_step;
+  OptimizerSharding* shard = sync_.sharding();
   // After the reduction every rank holds the same sum, so every rank skips the same steps.
-  b.flag_nonfinite(store_.grads_data(), flat, &p.totals->nonfinite);
+  if (shard)
+    check_and_clip_shard(*shard, norm_wanted);
+  else
+    b.flag_nonfinite(store_.grads_data(), flat, &p.totals->nonfinite);
   if (options_.in_place && p.totals->nonfinite != 0 && !p.buffers_before.empty())
     std::copy(p.buffers_before.begin(), p.buffers_before.end(), store_.buffers_data());
   // The same reduced gradient on every rank, its norm summed in a fixed order: every rank clips
   // alike, whatever the world size. A non-finite gradient's norm is not finite and clips nothing.
-  const int64_t done = ctx.step + 1;
-  if (options_.clip_norm > 0.0f || !options_.in_place || done % options_.norm_every == 0 || done == options_.last_step)
-    b.clip_global_norm(store_.grads_data(), flat, options_.clip_norm, &p.totals->grad_norm);
+  if (!shard && norm_wanted) b.clip_global_norm(store_.grads_data(), flat, options_.clip_norm, &p.totals->grad_norm);
   fault::at(fault::Phase::optimizer, fault_step);
+  // A sharded optimizer updates this rank's shard, with state for the shard alone.
+  float* params = shard ? shard->shard_params() : store_.params_data();
+  const float* grads = shard ? shard->shard_grads() : store_.grads_data();
+  const size_t size = shard ? shard->shard_size() : flat;
   if (p.update_op) {
-    p.update_op->run(store_.params_data(), store_.grads_data(), p.state.data(), p.scalars->update, flat,
-                     &p.totals->nonfinite);
+    p.update_op->run(params, grads, p.state.data(), p.scalars->update, size, &p.totals->nonfinite);
   } else if (p.totals->nonfinite == 0) {
     // An optimizer with no element update, in place: its own step on the host (the flag is
     // current, the CPU backend having run the check at once).
-    optimizer_.step(store_.params_data(), store_.grads_data(), flat);
+    optimizer_.step(params, grads, size);
   }
+  // Every rank skipped or updated alike; the updated shards go to every rank.
+  if (shard && p.totals->nonfinite == 0) shard->gather_parameters();
   store_.discard_grads();  // applied or skipped: the next backward writes them
   add_seconds(options_.update_seconds, update_start);
   update_span.end();
   b.copy_to_pinned(p.pinned_totals[slot], p.totals, sizeof(StepTotals));
   if (options_.host_sync) options_.host_sync->discard_grads();  // applied, as in place
   return true;
+}
+
+// A sharded optimizer's step, in place: the non-finite flag and the norm over this rank's shard of
+// the reduced gradient, summed over the ranks so that every rank skips and clips alike; or, where
+// every rank holds the whole reduced gradient (deterministic mode), over all of it in the one fixed
+// order, as without sharding, so the bits do not depend on the world size. The shard is then
+// scaled by the clipping factor, as clip_global_norm scales the whole buffer.
+void CompiledStep::check_and_clip_shard(OptimizerSharding& shard, bool norm_wanted) {
+  StepTotals& totals = *program_->totals;  // host memory, in place
+  float* grads = shard.shard_grads();
+  const size_t size = shard.shard_size();
+  if (shard.whole_gradient()) {
+    backend_.flag_nonfinite(store_.grads_data(), store_.flat_size(), &totals.nonfinite);
+    if (norm_wanted) backend_.clip_global_norm(store_.grads_data(), store_.flat_size(), 0.0f, &totals.grad_norm);
+  } else {
+    int32_t flag = 0;
+    double norm = 0.0;
+    backend_.flag_nonfinite(grads, size, &flag);
+    if (norm_wanted) backend_.clip_global_norm(grads, size, 0.0f, &norm);  // max_norm 0: the norm alone
+    double sums[2] = {static_cast<double>(flag), norm * norm};
+    shard.sum_over_ranks(sums, 2);
+    totals.nonfinite = sums[0] > 0.0 ? 1 : 0;
+    totals.grad_norm = std::sqrt(sums[1]);
+  }
+  const float factor = kernels::clip_factor(totals.grad_norm, options_.clip_norm);
+  if (factor == 1.0f) return;
+  for (size_t i = 0; i < size; ++i) grads[i] *= factor;
 }
 
 bool CompiledStep::launched_nonfinite() const {

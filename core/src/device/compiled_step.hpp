@@ -17,6 +17,9 @@
 // before that, so launch() queues the new step behind the running one and the device does not
 // wait for the host between steps. On the CPU launch() returns when the step is done.
 //
+// A sync strategy that shards the optimizer (SyncStrategy::sharding, ZeRO) runs in place only: the
+// non-finite check, the norm and the update over this rank's shard, then the parameters gathered.
+//
 // A sync strategy that works on host memory only (a parameter server, the deterministic reduction)
 // runs on a GPU rank on the host store (CompiledStepOptions::host_sync): each micro-batch's
 // gradient goes down to it, and what the strategy leaves comes back up. Such a step cannot be
@@ -208,6 +211,7 @@ class CompiledStep {
   // parameters).
   bool enqueue_program(int slot);
   bool sync_on_host(int64_t micro_step, bool last);
+  void check_and_clip_shard(OptimizerSharding& shard, bool norm_wanted);
   void record(int slot);
   StepFigures collect(int slot);
   // Runs slot `slot`'s step's passes again on this rank alone (no sync strategy), looking at every

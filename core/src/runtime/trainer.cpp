@@ -447,6 +447,7 @@ class Trainer {
       store_.finalize();
       store_.initialize(seed_);
       if (device_->own_memory() && !compilable()) device_->fall_back_to_cpu();
+      if (device_->own_memory() && sync_->sharding()) keep_sharded_optimizer_on_cpu();
       device_sync = device_->own_memory() && sync_->reduces_device_memory();
       // In place on the CPU, or a strategy that works on host memory: set up on the host store,
       // over MPI (local: roles and buffers, no communication yet), before any GPU is bound, since
@@ -473,7 +474,7 @@ class Trainer {
         // The sync strategy works on the device's copy of the parameters, through its communicator.
         sync_->setup(device_->communicator(), device_->step_store(store_));
       }
-      optimizer_->setup(trains() ? store_.flat_size() : serving_->serve_size());
+      optimizer_->setup(optimizer_size());
       accum_ = sync_->accumulation_steps();
       const int64_t train_world = this->train_world();
       if (global_batch_ % (train_world * accum_) != 0)
@@ -504,6 +505,7 @@ class Trainer {
                         config_.get_int("train.warmup_steps"), config_.get_int("train.epochs") * per_epoch_);
       if (trains()) compile_step();
     });
+    if (leader_ && !serving_) log_optimizer_state();
     if (leader_ && config_.get_string("optimizer.lr_scaling") == "linear")
       log_ << "learning rate " << scaled_learning_rate() << " = optimizer.lr " << optimizer_->learning_rate()
            << " x train.global_batch " << global_batch_ << " / optimizer.lr_base_batch "
@@ -716,9 +718,7 @@ class Trainer {
     comm_.broadcast(store_.params_data(), store_.flat_size() * sizeof(float), 0);
     if (store_.buffers_size() > 0) comm_.broadcast(store_.buffers_data(), store_.buffers_size() * sizeof(float), 0);
     // A serving strategy's ranks hold parts of the optimizer state: it hands them out (start).
-    if (!serving_)
-      for (auto& buffer : optimizer_->state_buffers())
-        comm_.broadcast(buffer.data, store_.flat_size() * sizeof(float), 0);
+    if (!serving_) broadcast_optimizer_state();
     if (!serving_) restore_sync_state();
     if (leader_) {
       log_ << "resumed from step " << meta_.step << " (epoch " << meta_.epoch + 1 << ", batch " << meta_.batch_in_epoch
@@ -744,7 +744,7 @@ class Trainer {
     std::string path;
     try {
       path = resolve_resume(checkpoint_dir_, options_.resume);
-      meta_ = load_checkpoint(path, store_, optimizer_.get());
+      meta_ = load_checkpoint(path, store_, resume_optimizer());
       resumed_from_ = path;
       return;
     } catch (const Error& e) {
@@ -757,7 +757,7 @@ class Trainer {
     for (const std::string& older : list_checkpoints(checkpoint_dir_)) {
       if (older == path) continue;
       try {
-        meta_ = load_checkpoint(older, store_, optimizer_.get());
+        meta_ = load_checkpoint(older, store_, resume_optimizer());
         resumed_from_ = older;
         log_ << "warning: checkpoint.resume_fallback: resuming from " << older << " instead\n" << std::flush;
         return;
@@ -1034,9 +1034,11 @@ class Trainer {
         TraceSpan checkpoint_span(traced(), "checkpoint", "step", step);
         download_step_state();
         meta_.sync = gather_sync_state();
+        const auto whole_state = gather_sharded_optimizer_state();
         if (leader_) {
           result_.checkpoint =
-              write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(), config_.get_int("checkpoint.keep"));
+              write_checkpoint(checkpoint_dir_, meta_, store_, whole_state ? whole_state.get() : optimizer_.get(),
+                               config_.get_int("checkpoint.keep"));
         } else {
           for (auto phase : {fault::Phase::checkpoint_before_data, fault::Phase::checkpoint_after_data,
                              fault::Phase::checkpoint_before_rename})
@@ -1296,9 +1298,12 @@ class Trainer {
     if (lockstep() && options_.write_checkpoints && step > start_step) meta_.sync = gather_sync_state();
     TraceSpan checkpoint_span(leader_ && options_.write_checkpoints && step > start_step ? traced() : nullptr,
                               "checkpoint", "step", step);
+    const auto whole_state =
+        options_.write_checkpoints && step > start_step ? gather_sharded_optimizer_state() : nullptr;
     if (leader_ && options_.write_checkpoints && step > start_step)
       result_.checkpoint =
-          write_checkpoint(checkpoint_dir_, meta_, store_, optimizer_.get(), config_.get_int("checkpoint.keep"));
+          write_checkpoint(checkpoint_dir_, meta_, store_, whole_state ? whole_state.get() : optimizer_.get(),
+                           config_.get_int("checkpoint.keep"));
     checkpoint_span.end();
     // The final model on the test set, by rank 0 (the parameters are the same everywhere now), in
     // batches of the training micro-batch so the model's activations are reused, not grown.
@@ -1334,6 +1339,91 @@ class Trainer {
     if (all_ranks_here) train_comm_->allreduce_max(&peak_kib, 1);
     result_.peak_rss_mb = static_cast<double>(peak_kib) / 1024.0;
     return result_;
+  }
+
+  // Floats of the flat buffer this rank's optimizer updates, and keeps state for: all of it, a
+  // serving rank's shard (a parameter server), or a sharded optimizer's shard (ZeRO).
+  size_t optimizer_size() const {
+    if (OptimizerSharding* sharding = sync_->sharding()) return sharding->shard_size();
+    return trains() ? store_.flat_size() : serving_->serve_size();
+  }
+
+  // A sharded optimizer updates its shard on the host between MPI collectives: the CPU path, in
+  // place. Asked for the GPU it is refused; under train.device = auto the job trains on the CPU.
+  void keep_sharded_optimizer_on_cpu() {
+    if (device_->kind() == DeviceKind::gpu) {
+      const std::string why = "sync.name = " + choice_.sync +
+                              " shards the optimizer state on the CPU path only (its shard is updated on the host "
+                              "between MPI collectives)";
+      if (config_.get_string("train.device") == "gpu")
+        throw ConfigError(why +
+                          "; train.device = gpu asks for the GPU: set train.device = cpu, or sync.name = "
+                          "allreduce for the GPU");
+      if (leader_) log_ << "warning: training on the CPU (train.device = auto): " << why << "\n" << std::flush;
+    }
+    device_->fall_back_to_cpu();
+  }
+
+  // Rank 0 says what the optimizer state takes on each rank: under a sharded optimizer about
+  // 1 / ranks of the unsharded figure.
+  void log_optimizer_state() {
+    const size_t floats = optimizer_size();
+    const size_t buffers = optimizer_->state_buffers().size();
+    log_ << "optimizer state: " << buffers * floats * sizeof(float) << " bytes per rank (" << buffers
+         << " buffer(s) of " << floats << " floats";
+    if (sync_->sharding())
+      log_ << ", this rank's shard of the " << store_.flat_size() << " parameters over " << comm_.size()
+           << " rank(s), sync.name = " << choice_.sync;
+    log_ << ")\n" << std::flush;
+  }
+
+  // Rank 0, resuming: the optimizer the checkpoint's state is read into. A sharded optimizer's
+  // state is whole in the checkpoint: it goes into a whole-size one, which
+  // broadcast_optimizer_state() then cuts into every rank's shard.
+  Optimizer* resume_optimizer() {
+    if (!sync_->sharding()) return optimizer_.get();
+    if (!whole_state_) whole_state_ = whole_size_optimizer();
+    return whole_state_.get();
+  }
+
+  // After a resume read on rank 0: every rank's optimizer state and step count from rank 0's.
+  void broadcast_optimizer_state() {
+    OptimizerSharding* sharding = sync_->sharding();
+    if (!sharding) {
+      for (auto& buffer : optimizer_->state_buffers())
+        comm_.broadcast(buffer.data, store_.flat_size() * sizeof(float), 0);
+      return;
+    }
+    int64_t steps = whole_state_ ? whole_state_->step_count() : 0;
+    comm_.broadcast(&steps, sizeof(steps), 0);
+    optimizer_->set_step_count(steps);
+    auto shards = optimizer_->state_buffers();
+    const auto wholes = whole_state_ ? whole_state_->state_buffers() : std::vector<OptimizerStateBuffer>{};
+    for (size_t k = 0; k < shards.size(); ++k)
+      sharding->scatter_state(leader_ ? wholes.at(k).data : nullptr, shards[k].data);
+    whole_state_.reset();
+  }
+
+  // Collective. A sharded optimizer's state, whole on rank 0 (null elsewhere, and null for an
+  // unsharded optimizer, whose own state is whole): what a checkpoint holds, so that it loads at
+  // any world size and under any strategy. Made for one write and then freed.
+  std::unique_ptr<Optimizer> gather_sharded_optimizer_state() {
+    OptimizerSharding* sharding = sync_->sharding();
+    if (!sharding) return nullptr;
+    std::unique_ptr<Optimizer> whole = leader_ ? whole_size_optimizer() : nullptr;
+    auto shards = optimizer_->state_buffers();
+    const auto wholes = whole ? whole->state_buffers() : std::vector<OptimizerStateBuffer>{};
+    for (size_t k = 0; k < shards.size(); ++k)
+      sharding->gather_state(shards[k].data, whole ? wholes.at(k).data : nullptr);
+    if (whole) whole->set_step_count(optimizer_->step_count());
+    return whole;
+  }
+
+  // Another instance of the run's optimizer plugin, with state for the whole flat buffer.
+  std::unique_ptr<Optimizer> whole_size_optimizer() {
+    auto whole = registry_.create_optimizer(choice_.optimizer, config_);
+    whole->setup(store_.flat_size());
+    return whole;
   }
 
   // The main thread's timeline, or null: metrics.trace is off.
@@ -1391,6 +1481,9 @@ class Trainer {
   // Batch statistics over more than one pass (deterministic mode, model.sync_bn); null otherwise.
   std::unique_ptr<Communicator> statistics_comm_;
   CheckpointMeta meta_;
+  // Rank 0, resuming under a sharded optimizer: the checkpoint's whole optimizer state until it is
+  // scattered (broadcast_optimizer_state).
+  std::unique_ptr<Optimizer> whole_state_;
 
   Shape micro_shape_;  // input of one forward pass: micro_batch_ x shards_per_pass_ rows
   StepPhases phases_;

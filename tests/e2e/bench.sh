@@ -3,7 +3,7 @@
 # benchmark promises, each a positive number (timings themselves are not asserted).
 source "$(dirname "$0")/lib.sh"
 write_config run.ini
-for sync in "" "--sync.deterministic=true" "--sync.name=grad_accum --sync.accum_steps=2"; do
+for sync in "" "--sync.deterministic=true" "--sync.name=grad_accum --sync.accum_steps=2" "--sync.name=zero"; do
   # shellcheck disable=SC2086
   run_np 2 300 bench --config run.ini --steps 20 --warmup 5 --allreduce-iterations 5 $sync --json >out.log 2>&1 ||
     { cat out.log; fail "bench $sync"; }

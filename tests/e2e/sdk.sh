@@ -61,7 +61,7 @@ line=$(grep -E '^optimizer +signsgd ' plugins.txt) || { cat plugins.txt; fail "t
 [[ $(awk '{print $3}' <<<"$line") == 1.0.0 &&
    $(canon "$(awk '{print $4}' <<<"$line")") == "$(canon "$so")" ]] ||
   { cat plugins.txt; fail "the new plugin is not listed from $PLUGIN_DIR: $line"; }
-for kn in "model mlp" "model cnn" "optimizer sgd" "optimizer adam" "sync allreduce" "sync grad_accum" "sync param_server"; do
+for kn in "model mlp" "model cnn" "optimizer sgd" "optimizer adam" "sync allreduce" "sync grad_accum" "sync param_server" "sync zero"; do
   read -r kind name <<<"$kn"
   line=$(grep -E "^$kind +$name " plugins.txt) || { cat plugins.txt; fail "built-in $kind '$name' not listed"; }
   [[ $(canon "$(awk '{print $4}' <<<"$line")") == "$(canon "$PREFIX/lib/mgtrain/plugins/libmgtrain-$kind-$name.so")" ]] ||

@@ -5,7 +5,7 @@
 # (binaries, their non-CUDA libraries, Open MPI's components), finds the CUDA libraries in the
 # wheels, then runs every GPU test binary and `mgtrain doctor` as one rank (an Open MPI singleton:
 # no mpirun there; NCCL's test runs there at one rank), the CPU-against-GPU parity of 50 MLP steps,
-# sync.deterministic on the GPU (its host-side reduction),
+# sync.deterministic on the GPU (its host-side reduction), sync.name = zero refused on the GPU,
 # the GPU benchmark against PyTorch eager (installed there), and the out-of-memory handling. On a
 # GPU machine no test may skip. Logs and gtest XML go to one archive, $OUT/device-check-logs.tar.gz
 # ($OUT defaults to ./device-check-out), since few files come back from such a machine; stdout is
@@ -179,6 +179,18 @@ mgt 60 compare "$work/det-allreduce/step-20.h5" "$work/det-grad_accum/step-20.h5
 paste -d' ' <(losses "$work/cpu/metrics.jsonl" | head -2) <(losses "$work/det-allreduce/metrics.jsonl") |
   awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; n++; printf "  step %3d  cpu %.7f  deterministic gpu %.7f  relative %.2e\n", 10 * n, $1, $2, d;
          if (d > 1e-3) bad++ } END { exit !(n == 2 && bad == 0) }' || fail "deterministic GPU losses are not within 1e-3 of the CPU's"
+
+echo "== sync.name = zero (the sharded optimizer, CPU path only): train.device = gpu refused before step 1, auto on the CPU"
+mgt 120 train --config "$work/mlp.ini" --train.device=gpu --sync.name=zero --train.max_steps=5 \
+  --checkpoint.dir="$work/zero-gpu" >"$out/zero-gpu.log" 2>&1 && fail "sync.name = zero with train.device = gpu trained"
+grep 'mgtrain: error' "$out/zero-gpu.log" | sed 's/^/  /'
+[[ $(grep -c 'mgtrain: error' "$out/zero-gpu.log") -eq 1 ]] && grep 'mgtrain: error' "$out/zero-gpu.log" |
+  grep -q 'sync.name = zero.*train.device = gpu' || fail "zero on the GPU: not one line naming both keys (log zero-gpu.log)"
+mgt 300 train --config "$work/mlp.ini" --train.device=auto --sync.name=zero --train.max_steps=5 \
+  --checkpoint.dir="$work/zero-auto" --json >"$out/zero-auto.log" 2>&1 ||
+  { fail "sync.name = zero with train.device = auto exited $? (log zero-auto.log)"; why "zero-auto.log"; }
+grep -q 'warning: training on the CPU (train.device = auto): sync.name = zero' "$out/zero-auto.log" ||
+  fail "zero under train.device = auto did not say it trains on the CPU (log zero-auto.log)"
 
 echo "== benchmark: samples/s on the GPU, mgtrain against PyTorch eager, batch 128 (targets: MLP 2x, CNN 1.5x)"
 for model in mlp cnn; do

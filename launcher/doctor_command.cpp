@@ -3,7 +3,8 @@
 // per rank, how each node's GPUs reach each other (peer-to-peer access, NVLinks up), and a verdict
 // naming each problem that would spoil a run before it starts: more ranks on a node than GPUs,
 // versions that differ between ranks, a GPU already in use, CUDA that cannot use the GPUs a node
-// has. No GPU at all is the CPU fallback, not a problem; GPUs without peer access are a note.
+// has, a node whose links to the others are much slower than the rest (measured between one rank
+// per node). No GPU at all is the CPU fallback, not a problem; GPUs without peer access are a note.
 // Given the run's config (--config), it binds the GPUs as that run would: a parameter server's
 // serving ranks take none, so only the training ranks count against a node's GPUs.
 #include <mpi.h>
@@ -26,6 +27,7 @@
 #include "command_line_config.hpp"
 #include "commands.hpp"
 #include "device/gpu_binding.hpp"
+#include "doctor_links.hpp"
 #include "kernels/cuda/nvml.hpp"
 #include "loader/plugin_keys.hpp"
 #include "loader/plugin_loader.hpp"
@@ -505,7 +507,28 @@ Verdict judge(const std::vector<RankReport>& reports, double busy_gib, const std
   return v;
 }
 
-void print_report(const std::vector<RankReport>& reports, const Verdict& verdict) {
+// The job's nodes in the order of their first rank, and the rank that measures for each (its
+// local rank 0).
+struct JobNodes {
+  std::vector<std::string> hosts;
+  std::vector<int> leaders;
+};
+
+JobNodes job_nodes(const std::vector<RankReport>& reports) {
+  JobNodes nodes;
+  for (const auto& r : reports) {
+    if (std::find(nodes.hosts.begin(), nodes.hosts.end(), r.host) != nodes.hosts.end()) continue;
+    nodes.hosts.push_back(r.host);
+    int leader = r.rank;
+    for (const auto& other : reports)
+      if (other.host == nodes.hosts.back() && other.local_rank == 0) leader = other.rank;
+    nodes.leaders.push_back(leader);
+  }
+  return nodes;
+}
+
+void print_report(const std::vector<RankReport>& reports, const Verdict& verdict, const std::vector<NodeLink>& links,
+                  const JobNodes& nodes) {
   std::set<std::string> hosts;
   for (const auto& r : reports) hosts.insert(r.host);
   const auto& first = reports.front();
@@ -584,6 +607,8 @@ void print_report(const std::vector<RankReport>& reports, const Verdict& verdict
     }
   }
 
+  print_node_links(links, nodes.hosts);
+
   const std::string fallback =
       verdict.cpu_fallback.empty()
           ? std::string()
@@ -606,9 +631,10 @@ int run_doctor(int argc, char** argv, const std::vector<std::string>& args) {
       "usage: mpirun -np N mgtrain doctor [--busy-gib G] [--config FILE [--section.key=value ...]]\n"
       "Launched like training. Each rank reports its host, node-local rank, GPU and its memory,\n"
       "driver, CUDA runtime, cuDNN, NCCL and MPI library versions; rank 0 prints a row per rank,\n"
-      "the peer-to-peer access and NVLinks between each node's GPUs, and a verdict naming each problem: more ranks on "
-      "a node than GPUs, versions differing\n"
-      "between ranks, a GPU in use by another job, GPUs that CUDA cannot use. No GPU at all is\n"
+      "the peer-to-peer access and NVLinks between each node's GPUs, the bandwidth and latency between nodes,\n"
+      "and a verdict naming each problem: more ranks on a node than GPUs, versions differing\n"
+      "between ranks, a GPU in use by another job, GPUs that CUDA cannot use, a node whose links\n"
+      "are much slower than the others'. No GPU at all is\n"
       "the CPU fallback. Given the run's config, GPUs are bound as that run would bind them: a\n"
       "parameter server's serving ranks take none. Exits 0 when nothing is wrong, 1 when something\n"
       "is, 2 when the config is.\noptions");
@@ -667,9 +693,16 @@ int run_doctor(int argc, char** argv, const std::vector<std::string>& args) {
     look_at_links(mine, nvml);
     std::vector<RankReport> reports(static_cast<size_t>(comm->size()));
     comm->allgather(&mine, reports.data(), sizeof(RankReport));
+    // Across nodes, the links between them: one rank per node measures, pair by pair. Not between
+    // simulated hosts (MGTRAIN_TEST_DOCTOR), which are processes on one machine.
+    const JobNodes nodes = job_nodes(reports);
+    const bool simulated = std::any_of(reports.begin(), reports.end(), [](const auto& r) { return r.simulated != 0; });
+    const std::vector<NodeLink> links =
+        nodes.hosts.size() > 1 && !simulated ? measure_node_links(*comm, nodes.leaders) : std::vector<NodeLink>{};
     // Every rank holds every report, so all reach the same verdict and exit code unprompted.
-    const Verdict verdict = judge(reports, busy_gib, plan);
-    if (comm->rank() == 0) print_report(reports, verdict);
+    Verdict verdict = judge(reports, busy_gib, plan);
+    for (auto& problem : judge_node_links(links, nodes.hosts)) verdict.problems.push_back(std::move(problem));
+    if (comm->rank() == 0) print_report(reports, verdict, links, nodes);
     return verdict.problems.empty() ? 0 : 1;
   } catch (const StartupError& e) {
     // Every rank got here together (a bad config); the first that found it says it.

@@ -4,6 +4,8 @@
 #   deterministic MODEL: sync.deterministic = true gives the same /params bits across nodes.
 #   default: the default mode reaches the same test accuracy (within 0.01); mgtrain doctor
 #     reports each rank's node.
+#   doctor: mgtrain doctor measures the links between 3 nodes and names the one limited to a
+#     tenth of the others' rate.
 #   unreachable: a hostfile naming a node that cannot reach mpirun fails promptly, naming it.
 #   slurm: a real Slurm with one slurmd per node; `sbatch -N 2` of both example scripts trains
 #     on 2 nodes x 2 ranks.
@@ -76,6 +78,27 @@ case $1 in
       awk -v row="$row" '$1 " " $2 " " $3 == row { found = 1 } END { exit !found }' doctor.log ||
         { cat doctor.log; fail "mgtrain doctor has no row '$row' (rank, host, local rank)"; }
     done
+    ;;
+  doctor)
+    # Three nodes, one rank each: every pair of node leaders measured. First at full speed (the
+    # verdict names no link), then with n3 limited to 100 Mbit/s while n1 and n2 keep 1 Gbit/s.
+    nodes_up 3 --rate 1gbit
+    printf 'n1 slots=1\nn2 slots=1\nn3 slots=1\n' >hosts
+    across_nodes hosts 3 120 doctor >even.log 2>&1 || { cat even.log; fail "mgtrain doctor on even links"; }
+    cat even.log
+    for link in "n1 <-> n2" "n1 <-> n3" "n2 <-> n3"; do
+      grep -q "^  $link .* GB/s .* us$" even.log || fail "mgtrain doctor did not measure $link"
+    done
+    node_limit n3 100mbit
+    set +e
+    across_nodes hosts 3 120 doctor >slow.log 2>&1
+    rc=$?
+    set -e
+    cat slow.log
+    [ $rc -eq 1 ] || fail "mgtrain doctor exited $rc with n3 limited to 100 Mbit/s, expected 1 (a problem)"
+    grep -q "^  - node n3 is slow to reach every other node: n1 .* GB/s, n2 .* GB/s; the fastest link between nodes (n1 <-> n2)" slow.log ||
+      fail "the verdict does not name node n3 as slow"
+    [ "$(grep -c '^  - ' slow.log)" = 1 ] || fail "the verdict names more than node n3"
     ;;
   unreachable)
     # n3's link is down: the daemon mpirun starts there cannot call back. Open MPI says which

@@ -136,3 +136,10 @@ nodes_up() {  # nodes_up N [--rate RATE]
     } >"/etc/netns/$ns/hosts"
   done
 }
+
+# Limits one node's link in both directions (tc tbf), e.g. a node behind a slower network path.
+node_limit() {  # node_limit NODE RATE
+  local i=${1#n} rate=$2
+  tc qdisc replace dev "$SIM_PREFIX-v$i" root tbf rate "$rate" burst 512kb latency 20ms
+  ip netns exec "$(sim_ns "$1")" tc qdisc replace dev "$SIM_PREFIX-v${i}p" root tbf rate "$rate" burst 512kb latency 20ms
+}

@@ -6,6 +6,8 @@
 #     reports each rank's node.
 #   doctor: mgtrain doctor measures the links between 3 nodes and names the one limited to a
 #     tenth of the others' rate.
+#   mixed_builds: ranks on n2 running another build than rank 0's are named before step 1.
+#   unshared_checkpoints: a checkpoint.dir that n2 does not share with n1 is named before step 1.
 #   unreachable: a hostfile naming a node that cannot reach mpirun fails promptly, naming it.
 #   slurm: a real Slurm with one slurmd per node; `sbatch -N 2` of both example scripts trains
 #     on 2 nodes x 2 ranks.
@@ -99,6 +101,52 @@ case $1 in
     grep -q "^  - node n3 is slow to reach every other node: n1 .* GB/s, n2 .* GB/s; the fastest link between nodes (n1 <-> n2)" slow.log ||
       fail "the verdict does not name node n3 as slow"
     [ "$(grep -c '^  - ' slow.log)" = 1 ] || fail "the verdict names more than node n3"
+    ;;
+  mixed_builds)
+    # n2's ranks run a copy of mgtrain whose GNU build ID differs in one byte: as another build.
+    nodes_up 2
+    write_config run.ini
+    cp "$MGTRAIN" other-mgtrain
+    id=$(readelf -n other-mgtrain | sed -n 's/^ *Build ID: \([0-9a-f]*\)$/\1/p')
+    [ -n "$id" ] || fail "mgtrain has no GNU build ID"
+    python3 - "$id" <<'PY'
+import sys
+build_id = bytes.fromhex(sys.argv[1])
+binary = open("other-mgtrain", "rb").read()
+assert binary.count(build_id) == 1, "the build ID is not in the file once"
+open("other-mgtrain", "wb").write(binary.replace(build_id, build_id[:-1] + bytes([build_id[-1] ^ 0xFF])))
+PY
+    set +e
+    # shellcheck disable=SC2046  # the MCA options are separate words
+    node_run n1 timeout --kill-after=10 120 mpirun $(sim_mpirun_options) \
+      -np 2 --host n1:2 "$MGTRAIN" train --config run.ini --train.max_steps=5 --checkpoint.dir="$WORK/ckpt" : \
+      -np 2 --host n2:2 "$WORK/other-mgtrain" train --config run.ini --train.max_steps=5 \
+      --checkpoint.dir="$WORK/ckpt" >out.log 2>&1
+    rc=$?
+    set -e
+    cat out.log
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "mixed builds: exit $rc"
+    one_error_line out.log | grep -q "ranks 2,3 on n2 run another mgtrain build than rank 0 on n1: rank 0 has executable [0-9a-f]*, rank [23] has executable [0-9a-f]*\. " ||
+      fail "the error does not name ranks 2,3 on n2 as another build"
+    [ ! -e "$WORK/ckpt/step-5.h5" ] || fail "mixed builds trained"
+    ;;
+  unshared_checkpoints)
+    # n2 sees an empty directory of its own at checkpoint.dir's path, as on a node-local disk.
+    nodes_up 2
+    printf 'n1 slots=2\nn2 slots=2\n' >hosts
+    write_config run.ini
+    mkdir -p "$WORK/ckpt"
+    set +e
+    SIM_PRIVATE_DIR="n2:$WORK/ckpt" across_nodes hosts 4 120 train --config run.ini --train.max_steps=5 \
+      --checkpoint.dir="$WORK/ckpt" >out.log 2>&1
+    rc=$?
+    set -e
+    cat out.log
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "unshared checkpoint.dir: exit $rc"
+    one_error_line out.log |
+      grep -q "checkpoint.dir '$WORK/ckpt': ranks 2,3 on n2 do not see the file rank 0 on n1 wrote there" ||
+      fail "the error does not name ranks 2,3 on n2"
+    [ -z "$(ls -A "$WORK/ckpt" | grep -vx '\.lock')" ] || { ls -la "$WORK/ckpt"; fail "files left in checkpoint.dir"; }
     ;;
   unreachable)
     # n3's link is down: the daemon mpirun starts there cannot call back. Open MPI says which

@@ -31,7 +31,7 @@
 #include "observers/trace.hpp"
 #include "runtime/core_keys.hpp"
 #include "runtime/evaluate.hpp"
-#include "runtime/host_name.hpp"
+#include "runtime/job_checks.hpp"
 #include "runtime/lr_schedule.hpp"
 #include "runtime/resident_memory.hpp"
 #include "runtime/stop_signal.hpp"
@@ -184,18 +184,11 @@ std::string parameter_layout(const ParameterStore& store) {
 
 // Where the job's ranks run, as `mgtrain doctor` says it: "on 2 node(s): n1 (ranks 0-1), n2 (ranks
 // 2-3)", from every rank's host name, so a log shows whether a job spans the nodes it was given.
-// A collective.
-std::string node_summary(Communicator& comm) {
-  constexpr size_t kNameBytes = 64;
-  char mine[kNameBytes] = {};
-  std::snprintf(mine, kNameBytes, "%s", host_name().c_str());
-  std::vector<char> names(kNameBytes * static_cast<size_t>(comm.size()));
-  comm.allgather(mine, names.data(), kNameBytes);
+std::string node_summary(const std::vector<std::string>& rank_hosts) {
   // Each host with its ranks, in order of first appearance.
   std::vector<std::pair<std::string, std::vector<int>>> hosts;
-  for (int r = 0; r < comm.size(); ++r) {
-    const char* name = names.data() + static_cast<size_t>(r) * kNameBytes;
-    const std::string host(name, strnlen(name, kNameBytes));
+  for (int r = 0; r < static_cast<int>(rank_hosts.size()); ++r) {
+    const std::string& host = rank_hosts[r];
     auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) { return h.first == host; });
     if (it == hosts.end()) it = hosts.insert(hosts.end(), {host, {}});
     it->second.push_back(r);
@@ -342,6 +335,10 @@ class Trainer {
  private:
   // 1. Config and plugins: every key must be known to the core or to a loaded plugin.
   void configure() {
+    // Across nodes, first of all the same build everywhere: another build may read the config,
+    // the data and the messages otherwise.
+    rank_hosts_ = gather_host_names(comm_);
+    if (spans_nodes()) agree(comm_, [&] { check_same_build(comm_, rank_hosts_); });
     agree(comm_, [&] {
       choice_ = plugin_choice(config_);
       config_.validate(known_config_keys(registry_, choice_));
@@ -356,8 +353,11 @@ class Trainer {
     global_batch_ = config_.get_int("train.global_batch");
     checkpoint_dir_ = config_.get_string("checkpoint.dir");
     claim_checkpoint_dir();
+    // Rank 0 writes the checkpoints, but a resume may put rank 0 on another node.
+    if (spans_nodes() && options_.write_checkpoints)
+      agree(comm_, [&] { check_directory_shared(comm_, rank_hosts_, checkpoint_dir_, "checkpoint.dir"); });
     claim_trace_path();
-    const std::string nodes = node_summary(comm_);
+    const std::string nodes = node_summary(rank_hosts_);
     if (leader_)
       log_ << "mgtrain " << MGTRAIN_VERSION << ": " << comm_.size() << " rank(s) " << nodes << "\n"
            << "# resolved config\n"
@@ -1426,6 +1426,10 @@ class Trainer {
     return whole;
   }
 
+  bool spans_nodes() const {
+    return std::any_of(rank_hosts_.begin(), rank_hosts_.end(), [&](const auto& h) { return h != rank_hosts_[0]; });
+  }
+
   // The main thread's timeline, or null: metrics.trace is off.
   TraceBuffer* traced() const { return trace_ ? trace_->main_thread() : nullptr; }
 
@@ -1481,6 +1485,7 @@ class Trainer {
   // Batch statistics over more than one pass (deterministic mode, model.sync_bn); null otherwise.
   std::unique_ptr<Communicator> statistics_comm_;
   CheckpointMeta meta_;
+  std::vector<std::string> rank_hosts_;  // every rank's host name, by rank
   // Rank 0, resuming under a sharded optimizer: the checkpoint's whole optimizer state until it is
   // scattered (broadcast_optimizer_state).
   std::unique_ptr<Optimizer> whole_state_;

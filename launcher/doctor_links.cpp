@@ -10,8 +10,8 @@ namespace mgt::cli {
 namespace {
 
 constexpr int kTag = 7401;
-constexpr int kRoundTrips = 30;                 // small messages, for the latency
-constexpr int kTransfers = 5;                   // large messages, for the bandwidth
+constexpr int kRoundTrips = 30;                  // small messages, for the latency
+constexpr int kTransfers = 5;                    // large messages, for the bandwidth
 constexpr size_t kLargeBytes = size_t{4} << 20;  // 4 MiB: far past every eager limit
 // A link under a third of the fastest one's bandwidth is slow. Not judged by latency: on a loaded
 // machine a blocked process waits for its time slice, and the round trips vary tenfold.
@@ -117,8 +117,9 @@ std::vector<std::string> judge_node_links(const std::vector<NodeLink>& links, co
   const auto slow = [&](const NodeLink& link) { return link.gbytes_per_s < kSlowBandwidth * fastest.gbytes_per_s; };
   const std::string reference =
       "the fastest link between nodes (" + link_name(fastest, hosts) + ") reaches " + bandwidth(fastest);
-  const std::string consequence = ": it sets the pace of every all-reduce across nodes (a slower network path, "
-                                  "a misconfigured interface, or another job's traffic)";
+  const std::string consequence =
+      ": it sets the pace of every all-reduce across nodes (a slower network path, "
+      "a misconfigured interface, or another job's traffic)";
   // A node all of whose links are slow is the one to look at.
   std::set<size_t> named;  // links already in a node's line
   for (size_t node = 0; node < hosts.size(); ++node) {
@@ -129,7 +130,8 @@ std::vector<std::string> judge_node_links(const std::vector<NodeLink>& links, co
     std::string text = "node " + hosts[node] + " is slow to reach every other node:";
     for (size_t i : mine) {
       const NodeLink& link = links[i];
-      text += " " + hosts[link.node_a == static_cast<int>(node) ? link.node_b : link.node_a] + " " + bandwidth(link) + ",";
+      text +=
+          " " + hosts[link.node_a == static_cast<int>(node) ? link.node_b : link.node_a] + " " + bandwidth(link) + ",";
       named.insert(i);
     }
     text.pop_back();

@@ -166,8 +166,7 @@ void check_directory_shared(Communicator& comm, const std::vector<std::string>& 
     if (!all[r]) blind.push_back(r);
   if (seen) return;
   throw IoError(key + " '" + dir + "': " + ranks_and_nodes(blind, hosts) + (blind.size() > 1 ? " do" : " does") +
-                " not see the file rank 0 on " +
-                hosts[0] + " wrote there (" + probe.filename().string() +
+                " not see the file rank 0 on " + hosts[0] + " wrote there (" + probe.filename().string() +
                 "): every node must see it at the same path, on a filesystem they share (rank 0 writes the "
                 "checkpoints, and a resumed run may have rank 0 on another node)");
 }

@@ -109,11 +109,26 @@ TEST(JsonLine, BenchAndEvalResults) {
   b.scaling_runs = {0.8, 0.83375, kNan};
   b.gradient_bytes = 407080;
   const std::string bench = bench_result_json(b, 2, 20, 3);
-  EXPECT_EQ(keys(bench),
-            (std::vector<std::string>{"world_size", "steps", "samples_per_s", "samples_per_s_np1", "scaling_efficiency",
-                                      "compute_ms", "sync_ms", "data_wait_ms", "optimizer_ms", "gradient_bytes",
-                                      "allreduce_ms", "mpi_allreduce_ms", "allreduce_busbw_gbs", "mpi_busbw_gbs",
-                                      "peak_rss_mb", "repeats", "scaling_efficiency_runs", "device"}));
+  EXPECT_EQ(keys(bench), (std::vector<std::string>{"world_size",
+                                                   "steps",
+                                                   "samples_per_s",
+                                                   "samples_per_s_np1",
+                                                   "scaling_efficiency",
+                                                   "compute_ms",
+                                                   "sync_ms",
+                                                   "data_wait_ms",
+                                                   "optimizer_ms",
+                                                   "gradient_bytes",
+                                                   "allreduce_ms",
+                                                   "mpi_allreduce_ms",
+                                                   "allreduce_busbw_gbs",
+                                                   "mpi_busbw_gbs",
+                                                   "flat_busbw_gbs",
+                                                   "hierarchical_busbw_gbs",
+                                                   "peak_rss_mb",
+                                                   "repeats",
+                                                   "scaling_efficiency_runs",
+                                                   "device"}));
   EXPECT_NE(bench.find(R"("samples_per_s":1000.5,"samples_per_s_np1":600,"scaling_efficiency":0.8338,)"),
             std::string::npos)
       << bench;

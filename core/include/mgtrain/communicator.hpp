@@ -19,6 +19,13 @@ class MGT_API CommRequest {
   virtual void wait() = 0;  // blocks up to the communicator's deadline
 };
 
+// A request that was complete when the call that made it returned.
+class MGT_API CompletedRequest final : public CommRequest {
+ public:
+  bool test() override { return true; }
+  void wait() override {}
+};
+
 // The elements of a typed collective: FP32, or bfloat16 (a float's upper 16 bits, held as
 // uint16_t, rounded to nearest even): half the bytes on the wire, for compressed gradients.
 enum class ElementType { f32, bf16 };
@@ -62,6 +69,29 @@ class MGT_API Communicator {
   // `send` may be `recv` (in place): the sum then lands in its first block. With allgather below,
   // the two halves of an all-reduce, for a strategy that updates a shard.
   virtual void reduce_scatter_sum(const void* send, void* recv, size_t count, ElementType type) = 0;
+  // Sum of `count` elements of `type` over all ranks into rank `root`'s `data`, in place; the
+  // other ranks' `data` is left undefined. With broadcast, the halves of an all-reduce through one
+  // rank (a node's leader, for the hierarchical all-reduce). The default is an all-reduce, which
+  // gives the root the same sum: a backend without a reduce of its own (NCCL's is not wired) works.
+  virtual void reduce_sum(void* data, size_t count, ElementType type, int root) {
+    (void)root;
+    allreduce_sum(data, count, type);
+  }
+  // Non-blocking forms of the typed all-reduce, of reduce_sum and of broadcast: the buffer must
+  // stay as it is until the request completes. The defaults run the blocking call and return it
+  // complete, so a backend without them is correct, only not overlapped.
+  virtual std::unique_ptr<CommRequest> iallreduce_sum_typed(void* data, size_t count, ElementType type) {
+    allreduce_sum(data, count, type);
+    return std::make_unique<CompletedRequest>();
+  }
+  virtual std::unique_ptr<CommRequest> ireduce_sum(void* data, size_t count, ElementType type, int root) {
+    reduce_sum(data, count, type, root);
+    return std::make_unique<CompletedRequest>();
+  }
+  virtual std::unique_ptr<CommRequest> ibroadcast(void* data, size_t bytes, int root) {
+    broadcast(data, bytes, root);
+    return std::make_unique<CompletedRequest>();
+  }
   // Each rank's `count` elements of `type`; recv holds size() blocks, rank r's at block r.
   void allgather(const void* send, void* recv, size_t count, ElementType type) {
     allgather(send, recv, count * element_bytes(type));

@@ -6,19 +6,71 @@
 // all-reduces, which Open MPI runs about 1.5x faster on one node (its tuned collectives against
 // libnbc) and which leave the cores to compute. Sync strategies built on all-reduce share it.
 // The communicator's AllreduceObserver, when set, hears each bucket's start and completion.
+//
+// Hierarchical (across nodes): each bucket is summed inside the node to its leader (local rank 0,
+// over shared memory), all-reduced among the leaders, one per node, and broadcast inside the node,
+// so each node sends one copy of the gradient over the network instead of one per rank.
+// Wire format bf16: each rank rounds its gradient to bfloat16 before sending, keeping what the
+// rounding dropped (the residual) and adding it to its next gradient before rounding (error
+// feedback), so nothing is lost, only delayed by a step; every hop then carries half the bytes.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "mgtrain/communicator.hpp"
+#include "mgtrain/config.hpp"
 #include "mgtrain/export.hpp"
 #include "mgtrain/parameters.hpp"
+#include "mgtrain/sync.hpp"
 
 namespace mgt {
 
+enum class Hierarchy { automatic, on, off };
+enum class WireFormat { fp32, bf16 };
+
+struct BucketOptions {
+  bool overlap = false;
+  // automatic: on when the ranks span more than one node and reduce host memory over MPI (NCCL
+  // already follows the topology).
+  Hierarchy hierarchy = Hierarchy::off;
+  WireFormat wire = WireFormat::fp32;
+};
+
+// The config keys of a strategy built on GradientBuckets beyond sync.bucket_mb and sync.overlap.
+inline constexpr ConfigKey kHierarchicalKey{
+    "sync.hierarchical", KeyType::choice, "auto",
+    "across nodes, sum each bucket inside the node to its leader over shared memory, all-reduce among one leader "
+    "per node, broadcast inside the node: on, off, or auto (on when the ranks span more than one node, on MPI; "
+    "not in deterministic mode)",
+    "auto|on|off"};
+inline constexpr ConfigKey kWireKey{
+    "sync.wire", KeyType::choice, "fp32",
+    "gradients on the wire: fp32, or bf16 (half the bytes; each rank carries what rounding dropped into its next "
+    "step, error feedback, checkpointed; not in deterministic mode)",
+    "fp32|bf16"};
+// sync.overlap, sync.hierarchical and sync.wire from a strategy's section (keys it lacks keep
+// their defaults).
+MGT_API BucketOptions bucket_options(const ConfigSection& section);
+// Deterministic mode sums FP32 in its own fixed tree: an explicit sync.hierarchical = on or
+// sync.wire = bf16 would be silently ignored there, so it is refused (ConfigError).
+MGT_API void refuse_in_deterministic_mode(const BucketOptions& options);
+
 class MGT_API GradientBuckets {
  public:
-  void setup(Communicator& comm, ParameterStore& store, size_t bucket_bytes, bool overlap);
+  GradientBuckets();
+  ~GradientBuckets();
+  GradientBuckets(const GradientBuckets&) = delete;
+  GradientBuckets& operator=(const GradientBuckets&) = delete;
+
+  // Collective over `comm` when the hierarchy may apply (it splits the communicator).
+  void setup(Communicator& comm, ParameterStore& store, size_t bucket_bytes, const BucketOptions& options);
+  void setup(Communicator& comm, ParameterStore& store, size_t bucket_bytes, bool overlap) {
+    BucketOptions options;
+    options.overlap = overlap;
+    setup(comm, store, bucket_bytes, options);
+  }
   // Starts every bucket whose gradients are now all final; advances those in flight.
   void mark_ready(const std::vector<ParamHandle>& handles);
   // Starts what is left and waits for every bucket; the buffer then holds the sum over ranks.
@@ -26,22 +78,49 @@ class MGT_API GradientBuckets {
   double finish();
 
   size_t bucket_count() const { return buckets_.size(); }
+  bool hierarchical() const { return node_ != nullptr; }
+
+  // The bfloat16 wire's error-feedback residual, this rank's (/sync/residual.rank<R> in a
+  // checkpoint); none with the FP32 wire. `strategy` names the strategy in the note on restore.
+  std::vector<SyncStateArray> checkpoint_state() const;
+  void restore_state(const std::vector<SyncStateArray>& saved, int saved_ranks, const std::string& strategy);
 
  private:
+  // A bucket goes through stages in order, each one collective: flat, the all-reduce; hierarchical,
+  // the reduce to the node's leader, the leaders' all-reduce, the node's broadcast.
+  enum Stage : int { kNodeReduce = 0, kLeaders = 1, kNodeBroadcast = 2, kStages = 3 };
   struct Bucket {
     size_t begin = 0, end = 0;  // float range of the flat gradient buffer
     size_t params = 0;          // parameters in the bucket
     size_t ready = 0;           // of them final in this backward pass
+    int started = 0;            // stages started in this step (flat: its one stage is kLeaders)
     std::unique_ptr<CommRequest> request;
   };
   void launch(size_t index);
+  void start_stage(size_t index, int stage);
+  void end_bucket(size_t index);
+  void progress();
+  void* wire_data(const Bucket& b);
+  size_t wire_count(const Bucket& b) const { return b.end - b.begin; }
+  ElementType wire_type() const { return wire_ == WireFormat::bf16 ? ElementType::bf16 : ElementType::f32; }
+  Communicator& stage_comm(int stage);
 
   Communicator* comm_ = nullptr;
   ParameterStore* store_ = nullptr;
   std::vector<Bucket> buckets_;          // in launch order: last layer first
   std::vector<size_t> bucket_of_param_;  // parameter handle -> bucket index
-  size_t next_to_progress_ = 0;
   bool overlap_ = false;
+  WireFormat wire_ = WireFormat::fp32;
+  // Hierarchical: the node's ranks for the reduce and, apart, for the broadcast (so each
+  // communicator sees its collectives in bucket order on every rank), and the leaders' (local rank
+  // 0 of each node; the other ranks hold a part they never use). Null: flat.
+  std::unique_ptr<Communicator> node_, node_broadcast_, leaders_;
+  std::vector<int> stages_;  // this rank's stages of a bucket (a node's other ranks skip kLeaders)
+  // Per stage, the next bucket to start it: every rank starts each stage in bucket order.
+  size_t next_start_[kStages] = {0, 0, 0};
+  size_t next_finished_ = 0;      // buckets before it were seen complete (observer told)
+  std::vector<uint16_t> wire16_;  // bf16: the rounded gradient, then its sum
+  std::vector<float> residual_;   // bf16: what rounding dropped, added to the next gradient
 };
 
 }  // namespace mgt

@@ -39,7 +39,9 @@
 //     checkpoints and resume); SyncStrategy::checkpoint_state and restore_state.
 // 11: SyncStrategy::sharding() and OptimizerSharding (mgtrain/sharding.hpp): a strategy that updates
 //     a shard of the parameters on each rank, the optimizer set up for that shard alone.
-#define MGTRAIN_PLUGIN_ABI_VERSION 11u
+// 12: Communicator::reduce_sum, ireduce_sum, iallreduce_sum_typed, ibroadcast; GradientBuckets
+//     options (hierarchical all-reduce, bfloat16 wire format with error feedback) and state.
+#define MGTRAIN_PLUGIN_ABI_VERSION 12u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
 namespace mgt {

@@ -289,6 +289,14 @@ class MpiCommunicator final : public Communicator {
     MGT_MPI_CHECK(MPI_Reduce_scatter_block(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
                                            mpi_type(type), sum_op(type), comm_));
   }
+  void reduce_sum(void* data, size_t count, ElementType type, int root) override {
+    Guarded g(*this, type == ElementType::f32 ? "reduce (floats)" : "reduce (bfloat16)", count);
+    MGT_MPI_CHECK(MPI_Reduce(rank_ == root ? MPI_IN_PLACE : data, data, static_cast<int>(count), mpi_type(type),
+                             sum_op(type), root, comm_));
+  }
+  std::unique_ptr<CommRequest> iallreduce_sum_typed(void* data, size_t count, ElementType type) override;
+  std::unique_ptr<CommRequest> ireduce_sum(void* data, size_t count, ElementType type, int root) override;
+  std::unique_ptr<CommRequest> ibroadcast(void* data, size_t bytes, int root) override;
   using Communicator::allgather;
   std::unique_ptr<CommRequest> isend(const void* data, size_t bytes, int dest, int tag) override;
   std::unique_ptr<CommRequest> irecv(void* data, size_t bytes, int source, int tag) override;
@@ -415,6 +423,31 @@ std::unique_ptr<CommRequest> MpiCommunicator::iallreduce_sum(float* data, size_t
   MGT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm_, &r));
   ++collective_count_;
   return std::make_unique<MpiRequest>(*this, r, count);
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::iallreduce_sum_typed(void* data, size_t count, ElementType type) {
+  MPI_Request r;
+  MGT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), mpi_type(type), sum_op(type), comm_, &r));
+  ++collective_count_;
+  return std::make_unique<MpiRequest>(
+      *this, r, count,
+      type == ElementType::f32 ? "non-blocking allreduce (floats)" : "non-blocking allreduce (bfloat16)");
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::ireduce_sum(void* data, size_t count, ElementType type, int root) {
+  MPI_Request r;
+  MGT_MPI_CHECK(MPI_Ireduce(rank_ == root ? MPI_IN_PLACE : data, data, static_cast<int>(count), mpi_type(type),
+                            sum_op(type), root, comm_, &r));
+  ++collective_count_;
+  return std::make_unique<MpiRequest>(
+      *this, r, count, type == ElementType::f32 ? "non-blocking reduce (floats)" : "non-blocking reduce (bfloat16)");
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::ibroadcast(void* data, size_t bytes, int root) {
+  MPI_Request r;
+  MGT_MPI_CHECK(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_, &r));
+  ++collective_count_;
+  return std::make_unique<MpiRequest>(*this, r, bytes, "non-blocking broadcast (bytes)");
 }
 
 std::unique_ptr<CommRequest> MpiCommunicator::isend(const void* data, size_t bytes, int dest, int tag) {

@@ -2,14 +2,48 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+
+#include "kernels/cpu/bf16.hpp"
+#include "mgtrain/error.hpp"
 
 namespace mgt {
 
-void GradientBuckets::setup(Communicator& comm, ParameterStore& store, size_t bucket_bytes, bool overlap) {
+BucketOptions bucket_options(const ConfigSection& section) {
+  BucketOptions options;
+  if (section.has("overlap")) options.overlap = section.get_bool("overlap");
+  if (section.has("hierarchical")) {
+    const std::string h = section.get_string("hierarchical");
+    options.hierarchy = h == "on" ? Hierarchy::on : h == "off" ? Hierarchy::off : Hierarchy::automatic;
+  }
+  if (section.has("wire")) options.wire = section.get_string("wire") == "bf16" ? WireFormat::bf16 : WireFormat::fp32;
+  return options;
+}
+
+void refuse_in_deterministic_mode(const BucketOptions& options) {
+  if (options.wire == WireFormat::bf16)
+    throw ConfigError(
+        "config key 'sync.wire' = bf16: expected fp32 with sync.deterministic = true (its fixed tree sums FP32 "
+        "gradients)");
+  if (options.hierarchy == Hierarchy::on)
+    throw ConfigError(
+        "config key 'sync.hierarchical' = on: expected auto or off with sync.deterministic = true (it reduces in "
+        "its own fixed tree)");
+}
+
+GradientBuckets::GradientBuckets() = default;
+GradientBuckets::~GradientBuckets() = default;
+
+void GradientBuckets::setup(Communicator& comm, ParameterStore& store, size_t bucket_bytes,
+                            const BucketOptions& options) {
   comm_ = &comm;
-  overlap_ = overlap;
+  overlap_ = options.overlap;
+  wire_ = options.wire;
   store_ = &store;
   buckets_.clear();
+  node_.reset();
+  node_broadcast_.reset();
+  leaders_.reset();
   const auto& params = store.params();
   bucket_of_param_.assign(params.size(), 0);
   const size_t bucket_floats = std::max<size_t>(1, bucket_bytes / sizeof(float));
@@ -27,55 +61,203 @@ void GradientBuckets::setup(Communicator& comm, ParameterStore& store, size_t bu
       current = Bucket{};
     }
   }
+  if (wire_ == WireFormat::bf16) {
+    wire16_.assign(store.flat_size(), 0);
+    residual_.assign(store.flat_size(), 0.0f);
+  } else {
+    wire16_.clear();
+    residual_.clear();
+  }
+
+  bool hierarchical = options.hierarchy == Hierarchy::on;
+  if (options.hierarchy == Hierarchy::automatic && comm.size() > 1 && comm.backend() == "mpi") {
+    // More than one node: some rank's node index is above 0. NCCL (another backend) already
+    // follows the topology itself.
+    int64_t last_node = comm.node();
+    comm.allreduce_max(&last_node, 1);
+    hierarchical = last_node > 0;
+  }
+  if (hierarchical && comm.size() > 1) {
+    // Ranks keep their node's order, the leader (local rank 0) first; the ranks of one local rank
+    // across the nodes form a part each, of which local rank 0's is the leaders'.
+    node_ = comm.split(comm.node(), comm.local_rank());
+    node_broadcast_ = comm.split(comm.node(), comm.local_rank());
+    leaders_ = comm.split(comm.local_rank(), comm.node());
+  }
+  stages_.clear();
+  if (node_) stages_.push_back(kNodeReduce);
+  if (!node_ || node_->rank() == 0) stages_.push_back(kLeaders);
+  if (node_) stages_.push_back(kNodeBroadcast);
+  for (size_t& next : next_start_) next = 0;
+  next_finished_ = 0;
 }
 
+Communicator& GradientBuckets::stage_comm(int stage) {
+  switch (stage) {
+    case kNodeReduce:
+      return *node_;
+    case kNodeBroadcast:
+      return *node_broadcast_;
+    default:
+      return node_ ? *leaders_ : *comm_;
+  }
+}
+
+void* GradientBuckets::wire_data(const Bucket& b) {
+  return wire_ == WireFormat::bf16 ? static_cast<void*>(wire16_.data() + b.begin)
+                                   : static_cast<void*>(store_->grads_data() + b.begin);
+}
+
+// The bucket's first stage: with the bfloat16 wire its gradient (plus the residual) is rounded
+// first, and the residual keeps what the rounding dropped.
 void GradientBuckets::launch(size_t index) {
-  Bucket& bucket = buckets_[index];
+  Bucket& b = buckets_[index];
   if (AllreduceObserver* observer = comm_->allreduce_observer())
-    observer->bucket_started(index, (bucket.end - bucket.begin) * sizeof(float));
-  bucket.request = comm_->iallreduce_sum(store_->grads_data() + bucket.begin, bucket.end - bucket.begin);
+    observer->bucket_started(index, wire_count(b) * element_bytes(wire_type()));
+  if (wire_ == WireFormat::bf16) {
+    float* grads = store_->grads_data();
+    for (size_t i = b.begin; i < b.end; ++i) {
+      const float e = grads[i] + residual_[i];
+      wire16_[i] = kernels::to_bf16(e);
+      residual_[i] = e - kernels::from_bf16(wire16_[i]);
+    }
+  }
+  if (node_) {
+    // The parts' timeout messages name the step too.
+    for (Communicator* part : {node_.get(), node_broadcast_.get(), leaders_.get()}) part->set_step(comm_->step());
+  }
+  start_stage(index, 0);
+}
+
+void GradientBuckets::start_stage(size_t index, int position) {
+  Bucket& b = buckets_[index];
+  const int stage = stages_[static_cast<size_t>(position)];
+  Communicator& part = stage_comm(stage);
+  void* data = wire_data(b);
+  const size_t count = wire_count(b);
+  if (!overlap_) {
+    if (stage == kNodeReduce)
+      part.reduce_sum(data, count, wire_type(), 0);
+    else if (stage == kNodeBroadcast)
+      part.broadcast(data, count * element_bytes(wire_type()), 0);
+    else
+      part.allreduce_sum(data, count, wire_type());
+  } else if (stage == kNodeReduce) {
+    b.request = part.ireduce_sum(data, count, wire_type(), 0);
+  } else if (stage == kNodeBroadcast) {
+    b.request = part.ibroadcast(data, count * element_bytes(wire_type()), 0);
+  } else if (wire_ == WireFormat::fp32) {
+    b.request = part.iallreduce_sum(static_cast<float*>(data), count);
+  } else {
+    b.request = part.iallreduce_sum_typed(data, count, wire_type());
+  }
+  b.started = position + 1;
+  ++next_start_[stage];
+}
+
+// The bucket's sum is complete on this rank: widen it from the wire.
+void GradientBuckets::end_bucket(size_t index) {
+  Bucket& b = buckets_[index];
+  if (wire_ == WireFormat::bf16) {
+    float* grads = store_->grads_data();
+    for (size_t i = b.begin; i < b.end; ++i) grads[i] = kernels::from_bf16(wire16_[i]);
+  }
+  if (AllreduceObserver* observer = comm_->allreduce_observer()) observer->bucket_finished(index);
+  b.request.reset();
+  b.ready = 0;
+  b.started = 0;
+}
+
+// Starts each stage whose previous one is complete, in bucket order per stage (so every rank
+// issues the collectives of each communicator in the same order), and ends the buckets that are
+// through. Open MPI has no asynchronous progress: testing the requests lets them advance while
+// backward goes on.
+void GradientBuckets::progress() {
+  const int stages = static_cast<int>(stages_.size());
+  for (bool moved = true; moved;) {
+    moved = false;
+    // First stages in bucket order, as the buckets' gradients become final.
+    size_t& first = next_start_[stages_[0]];
+    while (first < buckets_.size() && buckets_[first].ready == buckets_[first].params && buckets_[first].started == 0) {
+      launch(first);
+      moved = true;
+    }
+    for (int position = 1; position < stages; ++position) {
+      const size_t index = next_start_[stages_[static_cast<size_t>(position)]];
+      if (index >= buckets_.size()) continue;
+      Bucket& b = buckets_[index];
+      if (b.started == position && b.request->test()) {
+        start_stage(index, position);
+        moved = true;
+      }
+    }
+  }
+  while (next_finished_ < buckets_.size() && buckets_[next_finished_].started == stages &&
+         buckets_[next_finished_].request->test())
+    end_bucket(next_finished_++);
 }
 
 void GradientBuckets::mark_ready(const std::vector<ParamHandle>& handles) {
   if (comm_->size() == 1 || !overlap_) return;
-  for (ParamHandle h : handles) {
-    const size_t index = bucket_of_param_[h];
-    if (++buckets_[index].ready == buckets_[index].params) launch(index);
-  }
-  // Open MPI has no asynchronous progress: testing the oldest request lets it advance while
-  // backward goes on.
-  while (next_to_progress_ < buckets_.size() && buckets_[next_to_progress_].request &&
-         buckets_[next_to_progress_].request->test()) {
-    if (AllreduceObserver* observer = comm_->allreduce_observer()) observer->bucket_finished(next_to_progress_);
-    ++next_to_progress_;
-  }
+  for (ParamHandle h : handles) ++buckets_[bucket_of_param_[h]].ready;
+  progress();
 }
 
 double GradientBuckets::finish() {
   if (comm_->size() == 1) return 0.0;
   const auto start = std::chrono::steady_clock::now();
-  AllreduceObserver* observer = comm_->allreduce_observer();
+  const int stages = static_cast<int>(stages_.size());
   if (!overlap_) {
     for (size_t i = 0; i < buckets_.size(); ++i) {
-      const Bucket& b = buckets_[i];
-      if (observer) observer->bucket_started(i, (b.end - b.begin) * sizeof(float));
-      comm_->allreduce_sum(store_->grads_data() + b.begin, b.end - b.begin);
-      if (observer) observer->bucket_finished(i);
+      launch(i);
+      for (int position = 1; position < stages; ++position) start_stage(i, position);
+      end_bucket(i);
     }
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  } else {
+    for (Bucket& b : buckets_) b.ready = b.params;
+    progress();
+    // Each bucket's stages in turn; a later bucket's stage never starts before an earlier one's.
+    for (size_t i = next_finished_; i < buckets_.size(); ++i) {
+      while (buckets_[i].started < stages || !buckets_[i].request->test()) {
+        buckets_[i].request->wait();
+        progress();
+      }
+      progress();
+    }
+    while (next_finished_ < buckets_.size()) end_bucket(next_finished_++);
   }
-  for (size_t i = 0; i < buckets_.size(); ++i)
-    if (!buckets_[i].request) launch(i);
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    Bucket& b = buckets_[i];
-    b.request->wait();
-    // The buckets before next_to_progress_ were seen complete during backward, and said so then.
-    if (observer && i >= next_to_progress_) observer->bucket_finished(i);
-    b.request.reset();
-    b.ready = 0;
-  }
-  next_to_progress_ = 0;
+  for (size_t& next : next_start_) next = 0;
+  next_finished_ = 0;
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::vector<SyncStateArray> GradientBuckets::checkpoint_state() const {
+  if (wire_ != WireFormat::bf16) return {};
+  return {{"residual", residual_}};
+}
+
+void GradientBuckets::restore_state(const std::vector<SyncStateArray>& saved, int saved_ranks,
+                                    const std::string& strategy) {
+  if (wire_ != WireFormat::bf16) return;
+  // A rank's residual is its own delayed gradient. On another number of ranks the ranks' shares
+  // of the data differ, so the residuals start again from zero (at most one step's rounding is
+  // lost), which rank 0 says.
+  if (saved_ranks != comm_->size()) {
+    if (comm_->rank() == 0)
+      std::fprintf(stderr,
+                   "mgtrain: note: sync %s: the checkpoint's run had %d rank(s), this one %d: the bfloat16 "
+                   "wire's error-feedback residuals start again from zero\n",
+                   strategy.c_str(), saved_ranks, comm_->size());
+    return;
+  }
+  for (const auto& array : saved) {
+    if (array.name != "residual") continue;
+    MGT_CHECK(array.values.size() == residual_.size(), DataError,
+              "sync " + strategy + ": the checkpoint's residual of rank " + std::to_string(comm_->rank()) + " holds " +
+                  std::to_string(array.values.size()) + " values, the model's gradient " +
+                  std::to_string(residual_.size()));
+    residual_ = array.values;
+  }
 }
 
 }  // namespace mgt

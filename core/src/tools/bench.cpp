@@ -81,13 +81,16 @@ BenchResult run_bench(Communicator& world, const TrainOptions& base, int64_t ste
   for (size_t h = store.params().size(); h-- > 0;) backward_order.push_back({h});
   // Everything the strategy does in one optimizer step: every micro-batch (a deterministic
   // strategy's micro-shards, an accumulating one's local steps), then the reduction.
-  auto sync_once = [&] {
-    for (int64_t m = 0; m < sync->accumulation_steps(); ++m) {
-      sync->begin_micro_batch(m);
-      for (const auto& handles : backward_order) sync->gradients_ready(handles);
-      sync->end_backward(m);
-    }
+  auto step_of = [&](SyncStrategy& strategy) {
+    return [&strategy, &backward_order] {
+      for (int64_t m = 0; m < strategy.accumulation_steps(); ++m) {
+        strategy.begin_micro_batch(m);
+        for (const auto& handles : backward_order) strategy.gradients_ready(handles);
+        strategy.end_backward(m);
+      }
+    };
   };
+  const auto sync_once = step_of(*sync);
   auto mpi_once = [&] {
     MPI_Allreduce(MPI_IN_PLACE, store.grads_data(), static_cast<int>(store.flat_size()), MPI_FLOAT, MPI_SUM,
                   MPI_COMM_WORLD);
@@ -109,6 +112,21 @@ BenchResult run_bench(Communicator& world, const TrainOptions& base, int64_t ste
   result.mpi_allreduce_ms = mpi_seconds * 1e3;
   result.allreduce_busbw_gbs = bus_bandwidth_gbs(result.gradient_bytes, world.size(), sync_seconds);
   result.mpi_busbw_gbs = bus_bandwidth_gbs(result.gradient_bytes, world.size(), mpi_seconds);
+
+  // 4. A strategy with sync.hierarchical, timed both ways on this topology: flat, and through one
+  // leader per node.
+  const bool deterministic = config.has("sync.deterministic") && config.get_bool("sync.deterministic");
+  if (config.has("sync.hierarchical") && !deterministic) {
+    for (const char* mode : {"off", "on"}) {
+      Config form = config;
+      form.set("sync.hierarchical", mode, "mgtrain bench");
+      auto strategy = registry.create_sync(form.get_string("sync.name"), form);
+      strategy->setup(world, store);
+      const double seconds = time_per_call(step_of(*strategy));
+      (mode[1] == 'f' ? result.flat_busbw_gbs : result.hierarchical_busbw_gbs) =
+          bus_bandwidth_gbs(result.gradient_bytes, world.size(), seconds);
+    }
+  }
   return result;
 }
 

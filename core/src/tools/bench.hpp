@@ -4,6 +4,7 @@
 // MPI_Allreduce on a buffer of the same size.
 #include <cstdint>
 #include <iosfwd>
+#include <limits>
 #include <vector>
 
 #include "runtime/trainer.hpp"
@@ -19,6 +20,10 @@ struct BenchResult {
   std::vector<double> scaling_runs;  // each repeat's scaling efficiency
   double allreduce_busbw_gbs = 0;    // the sync strategy's all-reduce of the gradient buffer
   double mpi_busbw_gbs = 0;          // one MPI_Allreduce of the same buffer
+  // A strategy with sync.hierarchical (allreduce, grad_accum): its all-reduce flat and through one
+  // leader per node; NaN when the strategy has no such choice.
+  double flat_busbw_gbs = std::numeric_limits<double>::quiet_NaN();
+  double hierarchical_busbw_gbs = std::numeric_limits<double>::quiet_NaN();
   double allreduce_ms = 0, mpi_allreduce_ms = 0;
   size_t gradient_bytes = 0;
 };

@@ -1,6 +1,8 @@
 // Sync plugin `allreduce`: the gradients are summed over all ranks in buckets (sync.bucket_mb),
 // in reverse layer order, after backward or overlapped with it (sync.overlap). Each rank's loss
 // is already scaled by 1/global_batch, so the sum is the gradient of the global mean loss.
+// sync.hierarchical and sync.wire (mgtrain/gradient_buckets.hpp) reduce across nodes through one
+// leader per node and send the gradients in bfloat16 with error feedback.
 // With sync.deterministic, the global batch is cut into sync.micro_shards micro-shards summed in
 // one fixed tree instead, which gives the same bits at any power-of-two number of ranks.
 #include "mgtrain/deterministic_reduce.hpp"
@@ -13,6 +15,8 @@ const mgt::ConfigKey kKeys[] = {
     {"sync.bucket_mb", mgt::KeyType::positive_real, "4", "size of one all-reduce bucket in MB"},
     {"sync.overlap", mgt::KeyType::boolean, "false",
      "start each bucket's all-reduce during backward (non-blocking) instead of after it (blocking)"},
+    mgt::kHierarchicalKey,
+    mgt::kWireKey,
     {"sync.deterministic", mgt::KeyType::boolean, "false",
      "sum sync.micro_shards micro-shard gradients in one fixed tree: identical bits at any "
      "power-of-two number of ranks"},
@@ -24,15 +28,16 @@ class AllReduce final : public mgt::SyncStrategy {
  public:
   explicit AllReduce(const mgt::ConfigSection& config)
       : bucket_bytes_(static_cast<size_t>(config.get_real("bucket_mb") * 1e6)),
-        overlap_(config.get_bool("overlap")),
+        options_(mgt::bucket_options(config)),
         deterministic_(config.get_bool("deterministic")),
         micro_shards_(config.get_int("micro_shards")) {}
 
   void setup(mgt::Communicator& comm, mgt::ParameterStore& store) override {
     if (!deterministic_) {
-      buckets_.setup(comm, store, bucket_bytes_, overlap_);
+      buckets_.setup(comm, store, bucket_bytes_, options_);
       return;
     }
+    mgt::refuse_in_deterministic_mode(options_);
     if (micro_shards_ % comm.size() != 0)
       throw mgt::ConfigError("config key 'sync.micro_shards' = " + std::to_string(micro_shards_) +
                              ": expected a multiple of the " + std::to_string(comm.size()) + " ranks");
@@ -42,8 +47,12 @@ class AllReduce final : public mgt::SyncStrategy {
   int64_t accumulation_steps() const override { return deterministic_ ? shards_per_rank_ : 1; }
   bool micro_batches_are_shards() const override { return deterministic_; }
   // The bucketed all-reduce works on NCCL and device memory alike; the deterministic reduction
-  // forms its sums on the host.
-  bool reduces_device_memory() const override { return !deterministic_; }
+  // forms its sums on the host, and the bfloat16 wire rounds and widens there.
+  bool reduces_device_memory() const override { return !deterministic_ && options_.wire == mgt::WireFormat::fp32; }
+  std::vector<mgt::SyncStateArray> checkpoint_state() override { return buckets_.checkpoint_state(); }
+  void restore_state(const std::vector<mgt::SyncStateArray>& saved, int saved_ranks) override {
+    if (!deterministic_) buckets_.restore_state(saved, saved_ranks, "allreduce");
+  }
   void gradients_ready(const std::vector<mgt::ParamHandle>& handles) override {
     if (!deterministic_) buckets_.mark_ready(handles);
   }
@@ -60,7 +69,8 @@ class AllReduce final : public mgt::SyncStrategy {
 
  private:
   size_t bucket_bytes_;
-  bool overlap_, deterministic_;
+  mgt::BucketOptions options_;
+  bool deterministic_;
   int64_t micro_shards_, shards_per_rank_ = 1;
   mgt::GradientBuckets buckets_;
   mgt::DeterministicReducer reducer_;
@@ -68,6 +78,6 @@ class AllReduce final : public mgt::SyncStrategy {
 
 }  // namespace
 
-MGT_SYNC_PLUGIN("allreduce", "1.2.0",
+MGT_SYNC_PLUGIN("allreduce", "1.3.0",
                 "synchronous all-reduce of the gradients in buckets, or deterministic over micro-shards", kKeys,
                 AllReduce)

@@ -15,6 +15,8 @@ const mgt::ConfigKey kKeys[] = {
     {"sync.bucket_mb", mgt::KeyType::positive_real, "4", "size of one all-reduce bucket in MB"},
     {"sync.overlap", mgt::KeyType::boolean, "false",
      "start each bucket's all-reduce during backward (non-blocking) instead of after it (blocking)"},
+    mgt::kHierarchicalKey,
+    mgt::kWireKey,
     {"sync.deterministic", mgt::KeyType::boolean, "false",
      "sum the micro-batch gradients in one fixed tree: identical bits for any split of the same "
      "world x accum_steps (both powers of two)"},
@@ -25,20 +27,26 @@ class GradAccum final : public mgt::SyncStrategy {
   explicit GradAccum(const mgt::ConfigSection& config)
       : steps_(config.get_int("accum_steps")),
         bucket_bytes_(static_cast<size_t>(config.get_real("bucket_mb") * 1e6)),
-        overlap_(config.get_bool("overlap")),
+        options_(mgt::bucket_options(config)),
         deterministic_(config.get_bool("deterministic")) {}
 
   void setup(mgt::Communicator& comm, mgt::ParameterStore& store) override {
-    if (deterministic_)
+    if (deterministic_) {
+      mgt::refuse_in_deterministic_mode(options_);
       reducer_.setup(comm, store, steps_);
-    else
-      buckets_.setup(comm, store, bucket_bytes_, overlap_);
+    } else {
+      buckets_.setup(comm, store, bucket_bytes_, options_);
+    }
   }
   int64_t accumulation_steps() const override { return steps_; }
   bool micro_batches_are_shards() const override { return deterministic_; }
   // The bucketed all-reduce works on NCCL and device memory alike; the deterministic reduction
-  // forms its sums on the host.
-  bool reduces_device_memory() const override { return !deterministic_; }
+  // forms its sums on the host, and the bfloat16 wire rounds and widens there.
+  bool reduces_device_memory() const override { return !deterministic_ && options_.wire == mgt::WireFormat::fp32; }
+  std::vector<mgt::SyncStateArray> checkpoint_state() override { return buckets_.checkpoint_state(); }
+  void restore_state(const std::vector<mgt::SyncStateArray>& saved, int saved_ranks) override {
+    if (!deterministic_) buckets_.restore_state(saved, saved_ranks, "grad_accum");
+  }
   void begin_micro_batch(int64_t micro_step) override { last_ = micro_step == steps_ - 1; }
   void gradients_ready(const std::vector<mgt::ParamHandle>& handles) override {
     // Only the last micro-batch completes a gradient; earlier ones stay local.
@@ -57,7 +65,8 @@ class GradAccum final : public mgt::SyncStrategy {
  private:
   int64_t steps_;
   size_t bucket_bytes_;
-  bool overlap_, deterministic_;
+  mgt::BucketOptions options_;
+  bool deterministic_;
   bool last_ = false;
   mgt::GradientBuckets buckets_;
   mgt::DeterministicReducer reducer_;
@@ -65,5 +74,5 @@ class GradAccum final : public mgt::SyncStrategy {
 
 }  // namespace
 
-MGT_SYNC_PLUGIN("grad_accum", "1.1.0", "gradient accumulation over sync.accum_steps micro-batches, then one all-reduce",
+MGT_SYNC_PLUGIN("grad_accum", "1.2.0", "gradient accumulation over sync.accum_steps micro-batches, then one all-reduce",
                 kKeys, GradAccum)

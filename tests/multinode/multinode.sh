@@ -8,6 +8,9 @@
 #     tenth of the others' rate.
 #   mixed_builds: ranks on n2 running another build than rank 0's are named before step 1.
 #   unshared_checkpoints: a checkpoint.dir that n2 does not share with n1 is named before step 1.
+#   hierarchical: across the nodes the all-reduce through one leader per node gives the flat
+#     one's result (parameters within FP tolerance, the same accuracy) with fewer bytes over the
+#     links, and the bfloat16 wire on top of it fewer again.
 #   unreachable: a hostfile naming a node that cannot reach mpirun fails promptly, naming it.
 #   slurm: a real Slurm with one slurmd per node; `sbatch -N 2` of both example scripts trains
 #     on 2 nodes x 2 ranks.
@@ -147,6 +150,34 @@ PY
       grep -q "checkpoint.dir '$WORK/ckpt': ranks 2,3 on n2 do not see the file rank 0 on n1 wrote there" ||
       fail "the error does not name ranks 2,3 on n2"
     [ -z "$(ls -A "$WORK/ckpt" | grep -vx '\.lock')" ] || { ls -la "$WORK/ckpt"; fail "files left in checkpoint.dir"; }
+    ;;
+  hierarchical)
+    steps=200
+    nodes_up 2 --rate 1gbit
+    printf 'n1 slots=2\nn2 slots=2\n' >hosts
+    write_config run.ini
+    declare -A crossed
+    for form in off on bf16; do
+      wire=fp32 hier=$form
+      [ $form = bf16 ] && wire=bf16 hier=on
+      before=$(link_bytes)
+      across_nodes hosts 4 600 train --config run.ini --train.max_steps=$steps --checkpoint.dir="$WORK/$form" \
+        --sync.hierarchical=$hier --sync.wire=$wire >$form.log 2>&1 || { cat $form.log; fail "2 nodes x 2 ranks, $form"; }
+      crossed[$form]=$(($(link_bytes) - before))
+      echo "hierarchical $hier, wire $wire: $(sed -n 's/^test accuracy \([0-9.]*\),.*/\1/p' $form.log) test" \
+        "accuracy, ${crossed[$form]} bytes over n2's link"
+    done
+    "$MGTRAIN" compare off/step-$steps.h5 on/step-$steps.h5 --rtol 1e-3 >compare.log 2>&1 ||
+      { cat compare.log; fail "hierarchical and flat parameters differ beyond rtol 1e-3"; }
+    off=$(sed -n 's/^test accuracy \([0-9.]*\),.*/\1/p' off.log)
+    on=$(sed -n 's/^test accuracy \([0-9.]*\),.*/\1/p' on.log)
+    awk -v a="$off" -v b="$on" 'BEGIN { d = a - b; exit !(d <= 0.005 && d >= -0.005) }' ||
+      fail "test accuracy through the leaders ($on) differs from the flat all-reduce's ($off)"
+    # Flat, both of n2's ranks send over its link; through the leader, one does.
+    [ $((crossed[on] * 4)) -lt $((crossed[off] * 3)) ] ||
+      fail "through the leaders ${crossed[on]} bytes crossed n2's link, flat ${crossed[off]}: expected under 3/4"
+    [ $((crossed[bf16] * 10)) -lt $((crossed[on] * 7)) ] ||
+      fail "the bf16 wire sent ${crossed[bf16]} bytes over n2's link, fp32 ${crossed[on]}: expected under 0.7x"
     ;;
   unreachable)
     # n3's link is down: the daemon mpirun starts there cannot call back. Open MPI says which

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `mgtrain bench --json` at np=2 for each sync strategy: one JSON line with the figures the
-# benchmark promises, each a positive number (timings themselves are not asserted).
+# benchmark promises, each a positive number (timings themselves are not asserted), and the
+# all-reduce's bus bandwidth flat and hierarchical for the strategies that offer both.
 source "$(dirname "$0")/lib.sh"
 write_config run.ini
 for sync in "" "--sync.deterministic=true" "--sync.name=grad_accum --sync.accum_steps=2" "--sync.name=zero"; do
@@ -12,6 +13,16 @@ for sync in "" "--sync.deterministic=true" "--sync.name=grad_accum --sync.accum_
   for field in samples_per_s samples_per_s_np1 scaling_efficiency allreduce_busbw_gbs mpi_busbw_gbs compute_ms; do
     value=$(echo "$line" | json_field $field)
     awk -v v="$value" 'BEGIN { exit !(v > 0) }' || fail "bench $sync: $field is '$value'"
+  done
+  # The all-reduce flat and through one leader per node (on one node: a leaders' group of one);
+  # the deterministic reduction has no such choice.
+  for field in flat_busbw_gbs hierarchical_busbw_gbs; do
+    value=$(echo "$line" | json_field $field)
+    if [ "$sync" = "--sync.deterministic=true" ]; then
+      [ "$value" = null ] || fail "bench $sync: $field is '$value', expected null"
+    else
+      awk -v v="$value" 'BEGIN { exit !(v > 0) }' || fail "bench $sync: $field is '$value'"
+    fi
   done
 done
 # --repeat: alternating runs, medians, and each repeat's scaling efficiency.

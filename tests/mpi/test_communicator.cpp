@@ -93,6 +93,29 @@ int main(int argc, char** argv) {
   const float fine_sum = mgt::kernels::from_bf16(fine[0]);
   check(fine_sum == static_cast<float>(size) * (1.0f + 1.0f / 128.0f),
         "allreduce_sum of bfloat16: " + std::to_string(fine_sum), rank);
+  // Reduce to one root, and the non-blocking typed all-reduce, reduce and broadcast: the pieces
+  // of the hierarchical all-reduce.
+  {
+    const int root = size - 1;
+    const float expected = static_cast<float>(size * (size + 1) / 2);
+    std::vector<float> values(64, static_cast<float>(rank + 1));
+    comm->reduce_sum(values.data(), values.size(), mgt::ElementType::f32, root);
+    if (rank == root) check(values[0] == expected && values[63] == expected, "reduce_sum of floats to a root", rank);
+    std::vector<uint16_t> halves16(64, mgt::kernels::to_bf16(static_cast<float>(rank + 1)));
+    auto reduce = comm->ireduce_sum(halves16.data(), halves16.size(), mgt::ElementType::bf16, root);
+    reduce->wait();
+    if (rank == root)
+      check(mgt::kernels::from_bf16(halves16[5]) == expected, "ireduce_sum of bfloat16 to a root", rank);
+    std::vector<uint16_t> all16(64, mgt::kernels::to_bf16(static_cast<float>(rank + 1)));
+    auto allreduce = comm->iallreduce_sum_typed(all16.data(), all16.size(), mgt::ElementType::bf16);
+    while (!allreduce->test()) {
+    }
+    check(mgt::kernels::from_bf16(all16[7]) == expected, "iallreduce_sum_typed of bfloat16", rank);
+    std::vector<float> from_root(16, rank == root ? 2.5f : 0.0f);
+    auto broadcast = comm->ibroadcast(from_root.data(), from_root.size() * sizeof(float), root);
+    broadcast->wait();
+    check(from_root[15] == 2.5f, "ibroadcast from a root", rank);
+  }
   std::vector<float> pieces(static_cast<size_t>(size) * 3);
   const float three[3] = {static_cast<float>(rank), 0.5f, -1.0f};
   comm->allgather(three, pieces.data(), 3, mgt::ElementType::f32);

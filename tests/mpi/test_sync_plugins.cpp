@@ -2,7 +2,9 @@
 // equals one all-reduce of the whole buffer, and gradient accumulation communicates only on the
 // last micro-batch of a step; only the parameter server has a serving role, which says which
 // ranks train; zero's shards cover the buffer once, its reduce-scatter gives each rank the sum of
-// its shard, and its gathers and scatters put every element back where it was.
+// its shard, and its gathers and scatters put every element back where it was. Hierarchical and
+// bfloat16-wire all-reduces stay within their bounds of the flat one.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "comm/mpi_communicator.hpp"
+#include "kernels/cpu/bf16.hpp"
 #include "loader/plugin_loader.hpp"
 #include "mpi_check.hpp"
 #include "runtime/core_keys.hpp"
@@ -153,6 +156,59 @@ int main(int argc, char** argv) {
           "1 kB buckets give about one bucket per parameter here (" + std::to_string(buckets) + " all-reduces)", rank);
     check(std::memcmp(store.grads_data(), reference.grads_data(), store.flat_size() * sizeof(float)) == 0,
           "bucketed all-reduce (overlap " + overlap + ") equals one all-reduce of the whole buffer, bit for bit", rank);
+  }
+
+  // Hierarchical on one node (a leaders' group of one), blocking and overlapped: the flat sum in
+  // another order, equal within FP32 rounding.
+  for (const std::string overlap : {"false", "true"}) {
+    mgt::ParameterStore store;
+    fill_store(store, rank);
+    auto sync = make_sync(registry, "allreduce", "bucket_mb = 0.001\nhierarchical = on\noverlap = " + overlap + "\n");
+    sync->setup(*comm, store);
+    sync->begin_micro_batch(0);
+    for (size_t h = store.params().size(); h-- > 0;) sync->gradients_ready({h});
+    check(sync->end_backward(0), "hierarchical allreduce applies every step", rank);
+    float worst = 0;
+    for (size_t i = 0; i < store.flat_size(); ++i)
+      worst = std::max(worst, std::fabs(store.grads_data()[i] - reference.grads_data()[i]));
+    check(worst <= 1e-5f,
+          "hierarchical all-reduce (overlap " + overlap + ") equals the flat one within 1e-5 (" +
+              std::to_string(worst) + ")",
+          rank);
+    check(sync->checkpoint_state().empty(), "the FP32 wire keeps no state", rank);
+  }
+
+  // The bfloat16 wire, flat and hierarchical, blocking and overlapped: the sum within bfloat16's
+  // rounding of the FP32 one, and each rank's residual exactly what rounding its gradient dropped.
+  for (const std::string form : {"overlap = false", "overlap = true", "overlap = true\nhierarchical = on",
+                                 "overlap = false\nhierarchical = on"}) {
+    mgt::ParameterStore store;
+    fill_store(store, rank);
+    std::vector<float> mine(store.grads_data(), store.grads_data() + store.flat_size());
+    auto sync = make_sync(registry, "grad_accum", "accum_steps = 1\nbucket_mb = 0.001\nwire = bf16\n" + form + "\n");
+    sync->setup(*comm, store);
+    sync->begin_micro_batch(0);
+    for (size_t h = store.params().size(); h-- > 0;) sync->gradients_ready({h});
+    check(sync->end_backward(0), "bf16 wire applies", rank);
+    float worst = 0;
+    for (size_t i = 0; i < store.flat_size(); ++i)
+      worst = std::max(worst, std::fabs(store.grads_data()[i] - reference.grads_data()[i]));
+    // Values in [-1, 1]: each rank's rounding at most 2^-9, each addition's at most 2^-9 of a
+    // partial sum of at most `size`.
+    const float bound = static_cast<float>(comm->size()) * static_cast<float>(comm->size() + 1) / 512.0f;
+    check(
+        worst <= bound,
+        "bf16 wire (" + form + ") within " + std::to_string(bound) + " of the FP32 sum (" + std::to_string(worst) + ")",
+        rank);
+    const auto state = sync->checkpoint_state();
+    bool exact = state.size() == 1 && state[0].name == "residual" && state[0].values.size() == mine.size();
+    for (size_t i = 0; exact && i < mine.size(); ++i)
+      exact = state[0].values[i] == mine[i] - mgt::kernels::from_bf16(mgt::kernels::to_bf16(mine[i]));
+    check(exact, "bf16 wire (" + form + "): the residual is what rounding dropped", rank);
+    // Restored, it comes back as it was; from another number of ranks, it starts from zero.
+    sync->restore_state({{"residual", std::vector<float>(mine.size(), 0.25f)}}, comm->size());
+    const auto restored = sync->checkpoint_state();
+    check(restored.size() == 1 && restored[0].values[3] == 0.25f, "bf16 wire: the residual is restored", rank);
   }
 
   // grad_accum with k = 4: three silent micro-steps, then the same all-reduce path.

@@ -216,15 +216,12 @@ double GradientBuckets::finish() {
   } else {
     for (Bucket& b : buckets_) b.ready = b.params;
     progress();
-    // Each bucket's stages in turn; a later bucket's stage never starts before an earlier one's.
-    for (size_t i = next_finished_; i < buckets_.size(); ++i) {
-      while (buckets_[i].started < stages || !buckets_[i].request->test()) {
-        buckets_[i].request->wait();
-        progress();
-      }
+    // The oldest bucket's current stage, then whatever that lets start or end; a later bucket's
+    // stage never starts before an earlier one's, so this ends every bucket in order.
+    while (next_finished_ < buckets_.size()) {
+      buckets_[next_finished_].request->wait();
       progress();
     }
-    while (next_finished_ < buckets_.size()) end_bucket(next_finished_++);
   }
   for (size_t& next : next_start_) next = 0;
   next_finished_ = 0;

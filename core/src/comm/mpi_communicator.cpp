@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -69,7 +70,21 @@ namespace {
 void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   const auto* a = static_cast<const uint16_t*>(in);
   auto* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = kernels::to_bf16(kernels::from_bf16(a[i]) + kernels::from_bf16(b[i]));
+  // Inline conversions (as kernels::to_bf16 and from_bf16): a call per element would cost more
+  // than the sum, and the gradients' bfloat16 wire runs this over every bucket.
+  const auto widen = [](uint16_t h) {
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float x;
+    std::memcpy(&x, &bits, sizeof x);
+    return x;
+  };
+  for (int i = 0; i < *len; ++i) {
+    const float sum = widen(a[i]) + widen(b[i]);
+    uint32_t bits;
+    std::memcpy(&bits, &sum, sizeof bits);
+    b[i] = (bits & 0x7fffffffu) > 0x7f800000u ? uint16_t{0x7fff}
+                                              : static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+  }
 }
 
 MPI_Datatype mpi_type(ElementType type) { return type == ElementType::f32 ? MPI_FLOAT : MPI_UINT16_T; }

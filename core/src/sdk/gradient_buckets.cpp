@@ -3,11 +3,33 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 
-#include "kernels/cpu/bf16.hpp"
 #include "mgtrain/error.hpp"
 
 namespace mgt {
+
+namespace {
+
+// kernels::to_bf16 and from_bf16 (round to nearest even, NaN kept a NaN), inline: the wire's
+// loops run over the whole gradient every step, and a call per element would cost more than the
+// rounding.
+inline uint16_t round_bf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fff;
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+inline float widen_bf16(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+}  // namespace
 
 BucketOptions bucket_options(const ConfigSection& section) {
   BucketOptions options;
@@ -118,8 +140,8 @@ void GradientBuckets::launch(size_t index) {
     float* grads = store_->grads_data();
     for (size_t i = b.begin; i < b.end; ++i) {
       const float e = grads[i] + residual_[i];
-      wire16_[i] = kernels::to_bf16(e);
-      residual_[i] = e - kernels::from_bf16(wire16_[i]);
+      wire16_[i] = round_bf16(e);
+      residual_[i] = e - widen_bf16(wire16_[i]);
     }
   }
   if (node_) {
@@ -160,7 +182,7 @@ void GradientBuckets::end_bucket(size_t index) {
   Bucket& b = buckets_[index];
   if (wire_ == WireFormat::bf16) {
     float* grads = store_->grads_data();
-    for (size_t i = b.begin; i < b.end; ++i) grads[i] = kernels::from_bf16(wire16_[i]);
+    for (size_t i = b.begin; i < b.end; ++i) grads[i] = widen_bf16(wire16_[i]);
   }
   if (AllreduceObserver* observer = comm_->allreduce_observer()) observer->bucket_finished(index);
   b.request.reset();

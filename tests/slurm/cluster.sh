@@ -4,13 +4,16 @@
 # One node (localhost) by default; cluster_start DIR N runs one slurmd on each of the simulated
 # nodes n1..nN that tests/multinode/nodes.sh brought up (2 CPUs each), and slurmctld as host
 # "ctl" on their bridge. Each node gets its own /tmp, as real nodes have: PMIx's directories
-# there would clash otherwise. The cluster's directory must not be under /tmp.
+# there would clash otherwise. The cluster's directory, and each PATH given after N (the build
+# and source trees a job uses), stay visible on every node at the same path, under /tmp too
+# (a clean clone in /tmp/ci): they are bound back over the node's own /tmp.
 # (See the project's SLURM.md notes: config_overrides lets 2 cores advertise 8 CPUs; MinJobAge=5
 # keeps `sbatch --wait` polling every 2 s; no cgroups.)
 
-cluster_start() {  # cluster_start DIR [NODES]
+cluster_start() {  # cluster_start DIR [NODES [PATH...]]
   CLUSTER_DIR=$1
   local nodes=${2:-0} i
+  shift $(($# < 2 ? $# : 2))
   rm -rf "$CLUSTER_DIR"
   mkdir -p "$CLUSTER_DIR"/{state,spool,log,munge}
   chmod 0755 "$CLUSTER_DIR" "$CLUSTER_DIR/munge"
@@ -70,9 +73,12 @@ CONF
     # slurmctld runs only on a host named as the controller. nsenter, not `ip netns exec`, for
     # slurmd: the latter remounts /sys, and slurmd refuses to start without /sys/fs/cgroup.
     unshare --uts sh -c 'hostname ctl && exec slurmctld -c' || return 1
+    local shared
+    shared=$(cluster_paths_under_tmp "$CLUSTER_DIR" "$@")
     for i in $(seq "$nodes"); do
+      # shellcheck disable=SC2016  # expanded by the node's shell
       nsenter --net="/run/netns/$(sim_ns "n$i")" unshare --uts --mount --propagation private \
-        sh -c "hostname n$i && mount -t tmpfs tmpfs /tmp && exec slurmd -N n$i" || return 1
+        bash -c "$CLUSTER_NODE_SETUP"' && exec slurmd -N "$0"' "n$i" $shared || return 1
     done
   fi
   local want=idle
@@ -86,6 +92,32 @@ CONF
   tail -n 20 "$CLUSTER_DIR"/log/*.log >&2
   return 1
 }
+
+# The given paths that lie under /tmp, resolved, one per word: what a node must see through its
+# own /tmp. (Paths with spaces are not supported.)
+cluster_paths_under_tmp() {
+  local p real
+  for p in "$@"; do
+    real=$(cd "$p" && pwd -P) || return 1
+    case $real in /tmp/*) echo "$real" ;; esac
+  done
+}
+
+# Run by each node's shell in its own mount namespace, as `bash -c SETUP NODE PATH...`: names
+# the host, puts a private tmpfs over /tmp, then binds each PATH back at the same place. Each path
+# is opened before /tmp is covered, and the bind's source is that open directory
+# (/proc/self/fd/N, not canonicalized: its name would lead into the new, empty /tmp).
+# shellcheck disable=SC2016  # expanded by the node's shell
+CLUSTER_NODE_SETUP='
+  hostname "$0" || exit 1
+  fds=()
+  for p in "$@"; do exec {fd}<"$p" || exit 1; fds+=("$fd"); done
+  mount -t tmpfs tmpfs /tmp || exit 1
+  i=0
+  for p in "$@"; do
+    mkdir -p "$p" && mount --no-canonicalize --bind "/proc/self/fd/${fds[i]}" "$p" || exit 1
+    fd=${fds[i]}; exec {fd}<&-; i=$((i + 1))
+  done'
 
 # Stops every daemon this cluster started: by pid file, then any slurmstepd that carries this
 # cluster's SLURM_CONF in its environment.

@@ -13,7 +13,9 @@
 #     the links, and the bfloat16 wire on top of it under 0.7x of them.
 #   unreachable: a hostfile naming a node that cannot reach mpirun fails promptly, naming it.
 #   slurm: a real Slurm with one slurmd per node; `sbatch -N 2` of both example scripts trains
-#     on 2 nodes x 2 ranks.
+#     on 2 nodes x 2 ranks; scancel of a deterministic 2-node job writes a final checkpoint, and
+#     the job resubmitted on one node with --resume latest ends with the bits of a run never
+#     interrupted.
 source "$(dirname "$0")/../e2e/lib.sh"
 source "$(dirname "$0")/nodes.sh"
 
@@ -202,7 +204,10 @@ PY
     nodes_up 2
     source "$(dirname "$0")/../slurm/cluster.sh"
     trap 'cluster_stop; nodes_down' EXIT
-    cluster_start "$WORK/cluster" 2 || fail "could not bring up the test cluster on nodes n1, n2"
+    # The nodes' own /tmp would hide a build tree under /tmp (a clean clone in CI): the build and
+    # source trees stay visible on every node.
+    cluster_start "$WORK/cluster" 2 "$WORK" "$DATA_DIR" "$(dirname "$MGTRAIN")/.." "$EXAMPLES" ||
+      fail "could not bring up the test cluster on nodes n1, n2"
     # The jobs' environment (sbatch passes it on): Open MPI on the simulated network.
     export OMPI_MCA_btl=tcp,self,vader OMPI_MCA_btl_tcp_if_include=$SIM_SUBNET \
       OMPI_MCA_oob_tcp_if_include=$SIM_SUBNET OMPI_MCA_mpi_yield_when_idle=1
@@ -223,6 +228,47 @@ PY
       grep -q "^done: 30 steps" "$log" || fail "$style: the log does not end with the run's summary"
       [ -f "$WORK/runs/$job/step-30.h5" ] || fail "$style: no checkpoint in runs/$job"
     done
+
+    # scancel of a running 2-node job: SIGTERM to every rank on both nodes, a final checkpoint.
+    write_config det.ini "[sync]" "deterministic = true"
+    export CONFIG=det.ini
+    job=$(sbatch --parsable --nodes=2 --ntasks=4 --ntasks-per-node=2 --chdir="$WORK" --output="$WORK/long-%j.log" \
+      "$EXAMPLES/slurm/train_srun.sbatch" --checkpoint.dir="$WORK/long" --train.epochs=40 --train.log_every=20)
+    for _ in $(seq 120); do
+      [ -s "$WORK/long/metrics.jsonl" ] && break
+      sleep 0.5
+    done
+    [ -s "$WORK/long/metrics.jsonl" ] || { cat "$WORK"/long-*.log; fail "the 2-node job never started training"; }
+    scancel "$job"
+    for _ in $(seq 120); do
+      squeue -h -j "$job" 2>/dev/null | grep -q . || break
+      sleep 0.5
+    done
+    log="$WORK/long-$job.log"
+    echo "== cancelled 2-node job $job"
+    tail -n 2 "$log"
+    grep -q "^mgtrain .*: 4 rank(s) on 2 node(s): n1 (ranks 0-1), n2 (ranks 2-3)$" "$log" ||
+      fail "the cancelled job did not run on 2 nodes"
+    stopped_at=$(sed -n 's/.*stopped by signal 15 at step \([0-9]*\).*/\1/p' "$log")
+    [ -n "$stopped_at" ] || { cat "$log"; fail "the cancelled 2-node job did not stop cleanly"; }
+    [ "$(cat "$WORK/long/latest")" = "step-$stopped_at.h5" ] ||
+      fail "latest does not name the final checkpoint step-$stopped_at.h5"
+
+    # Resubmitted on one node: it continues from there to 40 steps further.
+    steps=$((stopped_at + 40))
+    out=$(timeout 300 sbatch --parsable --wait --nodes=1 --ntasks=2 --chdir="$WORK" --output="$WORK/resume-%j.log" \
+      "$EXAMPLES/slurm/train_srun.sbatch" --checkpoint.dir="$WORK/long" --train.epochs=40 --train.log_every=20 \
+      --train.max_steps=$steps --resume latest) || { cat "$WORK"/resume-*.log; fail "the 1-node resubmission failed"; }
+    log="$WORK/resume-${out%%;*}.log"
+    tail -n 1 "$log"
+    grep -q "^mgtrain .*: 2 rank(s) on 1 node(s): n[12] (ranks 0-1)$" "$log" || fail "the resubmission did not run on 1 node"
+    grep -q "resumed from step $stopped_at" "$log" || fail "the resubmission did not resume from step $stopped_at"
+    run_np 2 600 train --config det.ini --train.epochs=40 --train.max_steps=$steps --checkpoint.dir="$WORK/whole" \
+      --checkpoint.every_steps=0 >whole.log 2>&1 || { cat whole.log; fail "the uninterrupted run"; }
+    resumed=$(group_hash "$WORK/long/step-$steps.h5" /params)
+    whole=$(group_hash "$WORK/whole/step-$steps.h5" /params)
+    echo "/params after $steps steps: $stopped_at on 2 nodes + the rest on 1 node $resumed, uninterrupted $whole"
+    [ "$resumed" = "$whole" ] || fail "cancelled on 2 nodes and resumed on 1, the run differs from an uninterrupted one"
     ;;
   *) fail "unknown case $1" ;;
 esac

@@ -93,12 +93,13 @@ CONF
   return 1
 }
 
-# The given paths that lie under /tmp, resolved, one per word: what a node must see through its
+# The given paths that lie under /tmp, made absolute (as given: a symlink is bound at its own
+# name), one per word: what a node must see through its
 # own /tmp. (Paths with spaces are not supported.)
 cluster_paths_under_tmp() {
   local p real
   for p in "$@"; do
-    real=$(cd "$p" && pwd -P) || return 1
+    real=$(cd "$p" && pwd) || return 1
     case $real in /tmp/*) echo "$real" ;; esac
   done
 }

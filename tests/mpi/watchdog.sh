@@ -14,3 +14,6 @@ echo "exit $rc after ${elapsed}s"
 grep -q "mgtrain: error: \[rank 0\] timed out after 1 s at step 5 in barrier" err.log || { echo "FAIL: message"; exit 1; }
 # The roll call at the deadline names the rank that never came.
 grep -q "waiting for rank 1, which never reached it" err.log || { echo "FAIL: the message does not name rank 1"; exit 1; }
+# ... and the node it runs on, so that a lost node shows as such in a job across nodes.
+grep -q "waiting for rank 1, which never reached it: stuck or gone; on node $(hostname) " err.log ||
+  { echo "FAIL: the message does not name rank 1's node $(hostname)"; exit 1; }

@@ -17,6 +17,7 @@
 
 #include "kernels/cpu/bf16.hpp"
 #include "mgtrain/error.hpp"
+#include "runtime/host_name.hpp"
 
 // Converts an MPI status code into the core's exception, with file and line.
 #define MGT_MPI_CHECK(call)                                                                                      \
@@ -108,7 +109,7 @@ bool thread_multiple() {
 // When a deadline passes, each rank that hit it tells the others so on a communicator of its own
 // and listens for `grace_s`: ranks waiting in the same operation hit their deadline at about the
 // same time and answer; a rank that never answers is the one stuck elsewhere (in I/O, stopped)
-// or gone. Returns those ranks, numbered in MPI_COMM_WORLD. Runs on the watchdog thread while the
+// or gone. Returns those ranks, numbered in `roll`. Runs on the watchdog thread while the
 // main thread is blocked in the collective (hence MPI_THREAD_MULTIPLE); the process ends after it,
 // so requests are left as they are.
 std::vector<int> silent_ranks(MPI_Comm roll, double grace_s) {
@@ -144,16 +145,57 @@ std::vector<int> silent_ranks(MPI_Comm roll, double grace_s) {
   std::vector<int> silent;
   for (int r = 0; r < size; ++r)
     if (!heard[static_cast<size_t>(r)]) silent.push_back(r);
-  // In the numbering users see (mpirun's and the logs').
+  return silent;
+}
+
+// Ranks of `comm` in the numbering users see (mpirun's and the logs').
+std::vector<int> world_ranks(MPI_Comm comm, const std::vector<int>& ranks) {
   MPI_Group group, world;
-  MPI_Comm_group(roll, &group);
+  MPI_Comm_group(comm, &group);
   MPI_Comm_group(MPI_COMM_WORLD, &world);
-  std::vector<int> in_world(silent.size());
-  if (!silent.empty())
-    MPI_Group_translate_ranks(group, static_cast<int>(silent.size()), silent.data(), world, in_world.data());
+  std::vector<int> in_world(ranks.size());
+  if (!ranks.empty())
+    MPI_Group_translate_ranks(group, static_cast<int>(ranks.size()), ranks.data(), world, in_world.data());
   MPI_Group_free(&group);
   MPI_Group_free(&world);
   return in_world;
+}
+
+// Every rank's host name, indexed by its rank in `comm`. A collective.
+std::vector<std::string> gather_host_names(MPI_Comm comm, int size) {
+  constexpr size_t kNameBytes = 64;
+  char mine[kNameBytes] = {};
+  std::snprintf(mine, kNameBytes, "%s", host_name().c_str());
+  std::vector<char> names(kNameBytes * static_cast<size_t>(size));
+  MGT_MPI_CHECK(MPI_Allgather(mine, kNameBytes, MPI_CHAR, names.data(), kNameBytes, MPI_CHAR, comm));
+  std::vector<std::string> hosts;
+  for (int r = 0; r < size; ++r) {
+    const char* name = names.data() + static_cast<size_t>(r) * kNameBytes;
+    hosts.emplace_back(name, strnlen(name, kNameBytes));
+  }
+  return hosts;
+}
+
+// Where the ranks waited for run (numbered as `hosts`), for a timeout message: "; on node n1", or
+// "; on node n2 (all of its ranks: the node or its link is lost)" when none of a node's ranks
+// answered, which tells a lost node from a stuck rank.
+std::string where_they_run(const std::vector<int>& ranks, const std::vector<std::string>& hosts) {
+  if (ranks.empty() || hosts.empty()) return "";
+  std::vector<std::string> nodes;
+  for (int r : ranks) {
+    const std::string& host = hosts[static_cast<size_t>(r)];
+    if (std::find(nodes.begin(), nodes.end(), host) == nodes.end()) nodes.push_back(host);
+  }
+  std::string out = nodes.size() == 1 ? "; on node " : "; on nodes ";
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const auto on_node = static_cast<size_t>(std::count(hosts.begin(), hosts.end(), nodes[i]));
+    const auto silent_there = static_cast<size_t>(
+        std::count_if(ranks.begin(), ranks.end(), [&](int r) { return hosts[static_cast<size_t>(r)] == nodes[i]; }));
+    out += (i ? ", " : "") + nodes[i];
+    if (silent_there == on_node && on_node < hosts.size())
+      out += nodes.size() == 1 ? " (all of its ranks: the node or its link is lost)" : " (all of its ranks)";
+  }
+  return out;
 }
 
 // Ends the process when a blocking collective overruns its deadline. A blocking MPI call cannot
@@ -171,10 +213,11 @@ class Watchdog {
     if (thread_.joinable()) thread_.join();
   }
   // A communicator of the watched one's ranks for the roll call at a deadline (MPI_COMM_NULL:
-  // the message says only that some peer is stuck or gone).
-  void set_roll_call(MPI_Comm roll) {
+  // the message says only that some peer is stuck or gone), and each of its ranks' host names.
+  void set_roll_call(MPI_Comm roll, std::vector<std::string> hosts = {}) {
     std::lock_guard lock(mutex_);
     roll_ = roll;
+    hosts_ = std::move(hosts);
   }
 
   void arm(const char* op, size_t count, double timeout_s, int64_t step, int rank) {
@@ -212,8 +255,9 @@ class Watchdog {
           const std::vector<int> silent = silent_ranks(roll_, grace_s);
           waiting_for = silent.empty()
                             ? "the other ranks, which all wait too (different operations, or a stuck network)"
-                            : std::string(silent.size() == 1 ? "rank " : "ranks ") + rank_list(silent) +
-                                  ", which never reached it: stuck or gone";
+                            : std::string(silent.size() == 1 ? "rank " : "ranks ") +
+                                  rank_list(world_ranks(roll_, silent)) + ", which never reached it: stuck or gone" +
+                                  where_they_run(silent, hosts_);
         }
         const std::string size = count_ > 0 ? " of " + std::to_string(count_) + " elements" : "";
         std::fprintf(stderr,
@@ -237,6 +281,7 @@ class Watchdog {
   int rank_ = 0;
   std::chrono::steady_clock::time_point deadline_;
   MPI_Comm roll_ = MPI_COMM_NULL;
+  std::vector<std::string> hosts_;
 };
 
 class MpiRequest;
@@ -259,9 +304,11 @@ class MpiCommunicator final : public Communicator {
       MPI_Comm_free(&leaders);
     }
     MGT_MPI_CHECK(MPI_Bcast(&node_, 1, MPI_INT, 0, local_));
+    // A timeout then names the node of the ranks it waited for, not only their numbers.
+    hosts_ = gather_host_names(comm_, size_);
     if (thread_multiple()) {
       MGT_MPI_CHECK(MPI_Comm_dup(comm_, &roll_));
-      watchdog_.set_roll_call(roll_);
+      watchdog_.set_roll_call(roll_, hosts_);
     }
   }
   ~MpiCommunicator() override {
@@ -378,7 +425,8 @@ class MpiCommunicator final : public Communicator {
                         std::to_string(step_) + " in " + op + " of " + std::to_string(count) +
                         " elements, waiting for " +
                         (peer < 0 ? std::string("the other ranks; a peer rank is stuck or gone")
-                                  : "rank " + std::to_string(peer) + ", which never answered: stuck or gone") +
+                                  : "rank " + std::to_string(peer) + ", which never answered: stuck or gone" +
+                                        where_they_run({peer}, hosts_)) +
                         " (comm.timeout_s)");
       sched_yield();
     }
@@ -389,6 +437,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm local_ = MPI_COMM_NULL;
   MPI_Comm roll_ = MPI_COMM_NULL;  // the watchdog's roll call at a deadline
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, node_ = 0;
+  std::vector<std::string> hosts_;  // each rank's host name
   Watchdog watchdog_;
 };
 

@@ -12,6 +12,8 @@
 #     one's result (parameters within FP tolerance, the same accuracy), sending no more bytes over
 #     the links, and the bfloat16 wire on top of it under 0.7x of them.
 #   unreachable: a hostfile naming a node that cannot reach mpirun fails promptly, naming it.
+#   lost_link, killed_node: node n2's link goes down, or its mgtrain processes are killed, mid-run:
+#     the job ends promptly naming n2, no process is left, and the run resumes on n1 alone.
 #   slurm: a real Slurm with one slurmd per node; `sbatch -N 2` of both example scripts trains
 #     on 2 nodes x 2 ranks; scancel of a deterministic 2-node job writes a final checkpoint, and
 #     the job resubmitted on one node with --resume latest ends with the bits of a run never
@@ -269,6 +271,79 @@ PY
     whole=$(group_hash "$WORK/whole/step-$steps.h5" /params)
     echo "/params after $steps steps: $stopped_at on 2 nodes + the rest on 1 node $resumed, uninterrupted $whole"
     [ "$resumed" = "$whole" ] || fail "cancelled on 2 nodes and resumed on 1, the run differs from an uninterrupted one"
+    ;;
+  lost_link | killed_node)
+    # 2 nodes x 2 ranks lose node n2 mid-run: its link goes down (from the bridge's side), or every
+    # mgtrain process on it is killed. The whole job must end within comm.timeout_s + 30 s with a
+    # line naming n2 and its ranks, leave no process on either node, leave a checkpoint that loads,
+    # and the run must resume on n1 alone.
+    timeout_s=20
+    nodes_up 2
+    # mpirun's daemons probe their links every 2 s after 5 s idle and give one up after 3 silent
+    # probes: mpirun then ends the job about 11 s after losing a node, and n2's daemon ends itself.
+    # Without this (probes after 300 s idle), or once mpirun has sent to the lost daemon, it waits
+    # for TCP to give up: a quarter of an hour.
+    export OMPI_MCA_oob_tcp_keepalive_time=5 OMPI_MCA_oob_tcp_keepalive_intvl=2 OMPI_MCA_oob_tcp_keepalive_probes=3
+    printf 'n1 slots=2\nn2 slots=2\n' >hosts
+    printf 'n1 slots=2\n' >hosts1
+    write_config run.ini "[train]" "epochs = 40" "log_every = 20" "[checkpoint]" "every_steps = 200" \
+      "[comm]" "timeout_s = $timeout_s"
+    # shellcheck disable=SC2086  # the options are separate words
+    across_nodes hosts 4 $((timeout_s + 150)) ${LOST_NODE_MPIRUN_OPTIONS:-} train --config run.ini >out.log 2>&1 &
+    job=$!
+    for _ in $(seq 240); do
+      [ -f "$WORK/ckpt/latest" ] && break
+      sleep 0.5
+    done
+    [ -f "$WORK/ckpt/latest" ] || { cat out.log; fail "the job wrote no checkpoint"; }
+    start=$SECONDS
+    if [ "$1" = lost_link ]; then
+      ip link set "$SIM_PREFIX-v2" down
+    else
+      for p in $(ip netns pids "$(sim_ns n2)"); do
+        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = mgtrain ] && kill -KILL "$p"
+      done
+    fi
+    set +e
+    wait $job
+    rc=$?
+    set -e
+    took=$((SECONDS - start))
+    grep -v "^epoch\|^step" out.log | tail -n 30
+    echo "the job ended with status $rc $took s after losing n2"
+    [ $rc -ne 0 ] || fail "the job succeeded without node n2"
+    [ $took -le $((timeout_s + 30)) ] || fail "the job took $took s to end, more than comm.timeout_s + 30 s"
+    # No process of the job is left on either node; n2's link comes back first, as a repaired
+    # link would, to show that nothing there lingers waiting for it.
+    [ "$1" = killed_node ] || ip link set "$SIM_PREFIX-v2" up
+    left=""
+    for _ in $(seq 30); do
+      left=$(ip netns pids "$(sim_ns n1)"; ip netns pids "$(sim_ns n2)")
+      [ -z "$left" ] && break
+      sleep 1
+    done
+    echo "processes left on the nodes: ${left:-none}"
+    # shellcheck disable=SC2086  # one pid a word
+    [ -z "$left" ] || { ps -o pid,etimes,args -p "$(echo $left | tr ' ' ,)"; fail "processes are left on the nodes"; }
+    # Open MPI's line names the lost node (and, for killed processes, a rank on it).
+    if [ "$1" = lost_link ]; then
+      grep -q "Remote daemon: .* on node n2$" out.log || fail "no line names the lost node n2"
+    else
+      grep -q "process rank [23] with PID [0-9]* on node n2 exited on signal 9" out.log ||
+        fail "no line names the killed rank on node n2"
+    fi
+    # The last checkpoint loads, and the run resumes from it on n1 alone.
+    last=$(cat "$WORK/ckpt/latest")
+    "$MGTRAIN" eval --checkpoint "$WORK/ckpt/$last" --data "$DATA_DIR/test.h5" >eval.log 2>&1 ||
+      { cat eval.log; fail "the last checkpoint $last does not load"; }
+    grep "accuracy" eval.log
+    step=${last#step-}
+    step=${step%.h5}
+    across_nodes hosts1 2 300 train --config run.ini --resume latest --train.max_steps=$((step + 20)) >resume.log 2>&1 ||
+      { cat resume.log; fail "resuming on n1 alone failed"; }
+    grep -q "^mgtrain .*: 2 rank(s) on 1 node(s): n1 (ranks 0-1)$" resume.log || fail "the resumed run is not on n1 alone"
+    grep -q "resumed from step $step" resume.log || fail "the resumed run did not start from $last"
+    [ -f "$WORK/ckpt/step-$((step + 20)).h5" ] || fail "the resumed run wrote no checkpoint at step $((step + 20))"
     ;;
   *) fail "unknown case $1" ;;
 esac

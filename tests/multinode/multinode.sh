@@ -12,8 +12,9 @@
 #     one's result (parameters within FP tolerance, the same accuracy), sending no more bytes over
 #     the links, and the bfloat16 wire on top of it under 0.7x of them.
 #   unreachable: a hostfile naming a node that cannot reach mpirun fails promptly, naming it.
-#   lost_link, killed_node: node n2's link goes down, or its mgtrain processes are killed, mid-run:
-#     the job ends promptly naming n2, no process is left, and the run resumes on n1 alone.
+#   lost_link, killed_node, stopped_node: node n2's link goes down, or its mgtrain processes are
+#     killed or stopped, mid-run: the job ends promptly naming n2, no process is left, and the run
+#     resumes on n1 alone.
 #   slurm: a real Slurm with one slurmd per node; `sbatch -N 2` of both example scripts trains
 #     on 2 nodes x 2 ranks; scancel of a deterministic 2-node job writes a final checkpoint, and
 #     the job resubmitted on one node with --resume latest ends with the bits of a run never
@@ -272,11 +273,12 @@ PY
     echo "/params after $steps steps: $stopped_at on 2 nodes + the rest on 1 node $resumed, uninterrupted $whole"
     [ "$resumed" = "$whole" ] || fail "cancelled on 2 nodes and resumed on 1, the run differs from an uninterrupted one"
     ;;
-  lost_link | killed_node)
-    # 2 nodes x 2 ranks lose node n2 mid-run: its link goes down (from the bridge's side), or every
-    # mgtrain process on it is killed. The whole job must end within comm.timeout_s + 30 s with a
-    # line naming n2 and its ranks, leave no process on either node, leave a checkpoint that loads,
-    # and the run must resume on n1 alone.
+  lost_link | killed_node | stopped_node)
+    # 2 nodes x 2 ranks lose node n2 mid-run: its link goes down (from the bridge's side), every
+    # mgtrain process on it is killed, or every one is stopped (a hung machine, which mpirun cannot
+    # see: mgtrain's deadline ends the job). The whole job must end within comm.timeout_s + 30 s
+    # with a line naming n2, leave no process on either node, leave a checkpoint that loads, and
+    # the run must resume on n1 alone.
     timeout_s=20
     nodes_up 2
     # mpirun's daemons probe their links every 2 s after 5 s idle and give one up after 3 silent
@@ -288,8 +290,7 @@ PY
     printf 'n1 slots=2\n' >hosts1
     write_config run.ini "[train]" "epochs = 40" "log_every = 20" "[checkpoint]" "every_steps = 200" \
       "[comm]" "timeout_s = $timeout_s"
-    # shellcheck disable=SC2086  # the options are separate words
-    across_nodes hosts 4 $((timeout_s + 150)) ${LOST_NODE_MPIRUN_OPTIONS:-} train --config run.ini >out.log 2>&1 &
+    across_nodes hosts 4 $((timeout_s + 150)) train --config run.ini >out.log 2>&1 &
     job=$!
     for _ in $(seq 240); do
       [ -f "$WORK/ckpt/latest" ] && break
@@ -300,8 +301,10 @@ PY
     if [ "$1" = lost_link ]; then
       ip link set "$SIM_PREFIX-v2" down
     else
+      signal=KILL
+      [ "$1" = killed_node ] || signal=STOP
       for p in $(ip netns pids "$(sim_ns n2)"); do
-        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = mgtrain ] && kill -KILL "$p"
+        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = mgtrain ] && kill -$signal "$p"
       done
     fi
     set +e
@@ -325,13 +328,19 @@ PY
     echo "processes left on the nodes: ${left:-none}"
     # shellcheck disable=SC2086  # one pid a word
     [ -z "$left" ] || { ps -o pid,etimes,args -p "$(echo $left | tr ' ' ,)"; fail "processes are left on the nodes"; }
-    # Open MPI's line names the lost node (and, for killed processes, a rank on it).
-    if [ "$1" = lost_link ]; then
-      grep -q "Remote daemon: .* on node n2$" out.log || fail "no line names the lost node n2"
-    else
-      grep -q "process rank [23] with PID [0-9]* on node n2 exited on signal 9" out.log ||
-        fail "no line names the killed rank on node n2"
-    fi
+    # Open MPI's line names the lost node (and, for killed processes, a rank on it); mgtrain's
+    # watchdog names the stopped node's ranks and the node.
+    case $1 in
+      lost_link) grep -q "Remote daemon: .* on node n2$" out.log || fail "no line names the lost node n2" ;;
+      killed_node)
+        grep -q "process rank [23] with PID [0-9]* on node n2 exited on signal 9" out.log ||
+          fail "no line names the killed rank on node n2"
+        ;;
+      stopped_node)
+        grep -q "mgtrain: error: \[rank [01]\] timed out after $timeout_s s at step [0-9]* in .*, waiting for ranks 2, 3, which never reached it: stuck or gone; on node n2 (all of its ranks: the node or its link is lost) (comm.timeout_s)$" out.log ||
+          fail "mgtrain's line does not name ranks 2, 3 and node n2"
+        ;;
+    esac
     # The last checkpoint loads, and the run resumes from it on n1 alone.
     last=$(cat "$WORK/ckpt/latest")
     "$MGTRAIN" eval --checkpoint "$WORK/ckpt/$last" --data "$DATA_DIR/test.h5" >eval.log 2>&1 ||

@@ -178,7 +178,9 @@ std::vector<std::string> gather_host_names(MPI_Comm comm, int size) {
 
 // Where the ranks waited for run (numbered as `hosts`), for a timeout message: "; on node n1", or
 // "; on node n2 (all of its ranks: the node or its link is lost)" when none of a node's ranks
-// answered, which tells a lost node from a stuck rank.
+// answered, which tells a lost node from a stuck rank. Only a node with several ranks here can
+// show that: in a communicator of one rank per node (the leaders of a hierarchical all-reduce)
+// one silent rank says nothing about the others.
 std::string where_they_run(const std::vector<int>& ranks, const std::vector<std::string>& hosts) {
   if (ranks.empty() || hosts.empty()) return "";
   std::vector<std::string> nodes;
@@ -192,7 +194,7 @@ std::string where_they_run(const std::vector<int>& ranks, const std::vector<std:
     const auto silent_there = static_cast<size_t>(
         std::count_if(ranks.begin(), ranks.end(), [&](int r) { return hosts[static_cast<size_t>(r)] == nodes[i]; }));
     out += (i ? ", " : "") + nodes[i];
-    if (silent_there == on_node && on_node < hosts.size())
+    if (silent_there == on_node && on_node > 1 && on_node < hosts.size())
       out += nodes.size() == 1 ? " (all of its ranks: the node or its link is lost)" : " (all of its ranks)";
   }
   return out;

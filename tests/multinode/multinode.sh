@@ -337,7 +337,7 @@ PY
           fail "no line names the killed rank on node n2"
         ;;
       stopped_node)
-        # Both of n2's ranks, or, under the hierarchical all-reduce (the default across nodes), n2's
+        # Both of n2's ranks, or, under the hierarchical all-reduce (sync.hierarchical = auto), n2's
         # leader rank 2 as the node's one rank among the leaders.
         grep -E -q "mgtrain: error: \[rank 0\] timed out after $timeout_s s at step [0-9]+ in .*, waiting for (ranks 2, 3, which never reached it: stuck or gone; on node n2 \(all of its ranks: the node or its link is lost\)|rank 2, which never reached it: stuck or gone; on node n2) \(comm.timeout_s\)$" out.log ||
           fail "mgtrain's line does not name node n2 and its ranks"

@@ -11,20 +11,13 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 np=${1:-4} rate=${2:-1gbit} repeat=${3:-3}
-"$here/../scripts/install_deps.sh"
-source "$here/../scripts/env.sh"
-mgtrain_build Release >/dev/null
-mgtrain=$MGTRAIN_BUILD/bin/mgtrain
-prepare_fashion_mnist "$mgtrain"
-cd "$MGTRAIN_ROOT"
+source "$here/setup.sh"
 source "$MGTRAIN_ROOT/tests/multinode/nodes.sh"
 work=$MGTRAIN_BUILD/alpha-beta
 mkdir -p "$work"
 
 field() { sed -n "s/^{.*\"$1\":\\([0-9.e+-]*\\).*/\\1/p"; }
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-# bench_json LAUNCH... -- ARGS: one bench run's JSON line.
 widths="4 64 512 4096 16384"
 run_bench() {  # run_bench WHERE HIDDEN -> "bytes ms"
   local where=$1 hidden=$2 out

@@ -18,12 +18,7 @@ case "$model" in
   *) echo "compare_pytorch.sh: model '$model': expected mlp, cnn or resnet" >&2; exit 2 ;;
 esac
 steps=${steps:-$default_steps}
-"$here/../scripts/install_deps.sh"
-source "$here/../scripts/env.sh"
-mgtrain_build Release >/dev/null
-mgtrain=$MGTRAIN_BUILD/bin/mgtrain
-prepare_fashion_mnist "$mgtrain"
-cd "$MGTRAIN_ROOT"
+source "$here/setup.sh"
 
 # PyTorch from PyPI. Its Linux wheel is the CUDA build, which runs on the CPU when the libraries it
 # links are found: those of the CUDA toolkit in /usr/local/cuda/lib where there is one, the rest
@@ -67,7 +62,6 @@ echo "torch $(torch_env "$venv/bin/python" -c 'import torch; print(torch.__versi
   "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
 
 field() { sed -n "s/.*\"$1\": *\([0-9.]*\).*/\1/p" <<<"$2"; }
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 ours=() ours_rss=() ours_scaling=() theirs=() theirs_rss=() theirs_scaling=()
 for i in $(seq "$repeat"); do
   line=$(mpirun -np "$np" --oversubscribe "$mgtrain" bench --config "examples/fashion_mnist_$model.ini" \

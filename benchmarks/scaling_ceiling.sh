@@ -12,12 +12,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 model=${1:-cnn} steps=${2:-} repeat=${3:-5} batch=${4:-128}
 [ -n "$steps" ] || { [ "$model" = mlp ] && steps=1000 || steps=60; }
-"$here/../scripts/install_deps.sh"
-source "$here/../scripts/env.sh"
-mgtrain_build Release >/dev/null
-mgtrain=$MGTRAIN_BUILD/bin/mgtrain
-prepare_fashion_mnist "$mgtrain"
-cd "$MGTRAIN_ROOT"
+source "$here/setup.sh"
 
 # mpirun binds a lone rank to the first core; the two concurrent runs get one core each, as the
 # two ranks of np=2 do.
@@ -26,7 +21,6 @@ bench() {  # bench NP GLOBAL_BATCH [mpirun options] -> samples/s
   mpirun -np "$np" --oversubscribe "$@" "$mgtrain" bench --config "examples/fashion_mnist_$model.ini" \
     --train.global_batch="$global_batch" --steps "$steps" --json | sed -n 's/^{.*"samples_per_s":\([0-9.]*\).*/\1/p'
 }
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 ceilings=() efficiencies=() alone_runs=()
 for i in $(seq "$repeat"); do

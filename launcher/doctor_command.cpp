@@ -516,13 +516,15 @@ struct JobNodes {
 
 JobNodes job_nodes(const std::vector<RankReport>& reports) {
   JobNodes nodes;
+  std::map<std::string, size_t> index;  // host -> its place in nodes
   for (const auto& r : reports) {
-    if (std::find(nodes.hosts.begin(), nodes.hosts.end(), r.host) != nodes.hosts.end()) continue;
-    nodes.hosts.push_back(r.host);
-    int leader = r.rank;
-    for (const auto& other : reports)
-      if (other.host == nodes.hosts.back() && other.local_rank == 0) leader = other.rank;
-    nodes.leaders.push_back(leader);
+    const auto [it, added] = index.emplace(r.host, nodes.hosts.size());
+    if (added) {
+      nodes.hosts.push_back(r.host);
+      nodes.leaders.push_back(r.rank);  // its first rank, unless one is local rank 0
+    } else if (r.local_rank == 0) {
+      nodes.leaders[it->second] = r.rank;
+    }
   }
   return nodes;
 }

@@ -123,3 +123,15 @@ build_example_plugins() {
   [[ -f $PLUGIN_BUILD/plugins/$1 ]] || fail "no $1"
   MGTRAIN=$PREFIX/bin/mgtrain
 }
+
+# An error-feedback strategy's checkpoint holds every rank's residual (/sync/residual.rank<R>),
+# and rank 1's is not all zero (the rounding left something behind).
+check_residuals() {  # check_residuals CHECKPOINT RANKS
+  local r
+  h5ls -r "$1" >listing.txt
+  for r in $(seq 0 $(($2 - 1))); do
+    grep -q "^/sync/residual.rank$r " listing.txt || { cat listing.txt; fail "no residual of rank $r in $1"; }
+  done
+  h5dump -d /sync/residual.rank1 -y -w 0 "$1" | awk '/DATA \{/ { on = 1; next } on && /\}/ { exit } on' |
+    tr ',' '\n' | awk '$1 != 0 { n++ } END { exit !(n > 0) }' || fail "rank 1's residual in $1 is all zero"
+}

@@ -27,16 +27,8 @@ done
 # scancel of a running job: SIGTERM to every rank, a final checkpoint, then resubmit to finish.
 job=$(sbatch --parsable --chdir="$WORK" --output="$WORK/long-%j.log" "$EXAMPLES/slurm/train_srun.sbatch" \
   --checkpoint.dir="$WORK/long" --train.epochs=40 --train.log_every=50)
-for _ in $(seq 120); do
-  [ -s "$WORK/long/metrics.jsonl" ] && break
-  sleep 0.5
-done
-[ -s "$WORK/long/metrics.jsonl" ] || { cat "$WORK"/long-*.log; fail "the long job never started training"; }
-scancel "$job"
-for _ in $(seq 120); do
-  squeue -h -j "$job" 2>/dev/null | grep -q . || break
-  sleep 0.5
-done
+cluster_cancel_when_training "$job" "$WORK/long" ||
+  { cat "$WORK"/long-*.log; fail "the long job never started training"; }
 log="$WORK/long-$job.log"
 echo "== cancelled job $job"; tail -n 4 "$log"
 grep -q "stopped by signal 15 at step" "$log" || fail "the cancelled job did not stop cleanly"

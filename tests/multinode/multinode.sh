@@ -237,16 +237,8 @@ PY
     export CONFIG=det.ini
     job=$(sbatch --parsable --nodes=2 --ntasks=4 --ntasks-per-node=2 --chdir="$WORK" --output="$WORK/long-%j.log" \
       "$EXAMPLES/slurm/train_srun.sbatch" --checkpoint.dir="$WORK/long" --train.epochs=40 --train.log_every=20)
-    for _ in $(seq 120); do
-      [ -s "$WORK/long/metrics.jsonl" ] && break
-      sleep 0.5
-    done
-    [ -s "$WORK/long/metrics.jsonl" ] || { cat "$WORK"/long-*.log; fail "the 2-node job never started training"; }
-    scancel "$job"
-    for _ in $(seq 120); do
-      squeue -h -j "$job" 2>/dev/null | grep -q . || break
-      sleep 0.5
-    done
+    cluster_cancel_when_training "$job" "$WORK/long" ||
+      { cat "$WORK"/long-*.log; fail "the 2-node job never started training"; }
     log="$WORK/long-$job.log"
     echo "== cancelled 2-node job $job"
     tail -n 2 "$log"

@@ -120,6 +120,23 @@ CLUSTER_NODE_SETUP='
     fd=${fds[i]}; exec {fd}<&-; i=$((i + 1))
   done'
 
+# Cancels job JOB once it trains (DIR, its checkpoint.dir, holds metrics), as a user's scancel
+# would (SIGTERM to every rank), and waits until Slurm has let it go. Returns 1 when it never
+# started training.
+cluster_cancel_when_training() {  # cluster_cancel_when_training JOB DIR
+  local job=$1 dir=$2
+  for _ in $(seq 120); do
+    [ -s "$dir/metrics.jsonl" ] && break
+    sleep 0.5
+  done
+  [ -s "$dir/metrics.jsonl" ] || return 1
+  scancel "$job"
+  for _ in $(seq 120); do
+    squeue -h -j "$job" 2>/dev/null | grep -q . || break
+    sleep 0.5
+  done
+}
+
 # Stops every daemon this cluster started: by pid file, then any slurmstepd that carries this
 # cluster's SLURM_CONF in its environment.
 cluster_stop() {

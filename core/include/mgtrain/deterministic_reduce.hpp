@@ -30,6 +30,9 @@ namespace mgt {
 
 class MGT_API DeterministicReducer final : public WeightGradientSink {
  public:
+  // sync.micro_shards over the ranks: the shards each rank computes. Throws ConfigError naming
+  // the key unless the micro-shards are a multiple of the ranks.
+  static int64_t shards_per_rank(int64_t micro_shards, const Communicator& comm);
   // Throws ConfigError unless the world size and shards_per_rank are powers of two. Registers
   // itself as the store's weight-gradient sink.
   void setup(Communicator& comm, ParameterStore& store, int64_t shards_per_rank);

@@ -54,16 +54,10 @@ std::string build_id_of(const dl_phdr_info* info) {
   return "";
 }
 
-// "rank 2 on n2" or "ranks 2-3 on n2, rank 5 on n3": the given ranks grouped by node.
+// "rank 2 on n2" or "ranks 2,3 on n2; rank 5 on n3": the given ranks grouped by node.
 std::string ranks_and_nodes(const std::vector<int>& ranks, const std::vector<std::string>& hosts) {
-  std::vector<std::pair<std::string, std::vector<int>>> nodes;
-  for (int r : ranks) {
-    auto it = std::find_if(nodes.begin(), nodes.end(), [&](const auto& n) { return n.first == hosts[r]; });
-    if (it == nodes.end()) it = nodes.insert(nodes.end(), {hosts[r], {}});
-    it->second.push_back(r);
-  }
   std::string out;
-  for (const auto& [host, mine] : nodes) {
+  for (const auto& [host, mine] : group_by_host(ranks, hosts)) {
     std::string list;
     for (int r : mine) list += (list.empty() ? "" : ",") + std::to_string(r);
     out += (out.empty() ? "" : "; ") + std::string(mine.size() > 1 ? "ranks " : "rank ") + list + " on " + host;
@@ -72,6 +66,17 @@ std::string ranks_and_nodes(const std::vector<int>& ranks, const std::vector<std
 }
 
 }  // namespace
+
+HostRanks group_by_host(const std::vector<int>& ranks, const std::vector<std::string>& hosts) {
+  HostRanks grouped;
+  for (int r : ranks) {
+    const std::string& host = hosts[static_cast<size_t>(r)];
+    auto it = std::find_if(grouped.begin(), grouped.end(), [&](const auto& g) { return g.first == host; });
+    if (it == grouped.end()) it = grouped.insert(grouped.end(), {host, {}});
+    it->second.push_back(r);
+  }
+  return grouped;
+}
 
 std::vector<std::string> gather_host_names(Communicator& comm) {
   const FixedText<64> mine(host_name());

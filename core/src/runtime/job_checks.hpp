@@ -5,11 +5,16 @@
 // Each is a collective; it throws on the ranks it finds wrong, naming them and their nodes (call
 // it inside agree(), which reports the lowest failing rank's message).
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mgtrain/communicator.hpp"
 
 namespace mgt {
+
+// The given ranks grouped by their host (hosts[r]: rank r's), hosts in order of first appearance.
+using HostRanks = std::vector<std::pair<std::string, std::vector<int>>>;
+HostRanks group_by_host(const std::vector<int>& ranks, const std::vector<std::string>& hosts);
 
 // Every rank's host name, by rank. A collective.
 std::vector<std::string> gather_host_names(Communicator& comm);

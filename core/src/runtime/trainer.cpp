@@ -11,6 +11,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <ostream>
 #include <sstream>
@@ -185,14 +186,9 @@ std::string parameter_layout(const ParameterStore& store) {
 // Where the job's ranks run, as `mgtrain doctor` says it: "on 2 node(s): n1 (ranks 0-1), n2 (ranks
 // 2-3)", from every rank's host name, so a log shows whether a job spans the nodes it was given.
 std::string node_summary(const std::vector<std::string>& rank_hosts) {
-  // Each host with its ranks, in order of first appearance.
-  std::vector<std::pair<std::string, std::vector<int>>> hosts;
-  for (int r = 0; r < static_cast<int>(rank_hosts.size()); ++r) {
-    const std::string& host = rank_hosts[r];
-    auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) { return h.first == host; });
-    if (it == hosts.end()) it = hosts.insert(hosts.end(), {host, {}});
-    it->second.push_back(r);
-  }
+  std::vector<int> every_rank(rank_hosts.size());
+  std::iota(every_rank.begin(), every_rank.end(), 0);
+  const HostRanks hosts = group_by_host(every_rank, rank_hosts);
   // Consecutive ranks as one run: "0-1, 4".
   const auto runs = [](const std::vector<int>& ranks) {
     std::string out;

@@ -20,6 +20,13 @@ void add_into(float* dst, const float* src, size_t n) {
 
 }  // namespace
 
+int64_t DeterministicReducer::shards_per_rank(int64_t micro_shards, const Communicator& comm) {
+  if (micro_shards % comm.size() != 0)
+    throw ConfigError("config key 'sync.micro_shards' = " + std::to_string(micro_shards) +
+                      ": expected a multiple of the " + std::to_string(comm.size()) + " ranks");
+  return micro_shards / comm.size();
+}
+
 void DeterministicReducer::setup(Communicator& comm, ParameterStore& store, int64_t shards_per_rank) {
   if (!power_of_two(comm.size()))
     throw ConfigError("sync.deterministic = true needs a power-of-two number of ranks, got " +

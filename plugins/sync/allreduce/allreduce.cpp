@@ -38,10 +38,7 @@ class AllReduce final : public mgt::SyncStrategy {
       return;
     }
     mgt::refuse_in_deterministic_mode(options_);
-    if (micro_shards_ % comm.size() != 0)
-      throw mgt::ConfigError("config key 'sync.micro_shards' = " + std::to_string(micro_shards_) +
-                             ": expected a multiple of the " + std::to_string(comm.size()) + " ranks");
-    shards_per_rank_ = micro_shards_ / comm.size();
+    shards_per_rank_ = mgt::DeterministicReducer::shards_per_rank(micro_shards_, comm);
     reducer_.setup(comm, store, shards_per_rank_);
   }
   int64_t accumulation_steps() const override { return deterministic_ ? shards_per_rank_ : 1; }

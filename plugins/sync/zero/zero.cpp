@@ -64,10 +64,7 @@ class Zero final : public mgt::SyncStrategy, public mgt::OptimizerSharding {
     partial_.assign(padded / ranks_, 0.0f);
     received_.assign(padded / ranks_, 0.0f);
     if (!deterministic_) return;
-    if (micro_shards_ % comm.size() != 0)
-      throw mgt::ConfigError("config key 'sync.micro_shards' = " + std::to_string(micro_shards_) +
-                             ": expected a multiple of the " + std::to_string(comm.size()) + " ranks");
-    shards_per_rank_ = micro_shards_ / comm.size();
+    shards_per_rank_ = mgt::DeterministicReducer::shards_per_rank(micro_shards_, comm);
     reducer_.setup(comm, store, shards_per_rank_);
   }
   int64_t accumulation_steps() const override { return deterministic_ ? shards_per_rank_ : 1; }

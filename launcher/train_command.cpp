@@ -195,8 +195,10 @@ int run_bench(int argc, char** argv, const std::vector<std::string>& args) {
               "(raw MPI_Allreduce %.3f ms, %.2f GB/s)\n",
               b.gradient_bytes / 1e6, b.allreduce_ms, b.allreduce_busbw_gbs, b.mpi_allreduce_ms, b.mpi_busbw_gbs);
           if (!std::isnan(b.hierarchical_busbw_gbs))
-            std::printf("  bus bandwidth        flat %.2f GB/s, hierarchical (one leader per node) %.2f GB/s\n",
-                        b.flat_busbw_gbs, b.hierarchical_busbw_gbs);
+            std::printf(
+                "  bus bandwidth        flat %.2f GB/s, hierarchical (one leader per node) %.2f GB/s, shared memory in "
+                "each node %.2f GB/s\n",
+                b.flat_busbw_gbs, b.hierarchical_busbw_gbs, b.shared_memory_busbw_gbs);
           std::printf("  peak RSS per rank    %.1f MB\n", b.run.peak_rss_mb);
         }
         std::fflush(stdout);

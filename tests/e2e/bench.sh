@@ -14,9 +14,9 @@ for sync in "" "--sync.deterministic=true" "--sync.name=grad_accum --sync.accum_
     value=$(echo "$line" | json_field $field)
     awk -v v="$value" 'BEGIN { exit !(v > 0) }' || fail "bench $sync: $field is '$value'"
   done
-  # The all-reduce flat and through one leader per node (on one node: a leaders' group of one);
-  # the deterministic reduction has no such choice.
-  for field in flat_busbw_gbs hierarchical_busbw_gbs; do
+  # The all-reduce flat, through one leader per node (on one node: a leaders' group of one) and
+  # through shared memory; the deterministic reduction has no such choice.
+  for field in flat_busbw_gbs hierarchical_busbw_gbs shared_memory_busbw_gbs; do
     value=$(echo "$line" | json_field $field)
     if [ "$sync" = "--sync.deterministic=true" ]; then
       [ "$value" = null ] || fail "bench $sync: $field is '$value', expected null"

@@ -138,12 +138,12 @@ int main(int argc, char** argv) {
   fill_store(reference, rank);
   comm->allreduce_sum(reference.grads_data(), reference.flat_size());
 
-  // allreduce with small buckets, gradients reported in backward order as a model would; both
-  // the blocking path and the one overlapped with backward.
+  // allreduce with small buckets through MPI, gradients reported in backward order as a model
+  // would; both the blocking path and the one overlapped with backward.
   for (const std::string overlap : {"false", "true"}) {
     mgt::ParameterStore store;
     fill_store(store, rank);
-    auto sync = make_sync(registry, "allreduce", "bucket_mb = 0.001\noverlap = " + overlap + "\n");
+    auto sync = make_sync(registry, "allreduce", "bucket_mb = 0.001\nshared_memory = off\noverlap = " + overlap + "\n");
     sync->setup(*comm, store);
     sync->begin_micro_batch(0);
     const int64_t before = comm->collective_count();
@@ -158,12 +158,64 @@ int main(int argc, char** argv) {
           "bucketed all-reduce (overlap " + overlap + ") equals one all-reduce of the whole buffer, bit for bit", rank);
   }
 
+  // Through shared memory (the default, blocking): a collective per bucket, the sum in local-rank
+  // order, so every rank holds the same bits, equal to MPI's within FP32 rounding; twice, for the
+  // barriers' second round, and into a store whose gradients then live in the shared memory.
+  {
+    mgt::ParameterStore store;
+    fill_store(store, rank);
+    const float* private_grads = store.grads_data();
+    auto sync = make_sync(registry, "allreduce", "bucket_mb = 0.001\n");
+    sync->setup(*comm, store);
+    check(store.grads_data() != private_grads, "shared memory: the store's gradients move into it", rank);
+    for (int round = 0; round < 2; ++round) {
+      if (round == 1) {
+        mgt::ParameterStore fresh;
+        fill_store(fresh, rank);
+        std::memcpy(store.grads_data(), fresh.grads_data(), store.flat_size() * sizeof(float));
+      }
+      sync->begin_micro_batch(0);
+      const int64_t before = comm->collective_count();
+      for (size_t h = store.params().size(); h-- > 0;) sync->gradients_ready({h});
+      check(sync->end_backward(0), "shared-memory allreduce applies every step", rank);
+      const int64_t buckets = comm->collective_count() - before;
+      check(buckets >= 3, "shared memory: a collective per bucket (" + std::to_string(buckets) + ")", rank);
+      float worst = 0;
+      for (size_t i = 0; i < store.flat_size(); ++i)
+        worst = std::max(worst, std::fabs(store.grads_data()[i] - reference.grads_data()[i]));
+      check(worst <= 1e-5f, "shared-memory all-reduce equals MPI's within 1e-5 (" + std::to_string(worst) + ")", rank);
+      std::vector<float> all(store.flat_size() * static_cast<size_t>(comm->size()));
+      comm->allgather(store.grads_data(), all.data(), store.flat_size() * sizeof(float));
+      bool same = true;
+      for (int r = 0; r < comm->size(); ++r)
+        same = same && std::memcmp(all.data() + static_cast<size_t>(r) * store.flat_size(), store.grads_data(),
+                                   store.flat_size() * sizeof(float)) == 0;
+      check(same, "shared memory: every rank holds the same bits", rank);
+    }
+  }
+
+  // sync.shared_memory = on where it cannot apply is refused, one line naming the key.
+  for (const std::string other : {"overlap = true", "wire = bf16"}) {
+    mgt::ParameterStore store;
+    fill_store(store, rank);
+    auto sync = make_sync(registry, "allreduce", "shared_memory = on\n" + other + "\n");
+    std::string error;
+    try {
+      sync->setup(*comm, store);
+    } catch (const mgt::ConfigError& e) {
+      error = e.what();
+    }
+    check(error.find("'sync.shared_memory' = on") != std::string::npos,
+          "shared_memory = on with " + other + " is refused (" + error + ")", rank);
+  }
+
   // Hierarchical on one node (a leaders' group of one), blocking and overlapped: the flat sum in
   // another order, equal within FP32 rounding.
   for (const std::string overlap : {"false", "true"}) {
     mgt::ParameterStore store;
     fill_store(store, rank);
-    auto sync = make_sync(registry, "allreduce", "bucket_mb = 0.001\nhierarchical = on\noverlap = " + overlap + "\n");
+    auto sync = make_sync(registry, "allreduce",
+                          "bucket_mb = 0.001\nhierarchical = on\nshared_memory = off\noverlap = " + overlap + "\n");
     sync->setup(*comm, store);
     sync->begin_micro_batch(0);
     for (size_t h = store.params().size(); h-- > 0;) sync->gradients_ready({h});
@@ -215,7 +267,7 @@ int main(int argc, char** argv) {
   {
     mgt::ParameterStore store;
     fill_store(store, rank);
-    auto sync = make_sync(registry, "grad_accum", "accum_steps = 4\nbucket_mb = 0.001\n");
+    auto sync = make_sync(registry, "grad_accum", "accum_steps = 4\nbucket_mb = 0.001\nshared_memory = off\n");
     sync->setup(*comm, store);
     check(sync->accumulation_steps() == 4, "grad_accum reports its accumulation steps", rank);
     check(sync->serving() == nullptr, "grad_accum has no serving role", rank);

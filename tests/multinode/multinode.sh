@@ -8,9 +8,9 @@
 #     tenth of the others' rate.
 #   mixed_builds: ranks on n2 running another build than rank 0's are named before step 1.
 #   unshared_checkpoints: a checkpoint.dir that n2 does not share with n1 is named before step 1.
-#   hierarchical: across the nodes the all-reduce through one leader per node gives the flat
-#     one's result (parameters within FP tolerance, the same accuracy), sending no more bytes over
-#     the links, and the bfloat16 wire on top of it under 0.7x of them.
+#   hierarchical: across the nodes the all-reduce through one leader per node, and the one through
+#     each node's shared memory, give the flat one's result (parameters within FP tolerance, the
+#     same accuracy), sending no more bytes over the links, and the bfloat16 wire under 0.7x.
 #   unreachable: a hostfile naming a node that cannot reach mpirun fails promptly, naming it.
 #   lost_link, killed_node, stopped_node: node n2's link goes down, or its mgtrain processes are
 #     killed or stopped, mid-run: the job ends promptly naming n2, no process is left, and the run
@@ -162,26 +162,33 @@ PY
     printf 'n1 slots=2\nn2 slots=2\n' >hosts
     write_config run.ini
     declare -A crossed
-    for form in off on bf16; do
-      wire=fp32 hier=$form
+    # off: flat through MPI; on: through one leader per node; bf16: that with the bfloat16 wire;
+    # shm: the default, summed in each node's shared memory, each local rank's part across nodes.
+    for form in off on bf16 shm; do
+      wire=fp32 hier=$form shm=off
       [ $form = bf16 ] && wire=bf16 hier=on
+      [ $form = shm ] && hier=off shm=on
       before=$(link_bytes)
       across_nodes hosts 4 600 train --config run.ini --train.max_steps=$steps --checkpoint.dir="$WORK/$form" \
-        --sync.hierarchical=$hier --sync.wire=$wire >$form.log 2>&1 || { cat $form.log; fail "2 nodes x 2 ranks, $form"; }
+        --sync.hierarchical=$hier --sync.wire=$wire --sync.shared_memory=$shm >$form.log 2>&1 ||
+        { cat $form.log; fail "2 nodes x 2 ranks, $form"; }
       crossed[$form]=$(($(link_bytes) - before))
-      echo "hierarchical $hier, wire $wire: $(sed -n 's/^test accuracy \([0-9.]*\),.*/\1/p' $form.log) test" \
-        "accuracy, ${crossed[$form]} bytes over n2's link"
+      echo "hierarchical $hier, wire $wire, shared memory $shm: $(sed -n 's/^test accuracy \([0-9.]*\),.*/\1/p' \
+        $form.log) test accuracy, ${crossed[$form]} bytes over n2's link"
     done
-    "$MGTRAIN" compare off/step-$steps.h5 on/step-$steps.h5 --rtol 1e-3 >compare.log 2>&1 ||
-      { cat compare.log; fail "hierarchical and flat parameters differ beyond rtol 1e-3"; }
     off=$(sed -n 's/^test accuracy \([0-9.]*\),.*/\1/p' off.log)
-    on=$(sed -n 's/^test accuracy \([0-9.]*\),.*/\1/p' on.log)
-    awk -v a="$off" -v b="$on" 'BEGIN { d = a - b; exit !(d <= 0.005 && d >= -0.005) }' ||
-      fail "test accuracy through the leaders ($on) differs from the flat all-reduce's ($off)"
-    # Through the leader one copy of the gradient crosses n2's link each way. (Open MPI's flat
-    # all-reduce at this size halves within the node first, so it sends no more: measured equal.)
-    [ $((crossed[on] * 20)) -le $((crossed[off] * 21)) ] ||
-      fail "through the leaders ${crossed[on]} bytes crossed n2's link, flat ${crossed[off]}: expected no more"
+    for form in on shm; do
+      "$MGTRAIN" compare off/step-$steps.h5 $form/step-$steps.h5 --rtol 1e-3 >compare.log 2>&1 ||
+        { cat compare.log; fail "$form: parameters differ from the flat all-reduce's beyond rtol 1e-3"; }
+      acc=$(sed -n 's/^test accuracy \([0-9.]*\),.*/\1/p' $form.log)
+      awk -v a="$off" -v b="$acc" 'BEGIN { d = a - b; exit !(d <= 0.005 && d >= -0.005) }' ||
+        fail "$form: test accuracy $acc differs from the flat all-reduce's ($off)"
+      # One copy of the gradient crosses n2's link each way, through the leader or in the local
+      # ranks' parts. (Open MPI's flat all-reduce at this size halves within the node first, so it
+      # sends no more: measured equal.)
+      [ $((crossed[$form] * 20)) -le $((crossed[off] * 21)) ] ||
+        fail "$form: ${crossed[$form]} bytes crossed n2's link, flat ${crossed[off]}: expected no more"
+    done
     [ $((crossed[bf16] * 10)) -lt $((crossed[on] * 7)) ] ||
       fail "the bf16 wire sent ${crossed[bf16]} bytes over n2's link, fp32 ${crossed[on]}: expected under 0.7x"
     ;;
@@ -329,8 +336,8 @@ PY
           fail "no line names the killed rank on node n2"
         ;;
       stopped_node)
-        # Both of n2's ranks, or, under the hierarchical all-reduce (sync.hierarchical = auto), n2's
-        # leader rank 2 as the node's one rank among the leaders.
+        # Both of n2's ranks, or, where rank 0 waits for its one peer on n2 (the all-reduce through
+        # shared memory, each local rank's part across the nodes, or through the leaders), rank 2.
         grep -E -q "mgtrain: error: \[rank 0\] timed out after $timeout_s s at step [0-9]+ in .*, waiting for (ranks 2, 3, which never reached it: stuck or gone; on node n2 \(all of its ranks: the node or its link is lost\)|rank 2, which never reached it: stuck or gone; on node n2) \(comm.timeout_s\)$" out.log ||
           fail "mgtrain's line does not name node n2 and its ranks"
         ;;

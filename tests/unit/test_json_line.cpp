@@ -125,6 +125,7 @@ TEST(JsonLine, BenchAndEvalResults) {
                                                    "mpi_busbw_gbs",
                                                    "flat_busbw_gbs",
                                                    "hierarchical_busbw_gbs",
+                                                   "shared_memory_busbw_gbs",
                                                    "peak_rss_mb",
                                                    "repeats",
                                                    "scaling_efficiency_runs",

@@ -118,6 +118,8 @@ class MGT_API Communicator {
 
   // Counts collectives started, for tests that check a step made no communication.
   int64_t collective_count() const { return collective_count_; }
+  // Counts a collective over these ranks made by other means (through shared memory).
+  void count_collective() { ++collective_count_; }
 
   // Who hears of the bucketed all-reduces over this communicator; null (the default): nobody.
   void set_allreduce_observer(AllreduceObserver* observer) { allreduce_observer_ = observer; }

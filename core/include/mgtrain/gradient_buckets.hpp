@@ -10,6 +10,10 @@
 // Hierarchical (across nodes): each bucket is summed inside the node to its leader (local rank 0,
 // over shared memory), all-reduced among the leaders, one per node, and broadcast inside the node,
 // so each node sends one copy of the gradient over the network instead of one per rank.
+// Shared memory (the default, for the blocking FP32 all-reduce on MPI): the ranks of a node sum
+// each bucket through memory they all map, and across nodes each rank all-reduces its part of the
+// node's sum with the ranks of its local rank on the other nodes (SharedMemoryAllreduce); the
+// leaders' form above then does not apply.
 // Wire format bf16: each rank rounds its gradient to bfloat16 before sending, keeping what the
 // rounding dropped (the residual) and adding it to its next gradient before rounding (error
 // feedback), so nothing is lost, only delayed by a step; every hop then carries half the bytes.
@@ -27,6 +31,8 @@
 
 namespace mgt {
 
+class SharedMemoryAllreduce;
+
 enum class Hierarchy { automatic, on, off };
 enum class WireFormat { fp32, bf16 };
 
@@ -36,6 +42,9 @@ struct BucketOptions {
   // already follows the topology).
   Hierarchy hierarchy = Hierarchy::off;
   WireFormat wire = WireFormat::fp32;
+  // Sum inside each node through shared memory where it applies (blocking, FP32, host memory over
+  // MPI, more than one rank on a node): automatic, on a job of one node; on, across nodes too.
+  Hierarchy shared_memory = Hierarchy::automatic;
 };
 
 // The config keys of a strategy built on GradientBuckets beyond sync.bucket_mb and sync.overlap.
@@ -50,7 +59,14 @@ inline constexpr ConfigKey kWireKey{
     "gradients on the wire: fp32, or bf16 (half the bytes; each rank carries what rounding dropped into its next "
     "step, error feedback, checkpointed; not in deterministic mode)",
     "fp32|bf16"};
-// sync.overlap, sync.hierarchical and sync.wire from a strategy's section (keys it lacks keep
+inline constexpr ConfigKey kSharedMemoryKey{
+    "sync.shared_memory", KeyType::choice, "auto",
+    "sum each bucket among the ranks of a node through memory they all map instead of through MPI's copies (the "
+    "blocking FP32 all-reduce over MPI): auto (when the job runs on one node), on (across nodes too: each rank "
+    "then all-reduces its part of the node's sum with its peers of the same local rank; "
+    "sync.hierarchical then does not apply), or off",
+    "auto|on|off"};
+// sync.overlap, sync.hierarchical, sync.shared_memory and sync.wire from a strategy's section (keys it lacks keep
 // their defaults).
 MGT_API BucketOptions bucket_options(const ConfigSection& section);
 // Deterministic mode sums FP32 in its own fixed tree: an explicit sync.hierarchical = on or
@@ -64,7 +80,7 @@ class MGT_API GradientBuckets {
   GradientBuckets(const GradientBuckets&) = delete;
   GradientBuckets& operator=(const GradientBuckets&) = delete;
 
-  // Collective over `comm` when the hierarchy may apply (it splits the communicator).
+  // Collective over `comm` (it may split the communicator and map shared memory).
   void setup(Communicator& comm, ParameterStore& store, size_t bucket_bytes, const BucketOptions& options);
   void setup(Communicator& comm, ParameterStore& store, size_t bucket_bytes, bool overlap) {
     BucketOptions options;
@@ -79,6 +95,7 @@ class MGT_API GradientBuckets {
 
   size_t bucket_count() const { return buckets_.size(); }
   bool hierarchical() const { return node_ != nullptr; }
+  bool shared_memory() const { return shared_ != nullptr; }
 
   // The bfloat16 wire's error-feedback residual, this rank's (/sync/residual.rank<R> in a
   // checkpoint); none with the FP32 wire. `strategy` names the strategy in the note on restore.
@@ -115,6 +132,8 @@ class MGT_API GradientBuckets {
   // communicator sees its collectives in bucket order on every rank), and the leaders' (local rank
   // 0 of each node; the other ranks hold a part they never use). Null: flat.
   std::unique_ptr<Communicator> node_, node_broadcast_, leaders_;
+  // Null: through MPI. Else the store's gradients live in its memory (ParameterStore::place_grads).
+  std::unique_ptr<SharedMemoryAllreduce> shared_;
   std::vector<int> stages_;  // this rank's stages of a bucket (a node's other ranks skip kLeaders)
   // Per stage, the next bucket to start it: every rank starts each stage in bucket order.
   size_t next_start_[kStages] = {0, 0, 0};

@@ -3,6 +3,7 @@
 // offset in a second one; layers hold handles into them. Bucketed all-reduce, optimizer updates,
 // checksums, checkpoints and broadcast are then one loop over memory.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -119,12 +120,18 @@ class MGT_API ParameterStore {
   // Exchanges the gradient buffer with `other` (same flat size): a sync strategy takes a finished
   // gradient out without copying it. Layers look their gradients up on every backward.
   void swap_grads(Tensor& other);
+  // Moves the gradients into `memory` (flat_size() floats) and keeps them there: a sync strategy
+  // reducing in memory the ranks of a node share (SharedMemoryAllreduce) then reads each rank's
+  // gradients where backward wrote them. `owner` keeps the memory alive as long as the store
+  // points into it.
+  void place_grads(float* memory, std::shared_ptr<void> owner);
 
  private:
   std::vector<ParamInfo> params_;
   std::vector<BufferInfo> buffers_;
   Tensor params_flat_;
   Tensor grads_flat_;
+  std::shared_ptr<void> grads_owner_;  // place_grads' memory, when the gradients live there
   Tensor buffers_flat_;
   size_t flat_size_ = 0;
   size_t buffers_size_ = 0;

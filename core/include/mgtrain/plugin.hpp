@@ -41,7 +41,8 @@
 //     a shard of the parameters on each rank, the optimizer set up for that shard alone.
 // 12: Communicator::reduce_sum, ireduce_sum, iallreduce_sum_typed, ibroadcast; GradientBuckets
 //     options (hierarchical all-reduce, bfloat16 wire format with error feedback) and state.
-#define MGTRAIN_PLUGIN_ABI_VERSION 12u
+// 13: BucketOptions::shared_memory (GradientBuckets sums inside a node through shared memory).
+#define MGTRAIN_PLUGIN_ABI_VERSION 13u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
 namespace mgt {

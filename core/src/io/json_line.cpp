@@ -88,6 +88,7 @@ std::string bench_result_json(const BenchResult& b, int world_size, int64_t step
   o["mpi_busbw_gbs"] = json_fixed(b.mpi_busbw_gbs, 4);
   o["flat_busbw_gbs"] = json_fixed(b.flat_busbw_gbs, 4);
   o["hierarchical_busbw_gbs"] = json_fixed(b.hierarchical_busbw_gbs, 4);
+  o["shared_memory_busbw_gbs"] = json_fixed(b.shared_memory_busbw_gbs, 4);
   o["peak_rss_mb"] = json_fixed(b.run.peak_rss_mb, 1);
   o["repeats"] = repeats;
   o["scaling_efficiency_runs"] = std::move(runs);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "mgtrain/error.hpp"
+#include "shared_memory_allreduce.hpp"
 
 namespace mgt {
 
@@ -38,6 +39,10 @@ BucketOptions bucket_options(const ConfigSection& section) {
     const std::string h = section.get_string("hierarchical");
     options.hierarchy = h == "on" ? Hierarchy::on : h == "off" ? Hierarchy::off : Hierarchy::automatic;
   }
+  if (section.has("shared_memory")) {
+    const std::string s = section.get_string("shared_memory");
+    options.shared_memory = s == "on" ? Hierarchy::on : s == "off" ? Hierarchy::off : Hierarchy::automatic;
+  }
   if (section.has("wire")) options.wire = section.get_string("wire") == "bf16" ? WireFormat::bf16 : WireFormat::fp32;
   return options;
 }
@@ -66,6 +71,7 @@ void GradientBuckets::setup(Communicator& comm, ParameterStore& store, size_t bu
   node_.reset();
   node_broadcast_.reset();
   leaders_.reset();
+  shared_.reset();
   const auto& params = store.params();
   bucket_of_param_.assign(params.size(), 0);
   const size_t bucket_floats = std::max<size_t>(1, bucket_bytes / sizeof(float));
@@ -91,14 +97,32 @@ void GradientBuckets::setup(Communicator& comm, ParameterStore& store, size_t bu
     residual_.clear();
   }
 
-  bool hierarchical = options.hierarchy == Hierarchy::on;
-  if (options.hierarchy == Hierarchy::automatic && comm.size() > 1 && comm.backend() == "mpi") {
-    // More than one node: some rank's node index is above 0. NCCL (another backend) already
-    // follows the topology itself.
-    int64_t last_node = comm.node();
-    comm.allreduce_max(&last_node, 1);
-    hierarchical = last_node > 0;
+  // Shared memory where it applies; a rank that cannot have it says why, and all go through MPI.
+  // More than one rank on some node, over MPI (not NCCL, nor the GPU path's staging). Across nodes
+  // only when asked: on links slower than memory, one copy per node crosses either way, and the
+  // local ranks' parts were measured no faster than Open MPI's own all-reduce (docs/scaling.md).
+  if (options.shared_memory == Hierarchy::on && (overlap_ || wire_ != WireFormat::fp32))
+    throw ConfigError(
+        std::string("config key 'sync.shared_memory' = on: expected auto or off with ") +
+        (overlap_ ? "sync.overlap = true (it reduces after backward, blocking)" : "sync.wire = bf16 (it sums FP32)"));
+  int64_t spread[2] = {comm.local_size(), comm.node()};  // most ranks on a node, last node
+  if (comm.size() > 1) comm.allreduce_max(spread, 2);
+  const bool wanted =
+      options.shared_memory == Hierarchy::on || (options.shared_memory == Hierarchy::automatic && spread[1] == 0);
+  if (wanted && !overlap_ && wire_ == WireFormat::fp32 && comm.backend() == "mpi" && spread[0] > 1) {
+    std::string why_not;
+    shared_ = SharedMemoryAllreduce::create(comm, store.flat_size(), why_not);
+    if (shared_)
+      store.place_grads(shared_->slot(), shared_->memory());
+    else if (comm.rank() == 0)
+      std::fprintf(stderr, "mgtrain: note: sync.shared_memory: %s; the all-reduce goes through MPI\n", why_not.c_str());
   }
+
+  bool hierarchical = options.hierarchy == Hierarchy::on && !shared_;
+  // More than one node: some rank's node index is above 0. NCCL (another backend) already follows
+  // the topology itself.
+  if (options.hierarchy == Hierarchy::automatic && !shared_ && comm.size() > 1 && comm.backend() == "mpi")
+    hierarchical = spread[1] > 0;
   if (hierarchical && comm.size() > 1) {
     // Ranks keep their node's order, the leader (local rank 0) first; the ranks of one local rank
     // across the nodes form a part each, of which local rank 0's is the leaders'.
@@ -162,6 +186,8 @@ void GradientBuckets::start_stage(size_t index, int position) {
       part.reduce_sum(data, count, wire_type(), 0);
     else if (stage == kNodeBroadcast)
       part.broadcast(data, count * element_bytes(wire_type()), 0);
+    else if (shared_)
+      shared_->allreduce_sum(static_cast<float*>(data), b.begin, count);
     else
       part.allreduce_sum(data, count, wire_type());
   } else if (stage == kNodeReduce) {

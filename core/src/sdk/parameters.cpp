@@ -141,4 +141,11 @@ void ParameterStore::swap_grads(Tensor& other) {
   std::swap(grads_flat_, other);
 }
 
+void ParameterStore::place_grads(float* memory, std::shared_ptr<void> owner) {
+  MGT_CHECK(finalized_, Error, "place_grads before finalize");
+  std::memcpy(memory, grads_flat_.data(), flat_size_ * sizeof(float));
+  grads_flat_ = Tensor::view(memory, {static_cast<int64_t>(flat_size_)});
+  grads_owner_ = std::move(owner);
+}
+
 }  // namespace mgt

@@ -113,18 +113,25 @@ BenchResult run_bench(Communicator& world, const TrainOptions& base, int64_t ste
   result.allreduce_busbw_gbs = bus_bandwidth_gbs(result.gradient_bytes, world.size(), sync_seconds);
   result.mpi_busbw_gbs = bus_bandwidth_gbs(result.gradient_bytes, world.size(), mpi_seconds);
 
-  // 4. A strategy with sync.hierarchical, timed both ways on this topology: flat, and through one
-  // leader per node.
+  // 4. A strategy with sync.hierarchical and sync.shared_memory, timed three ways on this topology:
+  // flat through MPI, through one leader per node, through each node's shared memory (blocking,
+  // with the FP32 wire: the forms the shared memory applies to).
   const bool deterministic = config.has("sync.deterministic") && config.get_bool("sync.deterministic");
-  if (config.has("sync.hierarchical") && !deterministic) {
-    for (const char* mode : {"off", "on"}) {
+  if (config.has("sync.hierarchical") && config.has("sync.shared_memory") && !deterministic) {
+    struct Form {
+      const char *hierarchical, *shared_memory;
+      double* busbw;
+    };
+    for (const Form& f : {Form{"off", "off", &result.flat_busbw_gbs}, Form{"on", "off", &result.hierarchical_busbw_gbs},
+                          Form{"off", "on", &result.shared_memory_busbw_gbs}}) {
       Config form = config;
-      form.set("sync.hierarchical", mode, "mgtrain bench");
+      form.set("sync.hierarchical", f.hierarchical, "mgtrain bench");
+      form.set("sync.shared_memory", f.shared_memory, "mgtrain bench");
+      form.set("sync.overlap", "false", "mgtrain bench");
+      form.set("sync.wire", "fp32", "mgtrain bench");
       auto strategy = registry.create_sync(form.get_string("sync.name"), form);
       strategy->setup(world, store);
-      const double seconds = time_per_call(step_of(*strategy));
-      (mode[1] == 'f' ? result.flat_busbw_gbs : result.hierarchical_busbw_gbs) =
-          bus_bandwidth_gbs(result.gradient_bytes, world.size(), seconds);
+      *f.busbw = bus_bandwidth_gbs(result.gradient_bytes, world.size(), time_per_call(step_of(*strategy)));
     }
   }
   return result;

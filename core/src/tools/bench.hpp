@@ -20,10 +20,12 @@ struct BenchResult {
   std::vector<double> scaling_runs;  // each repeat's scaling efficiency
   double allreduce_busbw_gbs = 0;    // the sync strategy's all-reduce of the gradient buffer
   double mpi_busbw_gbs = 0;          // one MPI_Allreduce of the same buffer
-  // A strategy with sync.hierarchical (allreduce, grad_accum): its all-reduce flat and through one
-  // leader per node; NaN when the strategy has no such choice.
+  // A strategy with sync.hierarchical and sync.shared_memory (allreduce, grad_accum): its all-reduce
+  // flat through MPI, through one leader per node, and through each node's shared memory; NaN when
+  // the strategy has no such choice.
   double flat_busbw_gbs = std::numeric_limits<double>::quiet_NaN();
   double hierarchical_busbw_gbs = std::numeric_limits<double>::quiet_NaN();
+  double shared_memory_busbw_gbs = std::numeric_limits<double>::quiet_NaN();
   double allreduce_ms = 0, mpi_allreduce_ms = 0;
   size_t gradient_bytes = 0;
 };

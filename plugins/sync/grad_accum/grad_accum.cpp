@@ -16,6 +16,7 @@ const mgt::ConfigKey kKeys[] = {
     {"sync.overlap", mgt::KeyType::boolean, "false",
      "start each bucket's all-reduce during backward (non-blocking) instead of after it (blocking)"},
     mgt::kHierarchicalKey,
+    mgt::kSharedMemoryKey,
     mgt::kWireKey,
     {"sync.deterministic", mgt::KeyType::boolean, "false",
      "sum the micro-batch gradients in one fixed tree: identical bits for any split of the same "

@@ -1,0 +1,180 @@
+#include "shared_memory_allreduce.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "mgtrain/error.hpp"
+
+namespace mgt {
+
+namespace {
+
+constexpr size_t kLine = 64;                          // bytes: a cache line
+constexpr size_t kLineFloats = kLine / sizeof(float);  // parts and slots start on a line of their own
+
+// One per local rank at the start of the mapping, a line each so that ranks announcing their
+// arrival do not invalidate each other's.
+struct alignas(kLine) Arrival {
+  std::atomic<uint64_t> generation;
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "the barrier needs lock-free 64-bit atomics");
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+Arrival* arrivals(void* mapping) { return static_cast<Arrival*>(mapping); }
+
+}  // namespace
+
+std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicator& comm, size_t count,
+                                                                     std::string& why_not) {
+  std::unique_ptr<SharedMemoryAllreduce> self(new SharedMemoryAllreduce);
+  self->comm_ = &comm;
+  self->node_ = comm.split(comm.node(), comm.local_rank());
+  self->local_rank_ = self->node_->rank();
+  self->local_size_ = self->node_->size();
+  int64_t sizes[2] = {self->local_size_, -self->local_size_};
+  comm.allreduce_max(sizes, 2);
+  const bool uniform = sizes[0] == -sizes[1];
+  const bool across_nodes = self->local_size_ != comm.size();
+  // Every rank takes part in the splits below, whatever the outcome.
+  if (across_nodes) self->rail_ = comm.split(comm.local_rank(), comm.node());
+  self->world_rank_of_local_.assign(static_cast<size_t>(self->local_size_), 0);
+  const int world_rank = comm.rank();
+  self->node_->allgather(&world_rank, self->world_rank_of_local_.data(), sizeof(int));
+
+  self->slot_floats_ = round_up(std::max<size_t>(count, 1), kLineFloats);
+  const size_t header = round_up(sizeof(Arrival) * static_cast<size_t>(self->local_size_), kLine);
+  const size_t bytes = header + static_cast<size_t>(self->local_size_) * self->slot_floats_ * sizeof(float);
+
+  // Local rank 0 creates it under a name no other job uses; the others open that name; once every
+  // rank has tried, the name goes, so nothing is left in /dev/shm whatever happens to the job.
+  char name[64] = {};
+  std::string error;
+  int fd = -1;
+  if (self->local_rank_ == 0) {
+    std::random_device random;
+    std::snprintf(name, sizeof name, "/mgtrain-%ld-%08x%08x", static_cast<long>(getpid()), random(), random());
+    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    // posix_fallocate reserves the pages now: a full /dev/shm is an error here, not a SIGBUS later.
+    int fallocate_error = 0;
+    if (fd < 0 || (fallocate_error = posix_fallocate(fd, 0, static_cast<off_t>(bytes))) != 0) {
+      error = std::string("could not create ") + std::to_string(bytes) + " bytes of shared memory '" +
+              name + "': " + std::strerror(fd < 0 ? errno : fallocate_error);
+      if (fd >= 0) shm_unlink(name);
+      name[0] = '\0';
+    }
+  }
+  self->node_->broadcast(name, sizeof name, 0);
+  if (self->local_rank_ != 0 && name[0] != '\0') {
+    fd = shm_open(name, O_RDWR, 0600);
+    if (fd < 0) error = std::string("could not open shared memory '") + name + "': " + std::strerror(errno);
+  }
+  if (fd >= 0) {
+    void* mapping = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (mapping == MAP_FAILED)
+      error = "could not map " + std::to_string(bytes) + " bytes of shared memory: " + std::strerror(errno);
+    else
+      self->mapping_ = std::shared_ptr<void>(mapping, [bytes](void* p) { munmap(p, bytes); });
+    close(fd);
+  }
+  int64_t failed = error.empty() ? 0 : 1;
+  comm.allreduce_max(&failed, 1);
+  if (self->local_rank_ == 0 && name[0] != '\0') shm_unlink(name);
+  if (!uniform) {
+    why_not = "the nodes run different numbers of ranks (" + std::to_string(-sizes[1]) + " to " +
+              std::to_string(sizes[0]) + ")";
+    return nullptr;
+  }
+  if (failed) {
+    why_not = error.empty() ? "another rank could not set up shared memory" : error;
+    return nullptr;
+  }
+  return self;
+}
+
+SharedMemoryAllreduce::~SharedMemoryAllreduce() = default;
+
+float* SharedMemoryAllreduce::slot(int local_rank) const {
+  const size_t header = round_up(sizeof(Arrival) * static_cast<size_t>(local_size_), kLine);
+  return reinterpret_cast<float*>(static_cast<char*>(mapping_.get()) + header) +
+         static_cast<size_t>(local_rank) * slot_floats_;
+}
+
+void SharedMemoryAllreduce::barrier(size_t count) {
+  ++generation_;
+  Arrival* arrival = arrivals(mapping_.get());
+  // Release: what this rank wrote before is visible to a rank that sees the new generation.
+  arrival[local_rank_].generation.store(generation_, std::memory_order_release);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(comm_->timeout_seconds());
+  for (unsigned polls = 0;; ++polls) {
+    int waiting = 0;
+    for (int r = 0; r < local_size_; ++r)
+      if (arrival[r].generation.load(std::memory_order_acquire) < generation_) ++waiting;
+    if (waiting == 0) return;
+    if ((polls & 255) == 255 && std::chrono::steady_clock::now() > deadline) {
+      std::string ranks;
+      for (int r = 0; r < local_size_; ++r)
+        if (arrival[r].generation.load(std::memory_order_acquire) < generation_)
+          ranks += (ranks.empty() ? "" : ", ") + std::to_string(world_rank_of_local_[static_cast<size_t>(r)]);
+      // Worded as the communicator's timeouts; the launcher prefixes the rank.
+      throw CommError("timed out after " + std::to_string(static_cast<int>(comm_->timeout_seconds())) +
+                      " s at step " + std::to_string(comm_->step()) + " in shared-memory allreduce of " +
+                      std::to_string(count) + " elements, waiting for " + (waiting == 1 ? "rank " : "ranks ") +
+                      ranks + ", which never reached it: stuck or gone; on this node (comm.timeout_s)");
+    }
+    // More ranks than cores: the rank waited for may need this core.
+    sched_yield();
+  }
+}
+
+void SharedMemoryAllreduce::allreduce_sum(float* data, size_t offset, size_t count) {
+  MGT_CHECK(offset + count <= slot_floats_, CommError,
+            "shared-memory allreduce of [" + std::to_string(offset) + ", " + std::to_string(offset + count) +
+                "), set up for " + std::to_string(slot_floats_) + " elements");
+  comm_->count_collective();
+  float* mine = slot(local_rank_) + offset;
+  const bool in_place = data == mine;
+  if (!in_place) std::memcpy(mine, data, count * sizeof(float));
+  barrier(count);
+  // This rank's part, whole cache lines where the range starts on one (parameters do).
+  const size_t part = round_up((count + static_cast<size_t>(local_size_) - 1) / static_cast<size_t>(local_size_),
+                               kLineFloats);
+  const size_t begin = std::min(count, part * static_cast<size_t>(local_rank_));
+  const size_t end = std::min(count, begin + part);
+  // In blocks that stay in the L1 cache: the sum over the slots in local-rank order, then (on one
+  // node) written into every slot. Across nodes the node's sum goes into this rank's slot, is
+  // all-reduced with the other nodes, and then written into the others'.
+  constexpr size_t kBlock = 1024;
+  float block[kBlock];
+  for (size_t at = begin; at < end; at += kBlock) {
+    const size_t n = std::min(kBlock, end - at);
+    const float* first = slot(0) + offset + at;
+    std::copy(first, first + n, block);
+    for (int r = 1; r < local_size_; ++r) {
+      const float* other = slot(r) + offset + at;
+      for (size_t i = 0; i < n; ++i) block[i] += other[i];
+    }
+    for (int r = 0; r < local_size_; ++r)
+      if (!rail_ || r == local_rank_) std::copy(block, block + n, slot(r) + offset + at);
+  }
+  if (rail_ && begin < end) {
+    // Every node has the same parts, so the ranks of a rail agree on whether theirs is empty.
+    rail_->allreduce_sum(mine + begin, end - begin);
+    for (int r = 0; r < local_size_; ++r)
+      if (r != local_rank_) std::copy(mine + begin, mine + end, slot(r) + offset + begin);
+  }
+  barrier(count);
+  if (!in_place) std::memcpy(data, mine, count * sizeof(float));
+}
+
+}  // namespace mgt

@@ -18,7 +18,7 @@ namespace mgt {
 
 namespace {
 
-constexpr size_t kLine = 64;                          // bytes: a cache line
+constexpr size_t kLine = 64;                           // bytes: a cache line
 constexpr size_t kLineFloats = kLine / sizeof(float);  // parts and slots start on a line of their own
 
 // One per local rank at the start of the mapping, a line each so that ranks announcing their
@@ -67,8 +67,8 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicato
     // posix_fallocate reserves the pages now: a full /dev/shm is an error here, not a SIGBUS later.
     int fallocate_error = 0;
     if (fd < 0 || (fallocate_error = posix_fallocate(fd, 0, static_cast<off_t>(bytes))) != 0) {
-      error = std::string("could not create ") + std::to_string(bytes) + " bytes of shared memory '" +
-              name + "': " + std::strerror(fd < 0 ? errno : fallocate_error);
+      error = std::string("could not create ") + std::to_string(bytes) + " bytes of shared memory '" + name +
+              "': " + std::strerror(fd < 0 ? errno : fallocate_error);
       if (fd >= 0) shm_unlink(name);
       name[0] = '\0';
     }
@@ -114,8 +114,7 @@ void SharedMemoryAllreduce::barrier(size_t count) {
   Arrival* arrival = arrivals(mapping_.get());
   // Release: what this rank wrote before is visible to a rank that sees the new generation.
   arrival[local_rank_].generation.store(generation_, std::memory_order_release);
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(comm_->timeout_seconds());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(comm_->timeout_seconds());
   for (unsigned polls = 0;; ++polls) {
     int waiting = 0;
     for (int r = 0; r < local_size_; ++r)
@@ -127,10 +126,10 @@ void SharedMemoryAllreduce::barrier(size_t count) {
         if (arrival[r].generation.load(std::memory_order_acquire) < generation_)
           ranks += (ranks.empty() ? "" : ", ") + std::to_string(world_rank_of_local_[static_cast<size_t>(r)]);
       // Worded as the communicator's timeouts; the launcher prefixes the rank.
-      throw CommError("timed out after " + std::to_string(static_cast<int>(comm_->timeout_seconds())) +
-                      " s at step " + std::to_string(comm_->step()) + " in shared-memory allreduce of " +
-                      std::to_string(count) + " elements, waiting for " + (waiting == 1 ? "rank " : "ranks ") +
-                      ranks + ", which never reached it: stuck or gone; on this node (comm.timeout_s)");
+      throw CommError("timed out after " + std::to_string(static_cast<int>(comm_->timeout_seconds())) + " s at step " +
+                      std::to_string(comm_->step()) + " in shared-memory allreduce of " + std::to_string(count) +
+                      " elements, waiting for " + (waiting == 1 ? "rank " : "ranks ") + ranks +
+                      ", which never reached it: stuck or gone; on this node (comm.timeout_s)");
     }
     // More ranks than cores: the rank waited for may need this core.
     sched_yield();
@@ -147,8 +146,8 @@ void SharedMemoryAllreduce::allreduce_sum(float* data, size_t offset, size_t cou
   if (!in_place) std::memcpy(mine, data, count * sizeof(float));
   barrier(count);
   // This rank's part, whole cache lines where the range starts on one (parameters do).
-  const size_t part = round_up((count + static_cast<size_t>(local_size_) - 1) / static_cast<size_t>(local_size_),
-                               kLineFloats);
+  const size_t part =
+      round_up((count + static_cast<size_t>(local_size_) - 1) / static_cast<size_t>(local_size_), kLineFloats);
   const size_t begin = std::min(count, part * static_cast<size_t>(local_rank_));
   const size_t end = std::min(count, begin + part);
   // In blocks that stay in the L1 cache: the sum over the slots in local-rank order, then (on one

@@ -330,7 +330,12 @@ PY
     # Open MPI's line names the lost node (and, for killed processes, a rank on it); mgtrain's
     # watchdog names the stopped node's ranks and the node.
     case $1 in
-      lost_link) grep -q "Remote daemon: .* on node n2$" out.log || fail "no line names the lost node n2" ;;
+      lost_link)
+        grep -q "Remote daemon: .* on node n2$" out.log || fail "no line names the lost node n2"
+        # mpirun ends n1's ranks with SIGTERM, a second before SIGKILL: they name whom they waited for.
+        grep -E -q "mgtrain: \[rank [01]\] signal 15 came after [0-9]+ s waiting at step [0-9]+ in .* for (ranks 2, 3, which did not answer a roll call: stuck or gone; on node n2 \(all of its ranks: the node or its link is lost\)|rank [23], which did not answer a roll call: stuck or gone; on node n2)$" out.log ||
+          fail "no line of mgtrain's names the ranks of node n2"
+        ;;
       killed_node)
         grep -q "process rank [23] with PID [0-9]* on node n2 exited on signal 9" out.log ||
           fail "no line names the killed rank on node n2"

@@ -18,6 +18,7 @@
 #include "kernels/cpu/bf16.hpp"
 #include "mgtrain/error.hpp"
 #include "runtime/host_name.hpp"
+#include "runtime/stop_signal.hpp"
 
 // Converts an MPI status code into the core's exception, with file and line.
 #define MGT_MPI_CHECK(call)                                                                                      \
@@ -110,9 +111,10 @@ bool thread_multiple() {
 // and listens for `grace_s`: ranks waiting in the same operation hit their deadline at about the
 // same time and answer; a rank that never answers is the one stuck elsewhere (in I/O, stopped)
 // or gone. Returns those ranks, numbered in `roll`. Runs on the watchdog thread while the
-// main thread is blocked in the collective (hence MPI_THREAD_MULTIPLE); the process ends after it,
-// so requests are left as they are.
-std::vector<int> silent_ranks(MPI_Comm roll, double grace_s) {
+// main thread is blocked in the collective (hence MPI_THREAD_MULTIPLE). After a deadline the
+// process ends, so requests are left as they are; with `withdraw` (the process may go on) the
+// receives still open are cancelled.
+std::vector<int> silent_ranks(MPI_Comm roll, double grace_s, bool withdraw = false) {
   int rank = 0, size = 1;
   MPI_Comm_rank(roll, &rank);
   MPI_Comm_size(roll, &size);
@@ -143,8 +145,14 @@ std::vector<int> silent_ranks(MPI_Comm roll, double grace_s) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   std::vector<int> silent;
-  for (int r = 0; r < size; ++r)
-    if (!heard[static_cast<size_t>(r)]) silent.push_back(r);
+  for (int r = 0; r < size; ++r) {
+    if (heard[static_cast<size_t>(r)]) continue;
+    silent.push_back(r);
+    if (withdraw && requests[static_cast<size_t>(r)] != MPI_REQUEST_NULL) {
+      MPI_Cancel(&requests[static_cast<size_t>(r)]);
+      MPI_Request_free(&requests[static_cast<size_t>(r)]);
+    }
+  }
   return silent;
 }
 
@@ -204,6 +212,10 @@ std::string where_they_run(const std::vector<int>& ranks, const std::vector<std:
 // be interrupted, and Open MPI's tuned blocking collectives run about 1.5x faster than its
 // non-blocking ones here, so collectives block and this thread enforces comm.timeout_s. The
 // launcher of the job (mpirun, srun) then ends the other ranks.
+// A launcher may end the job first: mpirun, when it loses a node's daemon, stops the other ranks
+// with SIGTERM and kills them about a second later. A rank stuck in a collective for a while when
+// that signal comes names, before it goes, the ranks it was waiting for (a short roll call), so
+// the job's log says which ranks were lost, not only mpirun's node.
 class Watchdog {
  public:
   ~Watchdog() {
@@ -230,8 +242,9 @@ class Watchdog {
     timeout_s_ = timeout_s;
     step_ = step;
     rank_ = rank;
-    deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                       std::chrono::duration<double>(timeout_s));
+    armed_at_ = std::chrono::steady_clock::now();
+    deadline_ = armed_at_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                std::chrono::duration<double>(timeout_s));
     armed_ = true;
     wake_.notify_one();
   }
@@ -249,7 +262,19 @@ class Watchdog {
         continue;
       }
       const auto deadline = deadline_;
-      if (wake_.wait_until(lock, deadline) == std::cv_status::timeout && armed_ && deadline_ == deadline) {
+      // Wakes every kSignalPoll to see a stop signal: a signal handler cannot notify.
+      wake_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + kSignalPoll));
+      if (stop_ || !armed_ || deadline_ != deadline) continue;
+      const auto now = std::chrono::steady_clock::now();
+      if (now < deadline) {
+        if (stop_signal() != 0 && !signal_reported_ && roll_ != MPI_COMM_NULL &&
+            now - armed_at_ >= kStuckBeforeSignal) {
+          signal_reported_ = true;
+          report_stop_signal(std::chrono::duration<double>(now - armed_at_).count());
+        }
+        continue;
+      }
+      {
         std::string waiting_for = "the other ranks; a peer rank is stuck or gone";
         if (roll_ != MPI_COMM_NULL) {
           // Long enough for the ranks in the same operation to reach their own deadline.
@@ -272,16 +297,36 @@ class Watchdog {
     }
   }
 
+  // A stop signal while this rank has waited at least kStuckBeforeSignal in one collective: most
+  // likely the launcher ending a job that is stuck (collectives of a healthy job take
+  // milliseconds), though a polite stop can come while a peer writes a long checkpoint, so the line
+  // says what it saw, not why. The roll call has kSignalGrace, within the second before SIGKILL.
+  static constexpr std::chrono::milliseconds kSignalPoll{100}, kStuckBeforeSignal{2000};
+  static constexpr double kSignalGrace = 0.4;
+
+  void report_stop_signal(double waited_s) {
+    const std::vector<int> silent = silent_ranks(roll_, kSignalGrace, /*withdraw=*/true);
+    if (silent.empty()) return;
+    const std::string size = count_ > 0 ? " of " + std::to_string(count_) + " elements" : "";
+    std::fprintf(stderr,
+                 "mgtrain: [rank %d] signal %d came after %.0f s waiting at step %lld in %s%s for %s %s, which did not "
+                 "answer a roll call: stuck or gone%s\n",
+                 rank_, stop_signal(), waited_s, static_cast<long long>(step_), op_, size.c_str(),
+                 silent.size() == 1 ? "rank" : "ranks", rank_list(world_ranks(roll_, silent)).c_str(),
+                 where_they_run(silent, hosts_).c_str());
+    std::fflush(stderr);
+  }
+
   std::mutex mutex_;
   std::condition_variable wake_;
   std::thread thread_;
-  bool stop_ = false, armed_ = false;
+  bool stop_ = false, armed_ = false, signal_reported_ = false;
   const char* op_ = "";
   size_t count_ = 0;
   double timeout_s_ = 0;
   int64_t step_ = 0;
   int rank_ = 0;
-  std::chrono::steady_clock::time_point deadline_;
+  std::chrono::steady_clock::time_point armed_at_, deadline_;
   MPI_Comm roll_ = MPI_COMM_NULL;
   std::vector<std::string> hosts_;
 };

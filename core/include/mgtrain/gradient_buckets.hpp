@@ -10,10 +10,10 @@
 // Hierarchical (across nodes): each bucket is summed inside the node to its leader (local rank 0,
 // over shared memory), all-reduced among the leaders, one per node, and broadcast inside the node,
 // so each node sends one copy of the gradient over the network instead of one per rank.
-// Shared memory (the default, for the blocking FP32 all-reduce on MPI): the ranks of a node sum
-// each bucket through memory they all map, and across nodes each rank all-reduces its part of the
-// node's sum with the ranks of its local rank on the other nodes (SharedMemoryAllreduce); the
-// leaders' form above then does not apply.
+// Shared memory (the blocking FP32 all-reduce on MPI; by default in a job of one node): the ranks
+// of a node sum each bucket through memory they all map, and across nodes (when asked) each rank
+// all-reduces its part of the node's sum with the ranks of its local rank on the other nodes
+// (SharedMemoryAllreduce); the leaders' form above then does not apply.
 // Wire format bf16: each rank rounds its gradient to bfloat16 before sending, keeping what the
 // rounding dropped (the residual) and adding it to its next gradient before rounding (error
 // feedback), so nothing is lost, only delayed by a step; every hop then carries half the bytes.

@@ -29,6 +29,7 @@ struct alignas(kLine) Arrival {
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "the barrier needs lock-free 64-bit atomics");
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+size_t header_bytes(int local_size) { return round_up(sizeof(Arrival) * static_cast<size_t>(local_size), kLine); }
 
 Arrival* arrivals(void* mapping) { return static_cast<Arrival*>(mapping); }
 
@@ -52,8 +53,8 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicato
   self->node_->allgather(&world_rank, self->world_rank_of_local_.data(), sizeof(int));
 
   self->slot_floats_ = round_up(std::max<size_t>(count, 1), kLineFloats);
-  const size_t header = round_up(sizeof(Arrival) * static_cast<size_t>(self->local_size_), kLine);
-  const size_t bytes = header + static_cast<size_t>(self->local_size_) * self->slot_floats_ * sizeof(float);
+  const size_t bytes =
+      header_bytes(self->local_size_) + static_cast<size_t>(self->local_size_) * self->slot_floats_ * sizeof(float);
 
   // Local rank 0 creates it under a name no other job uses; the others open that name; once every
   // rank has tried, the name goes, so nothing is left in /dev/shm whatever happens to the job.
@@ -69,7 +70,11 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicato
     if (fd < 0 || (fallocate_error = posix_fallocate(fd, 0, static_cast<off_t>(bytes))) != 0) {
       error = std::string("could not create ") + std::to_string(bytes) + " bytes of shared memory '" + name +
               "': " + std::strerror(fd < 0 ? errno : fallocate_error);
-      if (fd >= 0) shm_unlink(name);
+      if (fd >= 0) {
+        shm_unlink(name);
+        close(fd);
+        fd = -1;
+      }
       name[0] = '\0';
     }
   }
@@ -104,8 +109,7 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicato
 SharedMemoryAllreduce::~SharedMemoryAllreduce() = default;
 
 float* SharedMemoryAllreduce::slot(int local_rank) const {
-  const size_t header = round_up(sizeof(Arrival) * static_cast<size_t>(local_size_), kLine);
-  return reinterpret_cast<float*>(static_cast<char*>(mapping_.get()) + header) +
+  return reinterpret_cast<float*>(static_cast<char*>(mapping_.get()) + header_bytes(local_size_)) +
          static_cast<size_t>(local_rank) * slot_floats_;
 }
 

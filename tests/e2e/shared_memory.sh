@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The all-reduce through the node's shared memory (sync.shared_memory, the default on one node),
+# in a mount namespace of its own with a private /dev/shm, so that only this test's files are
+# there (root only: exit 77 otherwise):
+#   clean: at np=2 it trains to the bits of Open MPI's all-reduce (a sum of two is the same in
+#     either order), and its memory has no name in /dev/shm while the job runs nor after.
+#   full: a /dev/shm with room for Open MPI's segments but not for the gradients: one note naming
+#     the size and the reason, and the job trains through MPI instead.
+# Usage: shared_memory.sh clean|full
+source "$(dirname "$0")/lib.sh"
+skip() { echo "SKIP: $*" >&2; exit 77; }
+
+if [ -z "${MGTRAIN_TEST_PRIVATE_SHM:-}" ]; then
+  [ "$(id -u)" = 0 ] || skip "a private /dev/shm needs root"
+  command -v unshare >/dev/null || skip "no unshare"
+  size=256m
+  # Room for Open MPI's own segments (4 MB a rank), not for this model's two gradient slots (46 MB).
+  [ "$1" = full ] && size=16m
+  exec unshare --mount --propagation private -- env MGTRAIN_TEST_PRIVATE_SHM=$size "$0" "$@"
+fi
+mount -t tmpfs -o size="$MGTRAIN_TEST_PRIVATE_SHM" tmpfs /dev/shm || skip "cannot mount a tmpfs on /dev/shm"
+ours() { find /dev/shm -maxdepth 1 -name 'mgtrain-*'; }
+
+write_config run.ini
+case $1 in
+  clean)
+    common=(--config run.ini --train.max_steps=300 --train.log_every=10 --checkpoint.every_steps=0)
+    run_np 2 300 train "${common[@]}" --checkpoint.dir="$WORK/shm" >shm.log 2>&1 &
+    job=$!
+    # While it trains: the name is gone once every rank has mapped the memory.
+    for _ in $(seq 100); do
+      grep -q "^epoch .* step" shm.log && break
+      sleep 0.2
+    done
+    left_during=$(ours)
+    kill -0 $job 2>/dev/null || fail "the job ended before /dev/shm was looked at"
+    wait $job || { cat shm.log; fail "np=2 through shared memory"; }
+    [ -z "$left_during" ] || fail "while the job ran, /dev/shm held $left_during"
+    [ -z "$(ours)" ] || fail "after the job, /dev/shm holds $(ours)"
+    ! grep -q "sync.shared_memory" shm.log || { cat shm.log; fail "a note about shared memory where it works"; }
+    run_np 2 300 train "${common[@]}" --checkpoint.dir="$WORK/mpi" --sync.shared_memory=off >mpi.log 2>&1 ||
+      { cat mpi.log; fail "np=2 through MPI"; }
+    "$MGTRAIN" compare shm/step-300.h5 mpi/step-300.h5 --rtol 0 >compare.log 2>&1 ||
+      { cat compare.log; fail "at np=2 shared memory and MPI's all-reduce give other bits"; }
+    ;;
+  full)
+    run_np 2 300 train --config run.ini --model.hidden=2048,2048 --train.max_steps=20 --checkpoint.dir="$WORK/full" \
+      >full.log 2>&1 ||
+      { cat full.log; fail "a job with a full /dev/shm must train through MPI"; }
+    grep -E -q "^mgtrain: note: sync.shared_memory: could not create [0-9]+ bytes of shared memory '/mgtrain-[0-9a-f-]+': No space left on device; the all-reduce goes through MPI$" full.log ||
+      { cat full.log; fail "no note naming the size and the reason"; }
+    [ "$(grep -c "sync.shared_memory" full.log)" = 1 ] || fail "the note is not given once"
+    grep -q "^done: 20 steps" full.log || fail "the job did not finish its 20 steps"
+    [ -z "$(ours)" ] || fail "/dev/shm holds $(ours)"
+    ;;
+  *) fail "usage: shared_memory.sh clean|full" ;;
+esac
+echo PASS

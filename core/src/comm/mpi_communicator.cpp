@@ -274,7 +274,7 @@ class Watchdog {
         }
         continue;
       }
-      {
+      {  // The deadline passed: name whom this rank waited for, and end the process.
         std::string waiting_for = "the other ranks; a peer rank is stuck or gone";
         if (roll_ != MPI_COMM_NULL) {
           // Long enough for the ranks in the same operation to reach their own deadline.

@@ -28,9 +28,9 @@ case $1 in
     run_np 2 300 train "${common[@]}" --checkpoint.dir="$WORK/shm" >shm.log 2>&1 &
     job=$!
     # While it trains: the name is gone once every rank has mapped the memory.
-    for _ in $(seq 100); do
+    for _ in $(seq 1000); do
       grep -q "^epoch .* step" shm.log && break
-      sleep 0.2
+      sleep 0.02
     done
     left_during=$(ours)
     kill -0 $job 2>/dev/null || fail "the job ended before /dev/shm was looked at"

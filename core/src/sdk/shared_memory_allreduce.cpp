@@ -39,9 +39,10 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicato
                                                                      std::string& why_not) {
   std::unique_ptr<SharedMemoryAllreduce> self(new SharedMemoryAllreduce);
   self->comm_ = &comm;
-  self->node_ = comm.split(comm.node(), comm.local_rank());
-  self->local_rank_ = self->node_->rank();
-  self->local_size_ = self->node_->size();
+  // This node's ranks, by local rank: for setting up only (the barriers run in the memory itself).
+  const std::unique_ptr<Communicator> node = comm.split(comm.node(), comm.local_rank());
+  self->local_rank_ = node->rank();
+  self->local_size_ = node->size();
   int64_t sizes[2] = {self->local_size_, -self->local_size_};
   comm.allreduce_max(sizes, 2);
   const bool uniform = sizes[0] == -sizes[1];
@@ -50,7 +51,7 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicato
   if (across_nodes) self->rail_ = comm.split(comm.local_rank(), comm.node());
   self->world_rank_of_local_.assign(static_cast<size_t>(self->local_size_), 0);
   const int world_rank = comm.rank();
-  self->node_->allgather(&world_rank, self->world_rank_of_local_.data(), sizeof(int));
+  node->allgather(&world_rank, self->world_rank_of_local_.data(), sizeof(int));
 
   self->slot_floats_ = round_up(std::max<size_t>(count, 1), kLineFloats);
   const size_t bytes =
@@ -78,7 +79,7 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicato
       name[0] = '\0';
     }
   }
-  self->node_->broadcast(name, sizeof name, 0);
+  node->broadcast(name, sizeof name, 0);
   if (self->local_rank_ != 0 && name[0] != '\0') {
     fd = shm_open(name, O_RDWR, 0600);
     if (fd < 0) error = std::string("could not open shared memory '") + name + "': " + std::strerror(errno);

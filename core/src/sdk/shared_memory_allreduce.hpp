@@ -44,7 +44,6 @@ class SharedMemoryAllreduce {
   void barrier(size_t count);
 
   Communicator* comm_ = nullptr;
-  std::unique_ptr<Communicator> node_;  // this node's ranks, by local rank
   std::unique_ptr<Communicator> rail_;  // across nodes: the ranks of this local rank, one per node
   std::vector<int> world_rank_of_local_;
   std::shared_ptr<void> mapping_;  // unmapped with its last holder

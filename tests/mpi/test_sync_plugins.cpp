@@ -14,6 +14,7 @@
 #include "comm/mpi_communicator.hpp"
 #include "kernels/cpu/bf16.hpp"
 #include "loader/plugin_loader.hpp"
+#include "mgtrain/gradient_buckets.hpp"
 #include "mpi_check.hpp"
 #include "runtime/core_keys.hpp"
 
@@ -158,15 +159,19 @@ int main(int argc, char** argv) {
           "bucketed all-reduce (overlap " + overlap + ") equals one all-reduce of the whole buffer, bit for bit", rank);
   }
 
-  // Through shared memory (the default, blocking): a collective per bucket, the sum in local-rank
-  // order, so every rank holds the same bits, equal to MPI's within FP32 rounding; twice, for the
-  // barriers' second round, and into a store whose gradients then live in the shared memory.
+  // Through shared memory (GradientBuckets' all-reduce form, blocking): a collective per bucket, the
+  // sum in local-rank order, so every rank holds the same bits, equal to MPI's within FP32
+  // rounding; twice, for the barriers' second round, and into a store whose gradients then live in
+  // the shared memory. `shared_sum` keeps that sum for the shared update's check below.
+  std::vector<float> shared_sum;
   {
     mgt::ParameterStore store;
     fill_store(store, rank);
     const float* private_grads = store.grads_data();
-    auto sync = make_sync(registry, "allreduce", "bucket_mb = 0.001\n");
-    sync->setup(*comm, store);
+    mgt::GradientBuckets buckets;
+    buckets.setup(*comm, store, 1000, mgt::BucketOptions{});
+    check(buckets.shared_memory() && buckets.sharding() == nullptr,
+          "shared memory: the all-reduce form unless the strategy asks for the shared update", rank);
     check(store.grads_data() != private_grads, "shared memory: the store's gradients move into it", rank);
     for (int round = 0; round < 2; ++round) {
       if (round == 1) {
@@ -174,12 +179,11 @@ int main(int argc, char** argv) {
         fill_store(fresh, rank);
         std::memcpy(store.grads_data(), fresh.grads_data(), store.flat_size() * sizeof(float));
       }
-      sync->begin_micro_batch(0);
       const int64_t before = comm->collective_count();
-      for (size_t h = store.params().size(); h-- > 0;) sync->gradients_ready({h});
-      check(sync->end_backward(0), "shared-memory allreduce applies every step", rank);
-      const int64_t buckets = comm->collective_count() - before;
-      check(buckets >= 3, "shared memory: a collective per bucket (" + std::to_string(buckets) + ")", rank);
+      buckets.finish();
+      const int64_t buckets_reduced = comm->collective_count() - before;
+      check(buckets_reduced >= 3, "shared memory: a collective per bucket (" + std::to_string(buckets_reduced) + ")",
+            rank);
       float worst = 0;
       for (size_t i = 0; i < store.flat_size(); ++i)
         worst = std::max(worst, std::fabs(store.grads_data()[i] - reference.grads_data()[i]));
@@ -192,6 +196,78 @@ int main(int argc, char** argv) {
                                    store.flat_size() * sizeof(float)) == 0;
       check(same, "shared memory: every rank holds the same bits", rank);
     }
+    shared_sum.assign(store.grads_data(), store.grads_data() + store.flat_size());
+  }
+
+  // The shared update (allreduce's default on one node): the ranks share the parameters, each sums
+  // its part of the gradient alone, in one collective, to the bits of the all-reduce form above;
+  // the core's step agreement sums over the ranks; every rank's updated part is seen by all; the
+  // optimizer state's parts gather to rank 0 and scatter back. Twice, for the barriers' rounds.
+  {
+    mgt::ParameterStore store;
+    fill_store(store, rank);
+    const std::vector<float> initial(store.params_data(), store.params_data() + store.flat_size());
+    auto sync = make_sync(registry, "allreduce", "bucket_mb = 0.001\n");
+    sync->setup(*comm, store);
+    mgt::OptimizerSharding* shard = sync->sharding();
+    check(shard != nullptr && store.params_placed(), "shared update: the parameters move into shared memory", rank);
+    if (shard == nullptr) return mpi_check::verdict(*comm);
+    const size_t flat = store.flat_size(), part = shard->shard_size();
+    const size_t begin = static_cast<size_t>(shard->shard_grads() - store.grads_data());
+    check(std::equal(initial.begin(), initial.end(), store.params_data()),
+          "shared update: the shared parameters are the ones each rank had", rank);
+    check(shard->shard_params() == store.params_data() + begin && begin % 16 == 0 && part % 16 == 0 &&
+              part * static_cast<size_t>(comm->size()) >= flat &&
+              part * static_cast<size_t>(comm->size()) < flat + 16 * comm->size(),
+          "shared update: this rank's part, whole cache lines, at the same place in the parameters and gradients (" +
+              std::to_string(begin) + " + " + std::to_string(part) + " of " + std::to_string(flat) + ")",
+          rank);
+    std::vector<size_t> begins(static_cast<size_t>(comm->size()));
+    comm->allgather(&begin, begins.data(), sizeof(size_t));
+    std::sort(begins.begin(), begins.end());
+    bool tiled = true;
+    for (size_t r = 0; r < begins.size(); ++r) tiled = tiled && begins[r] == r * part;
+    check(tiled, "shared update: the parts tile the buffer, one per rank", rank);
+    for (int round = 0; round < 2; ++round) {
+      mgt::ParameterStore fresh;
+      fill_store(fresh, rank);
+      std::memcpy(store.grads_data(), fresh.grads_data(), flat * sizeof(float));
+      sync->begin_micro_batch(0);
+      const int64_t before = comm->collective_count();
+      for (size_t h = store.params().size(); h-- > 0;) sync->gradients_ready({h});
+      check(sync->end_backward(0), "shared update applies every step", rank);
+      check(comm->collective_count() - before == 1, "shared update: one collective, the reduce-scatter", rank);
+      bool sum_is_shared = true;
+      for (size_t i = begin; i < begin + part; ++i)
+        sum_is_shared =
+            sum_is_shared && (i < flat ? std::memcmp(&store.grads_data()[i], &shared_sum[i], sizeof(float)) == 0
+                                       : shard->shard_grads()[i - begin] == 0.0f);
+      check(sum_is_shared, "shared update: this rank's part holds the all-reduce form's sum, bit for bit", rank);
+      double checks[2] = {static_cast<double>(rank + 1), 1.0};
+      shard->sum_over_ranks(checks, 2);
+      const double n = comm->size();
+      check(checks[0] == n * (n + 1) / 2 && checks[1] == n, "shared update: the step's checks summed over the ranks",
+            rank);
+      for (size_t i = 0; i < part && begin + i < flat; ++i)
+        shard->shard_params()[i] = -static_cast<float>(begin + i) - static_cast<float>(round);
+      shard->gather_parameters();
+      bool all_parts = true;
+      for (size_t i = 0; i < flat; ++i)
+        all_parts = all_parts && store.params_data()[i] == -static_cast<float>(i) - static_cast<float>(round);
+      check(all_parts, "shared update: every rank's updated part is every rank's", rank);
+    }
+    std::vector<float> state(part), whole(rank == 0 ? flat : 0);
+    for (size_t i = 0; i < part; ++i) state[i] = begin + i < flat ? static_cast<float>(begin + i) : 0.0f;
+    shard->gather_state(state.data(), whole.data());
+    bool gathered = true;
+    for (size_t i = 0; i < whole.size(); ++i) gathered = gathered && whole[i] == static_cast<float>(i);
+    check(gathered, "shared update: the parts of a state buffer gather whole on rank 0", rank);
+    for (size_t i = 0; i < whole.size(); ++i) whole[i] = 2.0f * static_cast<float>(i);
+    shard->scatter_state(whole.data(), state.data());
+    bool scattered = true;
+    for (size_t i = 0; i < part; ++i)
+      scattered = scattered && state[i] == (begin + i < flat ? 2.0f * static_cast<float>(begin + i) : 0.0f);
+    check(scattered, "shared update: rank 0's whole state scatters into every rank's part", rank);
   }
 
   // sync.shared_memory = on where it cannot apply is refused, one line naming the key.

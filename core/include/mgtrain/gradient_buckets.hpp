@@ -13,7 +13,10 @@
 // Shared memory (the blocking FP32 all-reduce on MPI; by default in a job of one node): the ranks
 // of a node sum each bucket through memory they all map, and across nodes (when asked) each rank
 // all-reduces its part of the node's sum with the ranks of its local rank on the other nodes
-// (SharedMemoryAllreduce); the leaders' form above then does not apply.
+// (SharedMemoryAllreduce); the leaders' form above then does not apply. A strategy that asks for
+// the shared update (BucketOptions::shared_update) gets more on one node: its ranks share one copy
+// of the parameters, each sums only its part of the gradient and the core updates that part alone
+// (sharding()), so the optimizer's work and state are split among them instead of repeated.
 // Wire format bf16: each rank rounds its gradient to bfloat16 before sending, keeping what the
 // rounding dropped (the residual) and adding it to its next gradient before rounding (error
 // feedback), so nothing is lost, only delayed by a step; every hop then carries half the bytes.
@@ -27,6 +30,7 @@
 #include "mgtrain/config.hpp"
 #include "mgtrain/export.hpp"
 #include "mgtrain/parameters.hpp"
+#include "mgtrain/sharding.hpp"
 #include "mgtrain/sync.hpp"
 
 namespace mgt {
@@ -45,6 +49,10 @@ struct BucketOptions {
   // Sum inside each node through shared memory where it applies (blocking, FP32, host memory over
   // MPI, more than one rank on a node): automatic, on a job of one node; on, across nodes too.
   Hierarchy shared_memory = Hierarchy::automatic;
+  // Where the shared memory applies on a job of one node, to the host's store (not a view of a
+  // step's own memory): the ranks share the parameters and split the optimizer step (the strategy
+  // returns sharding() to the core). Asked for by the strategy, which must then hand sharding() on.
+  bool shared_update = false;
 };
 
 // The config keys of a strategy built on GradientBuckets beyond sync.bucket_mb and sync.overlap.
@@ -63,8 +71,9 @@ inline constexpr ConfigKey kSharedMemoryKey{
     "sync.shared_memory", KeyType::choice, "auto",
     "sum each bucket among the ranks of a node through memory they all map instead of through MPI's copies (the "
     "blocking FP32 all-reduce over MPI): auto (when the job runs on one node), on (across nodes too: each rank "
-    "then all-reduces its part of the node's sum with its peers of the same local rank; "
-    "sync.hierarchical then does not apply), or off",
+    "then all-reduces its part of the node's sum with its peers of the same local rank; sync.hierarchical then "
+    "does not apply), or off. On one node the ranks also share one copy of the parameters and each updates its "
+    "part: the optimizer's work and state are split among them",
     "auto|on|off"};
 // sync.overlap, sync.hierarchical, sync.shared_memory and sync.wire from a strategy's section (keys it lacks keep
 // their defaults).
@@ -96,6 +105,9 @@ class MGT_API GradientBuckets {
   size_t bucket_count() const { return buckets_.size(); }
   bool hierarchical() const { return node_ != nullptr; }
   bool shared_memory() const { return shared_ != nullptr; }
+  // The shared update's split of the optimizer step, for SyncStrategy::sharding(); null when the
+  // ranks each update the whole buffer (not asked for, or the shared memory does not apply).
+  OptimizerSharding* sharding() const { return update_.get(); }
 
   // The bfloat16 wire's error-feedback residual, this rank's (/sync/residual.rank<R> in a
   // checkpoint); none with the FP32 wire. `strategy` names the strategy in the note on restore.
@@ -134,6 +146,8 @@ class MGT_API GradientBuckets {
   std::unique_ptr<Communicator> node_, node_broadcast_, leaders_;
   // Null: through MPI. Else the store's gradients live in its memory (ParameterStore::place_grads).
   std::unique_ptr<SharedMemoryAllreduce> shared_;
+  // Non-null: the shared update; each rank's sum is of its part alone (reduce-scatter).
+  std::unique_ptr<OptimizerSharding> update_;
   std::vector<int> stages_;  // this rank's stages of a bucket (a node's other ranks skip kLeaders)
   // Per stage, the next bucket to start it: every rank starts each stage in bucket order.
   size_t next_start_[kStages] = {0, 0, 0};

@@ -114,6 +114,9 @@ class MGT_API ParameterStore {
   // store never reads or frees. The GPU path hands such a store to the sync strategy. `buffers`
   // (buffers_size() floats) may be null when there are none.
   ParameterStore with_buffers(float* params, float* grads, float* buffers = nullptr) const;
+  // Whether this store is such a view: a step's own copy (a GPU's), not the host's store that the
+  // core's optimizer updates in place.
+  bool is_view() const { return view_; }
   ParameterStore() = default;
   ParameterStore(ParameterStore&&) noexcept = default;
   ParameterStore& operator=(ParameterStore&&) noexcept = default;
@@ -125,17 +128,25 @@ class MGT_API ParameterStore {
   // gradients where backward wrote them. `owner` keeps the memory alive as long as the store
   // points into it.
   void place_grads(float* memory, std::shared_ptr<void> owner);
+  // Moves the parameters into `memory` the same way: the node's ranks then share one copy, each
+  // updating its part (GradientBuckets' shared update). `copy`: the current parameters are copied
+  // in (one rank of the node does it; the others find them there).
+  void place_params(float* memory, std::shared_ptr<void> owner, bool copy);
+  // Whether the parameters live in placed memory, the same on every rank of the node.
+  bool params_placed() const { return params_owner_ != nullptr; }
 
  private:
   std::vector<ParamInfo> params_;
   std::vector<BufferInfo> buffers_;
   Tensor params_flat_;
   Tensor grads_flat_;
-  std::shared_ptr<void> grads_owner_;  // place_grads' memory, when the gradients live there
+  std::shared_ptr<void> grads_owner_;   // place_grads' memory, when the gradients live there
+  std::shared_ptr<void> params_owner_;  // place_params' memory, when the parameters live there
   Tensor buffers_flat_;
   size_t flat_size_ = 0;
   size_t buffers_size_ = 0;
   bool finalized_ = false;
+  bool view_ = false;  // with_buffers' store
   bool grads_discarded_ = false;
   WeightGradientSink* weight_gradient_sink_ = nullptr;
 };

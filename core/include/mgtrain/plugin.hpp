@@ -42,7 +42,9 @@
 // 12: Communicator::reduce_sum, ireduce_sum, iallreduce_sum_typed, ibroadcast; GradientBuckets
 //     options (hierarchical all-reduce, bfloat16 wire format with error feedback) and state.
 // 13: BucketOptions::shared_memory (GradientBuckets sums inside a node through shared memory).
-#define MGTRAIN_PLUGIN_ABI_VERSION 13u
+// 14: BucketOptions::shared_update and GradientBuckets::sharding() (the ranks of a node share the
+//     parameters and split the optimizer step); ParameterStore::place_params.
+#define MGTRAIN_PLUGIN_ABI_VERSION 14u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
 namespace mgt {

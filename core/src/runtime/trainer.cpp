@@ -711,7 +711,8 @@ class Trainer {
     meta_.epoch = position[1];
     meta_.batch_in_epoch = position[2];
     optimizer_->set_step_count(position[3]);
-    comm_.broadcast(store_.params_data(), store_.flat_size() * sizeof(float), 0);
+    // Parameters the node's ranks share (a shared update, one node) are rank 0's already.
+    if (!store_.params_placed()) comm_.broadcast(store_.params_data(), store_.flat_size() * sizeof(float), 0);
     if (store_.buffers_size() > 0) comm_.broadcast(store_.buffers_data(), store_.buffers_size() * sizeof(float), 0);
     // A serving strategy's ranks hold parts of the optimizer state: it hands them out (start).
     if (!serving_) broadcast_optimizer_state();

@@ -30,6 +30,49 @@ inline float widen_bf16(uint16_t h) {
   return x;
 }
 
+// The shared update's side of the optimizer step (GradientBuckets::sharding()): this rank's part
+// of the node's shared parameters, of the summed gradient in its slot, and of the optimizer state.
+class SharedUpdate final : public OptimizerSharding {
+ public:
+  SharedUpdate(Communicator& comm, SharedMemoryAllreduce& shared, size_t flat)
+      : comm_(comm), shared_(shared), flat_(flat) {}
+
+  size_t shard_size() const override { return shared_.part_floats(); }
+  float* shard_params() override { return shared_.params() + shared_.part_begin(); }
+  float* shard_grads() override { return shared_.slot() + shared_.part_begin(); }
+  bool whole_gradient() const override { return false; }
+  void sum_over_ranks(double* values, size_t count) override { shared_.sum_over_ranks(values, count); }
+  void gather_parameters() override { shared_.wait_for_parts(); }
+
+  // Checkpoints only: every part to rank 0, in the order of the local ranks (which the ranks of one
+  // node need not follow).
+  void gather_state(const float* shard, float* whole) override {
+    const size_t part = shared_.part_floats(), ranks = static_cast<size_t>(shared_.local_size());
+    std::vector<float> parts(comm_.rank() == 0 ? part * ranks : 0);
+    std::vector<float> by_rank(part * ranks);
+    comm_.allgather(shard, by_rank.data(), part, ElementType::f32);
+    if (comm_.rank() != 0) return;
+    for (size_t local = 0; local < ranks; ++local) {
+      const size_t rank = static_cast<size_t>(shared_.world_ranks()[local]);
+      std::copy(by_rank.begin() + rank * part, by_rank.begin() + (rank + 1) * part, parts.begin() + local * part);
+    }
+    std::copy(parts.begin(), parts.begin() + flat_, whole);
+  }
+
+  void scatter_state(const float* whole, float* shard) override {
+    std::vector<float> padded(shared_.part_floats() * static_cast<size_t>(shared_.local_size()), 0.0f);
+    if (comm_.rank() == 0) std::copy(whole, whole + flat_, padded.begin());
+    comm_.broadcast(padded.data(), padded.size() * sizeof(float), 0);
+    const auto from = padded.begin() + static_cast<std::ptrdiff_t>(shared_.part_begin());
+    std::copy(from, from + static_cast<std::ptrdiff_t>(shared_.part_floats()), shard);
+  }
+
+ private:
+  Communicator& comm_;
+  SharedMemoryAllreduce& shared_;
+  size_t flat_;  // the store's flat size: the parts' floats before the padding
+};
+
 }  // namespace
 
 BucketOptions bucket_options(const ConfigSection& section) {
@@ -71,6 +114,7 @@ void GradientBuckets::setup(Communicator& comm, ParameterStore& store, size_t bu
   node_.reset();
   node_broadcast_.reset();
   leaders_.reset();
+  update_.reset();
   shared_.reset();
   const auto& params = store.params();
   bucket_of_param_.assign(params.size(), 0);
@@ -111,11 +155,29 @@ void GradientBuckets::setup(Communicator& comm, ParameterStore& store, size_t bu
       options.shared_memory == Hierarchy::on || (options.shared_memory == Hierarchy::automatic && spread[1] == 0);
   if (wanted && !overlap_ && wire_ == WireFormat::fp32 && comm.backend() == "mpi" && spread[0] > 1) {
     std::string why_not;
-    shared_ = SharedMemoryAllreduce::create(comm, store.flat_size(), why_not);
+    // The core updates its host store in place; a step's own copy (is_view) keeps the whole update.
+    const bool shared_update = options.shared_update && spread[1] == 0 && !store.is_view();
+    shared_ = SharedMemoryAllreduce::create(comm, store.flat_size(), why_not, shared_update);
     if (shared_)
       store.place_grads(shared_->slot(), shared_->memory());
     else if (comm.rank() == 0)
       std::fprintf(stderr, "mgtrain: note: sync.shared_memory: %s; the all-reduce goes through MPI\n", why_not.c_str());
+    if (shared_ && shared_update) {
+      // Every rank holds the same parameters here (one seed): local rank 0 copies them in, and no
+      // rank goes on before it has.
+      store.place_params(shared_->params(), shared_->memory(), shared_->local_rank() == 0);
+      comm.barrier();
+      update_ = std::make_unique<SharedUpdate>(comm, *shared_, store.flat_size());
+      // One reduce-scatter of the whole buffer after backward: blocking, so buckets would only
+      // add barriers.
+      Bucket whole;
+      whole.begin = 0;
+      whole.end = store.flat_size();
+      whole.params = params.size();
+      buckets_.clear();
+      buckets_.push_back(std::move(whole));
+      bucket_of_param_.assign(params.size(), 0);
+    }
   }
 
   bool hierarchical = options.hierarchy == Hierarchy::on && !shared_;
@@ -186,6 +248,8 @@ void GradientBuckets::start_stage(size_t index, int position) {
       part.reduce_sum(data, count, wire_type(), 0);
     else if (stage == kNodeBroadcast)
       part.broadcast(data, count * element_bytes(wire_type()), 0);
+    else if (update_)
+      shared_->reduce_scatter_sum();  // the one bucket: this rank's part of the whole buffer
     else if (shared_)
       shared_->allreduce_sum(static_cast<float*>(data), b.begin, count);
     else

@@ -131,6 +131,7 @@ ParameterStore ParameterStore::with_buffers(float* params, float* grads, float* 
   other.grads_flat_ = Tensor::view(grads, {static_cast<int64_t>(flat_size_)});
   other.buffers_flat_ = Tensor::view(buffers, {static_cast<int64_t>(buffers_size_)});
   other.finalized_ = true;
+  other.view_ = true;
   return other;
 }
 
@@ -146,6 +147,13 @@ void ParameterStore::place_grads(float* memory, std::shared_ptr<void> owner) {
   std::memcpy(memory, grads_flat_.data(), flat_size_ * sizeof(float));
   grads_flat_ = Tensor::view(memory, {static_cast<int64_t>(flat_size_)});
   grads_owner_ = std::move(owner);
+}
+
+void ParameterStore::place_params(float* memory, std::shared_ptr<void> owner, bool copy) {
+  MGT_CHECK(finalized_, Error, "place_params before finalize");
+  if (copy) std::memcpy(memory, params_flat_.data(), flat_size_ * sizeof(float));
+  params_flat_ = Tensor::view(memory, {static_cast<int64_t>(flat_size_)});
+  params_owner_ = std::move(owner);
 }
 
 }  // namespace mgt

@@ -23,8 +23,12 @@ constexpr size_t kLineFloats = kLine / sizeof(float);  // parts and slots start 
 
 // One per local rank at the start of the mapping, a line each so that ranks announcing their
 // arrival do not invalidate each other's.
+// Beside it, the values a rank adds to sum_over_ranks, two sets alternating by barrier: a rank
+// writes the next set only after the barrier that every rank passes after reading this one.
+constexpr size_t kSummedValues = 3;
 struct alignas(kLine) Arrival {
   std::atomic<uint64_t> generation;
+  double values[2][kSummedValues];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "the barrier needs lock-free 64-bit atomics");
 
@@ -36,7 +40,7 @@ Arrival* arrivals(void* mapping) { return static_cast<Arrival*>(mapping); }
 }  // namespace
 
 std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicator& comm, size_t count,
-                                                                     std::string& why_not) {
+                                                                     std::string& why_not, bool with_params) {
   std::unique_ptr<SharedMemoryAllreduce> self(new SharedMemoryAllreduce);
   self->comm_ = &comm;
   // This node's ranks, by local rank: for setting up only (the barriers run in the memory itself).
@@ -53,9 +57,14 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicato
   const int world_rank = comm.rank();
   node->allgather(&world_rank, self->world_rank_of_local_.data(), sizeof(int));
 
-  self->slot_floats_ = round_up(std::max<size_t>(count, 1), kLineFloats);
-  const size_t bytes =
-      header_bytes(self->local_size_) + static_cast<size_t>(self->local_size_) * self->slot_floats_ * sizeof(float);
+  MGT_CHECK(!with_params || !across_nodes, Error, "shared-memory parameters across nodes");
+  const size_t local = static_cast<size_t>(self->local_size_);
+  self->count_ = std::max<size_t>(count, 1);
+  self->part_floats_ = round_up((self->count_ + local - 1) / local, kLineFloats);
+  self->slot_floats_ = self->part_floats_ * local;
+  self->with_params_ = with_params;
+  const size_t regions = local + (with_params ? 1 : 0);  // the slots, then the parameters
+  const size_t bytes = header_bytes(self->local_size_) + regions * self->slot_floats_ * sizeof(float);
 
   // Local rank 0 creates it under a name no other job uses; the others open that name; once every
   // rank has tried, the name goes, so nothing is left in /dev/shm whatever happens to the job.
@@ -114,7 +123,9 @@ float* SharedMemoryAllreduce::slot(int local_rank) const {
          static_cast<size_t>(local_rank) * slot_floats_;
 }
 
-void SharedMemoryAllreduce::barrier(size_t count) {
+float* SharedMemoryAllreduce::params() const { return with_params_ ? slot(local_size_) : nullptr; }
+
+void SharedMemoryAllreduce::barrier(const char* what, size_t count) {
   ++generation_;
   Arrival* arrival = arrivals(mapping_.get());
   // Release: what this rank wrote before is visible to a rank that sees the new generation.
@@ -132,7 +143,7 @@ void SharedMemoryAllreduce::barrier(size_t count) {
           ranks += (ranks.empty() ? "" : ", ") + std::to_string(world_rank_of_local_[static_cast<size_t>(r)]);
       // Worded as the communicator's timeouts; the launcher prefixes the rank.
       throw CommError("timed out after " + std::to_string(static_cast<int>(comm_->timeout_seconds())) + " s at step " +
-                      std::to_string(comm_->step()) + " in shared-memory allreduce of " + std::to_string(count) +
+                      std::to_string(comm_->step()) + " in shared-memory " + what + " of " + std::to_string(count) +
                       " elements, waiting for " + (waiting == 1 ? "rank " : "ranks ") + ranks +
                       ", which never reached it: stuck or gone; on this node (comm.timeout_s)");
     }
@@ -149,7 +160,7 @@ void SharedMemoryAllreduce::allreduce_sum(float* data, size_t offset, size_t cou
   float* mine = slot(local_rank_) + offset;
   const bool in_place = data == mine;
   if (!in_place) std::memcpy(mine, data, count * sizeof(float));
-  barrier(count);
+  barrier("allreduce", count);
   // This rank's part, whole cache lines where the range starts on one (parameters do).
   const size_t part =
       round_up((count + static_cast<size_t>(local_size_) - 1) / static_cast<size_t>(local_size_), kLineFloats);
@@ -177,8 +188,48 @@ void SharedMemoryAllreduce::allreduce_sum(float* data, size_t offset, size_t cou
     for (int r = 0; r < local_size_; ++r)
       if (r != local_rank_) std::copy(mine + begin, mine + end, slot(r) + offset + begin);
   }
-  barrier(count);
+  barrier("allreduce", count);
   if (!in_place) std::memcpy(data, mine, count * sizeof(float));
 }
+
+void SharedMemoryAllreduce::reduce_scatter_sum() {
+  MGT_CHECK(with_params_, Error, "shared-memory reduce-scatter without the parameters' region");
+  comm_->count_collective();
+  barrier("reduce-scatter", count_);
+  // As allreduce_sum over [0, count_): the same parts, the same order of the terms.
+  const size_t begin = std::min(count_, part_begin());
+  const size_t end = std::min(count_, begin + part_floats_);
+  float* mine = slot(local_rank_);
+  constexpr size_t kBlock = 1024;
+  float block[kBlock];
+  for (size_t at = begin; at < end; at += kBlock) {
+    const size_t n = std::min(kBlock, end - at);
+    const float* first = slot(0) + at;
+    std::copy(first, first + n, block);
+    for (int r = 1; r < local_size_; ++r) {
+      const float* other = slot(r) + at;
+      for (size_t i = 0; i < n; ++i) block[i] += other[i];
+    }
+    std::copy(block, block + n, mine + at);
+  }
+}
+
+void SharedMemoryAllreduce::sum_over_ranks(double* values, size_t n) {
+  if (n > kSummedValues) {  // more than the arrival line holds
+    comm_->allreduce_sum(values, n);
+    return;
+  }
+  Arrival* arrival = arrivals(mapping_.get());
+  const size_t set = (generation_ + 1) % 2;  // the set of the barrier below
+  std::copy(values, values + n, arrival[local_rank_].values[set]);
+  barrier("sum of the step's checks", n);
+  for (size_t i = 0; i < n; ++i) {
+    double sum = 0;
+    for (int r = 0; r < local_size_; ++r) sum += arrival[r].values[set][i];
+    values[i] = sum;
+  }
+}
+
+void SharedMemoryAllreduce::wait_for_parts() { barrier("parameter update", count_); }
 
 }  // namespace mgt

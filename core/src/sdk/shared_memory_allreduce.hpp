@@ -7,6 +7,12 @@
 // nodes, one network all-reduce per local rank at once (as NCCL's rings per GPU); it then writes
 // the sum into every slot. Two barriers in shared memory per call, no copy in or out, no system
 // call on the way.
+//
+// With a parameter region (one node only), the node's ranks also share one copy of the parameters
+// (ParameterStore::place_params) and the optimizer step is split among them: local rank l sums
+// only part l of the gradient (reduce_scatter_sum), updates part l of the shared parameters, and
+// every rank waits for the others' parts (wait_for_parts). The optimizer's work and state on each
+// rank fall to 1 / ranks of the node, and nothing is written back into the other slots.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -22,7 +28,9 @@ class SharedMemoryAllreduce {
   // Collective over `comm`. Null on every rank when it cannot be used, with the reason in
   // `why_not` (a rank could not create or map the memory, or the nodes run different numbers of
   // ranks); the caller then reduces through MPI.
-  static std::unique_ptr<SharedMemoryAllreduce> create(Communicator& comm, size_t count, std::string& why_not);
+  // `with_params`: a region for the shared parameters too (refused across nodes).
+  static std::unique_ptr<SharedMemoryAllreduce> create(Communicator& comm, size_t count, std::string& why_not,
+                                                       bool with_params = false);
   ~SharedMemoryAllreduce();
   SharedMemoryAllreduce(const SharedMemoryAllreduce&) = delete;
   SharedMemoryAllreduce& operator=(const SharedMemoryAllreduce&) = delete;
@@ -37,17 +45,41 @@ class SharedMemoryAllreduce {
   // (CommError).
   void allreduce_sum(float* data, size_t offset, size_t count);
 
+  // The shared update (with_params). This rank's part of the `count` floats: part_floats() from
+  // part_begin(), whole cache lines; the last rank's may reach past `count` (the slots and the
+  // parameters are zero there).
+  float* params() const;
+  size_t part_begin() const { return part_floats_ * static_cast<size_t>(local_rank_); }
+  size_t part_floats() const { return part_floats_; }
+  // Sums this rank's part of the gradient over the slots, in local-rank order (the bits of
+  // allreduce_sum), into this rank's slot; the other parts of the slot are left as they were.
+  void reduce_scatter_sum();
+  // Sums `n` doubles over the node's ranks, in local-rank order, in place. It is also the point
+  // after which no rank reads another's slot: backward may write them again.
+  void sum_over_ranks(double* values, size_t n);
+  // Waits until every rank has updated its part of the parameters.
+  void wait_for_parts();
+
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  // The communicator's rank of each local rank.
+  const std::vector<int>& world_ranks() const { return world_rank_of_local_; }
+
  private:
   SharedMemoryAllreduce() = default;
   float* slot(int local_rank) const;
-  // Waits until every rank of the node has arrived here; `count` is for the timeout message.
-  void barrier(size_t count);
+  // Waits until every rank of the node has arrived here; `what` and `count` name the operation in
+  // the timeout message.
+  void barrier(const char* what, size_t count);
 
   Communicator* comm_ = nullptr;
   std::unique_ptr<Communicator> rail_;  // across nodes: the ranks of this local rank, one per node
   std::vector<int> world_rank_of_local_;
   std::shared_ptr<void> mapping_;  // unmapped with its last holder
-  size_t slot_floats_ = 0;         // count, rounded up to a cache line
+  size_t count_ = 0;               // floats set up for
+  size_t part_floats_ = 0;         // a local rank's part of count_, whole cache lines
+  size_t slot_floats_ = 0;         // every rank's part: count_ and then padding
+  bool with_params_ = false;
   int local_rank_ = 0, local_size_ = 1;
   uint64_t generation_ = 0;  // barriers passed
 };

@@ -81,12 +81,19 @@ BenchResult run_bench(Communicator& world, const TrainOptions& base, int64_t ste
   for (size_t h = store.params().size(); h-- > 0;) backward_order.push_back({h});
   // Everything the strategy does in one optimizer step: every micro-batch (a deterministic
   // strategy's micro-shards, an accumulating one's local steps), then the reduction.
+  // A strategy that splits the optimizer step among the ranks (sharding()) also gathers the updated
+  // parameters, after the step's agreement: its communication per step, as an all-reduce's is.
   auto step_of = [&](SyncStrategy& strategy) {
     return [&strategy, &backward_order] {
       for (int64_t m = 0; m < strategy.accumulation_steps(); ++m) {
         strategy.begin_micro_batch(m);
         for (const auto& handles : backward_order) strategy.gradients_ready(handles);
         strategy.end_backward(m);
+      }
+      if (OptimizerSharding* sharding = strategy.sharding()) {
+        double checks[2] = {0, 0};
+        sharding->sum_over_ranks(checks, 2);
+        sharding->gather_parameters();
       }
     };
   };

@@ -31,7 +31,9 @@ class AllReduce final : public mgt::SyncStrategy {
       : bucket_bytes_(static_cast<size_t>(config.get_real("bucket_mb") * 1e6)),
         options_(mgt::bucket_options(config)),
         deterministic_(config.get_bool("deterministic")),
-        micro_shards_(config.get_int("micro_shards")) {}
+        micro_shards_(config.get_int("micro_shards")) {
+    options_.shared_update = true;  // this strategy hands GradientBuckets::sharding() on
+  }
 
   void setup(mgt::Communicator& comm, mgt::ParameterStore& store) override {
     if (!deterministic_) {
@@ -44,6 +46,8 @@ class AllReduce final : public mgt::SyncStrategy {
   }
   int64_t accumulation_steps() const override { return deterministic_ ? shards_per_rank_ : 1; }
   bool micro_batches_are_shards() const override { return deterministic_; }
+  // On one node through shared memory the ranks split the optimizer step (GradientBuckets).
+  mgt::OptimizerSharding* sharding() override { return deterministic_ ? nullptr : buckets_.sharding(); }
   // The bucketed all-reduce works on NCCL and device memory alike; the deterministic reduction
   // forms its sums on the host, and the bfloat16 wire rounds and widens there.
   bool reduces_device_memory() const override { return !deterministic_ && options_.wire == mgt::WireFormat::fp32; }

@@ -30,10 +30,11 @@ namespace fs = std::filesystem;
 
 // Buckets through MPI: on one node the shared memory's update reduces the whole buffer as one.
 std::unique_ptr<mgt::SyncStrategy> make_allreduce(mgt::PluginRegistry& registry, bool overlap) {
-  mgt::Config config = mgt::Config::from_string(std::string("[sync]\nname = allreduce\nbucket_mb = 0.1\nshared_memory = "
-                                                            "off\noverlap = ") +
-                                                    (overlap ? "true" : "false") + "\n",
-                                                "test");
+  mgt::Config config =
+      mgt::Config::from_string(std::string("[sync]\nname = allreduce\nbucket_mb = 0.1\nshared_memory = "
+                                           "off\noverlap = ") +
+                                   (overlap ? "true" : "false") + "\n",
+                               "test");
   auto keys = registry.config_keys("sync", "allreduce");
   keys.push_back({"sync.name", mgt::KeyType::string, nullptr, "sync"});
   config.validate(keys);

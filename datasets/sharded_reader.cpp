@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "datasets/hdf5_util.hpp"
@@ -141,6 +143,12 @@ struct ShardedReader::Impl {
   std::vector<uint32_t> crcraw;  // the rows' stored checksums, when the file has them
   std::vector<int64_t> perm;
   int64_t perm_epoch = -1;
+  // Direct reads (ReadMode::Direct): the file, opened once more, and the byte offset of each
+  // extent of `extent_rows` rows (a chunk; the whole dataset when contiguous). y and the row
+  // checksums are then in all_y and all_crc.
+  int direct_fd = -1;
+  int64_t extent_rows = 0;
+  std::vector<uint64_t> extent_offset;
   // With in_memory: the whole file's x (raw, as stored), y and row checksums.
   std::vector<unsigned char> all_x;
   std::vector<int32_t> all_y;
@@ -158,6 +166,10 @@ struct ShardedReader::Impl {
 
   // HDF5 ids must be closed under the mutex too (other readers' threads may be reading).
   void close_hdf5() {
+    if (direct_fd >= 0) {
+      close(direct_fd);
+      direct_fd = -1;
+    }
     std::lock_guard lock(hdf5_mutex());
     x_fspace.reset();
     x_mspace.reset();
@@ -333,6 +345,98 @@ struct ShardedReader::Impl {
                     std::to_string(batch) + "), expected finite float32 samples");
   }
 
+  // Under hdf5_mutex(), at the start: whether x's rows can be read straight from the file, and if
+  // so where each extent of rows starts (direct_fd open). HDF5 decides nothing per batch then: the
+  // samples must be stored as in memory (no filter, the native type, whole rows per chunk) and
+  // every chunk allocated, and the file have at most 2^24 rows. A first row read both ways must
+  // agree, or the reads go through HDF5.
+  bool plan_direct_reads() {
+    // The labels and checksums it keeps in memory: at most 128 MB.
+    if (n > (int64_t{1} << 24)) return false;
+    const hid_t x = file.x.get();
+    const size_t row_bytes = static_cast<size_t>(numel) * (u8 ? 1 : 4);
+    h5::Id dcpl = h5::plist(H5Dget_create_plist(x));
+    h5::Id type = h5::type(H5Dget_type(x));
+    h5::Id fcpl = h5::plist(H5Fget_create_plist(file.file.get()));
+    hsize_t user_block = 1;
+    if (dcpl.get() < 0 || type.get() < 0 || fcpl.get() < 0 || H5Pget_nfilters(dcpl.get()) != 0 ||
+        H5Tequal(type.get(), u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT) <= 0 ||
+        H5Pget_userblock(fcpl.get(), &user_block) < 0 || user_block != 0)
+      return false;
+    const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+    if (layout == H5D_CONTIGUOUS) {
+      const haddr_t offset = H5Dget_offset(x);
+      if (offset == HADDR_UNDEF) return false;
+      extent_rows = n;
+      extent_offset.assign(1, offset);
+    } else if (layout == H5D_CHUNKED) {
+      std::vector<hsize_t> chunk(x_rank);
+      if (H5Pget_chunk(dcpl.get(), static_cast<int>(x_rank), chunk.data()) != static_cast<int>(x_rank)) return false;
+      for (size_t i = 1; i < x_rank; ++i)
+        if (chunk[i] != static_cast<hsize_t>(info.sample_shape[i - 1])) return false;
+      extent_rows = static_cast<int64_t>(chunk[0]);
+      const auto extents = static_cast<hsize_t>((n + extent_rows - 1) / extent_rows);
+      h5::Id all = h5::space(H5Dget_space(x));
+      hsize_t chunks = 0;
+      if (all.get() < 0 || H5Dget_num_chunks(x, all.get(), &chunks) < 0 || chunks != extents) return false;
+      extent_offset.assign(extents, HADDR_UNDEF);
+      std::vector<hsize_t> at(x_rank);
+      for (hsize_t i = 0; i < chunks; ++i) {
+        unsigned mask = 0;
+        haddr_t address = HADDR_UNDEF;
+        hsize_t size = 0;
+        if (H5Dget_chunk_info(x, all.get(), i, at.data(), &mask, &address, &size) < 0 || address == HADDR_UNDEF ||
+            at[0] % chunk[0] != 0 || at[0] / chunk[0] >= extents || size != chunk[0] * row_bytes)
+          return false;
+        extent_offset[at[0] / chunk[0]] = address;
+      }
+      if (std::count(extent_offset.begin(), extent_offset.end(), HADDR_UNDEF) != 0) return false;
+    } else {
+      return false;
+    }
+    direct_fd = open(opt.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (direct_fd < 0) return false;
+    // Row 0 both ways.
+    std::vector<unsigned char> through_hdf5(row_bytes), direct(row_bytes);
+    std::vector<hsize_t> start(x_rank, 0), count(hs_count);
+    count[0] = 1;
+    h5::Id file_space = h5::space(H5Dget_space(x));
+    h5::Id memory_space = h5::space(H5Screate_simple(static_cast<int>(x_rank), count.data(), nullptr));
+    const bool same =
+        file_space.get() >= 0 && memory_space.get() >= 0 &&
+        H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) >= 0 &&
+        H5Dread(x, u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, memory_space.get(), file_space.get(), H5P_DEFAULT,
+                through_hdf5.data()) >= 0 &&
+        pread_all(direct.data(), row_bytes, extent_offset[0]) && through_hdf5 == direct;
+    if (!same) {
+      close(direct_fd);
+      direct_fd = -1;
+    }
+    return same;
+  }
+
+  bool pread_all(unsigned char* to, size_t bytes, uint64_t offset) const {
+    while (bytes > 0) {
+      const ssize_t got = pread(direct_fd, to, bytes, static_cast<off_t>(offset));
+      if (got <= 0) return false;  // an error, or the file ends before the rows do
+      to += got;
+      bytes -= static_cast<size_t>(got);
+      offset += static_cast<uint64_t>(got);
+    }
+    return true;
+  }
+
+  // The labels and row checksums into all_y and all_crc, each in one read.
+  void load_labels() {
+    all_y.resize(static_cast<size_t>(n));
+    all_crc.resize(info.row_checksums ? static_cast<size_t>(n) : 0);
+    if (H5Dread(file.y.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, all_y.data()) < 0)
+      throw DataError(rows_error(0, n - 1, 0, 0, opt.y_name));
+    if (info.row_checksums &&
+        H5Dread(file.row_crc.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, all_crc.data()) < 0)
+      throw DataError(rows_error(0, n - 1, 0, 0, kRowChecksums));
+  }
+
   // The whole file into all_x, all_y and all_crc, each dataset in one read.
   void load_all() {
     std::lock_guard lock(hdf5_mutex());
@@ -362,6 +466,28 @@ struct ShardedReader::Impl {
       }
       return;
     }
+    if (direct_fd >= 0) {
+      // One pread per run of consecutive rows inside one extent.
+      const size_t row_bytes = static_cast<size_t>(numel) * (u8 ? 1 : 4);
+      for (int64_t j = 0; j < rows;) {
+        const int64_t first = order[static_cast<size_t>(j)].first, extent = first / extent_rows;
+        int64_t e = j + 1;
+        while (e < rows && order[static_cast<size_t>(e)].first == first + (e - j) &&
+               order[static_cast<size_t>(e)].first / extent_rows == extent)
+          ++e;
+        const uint64_t offset =
+            extent_offset[static_cast<size_t>(extent)] + static_cast<uint64_t>(first % extent_rows) * row_bytes;
+        if (!pread_all(raw.data() + static_cast<size_t>(j) * row_bytes, static_cast<size_t>(e - j) * row_bytes, offset))
+          throw DataError(rows_error(first, first + (e - j) - 1, epoch, batch, opt.x_name));
+        for (int64_t k = j; k < e; ++k) {
+          const auto row = static_cast<size_t>(order[static_cast<size_t>(k)].first);
+          yraw[static_cast<size_t>(k)] = all_y[row];
+          if (info.row_checksums) crcraw[static_cast<size_t>(k)] = all_crc[row];
+        }
+        j = e;
+      }
+      return;
+    }
     std::lock_guard lock(hdf5_mutex());
     h5::silence_errors();
     const hid_t xt = u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
@@ -372,7 +498,7 @@ struct ShardedReader::Impl {
       while (e < rows && order[static_cast<size_t>(e)].first == order[static_cast<size_t>(e - 1)].first + 1) ++e;
       hs_start[0] = static_cast<hsize_t>(order[static_cast<size_t>(j)].first);
       hs_count[0] = static_cast<hsize_t>(e - j);
-      if (opt.read_mode == ReadMode::Runs) {
+      if (opt.read_mode != ReadMode::Union) {  // Runs, and Direct where it cannot read directly
         ms_start[0] = static_cast<hsize_t>(j);
         if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, hs_start.data(), nullptr, hs_count.data(), nullptr) < 0 ||
             H5Sselect_hyperslab(ms, H5S_SELECT_SET, ms_start.data(), nullptr, hs_count.data(), nullptr) < 0 ||
@@ -514,7 +640,13 @@ void ShardedReader::init(const ReaderOptions& options) {
     s.y.assign(static_cast<size_t>(d.local), 0);
   }
   d.raw.resize(static_cast<size_t>(d.local * d.numel) * (d.u8 ? 1 : 4));
-  if (o.in_memory) d.load_all();
+  if (o.in_memory) {
+    d.load_all();
+  } else if (o.read_mode == ReadMode::Direct) {
+    std::lock_guard lock(hdf5_mutex());
+    h5::silence_errors();
+    if (d.plan_direct_reads()) d.load_labels();
+  }
   d.order.reserve(static_cast<size_t>(d.local));
   d.ycoords.resize(static_cast<size_t>(d.local));
   d.yraw.resize(static_cast<size_t>(d.local));
@@ -529,6 +661,7 @@ ShardedReader::~ShardedReader() {
 const DatasetInfo& ShardedReader::info() const { return impl_->info; }
 int64_t ShardedReader::batches_per_epoch() const { return impl_->bpe; }
 int64_t ShardedReader::local_batch() const { return impl_->local; }
+bool ShardedReader::reads_directly() const { return impl_->direct_fd >= 0; }
 
 void ShardedReader::start(int64_t epoch, int64_t batch_in_epoch) {
   Impl& d = *impl_;

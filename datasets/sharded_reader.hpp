@@ -25,9 +25,14 @@
 
 namespace mgt::data {
 
-// How one batch's sorted rows are selected in the file (both give identical batches).
+// How one batch's sorted rows are read from the file (all give identical batches).
 enum class ReadMode {
-  Runs,   // one H5Dread per run of consecutive rows (the default: fastest on Fashion-MNIST)
+  // The default: where the samples are stored as they are in memory (uint8 or native float32, no
+  // filter, contiguous or in chunks of whole rows, no user block), each run of consecutive rows is
+  // one pread at the offset HDF5 gives for its chunk, and the labels and checksums are read once
+  // at the start: no HDF5 call per batch. Elsewhere as Runs.
+  Direct,
+  Runs,   // one H5Dread per run of consecutive rows
   Union,  // one H5Dread of the OR of the runs' hyperslabs (HDF5 1.10 maps it per element:
           // ~30x slower on shuffled Fashion-MNIST; kept for comparison)
 };
@@ -62,7 +67,7 @@ struct ReaderOptions {
   bool drop_last = true;
   int prefetch_depth = 3;                // batches kept ready ahead of the one the caller holds
   size_t chunk_cache_bytes = 64u << 20;  // HDF5 chunk cache of x (H5Pset_chunk_cache)
-  ReadMode read_mode = ReadMode::Runs;
+  ReadMode read_mode = ReadMode::Direct;
   // Reads the whole file into memory once (data.in_memory) and takes each batch's rows from there:
   // for datasets that fit, when reading rows from the file cannot keep up with a GPU.
   bool in_memory = false;
@@ -103,6 +108,8 @@ class ShardedReader {
   const DatasetInfo& info() const;
   int64_t batches_per_epoch() const;  // floor(N / B) with drop_last, ceil(N / B) otherwise
   int64_t local_batch() const;        // B / W
+  // Whether the rows are read straight from the file (ReadMode::Direct where the layout allows).
+  bool reads_directly() const;
 
   // (Re)positions the stream at (epoch, batch_in_epoch) and starts prefetching from there; the
   // stream then runs on through later epochs forever. batch_in_epoch == batches_per_epoch() means

@@ -113,6 +113,7 @@ struct H5Spec {
   double mean = NAN, stddev = NAN;                // attributes on x when set
   std::vector<double> channel_mean, channel_std;  // array attributes on x when not empty (per channel)
   hsize_t chunk_rows = 16;
+  bool contiguous = false;  // x stored in one piece instead of chunks
   bool deflate = false;
 };
 
@@ -125,7 +126,7 @@ void write_h5(const std::string& path, const H5Spec& s) {
     hid_t pl = H5Pcreate(H5P_DATASET_CREATE);
     std::vector<hsize_t> chunk = s.x_dims;
     chunk[0] = std::min(chunk[0], s.chunk_rows);
-    H5Pset_chunk(pl, static_cast<int>(chunk.size()), chunk.data());
+    if (!s.contiguous) H5Pset_chunk(pl, static_cast<int>(chunk.size()), chunk.data());
     if (s.deflate) H5Pset_deflate(pl, 4);
     const bool u8 = s.x_type == H5T_NATIVE_UINT8;
     const bool f32 = s.x_type == H5T_NATIVE_FLOAT;
@@ -1143,10 +1144,56 @@ TEST(DataReader, UnionSelectionGivesTheSameBatches) {
   o.world = 3;
   o.rank = 2;
   o.seed = 11;
+  o.read_mode = ReadMode::Runs;
   ShardedReader runs(o);
   o.read_mode = ReadMode::Union;
   ShardedReader uni(o);
   for (int i = 0; i < 7; ++i) EXPECT_EQ(rows_of(runs.next()), rows_of(uni.next()));
+}
+
+// Rows read straight from the file (the default) are the rows HDF5 reads, chunked (the last chunk
+// short of rows) or contiguous, float32 or uint8; a deflated file goes through HDF5.
+TEST(DataReader, DirectReadsGiveTheSameBatches) {
+  TempDir dir;
+  for (const bool contiguous : {false, true}) {
+    for (const bool u8 : {false, true}) {
+      H5Spec s = indexed_spec(90);
+      s.contiguous = contiguous;
+      if (u8) {
+        s.x_type = H5T_NATIVE_UINT8;
+        for (float v : s.x_f) s.x_u8.push_back(static_cast<uint8_t>(static_cast<int>(v) % 251));
+        s.x_f.clear();
+      }
+      const std::string f = dir.file(std::string(contiguous ? "contiguous" : "chunked") + (u8 ? "_u8" : "") + ".h5");
+      write_h5(f, s);
+      ReaderOptions o;
+      o.path = f;
+      o.global_batch = 30;
+      o.world = 3;
+      o.rank = 1;
+      o.seed = 9;
+      ShardedReader direct(o);
+      o.read_mode = ReadMode::Runs;
+      ShardedReader through_hdf5(o);
+      EXPECT_TRUE(direct.reads_directly()) << f;
+      EXPECT_FALSE(through_hdf5.reads_directly()) << f;
+      for (int i = 0; i < 7; ++i) {
+        Batch a = direct.next(), b = through_hdf5.next();
+        ASSERT_EQ(a.rows, b.rows) << f;
+        EXPECT_EQ(std::vector<int32_t>(a.y, a.y + a.rows), std::vector<int32_t>(b.y, b.y + b.rows)) << f;
+        EXPECT_EQ(std::vector<float>(a.x.data(), a.x.data() + a.x.numel()),
+                  std::vector<float>(b.x.data(), b.x.data() + b.x.numel()))
+            << f << " batch " << i;
+      }
+    }
+  }
+  H5Spec s = indexed_spec(90);
+  s.deflate = true;
+  write_h5(dir.file("deflated.h5"), s);
+  ReaderOptions o;
+  o.path = dir.file("deflated.h5");
+  o.global_batch = 30;
+  EXPECT_FALSE(ShardedReader(o).reads_directly());
 }
 
 // The whole file in memory gives the batches reading rows from the file gives.

@@ -1019,13 +1019,14 @@ TEST(DataAugment, CropPadsWithWhatZeroNormalisesToAndFlipMirrorsTheWidth) {
 TEST(DataAugment, DISABLED_ReaderRowsPerSecond) {
   const char* path = std::getenv("MGTRAIN_READER_BENCH_FILE");
   if (!path) GTEST_SKIP() << "MGTRAIN_READER_BENCH_FILE not set";
-  for (const bool in_memory : {false, true})
+  for (const char* from : {"hdf5", "direct", "in_memory"})
     for (const char* spec : {"", "flip", "crop:4", "crop:4,flip"}) {
       ReaderOptions o;
       o.path = path;
       o.global_batch = 128;
       o.seed = 1;
-      o.in_memory = in_memory;
+      o.in_memory = std::string(from) == "in_memory";
+      o.read_mode = std::string(from) == "hdf5" ? ReadMode::Runs : ReadMode::Direct;
       o.augment = parse_augmentation(spec);
       ShardedReader reader(o);
       std::vector<double> rates;
@@ -1037,8 +1038,7 @@ TEST(DataAugment, DISABLED_ReaderRowsPerSecond) {
         rates.push_back(100 * 128 / s);
       }
       std::sort(rates.begin(), rates.end());
-      std::printf("reader %-9s augment %-12s %10.0f rows/s (median of 5)\n", in_memory ? "in_memory" : "file",
-                  *spec ? spec : "off", rates[2]);
+      std::printf("reader %-9s augment %-12s %10.0f rows/s (median of 5)\n", from, *spec ? spec : "off", rates[2]);
     }
 }
 

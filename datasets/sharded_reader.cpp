@@ -2,6 +2,7 @@
 #include "datasets/sharded_reader.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -418,7 +419,8 @@ struct ShardedReader::Impl {
   bool pread_all(unsigned char* to, size_t bytes, uint64_t offset) const {
     while (bytes > 0) {
       const ssize_t got = pread(direct_fd, to, bytes, static_cast<off_t>(offset));
-      if (got <= 0) return false;  // an error, or the file ends before the rows do
+      if (got < 0 && errno == EINTR) continue;  // a signal's handler ran on this thread
+      if (got <= 0) return false;               // an error, or the file ends before the rows do
       to += got;
       bytes -= static_cast<size_t>(got);
       offset += static_cast<uint64_t>(got);

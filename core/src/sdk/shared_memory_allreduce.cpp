@@ -21,11 +21,12 @@ namespace {
 constexpr size_t kLine = 64;                           // bytes: a cache line
 constexpr size_t kLineFloats = kLine / sizeof(float);  // parts and slots start on a line of their own
 
+constexpr size_t kSummedValues = 3;  // sum_over_ranks' values that fit beside a generation
+
 // One per local rank at the start of the mapping, a line each so that ranks announcing their
-// arrival do not invalidate each other's.
-// Beside it, the values a rank adds to sum_over_ranks, two sets alternating by barrier: a rank
-// writes the next set only after the barrier that every rank passes after reading this one.
-constexpr size_t kSummedValues = 3;
+// arrival do not invalidate each other's. Beside the generation, the values the rank adds to
+// sum_over_ranks, two sets alternating by barrier: a rank writes a set again only after the next
+// barrier, which every rank reaches only after it has read that set.
 struct alignas(kLine) Arrival {
   std::atomic<uint64_t> generation;
   double values[2][kSummedValues];

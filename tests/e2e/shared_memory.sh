@@ -3,7 +3,8 @@
 # in a mount namespace of its own with a private /dev/shm, so that only this test's files are
 # there (root only: exit 77 otherwise):
 #   clean: at np=2 it trains to the bits of Open MPI's all-reduce (a sum of two is the same in
-#     either order), and its memory has no name in /dev/shm while the job runs nor after.
+#     either order, and the ranks' shared update of their parts is the whole update's, element by
+#     element), and its memory has no name in /dev/shm while the job runs nor after.
 #   full: a /dev/shm with room for Open MPI's segments but not for the gradients: one note naming
 #     the size and the reason, and the job trains through MPI instead.
 # Usage: shared_memory.sh clean|full

@@ -391,7 +391,6 @@ struct ShardedReader::Impl {
           return false;
         extent_offset[at[0] / chunk[0]] = address;
       }
-      if (std::count(extent_offset.begin(), extent_offset.end(), HADDR_UNDEF) != 0) return false;
     } else {
       return false;
     }
@@ -428,15 +427,16 @@ struct ShardedReader::Impl {
     return true;
   }
 
-  // The labels and row checksums into all_y and all_crc, each in one read.
-  void load_labels() {
+  // Under hdf5_mutex(): the labels and row checksums into all_y and all_crc, each in one read;
+  // `why` ends an error's line.
+  void load_labels(const std::string& why) {
     all_y.resize(static_cast<size_t>(n));
     all_crc.resize(info.row_checksums ? static_cast<size_t>(n) : 0);
     if (H5Dread(file.y.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, all_y.data()) < 0)
-      throw DataError(rows_error(0, n - 1, 0, 0, opt.y_name));
+      throw DataError(rows_error(0, n - 1, 0, 0, opt.y_name) + why);
     if (info.row_checksums &&
         H5Dread(file.row_crc.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, all_crc.data()) < 0)
-      throw DataError(rows_error(0, n - 1, 0, 0, kRowChecksums));
+      throw DataError(rows_error(0, n - 1, 0, 0, kRowChecksums) + why);
   }
 
   // The whole file into all_x, all_y and all_crc, each dataset in one read.
@@ -444,16 +444,16 @@ struct ShardedReader::Impl {
     std::lock_guard lock(hdf5_mutex());
     h5::silence_errors();
     all_x.resize(static_cast<size_t>(n * numel) * (u8 ? 1 : 4));
-    all_y.resize(static_cast<size_t>(n));
-    all_crc.resize(info.row_checksums ? static_cast<size_t>(n) : 0);
     if (H5Dread(file.x.get(), u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, all_x.data()) <
         0)
       throw DataError(rows_error(0, n - 1, 0, 0, opt.x_name) + " (data.in_memory)");
-    if (H5Dread(file.y.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, all_y.data()) < 0)
-      throw DataError(rows_error(0, n - 1, 0, 0, opt.y_name) + " (data.in_memory)");
-    if (info.row_checksums &&
-        H5Dread(file.row_crc.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, all_crc.data()) < 0)
-      throw DataError(rows_error(0, n - 1, 0, 0, kRowChecksums) + " (data.in_memory)");
+    load_labels(" (data.in_memory)");
+  }
+
+  // Batch position j's label and checksum, of file row `row`, from all_y and all_crc.
+  void take_labels(int64_t j, size_t row) {
+    yraw[static_cast<size_t>(j)] = all_y[row];
+    if (info.row_checksums) crcraw[static_cast<size_t>(j)] = all_crc[row];
   }
 
   // Reads the rows of `order` (sorted) into raw and yraw (and crcraw), in that order.
@@ -463,8 +463,7 @@ struct ShardedReader::Impl {
       for (int64_t j = 0; j < rows; ++j) {
         const auto row = static_cast<size_t>(order[static_cast<size_t>(j)].first);
         std::memcpy(raw.data() + static_cast<size_t>(j) * row_bytes, all_x.data() + row * row_bytes, row_bytes);
-        yraw[static_cast<size_t>(j)] = all_y[row];
-        if (info.row_checksums) crcraw[static_cast<size_t>(j)] = all_crc[row];
+        take_labels(j, row);
       }
       return;
     }
@@ -481,11 +480,7 @@ struct ShardedReader::Impl {
             extent_offset[static_cast<size_t>(extent)] + static_cast<uint64_t>(first % extent_rows) * row_bytes;
         if (!pread_all(raw.data() + static_cast<size_t>(j) * row_bytes, static_cast<size_t>(e - j) * row_bytes, offset))
           throw DataError(rows_error(first, first + (e - j) - 1, epoch, batch, opt.x_name));
-        for (int64_t k = j; k < e; ++k) {
-          const auto row = static_cast<size_t>(order[static_cast<size_t>(k)].first);
-          yraw[static_cast<size_t>(k)] = all_y[row];
-          if (info.row_checksums) crcraw[static_cast<size_t>(k)] = all_crc[row];
-        }
+        for (int64_t k = j; k < e; ++k) take_labels(k, static_cast<size_t>(order[static_cast<size_t>(k)].first));
         j = e;
       }
       return;
@@ -647,7 +642,7 @@ void ShardedReader::init(const ReaderOptions& options) {
   } else if (o.read_mode == ReadMode::Direct) {
     std::lock_guard lock(hdf5_mutex());
     h5::silence_errors();
-    if (d.plan_direct_reads()) d.load_labels();
+    if (d.plan_direct_reads()) d.load_labels("");
   }
   d.order.reserve(static_cast<size_t>(d.local));
   d.ycoords.resize(static_cast<size_t>(d.local));

@@ -48,15 +48,13 @@ class SharedUpdate final : public OptimizerSharding {
   // node need not follow).
   void gather_state(const float* shard, float* whole) override {
     const size_t part = shared_.part_floats(), ranks = static_cast<size_t>(shared_.local_size());
-    std::vector<float> parts(comm_.rank() == 0 ? part * ranks : 0);
     std::vector<float> by_rank(part * ranks);
     comm_.allgather(shard, by_rank.data(), part, ElementType::f32);
     if (comm_.rank() != 0) return;
-    for (size_t local = 0; local < ranks; ++local) {
-      const size_t rank = static_cast<size_t>(shared_.world_ranks()[local]);
-      std::copy(by_rank.begin() + rank * part, by_rank.begin() + (rank + 1) * part, parts.begin() + local * part);
+    for (size_t local = 0; local < ranks && local * part < flat_; ++local) {
+      const float* from = by_rank.data() + static_cast<size_t>(shared_.world_ranks()[local]) * part;
+      std::copy(from, from + std::min(part, flat_ - local * part), whole + local * part);
     }
-    std::copy(parts.begin(), parts.begin() + flat_, whole);
   }
 
   void scatter_state(const float* whole, float* shard) override {

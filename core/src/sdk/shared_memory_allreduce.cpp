@@ -38,6 +38,15 @@ size_t header_bytes(int local_size) { return round_up(sizeof(Arrival) * static_c
 
 Arrival* arrivals(void* mapping) { return static_cast<Arrival*>(mapping); }
 
+// A local rank's part of `count` floats: an equal share, in whole cache lines.
+size_t part_of(size_t count, int local_size) {
+  const auto ranks = static_cast<size_t>(local_size);
+  return round_up((count + ranks - 1) / ranks, kLineFloats);
+}
+
+// Floats summed at a time, a block that stays in the L1 cache.
+constexpr size_t kBlock = 1024;
+
 }  // namespace
 
 std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicator& comm, size_t count,
@@ -61,7 +70,7 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicato
   MGT_CHECK(!with_params || !across_nodes, Error, "shared-memory parameters across nodes");
   const size_t local = static_cast<size_t>(self->local_size_);
   self->count_ = std::max<size_t>(count, 1);
-  self->part_floats_ = round_up((self->count_ + local - 1) / local, kLineFloats);
+  self->part_floats_ = part_of(self->count_, self->local_size_);
   self->slot_floats_ = self->part_floats_ * local;
   self->with_params_ = with_params;
   const size_t regions = local + (with_params ? 1 : 0);  // the slots, then the parameters
@@ -163,25 +172,18 @@ void SharedMemoryAllreduce::allreduce_sum(float* data, size_t offset, size_t cou
   if (!in_place) std::memcpy(mine, data, count * sizeof(float));
   barrier("allreduce", count);
   // This rank's part, whole cache lines where the range starts on one (parameters do).
-  const size_t part =
-      round_up((count + static_cast<size_t>(local_size_) - 1) / static_cast<size_t>(local_size_), kLineFloats);
+  const size_t part = part_of(count, local_size_);
   const size_t begin = std::min(count, part * static_cast<size_t>(local_rank_));
   const size_t end = std::min(count, begin + part);
-  // In blocks that stay in the L1 cache: the sum over the slots in local-rank order, then (on one
-  // node) written into every slot. Across nodes the node's sum goes into this rank's slot, is
-  // all-reduced with the other nodes, and then written into the others'.
-  constexpr size_t kBlock = 1024;
+  // In blocks that stay in the L1 cache: the sum over the slots, then (on one node) written into
+  // every slot. Across nodes the node's sum goes into this rank's slot, is all-reduced with the
+  // other nodes, and then written into the others'.
   float block[kBlock];
-  for (size_t at = begin; at < end; at += kBlock) {
-    const size_t n = std::min(kBlock, end - at);
-    const float* first = slot(0) + offset + at;
-    std::copy(first, first + n, block);
-    for (int r = 1; r < local_size_; ++r) {
-      const float* other = slot(r) + offset + at;
-      for (size_t i = 0; i < n; ++i) block[i] += other[i];
-    }
+  for (size_t at = offset + begin; at < offset + end; at += kBlock) {
+    const size_t n = std::min(kBlock, offset + end - at);
+    sum_block(at, n, block);
     for (int r = 0; r < local_size_; ++r)
-      if (!rail_ || r == local_rank_) std::copy(block, block + n, slot(r) + offset + at);
+      if (!rail_ || r == local_rank_) std::copy(block, block + n, slot(r) + at);
   }
   if (rail_ && begin < end) {
     // Every node has the same parts, so the ranks of a rail agree on whether theirs is empty.
@@ -200,18 +202,21 @@ void SharedMemoryAllreduce::reduce_scatter_sum() {
   // As allreduce_sum over [0, count_): the same parts, the same order of the terms.
   const size_t begin = std::min(count_, part_begin());
   const size_t end = std::min(count_, begin + part_floats_);
-  float* mine = slot(local_rank_);
-  constexpr size_t kBlock = 1024;
+  // Through a block: this rank's slot is one of the terms.
   float block[kBlock];
   for (size_t at = begin; at < end; at += kBlock) {
     const size_t n = std::min(kBlock, end - at);
-    const float* first = slot(0) + at;
-    std::copy(first, first + n, block);
-    for (int r = 1; r < local_size_; ++r) {
-      const float* other = slot(r) + at;
-      for (size_t i = 0; i < n; ++i) block[i] += other[i];
-    }
-    std::copy(block, block + n, mine + at);
+    sum_block(at, n, block);
+    std::copy(block, block + n, slot(local_rank_) + at);
+  }
+}
+
+void SharedMemoryAllreduce::sum_block(size_t at, size_t n, float* out) const {
+  const float* first = slot(0) + at;
+  std::copy(first, first + n, out);
+  for (int r = 1; r < local_size_; ++r) {
+    const float* other = slot(r) + at;
+    for (size_t i = 0; i < n; ++i) out[i] += other[i];
   }
 }
 

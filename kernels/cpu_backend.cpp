@@ -2,6 +2,7 @@
 // memory. Every CPU rank's training step (core/src/device/compiled_step.hpp) runs on it, in place;
 // test builds also run the GPU's form of the step on it, which is how that program is tested on
 // machines without a GPU.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -117,6 +118,15 @@ class CpuMaxPool final : public MaxPoolOp {
   std::vector<int32_t> argmax_;
 };
 
+// PREFETCHW: the line in the exclusive state, ready to be written (a no-op where not supported).
+inline void prefetch_for_writing(const float* p) {
+#if defined(__x86_64__)
+  asm volatile("prefetchw %0" : : "m"(*reinterpret_cast<const char*>(p)));
+#else
+  __builtin_prefetch(p, 1, 3);
+#endif
+}
+
 // The plugin's own loop, on host memory.
 class CpuUpdate final : public UpdateOp {
  public:
@@ -124,7 +134,19 @@ class CpuUpdate final : public UpdateOp {
   void run(float* params, const float* grads, float* const* state, const void* scalars, size_t n,
            const int32_t* skip) override {
     if (skip && *skip) return;
-    update_.run(params, grads, state, scalars, n);
+    // In blocks, asking for the next block's parameter lines for writing before updating this one:
+    // where another core last read them (the node's shared parameters), each line must be taken
+    // from it, and those requests then overlap instead of stalling one store at a time.
+    constexpr size_t kBlock = 2048, kLineFloats = 16;
+    float* block_state[kMaxUpdateStates] = {};
+    const int states = update_.states();
+    for (size_t at = 0; at < n; at += kBlock) {
+      const size_t len = std::min(kBlock, n - at);
+      for (size_t ahead = at + kBlock; ahead < std::min(n, at + 2 * kBlock); ahead += kLineFloats)
+        prefetch_for_writing(params + ahead);
+      for (int k = 0; k < states; ++k) block_state[k] = state[k] + at;
+      update_.run(params + at, grads + at, block_state, scalars, len);
+    }
   }
 
  private:

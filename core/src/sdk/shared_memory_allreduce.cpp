@@ -206,6 +206,12 @@ void SharedMemoryAllreduce::reduce_scatter_sum() {
   float block[kBlock];
   for (size_t at = begin; at < end; at += kBlock) {
     const size_t n = std::min(kBlock, end - at);
+    // The next block of the other ranks' slots, which their cores wrote, is asked for before this
+    // one is summed: those lines come from the other cores, and the requests then overlap.
+    for (int r = 0; r < local_size_; ++r)
+      if (r != local_rank_)
+        for (size_t ahead = at + kBlock; ahead < std::min(end, at + 2 * kBlock); ahead += kLineFloats)
+          __builtin_prefetch(slot(r) + ahead, 0, 3);
     sum_block(at, n, block);
     std::copy(block, block + n, slot(local_rank_) + at);
   }

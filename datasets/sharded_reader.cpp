@@ -2,6 +2,7 @@
 #include "datasets/sharded_reader.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -9,8 +10,10 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -20,6 +23,7 @@
 #include <zlib.h>
 
 #include "datasets/hdf5_util.hpp"
+#include "mgtrain/idle_core.hpp"
 #include "mgtrain/rng.hpp"
 
 namespace mgt::data {
@@ -162,6 +166,11 @@ struct ShardedReader::Impl {
   std::thread thread;
   bool stopping = false, started = false;
   int64_t filled = 0, released = 0, handed = 0;
+  // For next()'s wait with a shared core, read by the thread without the mutex: `filled` (or the
+  // largest int64 once a read failed), and the batch next() waits for.
+  std::atomic<int64_t> produced{0};
+  int64_t wanted = 0;
+  bool shares_core = false;  // this reader holds IdleCore's claim
   std::exception_ptr error;
   int64_t error_at = -1;
 
@@ -185,31 +194,47 @@ struct ShardedReader::Impl {
       stopping = true;
     }
     cv.notify_all();
-    if (thread.joinable()) thread.join();
+    if (thread.joinable()) {
+      IdleCore::stop_worker(this);
+      thread.join();
+    }
     stopping = false;
   }
 
   void run(int64_t epoch, int64_t batch) {
+    // Sharing the step's core, the thread reads only while the step waits (mgtrain/idle_core.hpp).
+    struct Worker {
+      explicit Worker(const Impl* owner) { IdleCore::attach(owner); }
+      ~Worker() { IdleCore::detach(); }
+    };
+    std::optional<Worker> worker;
+    if (shares_core) worker.emplace(this);
     for (int64_t k = 0;; ++k) {
       {
         std::unique_lock lk(m);
-        cv.wait(lk, [&] { return stopping || k - released < static_cast<int64_t>(slots.size()); });
+        const auto free_slot = [&] { return stopping || k - released < static_cast<int64_t>(slots.size()); };
+        if (!free_slot()) IdleCore::rest();
+        cv.wait(lk, free_slot);
         if (stopping) return;
       }
       try {
         const auto read_start = std::chrono::steady_clock::now();
         fill(slots[static_cast<size_t>(k) % slots.size()], epoch, batch);
         if (opt.on_batch_read) opt.on_batch_read(read_start, std::chrono::steady_clock::now(), batch);
+      } catch (const Stopped&) {
+        return;
       } catch (...) {
         std::lock_guard lk(m);
         error = std::current_exception();
         error_at = k;
+        produced.store(std::numeric_limits<int64_t>::max(), std::memory_order_release);
         cv.notify_all();
         return;
       }
       {
         std::lock_guard lk(m);
         filled = k + 1;
+        produced.store(filled, std::memory_order_release);
       }
       cv.notify_all();
       if (++batch == bpe) {
@@ -226,7 +251,17 @@ struct ShardedReader::Impl {
            "' failed (epoch " + std::to_string(epoch) + ", batch " + std::to_string(batch) + "): " + h5::error_text();
   }
 
+  // Thrown by pause() when the reader stops while its thread waits for the core.
+  struct Stopped {};
+  // Between two pieces of a batch's work (a row): where the thread shares the step's core, it
+  // waits here until the core is lent to it. Not while holding hdf5_mutex(): another reader's
+  // thread may need it.
+  static void pause() {
+    if (!IdleCore::may_run()) throw Stopped{};
+  }
+
   void fill(Slot& s, int64_t epoch, int64_t batch) {
+    pause();
     const int64_t B = opt.global_batch;
     const int64_t in_batch = std::min(B, n - batch * B);
     const int64_t lo = std::min<int64_t>(opt.rank * local, in_batch);
@@ -252,6 +287,7 @@ struct ShardedReader::Impl {
     const size_t elem = u8 ? 1 : 4;
     const bool augmenting = opt.augment.any();
     for (int64_t j = 0; j < s.rows; ++j) {
+      pause();
       const auto [row, pos] = order[static_cast<size_t>(j)];
       float* const slot_row = s.x.data() + pos * numel;
       float* const dst = augmenting ? normalised.data() : slot_row;
@@ -461,6 +497,7 @@ struct ShardedReader::Impl {
     if (opt.in_memory) {
       const size_t row_bytes = static_cast<size_t>(numel) * (u8 ? 1 : 4);
       for (int64_t j = 0; j < rows; ++j) {
+        pause();
         const auto row = static_cast<size_t>(order[static_cast<size_t>(j)].first);
         std::memcpy(raw.data() + static_cast<size_t>(j) * row_bytes, all_x.data() + row * row_bytes, row_bytes);
         take_labels(j, row);
@@ -471,6 +508,7 @@ struct ShardedReader::Impl {
       // One pread per run of consecutive rows inside one extent.
       const size_t row_bytes = static_cast<size_t>(numel) * (u8 ? 1 : 4);
       for (int64_t j = 0; j < rows;) {
+        pause();
         const int64_t first = order[static_cast<size_t>(j)].first, extent = first / extent_rows;
         int64_t e = j + 1;
         while (e < rows && order[static_cast<size_t>(e)].first == first + (e - j) &&
@@ -652,6 +690,7 @@ void ShardedReader::init(const ReaderOptions& options) {
 
 ShardedReader::~ShardedReader() {
   impl_->stop();
+  if (impl_->shares_core) IdleCore::release(impl_.get());
   impl_->close_hdf5();
 }
 
@@ -671,7 +710,9 @@ void ShardedReader::start(int64_t epoch, int64_t batch_in_epoch) {
     ++epoch;
   }
   d.stop();
+  if (d.opt.share_core && !d.shares_core) d.shares_core = IdleCore::claim(&d);
   d.filled = d.released = d.handed = 0;
+  d.produced.store(0);
   d.error = nullptr;
   d.error_at = -1;
   d.started = true;
@@ -687,7 +728,21 @@ Batch ShardedReader::next() {
     d.cv.notify_all();
   }
   const auto t0 = std::chrono::steady_clock::now();
-  d.cv.wait(lk, [&] { return d.filled > d.handed || (d.error && d.error_at == d.handed); });
+  const auto ready = [&] { return d.filled > d.handed || (d.error && d.error_at == d.handed); };
+  if (!ready() && d.shares_core) {
+    // The batch is not read yet: the thread may have the core until it is.
+    d.wanted = d.handed;
+    lk.unlock();
+    IdleCore::wait_for_worker(
+        &d,
+        [](const void* impl) {
+          const Impl& i = *static_cast<const Impl*>(impl);
+          return i.produced.load(std::memory_order_acquire) > i.wanted;
+        },
+        &d);
+    lk.lock();
+  }
+  d.cv.wait(lk, ready);
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (d.filled <= d.handed) std::rethrow_exception(d.error);
   Impl::Slot& s = d.slots[static_cast<size_t>(d.handed) % d.slots.size()];

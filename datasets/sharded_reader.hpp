@@ -78,6 +78,10 @@ struct ReaderOptions {
   // host memory, from which copies to the device run asynchronously, on their own stream.
   std::function<void*(size_t bytes)> allocate_slot;
   std::function<void(void*)> release_slot;
+  // The prefetch thread shares the caller's one core (mgtrain/idle_core.hpp): it reads only while
+  // the caller waits, for its batch in next() or for other ranks. At most one reader of a process
+  // does at a time; with another already sharing, this one reads as without.
+  bool share_core = false;
   // Called by the prefetch thread after it read each batch: when it began and ended, and the
   // batch's index in its epoch (the timeline trace). Empty: nothing is timed.
   std::function<void(std::chrono::steady_clock::time_point begin, std::chrono::steady_clock::time_point end,

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <numeric>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -1215,6 +1217,51 @@ TEST(DataReader, InMemoryGivesTheSameBatches) {
     EXPECT_EQ(std::vector<float>(a.x.data(), a.x.data() + a.x.numel()),
               std::vector<float>(b.x.data(), b.x.data() + b.x.numel()));
   }
+}
+
+// A reader sharing the caller's core (mgtrain/idle_core.hpp) reads only while the caller waits:
+// after a batch is handed out its thread reads no further on its own, where a free-running reader
+// fills the whole ring. The batches are the same, across a restart, and it stops cleanly while its
+// thread waits for the core.
+TEST(DataReader, SharingTheCoreReadsOnlyWhileTheCallerWaits) {
+  TempDir dir;
+  write_h5(dir.file("f.h5"), indexed_spec(90));
+  ReaderOptions o;
+  o.path = dir.file("f.h5");
+  o.global_batch = 30;
+  o.world = 3;
+  o.rank = 1;
+  o.seed = 5;
+  o.prefetch_depth = 3;
+  std::atomic<int> read_free{0}, read_shared{0};
+  o.on_batch_read = [&](auto, auto, int64_t) { ++read_free; };
+  ShardedReader free_running(o);
+  o.share_core = true;
+  o.on_batch_read = [&](auto, auto, int64_t) { ++read_shared; };
+  ShardedReader sharing(o);
+  for (int restart = 0; restart < 2; ++restart) {
+    free_running.start(restart, 1);
+    sharing.start(restart, 1);
+    for (int i = 0; i < 5; ++i) {
+      Batch a = free_running.next(), b = sharing.next();
+      EXPECT_EQ(rows_of(a), rows_of(b));
+      EXPECT_EQ(std::vector<float>(a.x.data(), a.x.data() + a.x.numel()),
+                std::vector<float>(b.x.data(), b.x.data() + b.x.numel()));
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // The 10 batches handed out, no more; the free-running reader also filled its ring after each run.
+  EXPECT_EQ(read_shared.load(), 10) << "the sharing reader read batches while its caller ran";
+  EXPECT_GE(read_free.load(), 10 + 3);
+  // A second reader sharing meanwhile cannot (one per process): it reads as without.
+  ReaderOptions plain = o;
+  plain.on_batch_read = nullptr;
+  std::atomic<int> read_second{0};
+  o.on_batch_read = [&](auto, auto, int64_t) { ++read_second; };
+  ShardedReader second(o);
+  EXPECT_EQ(rows_of(second.next()), rows_of(ShardedReader(plain).next()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(read_second.load(), 4);
 }
 
 // Prefetch slots from the caller's allocator (pinned memory on a GPU): every slot comes from it and

@@ -661,6 +661,10 @@ class Trainer {
     ro.prefetch_depth = static_cast<int>(config_.get_int("data.prefetch"));
     ro.chunk_cache_bytes = static_cast<size_t>(config_.get_real("data.cache_mb") * 1e6);
     ro.in_memory = config_.get_bool("data.in_memory");
+    // A rank bound to one core (mpirun's default for up to two ranks) reads while its step waits,
+    // instead of when the scheduler lets the thread preempt the step. On a GPU the step's thread
+    // mostly waits for the device: the reader runs then anyway.
+    ro.share_core = device_->kind() == DeviceKind::cpu && kernels::usable_cpu_cores() == 1;
     try {
       ro.augment = data::parse_augmentation(config_.get_string("data.augment"));
     } catch (const ConfigError& e) {

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "mgtrain/error.hpp"
+#include "mgtrain/idle_core.hpp"
 
 namespace mgt {
 
@@ -43,6 +44,10 @@ size_t part_of(size_t count, int local_size) {
   const auto ranks = static_cast<size_t>(local_size);
   return round_up((count + ranks - 1) / ranks, kLineFloats);
 }
+
+// Polls of a barrier before it lends the core to the reader (mgtrain/idle_core.hpp): a hand-over
+// and back costs two context switches, more than a wait this short.
+constexpr unsigned kSpinsBeforeLending = 64;
 
 // Floats summed at a time, a block that stays in the L1 cache.
 constexpr size_t kBlock = 1024;
@@ -146,6 +151,11 @@ void SharedMemoryAllreduce::barrier(const char* what, size_t count) {
     for (int r = 0; r < local_size_; ++r)
       if (arrival[r].generation.load(std::memory_order_acquire) < generation_) ++waiting;
     if (waiting == 0) return;
+    // Past a short spin (the usual skew between ranks), the rank's reader thread may have this
+    // core until the others arrive: its work, done here, is not done at the start of a step.
+    if (polls >= kSpinsBeforeLending)
+      IdleCore::lend_until(
+          [](const void* self) { return static_cast<const SharedMemoryAllreduce*>(self)->all_arrived(); }, this);
     if ((polls & 255) == 255 && std::chrono::steady_clock::now() > deadline) {
       std::string ranks;
       for (int r = 0; r < local_size_; ++r)
@@ -160,6 +170,13 @@ void SharedMemoryAllreduce::barrier(const char* what, size_t count) {
     // More ranks than cores: the rank waited for may need this core.
     sched_yield();
   }
+}
+
+bool SharedMemoryAllreduce::all_arrived() const {
+  const Arrival* arrival = arrivals(mapping_.get());
+  for (int r = 0; r < local_size_; ++r)
+    if (arrival[r].generation.load(std::memory_order_acquire) < generation_) return false;
+  return true;
 }
 
 void SharedMemoryAllreduce::allreduce_sum(float* data, size_t offset, size_t count) {

@@ -71,6 +71,8 @@ class SharedMemoryAllreduce {
   // Waits until every rank of the node has arrived here; `what` and `count` name the operation in
   // the timeout message.
   void barrier(const char* what, size_t count);
+  // Whether every rank of the node has reached the barrier this rank is in.
+  bool all_arrived() const;
   // out[0, n) = the sum of slot(r)[at, at + n) over the local ranks r, in local-rank order: every
   // rank, and both forms of the sum, get the same bits. `out` must not be in a slot.
   void sum_block(size_t at, size_t n, float* out) const;

@@ -45,9 +45,10 @@ size_t part_of(size_t count, int local_size) {
   return round_up((count + ranks - 1) / ranks, kLineFloats);
 }
 
-// Polls of a barrier before it lends the core to the reader (mgtrain/idle_core.hpp): a hand-over
-// and back costs two context switches, more than a wait this short.
-constexpr unsigned kSpinsBeforeLending = 64;
+// Polls of a barrier (a few microseconds: each yields the core) before it lends the core to the
+// reader (mgtrain/idle_core.hpp): a hand-over and back costs two context switches, more than a
+// wait this short. At 64 polls most waits were over before the reader got the core.
+constexpr unsigned kSpinsBeforeLending = 8;
 
 // Floats summed at a time, a block that stays in the L1 cache.
 constexpr size_t kBlock = 1024;

@@ -8,8 +8,9 @@
 // it back, between two small pieces of its work, as soon as the wait is over. Its work then fills
 // time in which the core would otherwise spin.
 //
-// One owner per process at a time (the training reader), whose thread is the worker. Where none
-// is, or from any other thread, every call returns at once.
+// One owner per process at a time (the training reader), whose thread is the worker. Where no
+// owner holds it, the step's calls return at once; the worker's calls return at once on any
+// thread but the worker's.
 #include "mgtrain/export.hpp"
 
 namespace mgt {

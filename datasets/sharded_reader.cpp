@@ -119,6 +119,8 @@ struct ShardedReader::Impl {
   DatasetInfo info;
   int64_t n = 0, numel = 0, local = 0, bpe = 0;
   bool u8 = true;
+  // A sample's bytes as the file stores it (uint8 or float32).
+  size_t row_bytes() const { return static_cast<size_t>(numel) * (u8 ? 1 : 4); }
   // Normalisation per channel (one channel spanning the whole sample when the file's mean and std
   // are scalars): channel c covers elements [c * channel_numel, (c + 1) * channel_numel).
   int64_t channels = 1, channel_numel = 0;
@@ -166,10 +168,10 @@ struct ShardedReader::Impl {
   std::thread thread;
   bool stopping = false, started = false;
   int64_t filled = 0, released = 0, handed = 0;
-  // For next()'s wait with a shared core, read by the thread without the mutex: `filled` (or the
-  // largest int64 once a read failed), and the batch next() waits for.
+  // `filled`, or the largest int64 once a read failed: for next()'s wait with a shared core, which
+  // the thread evaluates holding IdleCore's lock, so without this mutex (run() takes the two in
+  // the other order).
   std::atomic<int64_t> produced{0};
-  int64_t wanted = 0;
   bool shares_core = false;  // this reader holds IdleCore's claim
   std::exception_ptr error;
   int64_t error_at = -1;
@@ -391,7 +393,7 @@ struct ShardedReader::Impl {
     // The labels and checksums it keeps in memory: at most 128 MB.
     if (n > (int64_t{1} << 24)) return false;
     const hid_t x = file.x.get();
-    const size_t row_bytes = static_cast<size_t>(numel) * (u8 ? 1 : 4);
+    const size_t row_bytes = this->row_bytes();
     h5::Id dcpl = h5::plist(H5Dget_create_plist(x));
     h5::Id type = h5::type(H5Dget_type(x));
     h5::Id fcpl = h5::plist(H5Fget_create_plist(file.file.get()));
@@ -479,7 +481,7 @@ struct ShardedReader::Impl {
   void load_all() {
     std::lock_guard lock(hdf5_mutex());
     h5::silence_errors();
-    all_x.resize(static_cast<size_t>(n * numel) * (u8 ? 1 : 4));
+    all_x.resize(static_cast<size_t>(n) * row_bytes());
     if (H5Dread(file.x.get(), u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, all_x.data()) <
         0)
       throw DataError(rows_error(0, n - 1, 0, 0, opt.x_name) + " (data.in_memory)");
@@ -495,7 +497,7 @@ struct ShardedReader::Impl {
   // Reads the rows of `order` (sorted) into raw and yraw (and crcraw), in that order.
   void read_sorted(int64_t rows, int64_t epoch, int64_t batch) {
     if (opt.in_memory) {
-      const size_t row_bytes = static_cast<size_t>(numel) * (u8 ? 1 : 4);
+      const size_t row_bytes = this->row_bytes();
       for (int64_t j = 0; j < rows; ++j) {
         pause();
         const auto row = static_cast<size_t>(order[static_cast<size_t>(j)].first);
@@ -506,7 +508,7 @@ struct ShardedReader::Impl {
     }
     if (direct_fd >= 0) {
       // One pread per run of consecutive rows inside one extent.
-      const size_t row_bytes = static_cast<size_t>(numel) * (u8 ? 1 : 4);
+      const size_t row_bytes = this->row_bytes();
       for (int64_t j = 0; j < rows;) {
         pause();
         const int64_t first = order[static_cast<size_t>(j)].first, extent = first / extent_rows;
@@ -674,7 +676,7 @@ void ShardedReader::init(const ReaderOptions& options) {
     }
     s.y.assign(static_cast<size_t>(d.local), 0);
   }
-  d.raw.resize(static_cast<size_t>(d.local * d.numel) * (d.u8 ? 1 : 4));
+  d.raw.resize(static_cast<size_t>(d.local) * d.row_bytes());
   if (o.in_memory) {
     d.load_all();
   } else if (o.read_mode == ReadMode::Direct) {
@@ -731,15 +733,18 @@ Batch ShardedReader::next() {
   const auto ready = [&] { return d.filled > d.handed || (d.error && d.error_at == d.handed); };
   if (!ready() && d.shares_core) {
     // The batch is not read yet: the thread may have the core until it is.
-    d.wanted = d.handed;
+    struct Wanted {
+      const std::atomic<int64_t>& produced;
+      int64_t batch;
+    } const wanted{d.produced, d.handed};
     lk.unlock();
     IdleCore::wait_for_worker(
         &d,
-        [](const void* impl) {
-          const Impl& i = *static_cast<const Impl*>(impl);
-          return i.produced.load(std::memory_order_acquire) > i.wanted;
+        [](const void* w) {
+          const auto& wanted = *static_cast<const Wanted*>(w);
+          return wanted.produced.load(std::memory_order_acquire) > wanted.batch;
         },
-        &d);
+        &wanted);
     lk.lock();
   }
   d.cv.wait(lk, ready);

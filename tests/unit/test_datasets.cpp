@@ -190,6 +190,17 @@ H5Spec indexed_spec(int64_t n) {
   return s;
 }
 
+// Rank `rank` of 3 reading `path` in global batches of 30 (10 rows a rank), shuffled with `seed`.
+ReaderOptions three_ranks(const std::string& path, int rank, uint64_t seed) {
+  ReaderOptions o;
+  o.path = path;
+  o.global_batch = 30;
+  o.world = 3;
+  o.rank = rank;
+  o.seed = seed;
+  return o;
+}
+
 // The rows of a batch, checking every element and label against the row it encodes.
 std::vector<int64_t> rows_of(const Batch& b) {
   std::vector<int64_t> rows;
@@ -1140,12 +1151,7 @@ TEST(DataReader, CorruptChunkReachesNextAsDataErrorWithRows) {
 TEST(DataReader, UnionSelectionGivesTheSameBatches) {
   TempDir dir;
   write_h5(dir.file("f.h5"), indexed_spec(90));
-  ReaderOptions o;
-  o.path = dir.file("f.h5");
-  o.global_batch = 30;
-  o.world = 3;
-  o.rank = 2;
-  o.seed = 11;
+  ReaderOptions o = three_ranks(dir.file("f.h5"), 2, 11);
   o.read_mode = ReadMode::Runs;
   ShardedReader runs(o);
   o.read_mode = ReadMode::Union;
@@ -1168,12 +1174,7 @@ TEST(DataReader, DirectReadsGiveTheSameBatches) {
       }
       const std::string f = dir.file(std::string(contiguous ? "contiguous" : "chunked") + (u8 ? "_u8" : "") + ".h5");
       write_h5(f, s);
-      ReaderOptions o;
-      o.path = f;
-      o.global_batch = 30;
-      o.world = 3;
-      o.rank = 1;
-      o.seed = 9;
+      ReaderOptions o = three_ranks(f, 1, 9);
       ShardedReader direct(o);
       o.read_mode = ReadMode::Runs;
       ShardedReader through_hdf5(o);
@@ -1202,12 +1203,7 @@ TEST(DataReader, DirectReadsGiveTheSameBatches) {
 TEST(DataReader, InMemoryGivesTheSameBatches) {
   TempDir dir;
   write_h5(dir.file("f.h5"), indexed_spec(90));
-  ReaderOptions o;
-  o.path = dir.file("f.h5");
-  o.global_batch = 30;
-  o.world = 3;
-  o.rank = 1;
-  o.seed = 5;
+  ReaderOptions o = three_ranks(dir.file("f.h5"), 1, 5);
   ShardedReader from_file(o);
   o.in_memory = true;
   ShardedReader from_memory(o);
@@ -1226,12 +1222,7 @@ TEST(DataReader, InMemoryGivesTheSameBatches) {
 TEST(DataReader, SharingTheCoreReadsOnlyWhileTheCallerWaits) {
   TempDir dir;
   write_h5(dir.file("f.h5"), indexed_spec(90));
-  ReaderOptions o;
-  o.path = dir.file("f.h5");
-  o.global_batch = 30;
-  o.world = 3;
-  o.rank = 1;
-  o.seed = 5;
+  ReaderOptions o = three_ranks(dir.file("f.h5"), 1, 5);
   o.prefetch_depth = 3;
   std::atomic<int> read_free{0}, read_shared{0};
   o.on_batch_read = [&](auto, auto, int64_t) { ++read_free; };
@@ -1269,12 +1260,7 @@ TEST(DataReader, SharingTheCoreReadsOnlyWhileTheCallerWaits) {
 TEST(DataReader, SlotsComeFromTheGivenAllocator) {
   TempDir dir;
   write_h5(dir.file("f.h5"), indexed_spec(90));
-  ReaderOptions o;
-  o.path = dir.file("f.h5");
-  o.global_batch = 30;
-  o.world = 3;
-  o.rank = 2;
-  o.seed = 7;
+  ReaderOptions o = three_ranks(dir.file("f.h5"), 2, 7);
   o.prefetch_depth = 2;
   ShardedReader plain(o);
   std::vector<std::pair<char*, size_t>> given;

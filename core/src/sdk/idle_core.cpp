@@ -12,14 +12,13 @@ struct Shared {
   std::mutex m;
   std::condition_variable worker_cv, lender_cv;
   const void* owner = nullptr;
-  bool busy = false;      // the worker has work: it calls may_run() or rest() next
+  // The worker has work: it calls may_run() or rest() next. Written under the mutex; read without
+  // it by lend_until, so that a barrier's wait costs one load while the worker has nothing to do.
+  std::atomic<bool> busy{false};
   bool lent = false;      // the core is the worker's until done(arg)
   bool stopping = false;  // may_run() returns false until the worker detaches
   IdleCore::Done done = nullptr;
   const void* arg = nullptr;
-  // Read without the mutex by lend_until: a barrier's wait costs one load while the worker has
-  // nothing to do.
-  std::atomic<bool> busy_hint{false};
 };
 
 Shared& shared() {
@@ -48,7 +47,7 @@ void lend(Shared& s, std::unique_lock<std::mutex>& lock, IdleCore::Done done, co
 
 void IdleCore::lend_until(Done done, const void* arg) {
   Shared& s = shared();
-  if (is_worker || !s.busy_hint.load(std::memory_order_acquire)) return;
+  if (is_worker || !s.busy.load(std::memory_order_acquire)) return;
   std::unique_lock lock(s.m);
   if (!s.owner || !s.busy || s.lent || s.stopping || done(arg)) return;
   lend(s, lock, done, arg);
@@ -75,8 +74,8 @@ void IdleCore::release(const void* owner) {
   if (s.owner != owner) return;
   give_back(s);
   s.owner = nullptr;
-  s.busy = s.stopping = false;
-  s.busy_hint.store(false, std::memory_order_release);
+  s.busy = false;
+  s.stopping = false;
 }
 
 void IdleCore::stop_worker(const void* owner) {
@@ -103,8 +102,8 @@ void IdleCore::detach() {
   Shared& s = shared();
   std::lock_guard lock(s.m);
   give_back(s);
-  s.busy = s.stopping = false;
-  s.busy_hint.store(false, std::memory_order_release);
+  s.busy = false;
+  s.stopping = false;
   is_worker = false;
 }
 
@@ -113,7 +112,6 @@ bool IdleCore::may_run() {
   Shared& s = shared();
   std::unique_lock lock(s.m);
   s.busy = true;
-  s.busy_hint.store(true, std::memory_order_release);
   for (;;) {
     if (s.stopping) return false;
     if (s.lent) {
@@ -129,7 +127,6 @@ void IdleCore::rest() {
   Shared& s = shared();
   std::lock_guard lock(s.m);
   s.busy = false;
-  s.busy_hint.store(false, std::memory_order_release);
   give_back(s);
 }
 

@@ -148,10 +148,7 @@ void SharedMemoryAllreduce::barrier(const char* what, size_t count) {
   arrival[local_rank_].generation.store(generation_, std::memory_order_release);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(comm_->timeout_seconds());
   for (unsigned polls = 0;; ++polls) {
-    int waiting = 0;
-    for (int r = 0; r < local_size_; ++r)
-      if (arrival[r].generation.load(std::memory_order_acquire) < generation_) ++waiting;
-    if (waiting == 0) return;
+    if (all_arrived()) return;
     // Past a short spin (the usual skew between ranks), the rank's reader thread may have this
     // core until the others arrive: its work, done here, is not done at the start of a step.
     if (polls >= kSpinsBeforeLending)
@@ -159,14 +156,17 @@ void SharedMemoryAllreduce::barrier(const char* what, size_t count) {
           [](const void* self) { return static_cast<const SharedMemoryAllreduce*>(self)->all_arrived(); }, this);
     if ((polls & 255) == 255 && std::chrono::steady_clock::now() > deadline) {
       std::string ranks;
+      int waiting = 0;
       for (int r = 0; r < local_size_; ++r)
-        if (arrival[r].generation.load(std::memory_order_acquire) < generation_)
-          ranks += (ranks.empty() ? "" : ", ") + std::to_string(world_rank_of_local_[static_cast<size_t>(r)]);
-      // Worded as the communicator's timeouts; the launcher prefixes the rank.
-      throw CommError("timed out after " + std::to_string(static_cast<int>(comm_->timeout_seconds())) + " s at step " +
-                      std::to_string(comm_->step()) + " in shared-memory " + what + " of " + std::to_string(count) +
-                      " elements, waiting for " + (waiting == 1 ? "rank " : "ranks ") + ranks +
-                      ", which never reached it: stuck or gone; on this node (comm.timeout_s)");
+        if (arrival[r].generation.load(std::memory_order_acquire) < generation_) {
+          ranks += (waiting++ == 0 ? "" : ", ") + std::to_string(world_rank_of_local_[static_cast<size_t>(r)]);
+        }
+      if (waiting > 0)  // else the last of them arrived since the poll above
+        // Worded as the communicator's timeouts; the launcher prefixes the rank.
+        throw CommError("timed out after " + std::to_string(static_cast<int>(comm_->timeout_seconds())) +
+                        " s at step " + std::to_string(comm_->step()) + " in shared-memory " + what + " of " +
+                        std::to_string(count) + " elements, waiting for " + (waiting == 1 ? "rank " : "ranks ") +
+                        ranks + ", which never reached it: stuck or gone; on this node (comm.timeout_s)");
     }
     // More ranks than cores: the rank waited for may need this core.
     sched_yield();
@@ -199,7 +199,7 @@ void SharedMemoryAllreduce::allreduce_sum(float* data, size_t offset, size_t cou
   float block[kBlock];
   for (size_t at = offset + begin; at < offset + end; at += kBlock) {
     const size_t n = std::min(kBlock, offset + end - at);
-    sum_block(at, n, block);
+    sum_block(at, n, offset + end, block);
     for (int r = 0; r < local_size_; ++r)
       if (!rail_ || r == local_rank_) std::copy(block, block + n, slot(r) + at);
   }
@@ -224,18 +224,18 @@ void SharedMemoryAllreduce::reduce_scatter_sum() {
   float block[kBlock];
   for (size_t at = begin; at < end; at += kBlock) {
     const size_t n = std::min(kBlock, end - at);
-    // The next block of the other ranks' slots, which their cores wrote, is asked for before this
-    // one is summed: those lines come from the other cores, and the requests then overlap.
-    for (int r = 0; r < local_size_; ++r)
-      if (r != local_rank_)
-        for (size_t ahead = at + kBlock; ahead < std::min(end, at + 2 * kBlock); ahead += kLineFloats)
-          __builtin_prefetch(slot(r) + ahead, 0, 3);
-    sum_block(at, n, block);
+    sum_block(at, n, end, block);
     std::copy(block, block + n, slot(local_rank_) + at);
   }
 }
 
-void SharedMemoryAllreduce::sum_block(size_t at, size_t n, float* out) const {
+void SharedMemoryAllreduce::sum_block(size_t at, size_t n, size_t end, float* out) const {
+  // The next block of the other ranks' slots, which their cores wrote, is asked for before this
+  // one is summed: those lines come from the other cores, and the requests then overlap.
+  for (int r = 0; r < local_size_; ++r)
+    if (r != local_rank_)
+      for (size_t ahead = at + n; ahead < std::min(end, at + n + kBlock); ahead += kLineFloats)
+        __builtin_prefetch(slot(r) + ahead, 0, 3);
   const float* first = slot(0) + at;
   std::copy(first, first + n, out);
   for (int r = 1; r < local_size_; ++r) {

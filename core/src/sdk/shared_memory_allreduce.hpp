@@ -74,8 +74,9 @@ class SharedMemoryAllreduce {
   // Whether every rank of the node has reached the barrier this rank is in.
   bool all_arrived() const;
   // out[0, n) = the sum of slot(r)[at, at + n) over the local ranks r, in local-rank order: every
-  // rank, and both forms of the sum, get the same bits. `out` must not be in a slot.
-  void sum_block(size_t at, size_t n, float* out) const;
+  // rank, and both forms of the sum, get the same bits. `out` must not be in a slot. The other
+  // ranks' slots are prefetched from at + n for the next block, up to `end`.
+  void sum_block(size_t at, size_t n, size_t end, float* out) const;
 
   Communicator* comm_ = nullptr;
   std::unique_ptr<Communicator> rail_;  // across nodes: the ranks of this local rank, one per node

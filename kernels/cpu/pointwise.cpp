@@ -40,7 +40,7 @@ MGT_TARGET_CLONES void dropout_scales(float* u, int64_t n, float p) {
   for (int64_t i = 0; i < n; ++i) u[i] = u[i] < p ? 0.0f : keep_scale;
 }
 
-bool all_finite(const float* data, size_t n) {
+MGT_TARGET_CLONES bool all_finite(const float* data, size_t n) {
   uint32_t bad = 0;
   for (size_t i = 0; i < n; ++i) {
     uint32_t bits;

@@ -85,8 +85,9 @@ class Backend : public Ops {
   // kernels::clip_factor(*norm, max_norm) when that is not 1 (max_norm = 0: never).
   virtual void clip_global_norm(float* x, size_t n, float max_norm, double* norm) = 0;
   // The optimizer's update on this backend; throws CudaError naming the update when a GPU's
-  // compiler refuses its source.
-  virtual std::unique_ptr<UpdateOp> make_update(const ElementwiseUpdate& update) = 0;
+  // compiler refuses its source. `shared`: other processes' cores read the parameters next (a
+  // node's shared parameters), so the CPU evicts their lines ahead of its stores (kernels/cpu/cache_lines.hpp).
+  virtual std::unique_ptr<UpdateOp> make_update(const ElementwiseUpdate& update, bool shared) = 0;
 
   // uniform() draws for the step whose index lies at `step` in this backend's memory, read when
   // the operation runs: a recorded step reads it anew at each replay.

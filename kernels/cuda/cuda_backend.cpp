@@ -338,7 +338,7 @@ class CudaBackend final : public kernels::Backend {
     if (norm_partials_.size() < chunks) norm_partials_ = DeviceBuffer<double>(chunks);
     cuda::clip_global_norm(x, n, max_norm, norm, norm_partials_.data(), compute_);
   }
-  std::unique_ptr<kernels::UpdateOp> make_update(const ElementwiseUpdate& update) override {
+  std::unique_ptr<kernels::UpdateOp> make_update(const ElementwiseUpdate& update, bool) override {
     return std::make_unique<CudaUpdate>(update, device_, compute_);
   }
 

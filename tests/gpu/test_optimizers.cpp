@@ -73,7 +73,7 @@ void expect_gpu_update_matches_plugin(const std::string& name, const std::string
   auto gpu = mgt::cuda::make_cuda_backend(0);
   auto update = make_plugin(name, ini)->element_update();
   ASSERT_NE(update, nullptr) << ini;
-  auto op = gpu->make_update(*update);
+  auto op = gpu->make_update(*update, false);
   DeviceBuffer<float> d_p(kSize), d_g(kSize), d_scalars(64);
   DeviceBuffer<int32_t> d_skip(1);
   std::vector<DeviceBuffer<float>> d_state;

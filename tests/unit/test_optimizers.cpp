@@ -5,6 +5,7 @@
 #include <boost/dll/shared_library.hpp>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -253,7 +254,7 @@ TEST(OptimizerElementUpdate, CpuBackendRunsThePluginsUpdateBitForBit) {
     auto host = make(name, ini);
     auto update = make(name, ini)->element_update();
     ASSERT_NE(update, nullptr) << ini;
-    auto op = backend->make_update(*update);
+    auto op = backend->make_update(*update, false);
     std::vector<float> p = kP0, q = kP0;
     host->setup(p.size());
     std::vector<std::vector<float>> state(update->states(), std::vector<float>(q.size(), 0.0f));
@@ -275,6 +276,54 @@ TEST(OptimizerElementUpdate, CpuBackendRunsThePluginsUpdateBitForBit) {
     EXPECT_EQ(q, p) << ini << ": a skipped update changed the parameters";
     // The device's source holds the same text as the host's loop.
     EXPECT_NE(update->device_source().find("mgt_apply"), std::string::npos);
+  }
+}
+
+// The update for a node's shared parameters (a block at a time, the lines ahead evicted from the
+// caches) against the plain one: the same bits, over several blocks, from a start that is not on a
+// cache line, with a last block cut short; a skipped step writes nothing, nor does any step before
+// the first parameter.
+TEST(OptimizerElementUpdate, SharedParametersUpdateHasTheBitsOfThePlainOne) {
+  constexpr size_t kSize = 5003, kOffset = 3;  // 1024-float blocks: four whole and a short one
+  auto backend = mgt::kernels::make_cpu_backend();
+  for (const auto& [name, ini] : std::vector<std::pair<std::string, std::string>>{
+           {"sgd", "[optimizer]\nlr = 0.1\nmomentum = 0.9\nweight_decay = 0.001\n"},
+           {"adam", "[optimizer]\nlr = 0.01\nweight_decay = 0.1\n"}}) {
+    auto host = make(name, ini);
+    auto update = make(name, ini)->element_update();
+    ASSERT_NE(update, nullptr) << ini;
+    auto plain = backend->make_update(*update, false);
+    auto shared = backend->make_update(*update, true);
+    std::mt19937 random(7);
+    std::normal_distribution<float> normal;
+    std::vector<float> start(kSize), grads(kSize);
+    for (auto& v : start) v = normal(random);
+    std::vector<float> p = start, q_storage(kSize + kOffset, 0.0f);
+    float* q = q_storage.data() + kOffset;
+    std::copy(start.begin(), start.end(), q);
+    using States = std::vector<std::vector<float>>;
+    States p_state(update->states(), std::vector<float>(kSize)), q_state = p_state;
+    auto pointers = [](States& states) {
+      std::vector<float*> out;
+      for (auto& s : states) out.push_back(s.data());
+      return out;
+    };
+    auto p_ptrs = pointers(p_state), q_ptrs = pointers(q_state);
+    std::vector<unsigned char> scalars(update->scalars_bytes());
+    const int32_t no = 0, yes = 1;
+    for (int step = 0; step < 3; ++step) {
+      for (auto& g : grads) g = normal(random);
+      update->scalars(host->learning_rate(), step + 1, scalars.data());
+      plain->run(p.data(), grads.data(), p_ptrs.data(), scalars.data(), kSize, &no);
+      shared->run(q, grads.data(), q_ptrs.data(), scalars.data(), kSize, &no);
+      ASSERT_EQ(std::vector<float>(q, q + kSize), p) << ini << " step " << step + 1;
+      ASSERT_EQ(q_state, p_state) << ini << " step " << step + 1;
+    }
+    EXPECT_NE(p, start) << ini << ": the update changed nothing, so the comparison proves nothing";
+    shared->run(q, grads.data(), q_ptrs.data(), scalars.data(), kSize, &yes);
+    EXPECT_EQ(std::vector<float>(q, q + kSize), p) << ini << ": a skipped update changed the parameters";
+    EXPECT_EQ(std::vector<float>(q_storage.begin(), q_storage.begin() + kOffset), std::vector<float>(kOffset, 0.0f))
+        << ini << ": the update wrote before its first parameter";
   }
 }
 

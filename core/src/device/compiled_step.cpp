@@ -222,7 +222,9 @@ CompiledStep::CompiledStep(Backend& backend, Model& model, ParameterStore& store
                   std::to_string(p.update->states()));
     for (int k = 0; k < p.update->states(); ++k)
       p.state.push_back(options.in_place ? buffers[static_cast<size_t>(k)].data : p.memory.device<float>(flat));
-    p.update_op = backend.make_update(*p.update);
+    // Parameters in memory the node's ranks share (GradientBuckets' shared update): the other
+    // ranks' cores read them next.
+    p.update_op = backend.make_update(*p.update, options.in_place && store.params_placed());
   }
 }
 

@@ -1,0 +1,40 @@
+#include "kernels/cpu/cache_lines.hpp"
+
+#include <cstdint>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
+namespace mgt::kernels {
+
+#if defined(__x86_64__)
+namespace {
+
+constexpr uintptr_t kLine = 64;
+
+bool has_clflushopt() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (ebx & bit_CLFLUSHOPT) != 0;
+}
+
+__attribute__((target("clflushopt"))) void clflushopt_lines(uintptr_t first, uintptr_t end) {
+  for (uintptr_t line = first; line < end; line += kLine) _mm_clflushopt(reinterpret_cast<void*>(line));
+}
+
+}  // namespace
+
+void evict_lines(const void* p, size_t bytes) {
+  static const bool supported = has_clflushopt();
+  if (!supported || bytes == 0) return;
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  // No fence: coherence does not depend on the flushes, and a store that meets one still under
+  // way only loses its benefit.
+  clflushopt_lines(begin / kLine * kLine, begin + bytes);
+}
+#else
+void evict_lines(const void*, size_t) {}
+#endif
+
+}  // namespace mgt::kernels

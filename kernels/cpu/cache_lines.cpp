@@ -1,6 +1,7 @@
 #include "kernels/cpu/cache_lines.hpp"
 
 #include <cstdint>
+#include <cstring>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -25,6 +26,22 @@ __attribute__((target("clflushopt"))) void clflushopt_lines(uintptr_t first, uin
 
 }  // namespace
 
+void stream_copy(float* dst, const float* src, size_t n) {
+  // Up to the first line boundary, and after the last, ordinary stores: a partial line streamed
+  // would go out as a partial write.
+  const auto start = reinterpret_cast<uintptr_t>(dst);
+  size_t head = ((start + kLine - 1) / kLine * kLine - start) / sizeof(float);
+  if (start % sizeof(float) != 0 || head > n) head = n;
+  std::memcpy(dst, src, head * sizeof(float));
+  constexpr size_t kLineFloats = kLine / sizeof(float);
+  size_t at = head;
+  for (; at + kLineFloats <= n; at += kLineFloats)
+    for (size_t q = 0; q < kLineFloats; q += 4) _mm_stream_ps(dst + at + q, _mm_loadu_ps(src + at + q));
+  std::memcpy(dst + at, src + at, (n - at) * sizeof(float));
+}
+
+void stream_fence() { _mm_sfence(); }
+
 void evict_lines(const void* p, size_t bytes) {
   static const bool supported = has_clflushopt();
   if (!supported || bytes == 0) return;
@@ -34,6 +51,8 @@ void evict_lines(const void* p, size_t bytes) {
   clflushopt_lines(begin / kLine * kLine, begin + bytes);
 }
 #else
+void stream_copy(float* dst, const float* src, size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
+void stream_fence() {}
 void evict_lines(const void*, size_t) {}
 #endif
 

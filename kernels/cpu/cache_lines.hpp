@@ -1,17 +1,24 @@
 #pragma once
-// Evicting cache lines before storing to memory that other cores read: the node's shared
-// parameters (core/src/sdk/shared_memory_allreduce.cpp), which the optimizer's update writes after
-// every rank's forward and backward read them.
+// Storing to memory that other cores read: the node's shared parameters, which the optimizer's
+// update writes after every rank's forward and backward read them, and the gradient slots
+// (core/src/sdk/shared_memory_allreduce.cpp), which a rank fills after the others read them.
 //
 // A store to a line that another core holds a copy of waits until that copy is invalidated. Where
 // the two cores sit in different core complexes (an AMD CPU's CCDs, or virtual CPUs that a
 // hypervisor moves between them), those invalidations do not overlap: on a 2-core AMD EPYC virtual
 // machine, updating 470 KB that the other core had read took 220-290 us with the cores apart and
 // 65-130 us with them together; evicting the lines (CLFLUSHOPT) 8 KB ahead of the update, 60-75 us
-// and 60-80 us. PREFETCHW did not help there: it leaves a line that is present as it is.
+// and 60-80 us; storing them past the caches (non-temporal stores), 17-20 us either way.
+// PREFETCHW did not help there: it leaves a line that is present as it is.
 #include <cstddef>
 
 namespace mgt::kernels {
+
+// dst[0, n) = src[0, n), dst's whole lines with non-temporal stores: no line comes into this core's
+// cache, and no store waits for another core's copy to go. Ordered with later stores (a barrier's
+// release) only after stream_fence().
+void stream_copy(float* dst, const float* src, size_t n);
+void stream_fence();
 
 // Writes back and drops [p, p + bytes)'s lines from every cache, without waiting for that to
 // complete: a store to them afterwards finds no copy on another core to invalidate. Nothing where

@@ -31,7 +31,7 @@ inline float widen_bf16(uint16_t h) {
 }
 
 // The shared update's side of the optimizer step (GradientBuckets::sharding()): this rank's part
-// of the node's shared parameters, of the summed gradient in its slot, and of the optimizer state.
+// of the node's shared parameters, of the summed gradient, and of the optimizer state.
 class SharedUpdate final : public OptimizerSharding {
  public:
   SharedUpdate(Communicator& comm, SharedMemoryAllreduce& shared, size_t flat)
@@ -39,7 +39,7 @@ class SharedUpdate final : public OptimizerSharding {
 
   size_t shard_size() const override { return shared_.part_floats(); }
   float* shard_params() override { return shared_.params() + shared_.part_begin(); }
-  float* shard_grads() override { return shared_.slot() + shared_.part_begin(); }
+  float* shard_grads() override { return shared_.gradients() + shared_.part_begin(); }
   bool whole_gradient() const override { return false; }
   void sum_over_ranks(double* values, size_t count) override { shared_.sum_over_ranks(values, count); }
   void gather_parameters() override { shared_.wait_for_parts(); }
@@ -157,7 +157,7 @@ void GradientBuckets::setup(Communicator& comm, ParameterStore& store, size_t bu
     const bool shared_update = options.shared_update && spread[1] == 0 && !store.is_view();
     shared_ = SharedMemoryAllreduce::create(comm, store.flat_size(), why_not, shared_update);
     if (shared_)
-      store.place_grads(shared_->slot(), shared_->memory());
+      store.place_grads(shared_->gradients(), shared_->gradients_memory());
     else if (comm.rank() == 0)
       std::fprintf(stderr, "mgtrain: note: sync.shared_memory: %s; the all-reduce goes through MPI\n", why_not.c_str());
     if (shared_ && shared_update) {

@@ -9,9 +9,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
+#include "kernels/cpu/cache_lines.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/idle_core.hpp"
 
@@ -117,6 +119,16 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicato
       self->mapping_ = std::shared_ptr<void>(mapping, [bytes](void* p) { munmap(p, bytes); });
     close(fd);
   }
+  if (with_params && error.empty()) {
+    // Zero past `count`, as the slots are: the last rank's part reaches into the padding.
+    const size_t own_bytes = self->slot_floats_ * sizeof(float);
+    if (void* own = std::aligned_alloc(kLine, round_up(own_bytes, kLine))) {
+      std::memset(own, 0, own_bytes);
+      self->own_gradients_ = std::shared_ptr<void>(own, std::free);
+    } else {
+      error = "could not allocate " + std::to_string(own_bytes) + " bytes for the gradients";
+    }
+  }
   int64_t failed = error.empty() ? 0 : 1;
   comm.allreduce_max(&failed, 1);
   if (self->local_rank_ == 0 && name[0] != '\0') shm_unlink(name);
@@ -199,7 +211,7 @@ void SharedMemoryAllreduce::allreduce_sum(float* data, size_t offset, size_t cou
   float block[kBlock];
   for (size_t at = offset + begin; at < offset + end; at += kBlock) {
     const size_t n = std::min(kBlock, offset + end - at);
-    sum_block(at, n, offset + end, block);
+    sum_block(at, n, offset + end, slot(local_rank_), block);
     for (int r = 0; r < local_size_; ++r)
       if (!rail_ || r == local_rank_) std::copy(block, block + n, slot(r) + at);
   }
@@ -216,30 +228,37 @@ void SharedMemoryAllreduce::allreduce_sum(float* data, size_t offset, size_t cou
 void SharedMemoryAllreduce::reduce_scatter_sum() {
   MGT_CHECK(with_params_, Error, "shared-memory reduce-scatter without the parameters' region");
   comm_->count_collective();
+  float* mine = gradients();
+  for (int r = 0; r < local_size_; ++r) {
+    const size_t from = std::min(count_, part_floats_ * static_cast<size_t>(r));
+    const size_t to = std::min(count_, from + part_floats_);
+    if (r != local_rank_ && from < to) kernels::stream_copy(slot(local_rank_) + from, mine + from, to - from);
+  }
+  kernels::stream_fence();  // in memory before the barrier's release
   barrier("reduce-scatter", count_);
   // As allreduce_sum over [0, count_): the same parts, the same order of the terms.
   const size_t begin = std::min(count_, part_begin());
   const size_t end = std::min(count_, begin + part_floats_);
-  // Through a block: this rank's slot is one of the terms.
+  // Through a block: this rank's gradients are one of the terms.
   float block[kBlock];
   for (size_t at = begin; at < end; at += kBlock) {
     const size_t n = std::min(kBlock, end - at);
-    sum_block(at, n, end, block);
-    std::copy(block, block + n, slot(local_rank_) + at);
+    sum_block(at, n, end, mine, block);
+    std::copy(block, block + n, mine + at);
   }
 }
 
-void SharedMemoryAllreduce::sum_block(size_t at, size_t n, size_t end, float* out) const {
+void SharedMemoryAllreduce::sum_block(size_t at, size_t n, size_t end, const float* own, float* out) const {
   // The next block of the other ranks' slots, which their cores wrote, is asked for before this
   // one is summed: those lines come from the other cores, and the requests then overlap.
   for (int r = 0; r < local_size_; ++r)
     if (r != local_rank_)
       for (size_t ahead = at + n; ahead < std::min(end, at + n + kBlock); ahead += kLineFloats)
         __builtin_prefetch(slot(r) + ahead, 0, 3);
-  const float* first = slot(0) + at;
-  std::copy(first, first + n, out);
+  auto term = [&](int r) -> const float* { return (r == local_rank_ ? own : slot(r)) + at; };
+  std::copy(term(0), term(0) + n, out);
   for (int r = 1; r < local_size_; ++r) {
-    const float* other = slot(r) + at;
+    const float* other = term(r);
     for (size_t i = 0; i < n; ++i) out[i] += other[i];
   }
 }

@@ -12,7 +12,9 @@
 // (ParameterStore::place_params) and the optimizer step is split among them: local rank l sums
 // only part l of the gradient (reduce_scatter_sum), updates part l of the shared parameters, and
 // every rank waits for the others' parts (wait_for_parts). The optimizer's work and state on each
-// rank fall to 1 / ranks of the node, and nothing is written back into the other slots.
+// rank fall to 1 / ranks of the node, and nothing is written back into the other slots. Backward
+// then writes a buffer of the rank's own, not its slot: a rank puts into its slot only the parts
+// the others sum, streamed (no line another core read need be taken back from it store by store).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -38,6 +40,10 @@ class SharedMemoryAllreduce {
   // This rank's slot of `count` floats, and what keeps it mapped (for the store that points into it).
   float* slot() const { return slot(local_rank_); }
   std::shared_ptr<void> memory() const { return mapping_; }
+  // Where this rank's backward writes its gradients (ParameterStore::place_grads), and what keeps
+  // that memory: its slot, or with the parameters a buffer of the slot's size of its own.
+  float* gradients() const { return static_cast<float*>(own_gradients_ ? own_gradients_.get() : slot()); }
+  std::shared_ptr<void> gradients_memory() const { return own_gradients_ ? own_gradients_ : mapping_; }
 
   // Sums data[0, count) over every rank of the communicator, in place: slot()[offset, offset +
   // count) of each rank, which `data` is where the gradients live in the slot (else it is copied in
@@ -51,11 +57,14 @@ class SharedMemoryAllreduce {
   float* params() const;
   size_t part_begin() const { return part_floats_ * static_cast<size_t>(local_rank_); }
   size_t part_floats() const { return part_floats_; }
-  // Sums this rank's part of the gradient over the slots, in local-rank order (the bits of
-  // allreduce_sum), into this rank's slot; the other parts of the slot are left as they were.
+  // Sums this rank's part of the gradient over the ranks, in local-rank order (the bits of
+  // allreduce_sum), into gradients(): the other parts of gradients() go into this rank's slot for
+  // the ranks they belong to, streamed past the caches, and are left as they were. Backward writes
+  // memory no other core reads; the slots' lines are stored without waiting for the copies the
+  // other cores read last step (kernels/cpu/cache_lines.hpp).
   void reduce_scatter_sum();
   // Sums `n` doubles over the node's ranks, in local-rank order, in place. It is also the point
-  // after which no rank reads another's slot: backward may write them again.
+  // after which no rank reads another's slot: they may be written again.
   void sum_over_ranks(double* values, size_t n);
   // Waits until every rank has updated its part of the parameters.
   void wait_for_parts();
@@ -73,18 +82,20 @@ class SharedMemoryAllreduce {
   void barrier(const char* what, size_t count);
   // Whether every rank of the node has reached the barrier this rank is in.
   bool all_arrived() const;
-  // out[0, n) = the sum of slot(r)[at, at + n) over the local ranks r, in local-rank order: every
-  // rank, and both forms of the sum, get the same bits. `out` must not be in a slot. The other
-  // ranks' slots are prefetched from at + n for the next block, up to `end`.
-  void sum_block(size_t at, size_t n, size_t end, float* out) const;
+  // out[0, n) = the sum of slot(r)[at, at + n) over the local ranks r, in local-rank order, this
+  // rank's term read from own[at, at + n) instead: every rank, and both forms of the sum, get the
+  // same bits. `out` must not be a term. The other ranks' slots are prefetched from at + n for the
+  // next block, up to `end`.
+  void sum_block(size_t at, size_t n, size_t end, const float* own, float* out) const;
 
   Communicator* comm_ = nullptr;
   std::unique_ptr<Communicator> rail_;  // across nodes: the ranks of this local rank, one per node
   std::vector<int> world_rank_of_local_;
-  std::shared_ptr<void> mapping_;  // unmapped with its last holder
-  size_t count_ = 0;               // floats set up for
-  size_t part_floats_ = 0;         // a local rank's part of count_, whole cache lines
-  size_t slot_floats_ = 0;         // every rank's part: count_ and then padding
+  std::shared_ptr<void> mapping_;        // unmapped with its last holder
+  std::shared_ptr<void> own_gradients_;  // with the parameters: this rank's gradients, off the slots
+  size_t count_ = 0;                     // floats set up for
+  size_t part_floats_ = 0;               // a local rank's part of count_, whole cache lines
+  size_t slot_floats_ = 0;               // every rank's part: count_ and then padding
   bool with_params_ = false;
   int local_rank_ = 0, local_size_ = 1;
   uint64_t generation_ = 0;  // barriers passed

@@ -15,6 +15,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/cpu/bf16.hpp"
+#include "kernels/cpu/cache_lines.hpp"
 #include "kernels/cpu/conv2d.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/pointwise.hpp"
@@ -646,6 +647,27 @@ TEST(Bf16, ConvolutionIsTheFp32ConvolutionOfRoundedOperandsWithRoundedResults) {
       for (int64_t p = 0; p < plane; ++p) sum += dy[static_cast<size_t>((b * s.out_channels + c) * plane + p)];
     EXPECT_EQ(db[c], db0[c] + sum) << "bias gradient " << c;
   }
+}
+
+// stream_copy: ordinary stores before the first line boundary and after the last, streamed lines
+// between; every start within a line and lengths across none, one and several lines copy exactly
+// and write nothing outside. evict_lines leaves the values as they are.
+TEST(CacheLines, StreamCopyCopiesExactlyWhereverItStartsAndEnds) {
+  std::vector<float> source(100);
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<float>(i) + 0.5f;
+  for (size_t offset = 0; offset < 16; ++offset)
+    for (size_t n : {0, 1, 5, 15, 16, 17, 31, 33, 64, 70}) {
+      alignas(64) float target[128];
+      std::fill(std::begin(target), std::end(target), -1.0f);
+      mgt::kernels::stream_copy(target + offset, source.data(), n);
+      mgt::kernels::stream_fence();
+      for (size_t i = 0; i < 128; ++i) {
+        const float expected = i >= offset && i < offset + n ? source[i - offset] : -1.0f;
+        ASSERT_EQ(target[i], expected) << "offset " << offset << ", " << n << " floats, at " << i;
+      }
+      mgt::kernels::evict_lines(target, sizeof target);
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(target[offset + i], source[i]) << "after evict_lines";
+    }
 }
 
 }  // namespace

@@ -81,6 +81,29 @@ MGT_TARGET_CLONES double global_norm(const float* x, size_t n) {
   return std::sqrt(total);
 }
 
+MGT_TARGET_CLONES void sum_terms(const float* const* terms, size_t count, float* out, size_t n) {
+  // Four vectors of 16 lanes held in registers across the terms; each lane adds its element's
+  // terms in order, as the scalar loop below does.
+  using Floats16 = float __attribute__((vector_size(64)));
+  constexpr size_t kRun = 64;
+  size_t i = 0;
+  for (; i + kRun <= n; i += kRun) {
+    Floats16 acc[4];
+    std::memcpy(acc, terms[0] + i, sizeof(acc));
+    for (size_t t = 1; t < count; ++t) {
+      Floats16 term[4];
+      std::memcpy(term, terms[t] + i, sizeof(term));
+      for (size_t k = 0; k < 4; ++k) acc[k] += term[k];
+    }
+    std::memcpy(out + i, acc, sizeof(acc));
+  }
+  for (; i < n; ++i) {
+    float sum = terms[0][i];
+    for (size_t t = 1; t < count; ++t) sum += terms[t][i];
+    out[i] = sum;
+  }
+}
+
 void clip_global_norm(float* x, size_t n, float max_norm, double* norm) {
   *norm = global_norm(x, n);
   const float factor = clip_factor(*norm, max_norm);

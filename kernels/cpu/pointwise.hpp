@@ -36,6 +36,11 @@ double global_norm(const float* x, size_t n);
 // *norm = global_norm(x, n); x *= clip_factor(*norm, max_norm) where that is not 1.
 void clip_global_norm(float* x, size_t n, float max_norm, double* norm);
 
+// out[i] = ((terms[0][i] + terms[1][i]) + terms[2][i]) + ... over `count` >= 1 terms, in that
+// order (every caller that sums the same terms gets the same bits). One pass: `out` may be one of
+// the terms, each run of 64 elements being read from every term before it is written.
+void sum_terms(const float* const* terms, size_t count, float* out, size_t n);
+
 // y = x * s element-wise
 void multiply(const float* x, const float* s, float* y, int64_t n);
 // y = op(x), y = op(a, b), y = scale * x + shift (mgt::Ops)

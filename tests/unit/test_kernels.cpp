@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <ostream>
 #include <random>
@@ -667,6 +668,42 @@ TEST(CacheLines, StreamCopyCopiesExactlyWhereverItStartsAndEnds) {
       }
       mgt::kernels::evict_lines(target, sizeof target);
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(target[offset + i], source[i]) << "after evict_lines";
+    }
+}
+
+// sum_terms adds each element's terms in order, as a scalar loop does (the shared-memory
+// all-reduce's bits), whatever the count, the length (runs of 64 and a tail) and whichever term
+// the output is. The magnitudes are spread so that another order would give other bits.
+TEST(Pointwise, SumTermsAddsInOrderIntoAnyOfItsTerms) {
+  std::mt19937 gen(7);
+  std::normal_distribution<float> mantissa;
+  std::uniform_int_distribution<int> exponent(-12, 12);
+  for (size_t count : {1, 2, 3, 5})
+    for (size_t n : {0, 1, 63, 64, 65, 200}) {
+      std::vector<std::vector<float>> terms(count, std::vector<float>(n));
+      for (auto& term : terms)
+        for (float& x : term) x = std::ldexp(mantissa(gen), exponent(gen));
+      std::vector<float> expected(n), reversed(n);
+      for (size_t i = 0; i < n; ++i) {
+        expected[i] = terms[0][i];
+        for (size_t t = 1; t < count; ++t) expected[i] += terms[t][i];
+        reversed[i] = terms[count - 1][i];
+        for (size_t t = count - 1; t-- > 0;) reversed[i] += terms[t][i];
+      }
+      if (count >= 3 && n >= 64) ASSERT_NE(expected, reversed) << "the data cannot tell the order";
+      // Into a buffer of its own, then in place of each term in turn.
+      for (size_t into = 0; into <= count; ++into) {
+        std::vector<std::vector<float>> copy = terms;
+        std::vector<const float*> pointers;
+        for (const auto& term : copy) pointers.push_back(term.data());
+        std::vector<float> separate(n, -1.0f);
+        float* out = into == count ? separate.data() : copy[into].data();
+        mgt::kernels::sum_terms(pointers.data(), count, out, n);
+        for (size_t i = 0; i < n; ++i)
+          ASSERT_EQ(std::memcmp(&out[i], &expected[i], sizeof(float)), 0)
+              << count << " terms of " << n << ", out = " << (into == count ? "a buffer" : "a term") << ", at " << i
+              << ": " << out[i] << " against " << expected[i];
+      }
     }
 }
 

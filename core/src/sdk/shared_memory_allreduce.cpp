@@ -14,6 +14,7 @@
 #include <random>
 
 #include "kernels/cpu/cache_lines.hpp"
+#include "kernels/cpu/pointwise.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/idle_core.hpp"
 
@@ -81,6 +82,7 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicato
   self->part_floats_ = part_of(self->count_, self->local_size_);
   self->slot_floats_ = self->part_floats_ * local;
   self->with_params_ = with_params;
+  self->block_terms_.resize(local);
   const size_t regions = local + (with_params ? 1 : 0);  // the slots, then the parameters
   const size_t bytes = header_bytes(self->local_size_) + regions * self->slot_floats_ * sizeof(float);
 
@@ -205,15 +207,15 @@ void SharedMemoryAllreduce::allreduce_sum(float* data, size_t offset, size_t cou
   const size_t part = part_of(count, local_size_);
   const size_t begin = std::min(count, part * static_cast<size_t>(local_rank_));
   const size_t end = std::min(count, begin + part);
-  // In blocks that stay in the L1 cache: the sum over the slots, then (on one node) written into
-  // every slot. Across nodes the node's sum goes into this rank's slot, is all-reduced with the
-  // other nodes, and then written into the others'.
-  float block[kBlock];
+  // A block at a time, while it is in the L1 cache: the sum over the slots into this rank's slot,
+  // then (on one node) copied into the others. Across nodes the node's sum in this rank's slot is
+  // all-reduced with the other nodes first.
+  float* own = slot(local_rank_);
   for (size_t at = offset + begin; at < offset + end; at += kBlock) {
     const size_t n = std::min(kBlock, offset + end - at);
-    sum_block(at, n, offset + end, slot(local_rank_), block);
+    sum_block(at, n, offset + end, own, own + at);
     for (int r = 0; r < local_size_; ++r)
-      if (!rail_ || r == local_rank_) std::copy(block, block + n, slot(r) + at);
+      if (!rail_ && r != local_rank_) std::copy(own + at, own + at + n, slot(r) + at);
   }
   if (rail_ && begin < end) {
     // Every node has the same parts, so the ranks of a rail agree on whether theirs is empty.
@@ -239,13 +241,7 @@ void SharedMemoryAllreduce::reduce_scatter_sum() {
   // As allreduce_sum over [0, count_): the same parts, the same order of the terms.
   const size_t begin = std::min(count_, part_begin());
   const size_t end = std::min(count_, begin + part_floats_);
-  // Through a block: this rank's gradients are one of the terms.
-  float block[kBlock];
-  for (size_t at = begin; at < end; at += kBlock) {
-    const size_t n = std::min(kBlock, end - at);
-    sum_block(at, n, end, mine, block);
-    std::copy(block, block + n, mine + at);
-  }
+  for (size_t at = begin; at < end; at += kBlock) sum_block(at, std::min(kBlock, end - at), end, mine, mine + at);
 }
 
 void SharedMemoryAllreduce::sum_block(size_t at, size_t n, size_t end, const float* own, float* out) const {
@@ -255,12 +251,8 @@ void SharedMemoryAllreduce::sum_block(size_t at, size_t n, size_t end, const flo
     if (r != local_rank_)
       for (size_t ahead = at + n; ahead < std::min(end, at + n + kBlock); ahead += kLineFloats)
         __builtin_prefetch(slot(r) + ahead, 0, 3);
-  auto term = [&](int r) -> const float* { return (r == local_rank_ ? own : slot(r)) + at; };
-  std::copy(term(0), term(0) + n, out);
-  for (int r = 1; r < local_size_; ++r) {
-    const float* other = term(r);
-    for (size_t i = 0; i < n; ++i) out[i] += other[i];
-  }
+  for (int r = 0; r < local_size_; ++r) block_terms_[static_cast<size_t>(r)] = (r == local_rank_ ? own : slot(r)) + at;
+  kernels::sum_terms(block_terms_.data(), block_terms_.size(), out, n);
 }
 
 void SharedMemoryAllreduce::sum_over_ranks(double* values, size_t n) {

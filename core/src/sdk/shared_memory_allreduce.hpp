@@ -84,8 +84,8 @@ class SharedMemoryAllreduce {
   bool all_arrived() const;
   // out[0, n) = the sum of slot(r)[at, at + n) over the local ranks r, in local-rank order, this
   // rank's term read from own[at, at + n) instead: every rank, and both forms of the sum, get the
-  // same bits. `out` must not be a term. The other ranks' slots are prefetched from at + n for the
-  // next block, up to `end`.
+  // same bits. `out` may be this rank's term (one pass, kernels::sum_terms). The other ranks' slots
+  // are prefetched from at + n for the next block, up to `end`.
   void sum_block(size_t at, size_t n, size_t end, const float* own, float* out) const;
 
   Communicator* comm_ = nullptr;
@@ -98,7 +98,8 @@ class SharedMemoryAllreduce {
   size_t slot_floats_ = 0;               // every rank's part: count_ and then padding
   bool with_params_ = false;
   int local_rank_ = 0, local_size_ = 1;
-  uint64_t generation_ = 0;  // barriers passed
+  uint64_t generation_ = 0;                        // barriers passed
+  mutable std::vector<const float*> block_terms_;  // sum_block's terms, one per local rank
 };
 
 }  // namespace mgt

@@ -6,10 +6,11 @@
 // A store to a line that another core holds a copy of waits until that copy is invalidated. Where
 // the two cores sit in different core complexes (an AMD CPU's CCDs, or virtual CPUs that a
 // hypervisor moves between them), those invalidations do not overlap: on a 2-core AMD EPYC virtual
-// machine, updating 470 KB that the other core had read took 220-290 us with the cores apart and
-// 65-130 us with them together; evicting the lines (CLFLUSHOPT) 8 KB ahead of the update, 60-75 us
-// and 60-80 us; storing them past the caches (non-temporal stores), 17-20 us either way.
-// PREFETCHW did not help there: it leaves a line that is present as it is.
+// machine (benchmarks/core_pair.sh, medians of 20 s of samples), storing 470 KB that the other core
+// had just read took 264 us with the cores in two complexes and 60 us within one; evicting the
+// lines (CLFLUSHOPT) two 4 KB blocks ahead of the stores, 36 and 35 us; storing them past the
+// caches (non-temporal stores), 27 and 18 us. PREFETCHW did not help there: it leaves a line that
+// is present as it is.
 #include <cstddef>
 
 namespace mgt::kernels {

@@ -47,7 +47,7 @@ void pin(int cpu) {
 }
 
 // The other thread, on the second CPU, runs what the first posts and says when it is done.
-enum class Op : int { none, ping_pong, compute, read, write_plain, stream, quit };
+enum class Op : int { none, ping_pong, compute, read, stream, quit };
 
 struct alignas(64) Line {
   std::atomic<long> value{0};
@@ -123,9 +123,6 @@ void helper(int cpu) {
         break;
       case Op::read:
         read_buffer();
-        break;
-      case Op::write_plain:
-        write_plain();
         break;
       case Op::stream:
         stream();

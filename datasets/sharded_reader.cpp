@@ -13,7 +13,6 @@
 #include <limits>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -169,10 +168,13 @@ struct ShardedReader::Impl {
   bool stopping = false, started = false;
   int64_t filled = 0, released = 0, handed = 0;
   // `filled`, or the largest int64 once a read failed: for next()'s wait with a shared core, which
-  // the thread evaluates holding IdleCore's lock, so without this mutex (run() takes the two in
-  // the other order).
+  // the fiber evaluates between rows, without this mutex.
   std::atomic<int64_t> produced{0};
   bool shares_core = false;  // this reader holds IdleCore's claim
+  // Sharing the core, run() is IdleCore's worker: a fiber on the step's thread, started at
+  // start_epoch and start_batch, instead of a thread of its own.
+  bool fiber = false;
+  int64_t start_epoch = 0, start_batch = 0;
   std::exception_ptr error;
   int64_t error_at = -1;
 
@@ -196,27 +198,33 @@ struct ShardedReader::Impl {
       stopping = true;
     }
     cv.notify_all();
-    if (thread.joinable()) {
-      IdleCore::stop_worker(this);
-      thread.join();
+    if (fiber) {
+      IdleCore::stop_worker(this);  // runs it until it returns
+      fiber = false;
     }
+    if (thread.joinable()) thread.join();
     stopping = false;
   }
 
+  void run_from_start() { run(start_epoch, start_batch); }
+
+  // Sharing the step's core, this is a fiber that reads only while the step waits
+  // (mgtrain/idle_core.hpp); otherwise a thread of its own.
   void run(int64_t epoch, int64_t batch) {
-    // Sharing the step's core, the thread reads only while the step waits (mgtrain/idle_core.hpp).
-    struct Worker {
-      explicit Worker(const Impl* owner) { IdleCore::attach(owner); }
-      ~Worker() { IdleCore::detach(); }
-    };
-    std::optional<Worker> worker;
-    if (shares_core) worker.emplace(this);
     for (int64_t k = 0;; ++k) {
       {
         std::unique_lock lk(m);
         const auto free_slot = [&] { return stopping || k - released < static_cast<int64_t>(slots.size()); };
-        if (!free_slot()) IdleCore::rest();
-        cv.wait(lk, free_slot);
+        if (fiber) {
+          // The core goes back to the step until next() frees a slot (IdleCore::wake).
+          while (!free_slot()) {
+            lk.unlock();
+            IdleCore::rest();
+            lk.lock();
+          }
+        } else {
+          cv.wait(lk, free_slot);
+        }
         if (stopping) return;
       }
       try {
@@ -253,11 +261,11 @@ struct ShardedReader::Impl {
            "' failed (epoch " + std::to_string(epoch) + ", batch " + std::to_string(batch) + "): " + h5::error_text();
   }
 
-  // Thrown by pause() when the reader stops while its thread waits for the core.
+  // Thrown by pause() when the reader stops while it waits for the core.
   struct Stopped {};
-  // Between two pieces of a batch's work (a row): where the thread shares the step's core, it
-  // waits here until the core is lent to it. Not while holding hdf5_mutex(): another reader's
-  // thread may need it.
+  // Between two pieces of a batch's work (a row): sharing the step's core, the fiber goes back to
+  // the step here unless the core is lent and the step's wait is not over. Not while holding
+  // hdf5_mutex(): another reader's thread may need it, and the step's thread may take it.
   static void pause() {
     if (!IdleCore::may_run()) throw Stopped{};
   }
@@ -718,7 +726,11 @@ void ShardedReader::start(int64_t epoch, int64_t batch_in_epoch) {
   d.error = nullptr;
   d.error_at = -1;
   d.started = true;
-  d.thread = std::thread([&d, epoch, batch_in_epoch] { d.run(epoch, batch_in_epoch); });
+  d.start_epoch = epoch;
+  d.start_batch = batch_in_epoch;
+  d.fiber = d.shares_core && IdleCore::start_worker(
+                                 &d, [](void* impl) { static_cast<Impl*>(impl)->run_from_start(); }, &d);
+  if (!d.fiber) d.thread = std::thread([&d] { d.run_from_start(); });
 }
 
 Batch ShardedReader::next() {
@@ -728,11 +740,12 @@ Batch ShardedReader::next() {
   if (d.handed > d.released) {
     d.released = d.handed;
     d.cv.notify_all();
+    if (d.fiber) IdleCore::wake(&d);
   }
   const auto t0 = std::chrono::steady_clock::now();
   const auto ready = [&] { return d.filled > d.handed || (d.error && d.error_at == d.handed); };
-  if (!ready() && d.shares_core) {
-    // The batch is not read yet: the thread may have the core until it is.
+  if (!ready() && d.fiber) {
+    // The batch is not read yet: the reader has the core until it is.
     struct Wanted {
       const std::atomic<int64_t>& produced;
       int64_t batch;
@@ -746,6 +759,9 @@ Batch ShardedReader::next() {
         },
         &wanted);
     lk.lock();
+    // Only this thread runs the fiber: waiting on would wait for ever.
+    MGT_CHECK(ready(), Error,
+              "data file '" + d.opt.path + "': the reader's batch is owed to the thread that started it");
   }
   d.cv.wait(lk, ready);
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -1,11 +1,11 @@
-// The core shared between a step and its worker (mgtrain/idle_core.hpp), with real threads: the
-// worker works only while the core is lent, gives it back when the lender's wait is over or it has
-// no work, and stops when told; one owner at a time.
+// The core shared between a step and its worker (mgtrain/idle_core.hpp): the worker, a fiber on
+// the step's thread, works only while the core is lent, gives it back when the lender's wait is
+// over or it has no work, starts again when woken, and is run to its end when stopped; one owner
+// at a time, and only the thread that started the worker lends to it.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
-#include <memory>
 #include <thread>
 
 #include "mgtrain/idle_core.hpp"
@@ -13,22 +13,22 @@
 namespace {
 
 using mgt::IdleCore;
-using namespace std::chrono_literals;
 
-// A worker that counts pieces of work until `limit` (then rests) or until it is stopped.
+// A worker that counts pieces of work: `batch` pieces, then rests, `batches` times, or until it
+// is stopped. What lives on its stack is destroyed when it ends, however it ends.
 struct CountingWorker {
-  const void* owner;
-  int64_t limit;
-  std::atomic<int64_t> pieces{0};
-  std::atomic<bool> stopped{false}, rested{false};
-  std::thread thread;
+  int64_t batch = 1'000'000, batches = 1;
+  std::atomic<int64_t> pieces{0}, rests{0}, unwound{0};
+  bool stopped = false, ended = false;
 
-  CountingWorker(const void* owner_, int64_t limit_, std::chrono::milliseconds attach_after = 0ms)
-      : owner(owner_), limit(limit_) {
-    thread = std::thread([this, attach_after] {
-      std::this_thread::sleep_for(attach_after);
-      IdleCore::attach(owner);
-      while (pieces.load() < limit) {
+  static void work(void* self) { static_cast<CountingWorker*>(self)->run(); }
+  void run() {
+    struct OnItsStack {
+      CountingWorker* w;
+      ~OnItsStack() { w->unwound.fetch_add(1); }
+    } on_its_stack{this};
+    for (int64_t b = 0; b < batches && !stopped; ++b) {
+      for (int64_t i = 0; i < batch; ++i) {
         if (!IdleCore::may_run()) {
           stopped = true;
           break;
@@ -36,75 +36,105 @@ struct CountingWorker {
         pieces.fetch_add(1);
       }
       if (!stopped) {
+        rests.fetch_add(1);
         IdleCore::rest();
-        rested = true;
       }
-      IdleCore::detach();
-    });
-  }
-  ~CountingWorker() {
-    IdleCore::stop_worker(owner);
-    thread.join();
+    }
+    ended = true;
   }
 };
 
 bool at_least_ten(const void* worker) { return static_cast<const CountingWorker*>(worker)->pieces.load() >= 10; }
 bool never(const void*) { return false; }
 
+// Claims the core for `worker` and starts it; stops it and gives the claim up at the end.
+struct Started {
+  CountingWorker& worker;
+  explicit Started(CountingWorker& w) : worker(w) {
+    EXPECT_TRUE(IdleCore::claim(&worker));
+    EXPECT_TRUE(IdleCore::start_worker(&worker, CountingWorker::work, &worker));
+  }
+  ~Started() {
+    IdleCore::stop_worker(&worker);
+    IdleCore::release(&worker);
+  }
+};
+
 TEST(IdleCore, WorkerRunsOnlyWhileTheCoreIsLent) {
-  int owner = 0;
-  ASSERT_TRUE(IdleCore::claim(&owner));
+  CountingWorker worker;
   {
-    CountingWorker worker(&owner, 1'000'000);
-    std::this_thread::sleep_for(50ms);
+    Started started(worker);
     EXPECT_EQ(worker.pieces.load(), 0) << "the worker ran before the core was lent";
     IdleCore::lend_until(at_least_ten, &worker);
     const int64_t after_lend = worker.pieces.load();
-    EXPECT_GE(after_lend, 10);
-    // Handed back between two pieces: at most the piece in flight when the wait ended.
-    EXPECT_LE(after_lend, 11);
-    std::this_thread::sleep_for(50ms);
-    EXPECT_EQ(worker.pieces.load(), after_lend) << "the worker went on after the core was given back";
+    // Handed back between two pieces, as soon as the wait was over.
+    EXPECT_EQ(after_lend, 10);
+    IdleCore::lend_until(at_least_ten, &worker);  // the wait is over already: nothing runs
+    EXPECT_EQ(worker.pieces.load(), after_lend);
   }
-  IdleCore::release(&owner);
+  EXPECT_TRUE(worker.ended);
+  EXPECT_TRUE(worker.stopped);
+  EXPECT_EQ(worker.unwound.load(), 1);
 }
 
 TEST(IdleCore, LendReturnsAtOnceWhenTheWorkerHasNoWork) {
-  int owner = 0;
-  ASSERT_TRUE(IdleCore::claim(&owner));
-  {
-    CountingWorker worker(&owner, 3);
-    IdleCore::wait_for_worker(
-        &owner, [](const void* w) { return static_cast<const CountingWorker*>(w)->rested.load(); }, &worker);
-    EXPECT_EQ(worker.pieces.load(), 3);
-    const auto start = std::chrono::steady_clock::now();
-    IdleCore::lend_until(never, nullptr);  // nothing to do: it must not wait for `never`
-    EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
-  }
-  IdleCore::release(&owner);
+  CountingWorker worker;
+  worker.batch = 3;
+  worker.batches = 2;
+  Started started(worker);
+  IdleCore::wait_for_worker(
+      &worker, [](const void* w) { return static_cast<const CountingWorker*>(w)->rests.load() >= 1; }, &worker);
+  EXPECT_EQ(worker.pieces.load(), 3);
+  IdleCore::lend_until(never, nullptr);  // resting: it must not wait for `never`
+  EXPECT_EQ(worker.pieces.load(), 3);
+  // Woken, it does its second batch in the next lend, and rests again.
+  IdleCore::wake(&worker);
+  IdleCore::lend_until(never, nullptr);
+  EXPECT_EQ(worker.pieces.load(), 6);
+  EXPECT_EQ(worker.rests.load(), 2);
 }
 
-TEST(IdleCore, WaitForWorkerLendsBeforeTheWorkerAsks) {
-  int owner = 0;
-  ASSERT_TRUE(IdleCore::claim(&owner));
-  {
-    // The worker attaches only after the owner started waiting for it: the lend must still reach it.
-    CountingWorker worker(&owner, 1'000'000, 50ms);
-    IdleCore::wait_for_worker(&owner, at_least_ten, &worker);
-    EXPECT_GE(worker.pieces.load(), 10);
-  }
-  IdleCore::release(&owner);
+TEST(IdleCore, WaitForWorkerRunsAWorkerThatRested) {
+  CountingWorker worker;
+  worker.batch = 5;
+  worker.batches = 3;
+  Started started(worker);
+  // Not woken, but owed: the owner's wait runs it through its rests.
+  IdleCore::wait_for_worker(
+      &worker, [](const void* w) { return static_cast<const CountingWorker*>(w)->pieces.load() >= 12; }, &worker);
+  EXPECT_EQ(worker.pieces.load(), 12);
 }
 
-TEST(IdleCore, StopWakesAWaitingWorker) {
-  int owner = 0;
-  ASSERT_TRUE(IdleCore::claim(&owner));
-  auto worker = std::make_unique<CountingWorker>(&owner, 1'000'000);
-  std::this_thread::sleep_for(20ms);
-  const auto start = std::chrono::steady_clock::now();
-  worker.reset();  // stops and joins: a hang here is the failure
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
-  IdleCore::release(&owner);
+TEST(IdleCore, StopRunsTheWorkerToItsEnd) {
+  CountingWorker worker;
+  {
+    Started started(worker);
+    IdleCore::lend_until(at_least_ten, &worker);
+    EXPECT_FALSE(worker.ended);
+  }  // stop_worker: a hang here is the failure
+  EXPECT_TRUE(worker.ended);
+  EXPECT_EQ(worker.unwound.load(), 1);
+  EXPECT_EQ(worker.pieces.load(), 10);
+  // Another worker can start after it.
+  CountingWorker next;
+  {
+    Started started(next);
+    IdleCore::lend_until(at_least_ten, &next);
+    EXPECT_EQ(next.pieces.load(), 10);
+  }
+}
+
+TEST(IdleCore, OnlyTheStartingThreadLends) {
+  CountingWorker worker;
+  Started started(worker);
+  std::thread other([&] {
+    IdleCore::lend_until(at_least_ten, &worker);
+    IdleCore::wait_for_worker(&worker, at_least_ten, &worker);
+  });
+  other.join();
+  EXPECT_EQ(worker.pieces.load(), 0) << "another thread ran the worker";
+  IdleCore::lend_until(at_least_ten, &worker);
+  EXPECT_EQ(worker.pieces.load(), 10);
 }
 
 TEST(IdleCore, OneOwnerAtATime) {
@@ -112,14 +142,11 @@ TEST(IdleCore, OneOwnerAtATime) {
   ASSERT_TRUE(IdleCore::claim(&first));
   EXPECT_TRUE(IdleCore::claim(&first));
   EXPECT_FALSE(IdleCore::claim(&second));
-  {
-    // The refused owner's thread is no worker: it runs freely, and lending to it does nothing.
-    CountingWorker free_running(&second, 100);
-    IdleCore::wait_for_worker(&second, never, nullptr);  // not the owner: returns at once
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (!free_running.rested && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
-    EXPECT_EQ(free_running.pieces.load(), 100);
-  }
+  CountingWorker refused;
+  EXPECT_FALSE(IdleCore::start_worker(&second, CountingWorker::work, &refused)) << "not the owner";
+  // Outside a worker, the worker's calls return at once: a refused owner's thread runs freely.
+  EXPECT_TRUE(IdleCore::may_run());
+  IdleCore::rest();
   IdleCore::release(&first);
   EXPECT_TRUE(IdleCore::claim(&second));
   IdleCore::release(&second);

@@ -1199,6 +1199,37 @@ TEST(DataReader, DirectReadsGiveTheSameBatches) {
   EXPECT_FALSE(ShardedReader(o).reads_directly());
 }
 
+// The rows are read through a mapping of the file: a file cut short under a running reader (rewritten
+// in place) is an error naming it, not a SIGBUS from a page past its end.
+TEST(DataReader, DirectReadsNameAFileCutShortUnderThem) {
+  TempDir dir;
+  const std::string f = dir.file("cut.h5");
+  H5Spec s = indexed_spec(90);
+  s.contiguous = true;
+  write_h5(f, s);
+  ReaderOptions o;
+  o.path = f;
+  o.global_batch = 10;
+  ShardedReader reader(o);  // maps the file; reads nothing before the first batch
+  ASSERT_TRUE(reader.reads_directly());
+  haddr_t x_at = HADDR_UNDEF;
+  {
+    std::lock_guard lock(hdf5_mutex());
+    hid_t file = H5Fopen(f.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t x = H5Dopen2(file, "/x", H5P_DEFAULT);
+    x_at = H5Dget_offset(x);
+    H5Dclose(x);
+    H5Fclose(file);
+  }
+  ASSERT_NE(x_at, HADDR_UNDEF);
+  const auto bytes = std::filesystem::file_size(f);
+  const auto cut = static_cast<uintmax_t>(x_at) + kNumel * sizeof(float);  // row 0 is all that is left
+  ASSERT_EQ(truncate(f.c_str(), static_cast<off_t>(cut)), 0);
+  expect_data_error([&] { reader.next(); },
+                    {f, "is now " + std::to_string(cut) + " bytes, was " + std::to_string(bytes), "epoch 0, batch 0",
+                     "rewritten while training"});
+}
+
 // The whole file in memory gives the batches reading rows from the file gives.
 TEST(DataReader, InMemoryGivesTheSameBatches) {
   TempDir dir;

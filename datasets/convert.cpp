@@ -13,6 +13,7 @@
 #include <fstream>
 #include <mutex>
 
+#include "datasets/crc32.hpp"
 #include "datasets/hdf5_format.hpp"
 #include "datasets/hdf5_util.hpp"
 #include "datasets/image_decode.hpp"
@@ -126,8 +127,8 @@ class SampleFileWriter {
     // Each row's checksum starts with its bytes as stored (little-endian, as on this host).
     const size_t row_bytes = static_cast<size_t>(numel_) * (u8_ ? 1 : 4);
     for (int64_t r = 0; r < rows; ++r)
-      row_crc_[static_cast<size_t>(row0 + r)] = static_cast<uint32_t>(
-          crc32(0, static_cast<const Bytef*>(data) + static_cast<size_t>(r) * row_bytes, static_cast<uInt>(row_bytes)));
+      row_crc_[static_cast<size_t>(row0 + r)] =
+          crc32_update(0, static_cast<const unsigned char*>(data) + static_cast<size_t>(r) * row_bytes, row_bytes);
     std::vector<hsize_t> start(rank_, 0), count(rank_);
     H5Sget_simple_extent_dims(file_space_.get(), count.data(), nullptr);
     start[0] = static_cast<hsize_t>(row0);

@@ -10,8 +10,7 @@
 #include <iomanip>
 #include <sstream>
 
-#include <zlib.h>
-
+#include "datasets/crc32.hpp"
 #include "datasets/hdf5_util.hpp"
 
 namespace mgt::data {
@@ -339,7 +338,7 @@ uint32_t row_crc32_label(uint32_t crc_of_row, int32_t label) {
   unsigned char le[4];
   const auto u = static_cast<uint32_t>(label);
   for (int i = 0; i < 4; ++i) le[i] = static_cast<unsigned char>(u >> (8 * i));
-  return static_cast<uint32_t>(crc32(crc_of_row, le, 4));
+  return crc32_update(crc_of_row, le, 4);
 }
 
 DatasetInfo open_dataset_info(const std::string& path, const std::string& x_name, const std::string& y_name) {

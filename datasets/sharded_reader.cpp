@@ -21,8 +21,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
+#include "datasets/crc32.hpp"
 #include "datasets/hdf5_util.hpp"
 #include "mgtrain/idle_core.hpp"
 #include "mgtrain/rng.hpp"
@@ -371,7 +371,7 @@ struct ShardedReader::Impl {
 
   void verify_row(int64_t row, const unsigned char* bytes, int64_t size, int32_t label, uint32_t stored, int64_t epoch,
                   int64_t batch) {
-    const uint32_t computed = row_crc32_label(static_cast<uint32_t>(crc32(0, bytes, static_cast<uInt>(size))), label);
+    const uint32_t computed = row_crc32_label(crc32_update(0, bytes, size), label);
     if (computed == stored) return;
     char sums[64];
     std::snprintf(sums, sizeof sums, "stored 0x%08x, computed 0x%08x", stored, computed);

@@ -7,6 +7,8 @@ packages=(
   build-essential cmake pkg-config
   openmpi-bin libopenmpi-dev
   libhdf5-dev hdf5-tools zlib1g-dev
+  # CRC-32 of rows and checkpoints (zlib's values, several times faster than zlib's)
+  libdeflate-dev
   libboost-dev libboost-program-options-dev libboost-filesystem-dev
   libdnnl-dev libgtest-dev
   # JSON lines out and in (header-only); SHA-256 for `mgtrain verify`

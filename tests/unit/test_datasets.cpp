@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "datasets/convert.hpp"
+#include "datasets/crc32.hpp"
 #include "datasets/hdf5_format.hpp"
 #include "datasets/hdf5_util.hpp"
 #include "datasets/sharded_reader.hpp"
@@ -1197,6 +1199,23 @@ TEST(DataReader, DirectReadsGiveTheSameBatches) {
   o.path = dir.file("deflated.h5");
   o.global_batch = 30;
   EXPECT_FALSE(ShardedReader(o).reads_directly());
+}
+
+// The rows' and checkpoints' CRC-32 is zlib's, whatever the length, alignment or running value: the
+// files written before kept their checksums, and other tools check them with zlib.
+TEST(RowChecksum, Crc32IsZlibs) {
+  std::vector<unsigned char> bytes(4200);
+  uint32_t state = 12345;
+  for (unsigned char& b : bytes) b = static_cast<unsigned char>((state = state * 1103515245u + 12345u) >> 24);
+  for (size_t length = 0; length <= 2100; ++length)
+    for (size_t offset : {size_t{0}, size_t{1}, size_t{7}, size_t{64} + 3})
+      for (uint32_t seed : {0u, 0xdeadbeefu}) {
+        const unsigned char* at = bytes.data() + offset;
+        ASSERT_EQ(mgt::crc32_update(seed, at, length),
+                  static_cast<uint32_t>(crc32(seed, at, static_cast<uInt>(length))))
+            << "length " << length << ", offset " << offset << ", seed " << seed;
+      }
+  EXPECT_EQ(mgt::crc32_update(0, "123456789", 9), 0xCBF43926u);  // the check value of CRC-32
 }
 
 // The rows are read through a mapping of the file: a file cut short under a running reader (rewritten

@@ -19,7 +19,6 @@
 #include <hdf5.h>
 #include <sys/file.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -37,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "datasets/crc32.hpp"
 #include "datasets/hdf5_format.hpp"
 #include "datasets/hdf5_util.hpp"
 #include "mgtrain/error.hpp"
@@ -132,19 +132,7 @@ std::string read_string_attr(const H5Context& h5, hid_t obj, const std::string& 
   return value;
 }
 
-uint32_t checksum_bytes(const void* data, size_t size) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const auto* bytes = reinterpret_cast<const Bytef*>(data);
-  size_t left = size;
-  // zlib's length is a uInt: feed large buffers in pieces.
-  while (left > 0) {
-    const auto piece = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
-    crc = crc32(crc, bytes, piece);
-    bytes += piece;
-    left -= piece;
-  }
-  return static_cast<uint32_t>(crc);
-}
+uint32_t checksum_bytes(const void* data, size_t size) { return crc32_update(0, data, size); }
 
 uint32_t checksum(const float* data, size_t n) { return checksum_bytes(data, n * sizeof(float)); }
 

@@ -59,6 +59,12 @@ constexpr unsigned kSpinsBeforeLending = 2;
 // Floats summed at a time, a block that stays in the L1 cache.
 constexpr size_t kBlock = 1024;
 
+// The shared update's slots come in two sets, used by turns, up to this size of a slot: a line
+// is then written two steps after another core last read it, by when it has left that core's own
+// caches, and the copies into the slots may use ordinary stores (slot_writes.hpp). Past it a
+// second set costs more memory than it saves, and the lines leave the caches between steps anyway.
+constexpr size_t kTwoSetsUpToBytes = size_t{16} << 20;
+
 }  // namespace
 
 std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicator& comm, size_t count,
@@ -86,7 +92,9 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicato
   self->slot_floats_ = self->part_floats_ * local;
   self->with_params_ = with_params;
   self->block_terms_.resize(local);
-  const size_t regions = local + (with_params ? 1 : 0);  // the slots, then the parameters
+  self->slot_sets_ = with_params && self->slot_floats_ * sizeof(float) <= kTwoSetsUpToBytes ? 2 : 1;
+  // The slots, then the parameters, then the slots' second set.
+  const size_t regions = local + (with_params ? 1 : 0) + (self->slot_sets_ - 1) * local;
   const size_t bytes = header_bytes(self->local_size_) + regions * self->slot_floats_ * sizeof(float);
 
   // Local rank 0 creates it under a name no other job uses; the others open that name; once every
@@ -151,12 +159,16 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicato
 
 SharedMemoryAllreduce::~SharedMemoryAllreduce() = default;
 
-float* SharedMemoryAllreduce::slot(int local_rank) const {
+float* SharedMemoryAllreduce::region(int index) const {
   return reinterpret_cast<float*>(static_cast<char*>(mapping_.get()) + header_bytes(local_size_)) +
-         static_cast<size_t>(local_rank) * slot_floats_;
+         static_cast<size_t>(index) * slot_floats_;
 }
 
-float* SharedMemoryAllreduce::params() const { return with_params_ ? slot(local_size_) : nullptr; }
+float* SharedMemoryAllreduce::slot(int local_rank, int set) const {
+  return region(set == 0 ? local_rank : local_size_ + 1 + local_rank);
+}
+
+float* SharedMemoryAllreduce::params() const { return with_params_ ? region(local_size_) : nullptr; }
 
 void SharedMemoryAllreduce::barrier(const char* what, size_t count) {
   ++generation_;
@@ -216,7 +228,7 @@ void SharedMemoryAllreduce::allreduce_sum(float* data, size_t offset, size_t cou
   float* own = slot(local_rank_);
   for (size_t at = offset + begin; at < offset + end; at += kBlock) {
     const size_t n = std::min(kBlock, offset + end - at);
-    sum_block(at, n, offset + end, own, own + at);
+    sum_block(at, n, offset + end, own, own + at, 0);
     for (int r = 0; r < local_size_; ++r)
       if (!rail_ && r != local_rank_) std::copy(own + at, own + at + n, slot(r) + at);
   }
@@ -234,27 +246,38 @@ void SharedMemoryAllreduce::reduce_scatter_sum() {
   MGT_CHECK(with_params_, Error, "shared-memory reduce-scatter without the parameters' region");
   comm_->count_collective();
   float* mine = gradients();
+  set_ = (set_ + 1) % slot_sets_;  // every rank turns alike: the call is collective
+  float* into = slot(local_rank_, set_);
+  // With one set the lines were read by the others last step: only streamed stores spare the wait.
+  const bool plain = slot_sets_ == 2 && writes_.next() == SlotWrites::Kind::plain;
+  const auto start = std::chrono::steady_clock::now();
   for (int r = 0; r < local_size_; ++r) {
     const size_t from = std::min(count_, part_floats_ * static_cast<size_t>(r));
     const size_t to = std::min(count_, from + part_floats_);
-    if (r != local_rank_ && from < to) kernels::stream_copy(slot(local_rank_) + from, mine + from, to - from);
+    if (r == local_rank_ || from >= to) continue;
+    if (plain)
+      std::memcpy(into + from, mine + from, (to - from) * sizeof(float));
+    else
+      kernels::stream_copy(into + from, mine + from, to - from);
   }
   kernels::stream_fence();  // in memory before the barrier's release
+  if (slot_sets_ == 2) writes_.took(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   barrier("reduce-scatter", count_);
   // As allreduce_sum over [0, count_): the same parts, the same order of the terms.
   const size_t begin = std::min(count_, part_begin());
   const size_t end = std::min(count_, begin + part_floats_);
-  for (size_t at = begin; at < end; at += kBlock) sum_block(at, std::min(kBlock, end - at), end, mine, mine + at);
+  for (size_t at = begin; at < end; at += kBlock) sum_block(at, std::min(kBlock, end - at), end, mine, mine + at, set_);
 }
 
-void SharedMemoryAllreduce::sum_block(size_t at, size_t n, size_t end, const float* own, float* out) const {
+void SharedMemoryAllreduce::sum_block(size_t at, size_t n, size_t end, const float* own, float* out, int set) const {
   // The next block of the other ranks' slots, which their cores wrote, is asked for before this
   // one is summed: those lines come from the other cores, and the requests then overlap.
   for (int r = 0; r < local_size_; ++r)
     if (r != local_rank_)
       for (size_t ahead = at + n; ahead < std::min(end, at + n + kBlock); ahead += kLineFloats)
-        __builtin_prefetch(slot(r) + ahead, 0, 3);
-  for (int r = 0; r < local_size_; ++r) block_terms_[static_cast<size_t>(r)] = (r == local_rank_ ? own : slot(r)) + at;
+        __builtin_prefetch(slot(r, set) + ahead, 0, 3);
+  for (int r = 0; r < local_size_; ++r)
+    block_terms_[static_cast<size_t>(r)] = (r == local_rank_ ? own : slot(r, set)) + at;
   kernels::sum_terms(block_terms_.data(), block_terms_.size(), out, n);
 }
 

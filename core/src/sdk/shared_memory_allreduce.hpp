@@ -13,8 +13,11 @@
 // only part l of the gradient (reduce_scatter_sum), updates part l of the shared parameters, and
 // every rank waits for the others' parts (wait_for_parts). The optimizer's work and state on each
 // rank fall to 1 / ranks of the node, and nothing is written back into the other slots. Backward
-// then writes a buffer of the rank's own, not its slot: a rank puts into its slot only the parts
-// the others sum, streamed (no line another core read need be taken back from it store by store).
+// then writes a buffer of the rank's own, not its slot: a rank copies into its slot only the parts
+// the others sum, into one of two sets of slots by turns where they are small (a line is then
+// written two steps after another core read it), with ordinary or streamed stores as they cost
+// where the cores are now (slot_writes.hpp); with one set always streamed, so that no line another
+// core read last step need be taken back from it store by store.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "mgtrain/communicator.hpp"
+#include "slot_writes.hpp"
 
 namespace mgt {
 
@@ -58,10 +62,9 @@ class SharedMemoryAllreduce {
   size_t part_begin() const { return part_floats_ * static_cast<size_t>(local_rank_); }
   size_t part_floats() const { return part_floats_; }
   // Sums this rank's part of the gradient over the ranks, in local-rank order (the bits of
-  // allreduce_sum), into gradients(): the other parts of gradients() go into this rank's slot for
-  // the ranks they belong to, streamed past the caches, and are left as they were. Backward writes
-  // memory no other core reads; the slots' lines are stored without waiting for the copies the
-  // other cores read last step (kernels/cpu/cache_lines.hpp).
+  // allreduce_sum), into gradients(): the other parts of gradients() go into this rank's slot of
+  // the step's set for the ranks they belong to (above), and are left as they were. Backward writes
+  // memory no other core reads.
   void reduce_scatter_sum();
   // Sums `n` doubles over the node's ranks, in local-rank order, in place. It is also the point
   // after which no rank reads another's slot: they may be written again.
@@ -76,17 +79,20 @@ class SharedMemoryAllreduce {
 
  private:
   SharedMemoryAllreduce() = default;
-  float* slot(int local_rank) const;
+  // The mapping's regions of slot_floats_ each: the slots' first set, the parameters (with_params),
+  // then the slots' second set (slot_sets_ = 2).
+  float* region(int index) const;
+  float* slot(int local_rank, int set = 0) const;
   // Waits until every rank of the node has arrived here; `what` and `count` name the operation in
   // the timeout message.
   void barrier(const char* what, size_t count);
   // Whether every rank of the node has reached the barrier this rank is in.
   bool all_arrived() const;
-  // out[0, n) = the sum of slot(r)[at, at + n) over the local ranks r, in local-rank order, this
+  // out[0, n) = the sum of slot(r, set)[at, at + n) over the local ranks r, in local-rank order, this
   // rank's term read from own[at, at + n) instead: every rank, and both forms of the sum, get the
   // same bits. `out` may be this rank's term (one pass, kernels::sum_terms). The other ranks' slots
   // are prefetched from at + n for the next block, up to `end`.
-  void sum_block(size_t at, size_t n, size_t end, const float* own, float* out) const;
+  void sum_block(size_t at, size_t n, size_t end, const float* own, float* out, int set) const;
 
   Communicator* comm_ = nullptr;
   std::unique_ptr<Communicator> rail_;  // across nodes: the ranks of this local rank, one per node
@@ -97,6 +103,9 @@ class SharedMemoryAllreduce {
   size_t part_floats_ = 0;               // a local rank's part of count_, whole cache lines
   size_t slot_floats_ = 0;               // every rank's part: count_ and then padding
   bool with_params_ = false;
+  int slot_sets_ = 1;  // with the parameters and small enough: 2, used by turns (reduce_scatter_sum)
+  int set_ = 0;        // the set of the last reduce_scatter_sum
+  SlotWrites writes_;  // how this rank copies into its slot of a set
   int local_rank_ = 0, local_size_ = 1;
   uint64_t generation_ = 0;                        // barriers passed
   mutable std::vector<const float*> block_terms_;  // sum_block's terms, one per local rank

@@ -7,7 +7,9 @@
 #     element), and its memory has no name in /dev/shm while the job runs nor after.
 #   full: a /dev/shm with room for Open MPI's segments but not for the gradients: one note naming
 #     the size and the reason, and the job trains through MPI instead.
-# Usage: shared_memory.sh clean|full
+#   one_set: a /dev/shm with room for one set of the shared update's gradient slots but not for
+#     two: the job still trains through shared memory, without a note, to the bits of MPI's.
+# Usage: shared_memory.sh clean|full|one_set
 source "$(dirname "$0")/lib.sh"
 skip() { echo "SKIP: $*" >&2; exit 77; }
 
@@ -17,6 +19,8 @@ if [ -z "${MGTRAIN_TEST_PRIVATE_SHM:-}" ]; then
   size=256m
   # Room for Open MPI's own segments (4 MB a rank), not for this model's two gradient slots (46 MB).
   [ "$1" = full ] && size=16m
+  # Hidden layers of 1024: slots of 7.5 MB, 22 MB with the parameters in one set, 37 MB in two.
+  [ "$1" = one_set ] && size=32m
   exec unshare --mount --propagation private -- env MGTRAIN_TEST_PRIVATE_SHM=$size "$0" "$@"
 fi
 mount -t tmpfs -o size="$MGTRAIN_TEST_PRIVATE_SHM" tmpfs /dev/shm || skip "cannot mount a tmpfs on /dev/shm"
@@ -54,6 +58,17 @@ case $1 in
     grep -q "^done: 20 steps" full.log || fail "the job did not finish its 20 steps"
     [ -z "$(ours)" ] || fail "/dev/shm holds $(ours)"
     ;;
-  *) fail "usage: shared_memory.sh clean|full" ;;
+  one_set)
+    common=(--config run.ini --model.hidden=1024,1024 --train.max_steps=30 --checkpoint.every_steps=0)
+    run_np 2 300 train "${common[@]}" --checkpoint.dir="$WORK/one" >one.log 2>&1 ||
+      { cat one.log; fail "np=2 with room for one set of slots"; }
+    ! grep -q "sync.shared_memory" one.log || { cat one.log; fail "a note: one set of slots did not fit either"; }
+    run_np 2 300 train "${common[@]}" --checkpoint.dir="$WORK/mpi" --sync.shared_memory=off >mpi.log 2>&1 ||
+      { cat mpi.log; fail "np=2 through MPI"; }
+    "$MGTRAIN" compare one/step-30.h5 mpi/step-30.h5 --rtol 0 >compare.log 2>&1 ||
+      { cat compare.log; fail "with one set of slots shared memory and MPI's all-reduce give other bits"; }
+    [ -z "$(ours)" ] || fail "/dev/shm holds $(ours)"
+    ;;
+  *) fail "usage: shared_memory.sh clean|full|one_set" ;;
 esac
 echo PASS

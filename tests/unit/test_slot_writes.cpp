@@ -47,7 +47,9 @@ struct Recorder {
 double together(Kind kind) { return kind == Kind::plain ? 16e-6 : 20e-6; }
 double apart(Kind kind) { return kind == Kind::plain ? 150e-6 : 20e-6; }
 
-bool all(const std::string& kinds, char kind) { return !kinds.empty() && kinds.find_first_not_of(kind) == std::string::npos; }
+bool all(const std::string& kinds, char kind) {
+  return !kinds.empty() && kinds.find_first_not_of(kind) == std::string::npos;
+}
 
 TEST(SlotWrites, TriesEachKindThenKeepsTheOrdinaryStoresWhereTheyCostLess) {
   Recorder r;

@@ -92,23 +92,36 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicato
   self->slot_floats_ = self->part_floats_ * local;
   self->with_params_ = with_params;
   self->block_terms_.resize(local);
-  self->slot_sets_ = with_params && self->slot_floats_ * sizeof(float) <= kTwoSetsUpToBytes ? 2 : 1;
   // The slots, then the parameters, then the slots' second set.
-  const size_t regions = local + (with_params ? 1 : 0) + (self->slot_sets_ - 1) * local;
-  const size_t bytes = header_bytes(self->local_size_) + regions * self->slot_floats_ * sizeof(float);
+  const auto bytes_with = [&](int sets) {
+    const size_t regions = local + (with_params ? 1 : 0) + static_cast<size_t>(sets - 1) * local;
+    return header_bytes(self->local_size_) + regions * self->slot_floats_ * sizeof(float);
+  };
+  int sets = with_params && self->slot_floats_ * sizeof(float) <= kTwoSetsUpToBytes ? 2 : 1;
 
   // Local rank 0 creates it under a name no other job uses; the others open that name; once every
   // rank has tried, the name goes, so nothing is left in /dev/shm whatever happens to the job.
-  char name[64] = {};
+  // Local rank 0 also settles the number of sets: one where two do not fit.
+  struct {
+    char name[64];
+    int sets;
+  } made = {};
+  char* const name = made.name;
   std::string error;
   int fd = -1;
   if (self->local_rank_ == 0) {
     std::random_device random;
-    std::snprintf(name, sizeof name, "/mgtrain-%ld-%08x%08x", static_cast<long>(getpid()), random(), random());
+    std::snprintf(name, sizeof made.name, "/mgtrain-%ld-%08x%08x", static_cast<long>(getpid()), random(), random());
     fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     // posix_fallocate reserves the pages now: a full /dev/shm is an error here, not a SIGBUS later.
     int fallocate_error = 0;
-    if (fd < 0 || (fallocate_error = posix_fallocate(fd, 0, static_cast<off_t>(bytes))) != 0) {
+    if (fd >= 0 && sets == 2 && posix_fallocate(fd, 0, static_cast<off_t>(bytes_with(2))) != 0) {
+      sets = 1;  // the second set is worth a few percent, not the path through MPI
+      if (ftruncate(fd, 0) != 0) fallocate_error = errno;
+    }
+    if (fd < 0 || fallocate_error != 0 ||
+        (fallocate_error = posix_fallocate(fd, 0, static_cast<off_t>(bytes_with(sets)))) != 0) {
+      const size_t bytes = bytes_with(sets);
       error = std::string("could not create ") + std::to_string(bytes) + " bytes of shared memory '" + name +
               "': " + std::strerror(fd < 0 ? errno : fallocate_error);
       if (fd >= 0) {
@@ -119,7 +132,10 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicato
       name[0] = '\0';
     }
   }
-  node->broadcast(name, sizeof name, 0);
+  made.sets = sets;
+  node->broadcast(&made, sizeof made, 0);
+  self->slot_sets_ = made.sets;
+  const size_t bytes = bytes_with(made.sets);
   if (self->local_rank_ != 0 && name[0] != '\0') {
     fd = shm_open(name, O_RDWR, 0600);
     if (fd < 0) error = std::string("could not open shared memory '") + name + "': " + std::strerror(errno);

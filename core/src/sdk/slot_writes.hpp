@@ -50,10 +50,14 @@ class SlotWrites {
   double cost(Kind kind) const {
     const auto& [a, b, c] = last_[index(kind)];
     switch (std::min<int64_t>(filled_[index(kind)], 3)) {
-      case 0: return 0;
-      case 1: return a;
-      case 2: return std::max(a, b);
-      default: return std::max(std::min(a, b), std::min(std::max(a, b), c));
+      case 0:
+        return 0;
+      case 1:
+        return a;
+      case 2:
+        return std::max(a, b);
+      default:
+        return std::max(std::min(a, b), std::min(std::max(a, b), c));
     }
   }
 

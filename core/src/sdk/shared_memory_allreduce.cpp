@@ -61,8 +61,9 @@ constexpr size_t kBlock = 1024;
 
 // The shared update's slots come in two sets, used by turns, up to this size of a slot: a line
 // is then written two steps after another core last read it, by when it has left that core's own
-// caches, and the copies into the slots may use ordinary stores (slot_writes.hpp). Past it a
-// second set costs more memory than it saves, and the lines leave the caches between steps anyway.
+// caches, and the copies into the slots may use ordinary stores (slot_writes.hpp). Larger slots
+// keep one set and streamed stores: their lines are expected to leave the other cores' own caches
+// between steps anyway (not measured), and a second set would cost that much more /dev/shm.
 constexpr size_t kTwoSetsUpToBytes = size_t{16} << 20;
 
 }  // namespace

@@ -1218,35 +1218,6 @@ TEST(RowChecksum, Crc32IsZlibs) {
   EXPECT_EQ(mgt::crc32_update(0, "123456789", 9), 0xCBF43926u);  // the check value of CRC-32
 }
 
-// The cost of a row's CRC-32, libdeflate's against zlib's, on rows of 784 bytes (a Fashion-MNIST
-// sample as uint8), in us a row (medians of 5 passes over 60,000 rows). A measurement, not a
-// check: run with --gtest_also_run_disabled_tests --gtest_filter='*Crc32MicrosecondsPerRow*'.
-TEST(RowChecksum, DISABLED_Crc32MicrosecondsPerRow) {
-  constexpr size_t kRows = 60000, kRowBytes = 784;
-  std::vector<unsigned char> rows(kRows * kRowBytes);
-  uint32_t state = 1;
-  for (unsigned char& b : rows) b = static_cast<unsigned char>((state = state * 1103515245u + 12345u) >> 24);
-  const auto per_row = [&](auto crc_of) {
-    std::vector<double> passes;
-    uint32_t sink = 0;
-    for (int pass = 0; pass < 5; ++pass) {
-      const auto t0 = std::chrono::steady_clock::now();
-      for (size_t r = 0; r < kRows; ++r) sink ^= crc_of(rows.data() + r * kRowBytes);
-      passes.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-                       kRows);
-    }
-    std::sort(passes.begin(), passes.end());
-    static volatile uint32_t kept;
-    kept = sink;  // the sums are used: the loops stay
-    return passes[2];
-  };
-  const double zlib =
-      per_row([&](const unsigned char* row) { return static_cast<uint32_t>(crc32(0, row, kRowBytes)); });
-  const double deflate = per_row([&](const unsigned char* row) { return mgt::crc32_update(0, row, kRowBytes); });
-  std::printf("CRC-32 of a %zu-byte row: zlib %.3f us, libdeflate %.3f us (medians of 5 passes)\n", kRowBytes, zlib,
-              deflate);
-}
-
 // The rows are read through a mapping of the file: a file cut short under a running reader (rewritten
 // in place) is an error naming it, not a SIGBUS from a page past its end.
 TEST(DataReader, DirectReadsNameAFileCutShortUnderThem) {

@@ -9,9 +9,9 @@
 // slots every step. Non-temporal stores go past the caches and never wait; the others then read
 // the lines from memory. On a 2-core AMD EPYC KVM guest whose host moves the two virtual CPUs
 // between core complexes (MLP, 470 KB a copy, the slots double-buffered so that a line is written
-// two steps after the other core read it): with the cores together, ordinary stores 16-20 us and
-// the other rank's sum 22-32 us, against 20-23 and 40-60 streamed; apart, ordinary stores 70-195
-// us, streamed 20-23.
+// two steps after the other core read it; timers added for the measurement, not kept): with the
+// cores together, ordinary stores 16-20 us and the other rank's sum 22-32 us, against 20-23 and
+// 40-60 streamed; apart, ordinary stores 70-195 us, streamed 20-23.
 //
 // So each rank times its own copies and stores ordinarily while that costs at most kPlainMargin
 // times the streamed copy (the margin is what the others' sums gain), and tries the other kind
@@ -33,9 +33,10 @@ class SlotWrites {
   // The kind of the coming copy: each kind once, first; then the cheaper, and every kTryEvery-th
   // copy the other one.
   Kind next() {
-    if (copies_ < 2) return current_ = copies_ == 0 ? Kind::plain : Kind::streamed;
+    const int64_t copies = filled_[0] + filled_[1];
+    if (copies < 2) return current_ = copies == 0 ? Kind::plain : Kind::streamed;
     const Kind best = cost(Kind::plain) <= kPlainMargin * cost(Kind::streamed) ? Kind::plain : Kind::streamed;
-    const bool trying = copies_ % kTryEvery == 0;
+    const bool trying = copies % kTryEvery == 0;
     return current_ = trying ? other(best) : best;
   }
 
@@ -43,7 +44,6 @@ class SlotWrites {
   void took(double seconds) {
     auto& last = last_[index(current_)];
     last[filled_[index(current_)]++ % last.size()] = seconds;
-    ++copies_;
   }
 
   // The median of the kind's last three copies (the larger of two, where it has had two).
@@ -66,7 +66,6 @@ class SlotWrites {
   static Kind other(Kind kind) { return kind == Kind::plain ? Kind::streamed : Kind::plain; }
 
   Kind current_ = Kind::plain;
-  int64_t copies_ = 0;
   std::array<std::array<double, 3>, 2> last_{};  // per kind, a ring of its last copies' seconds
   std::array<int64_t, 2> filled_{};              // per kind, copies recorded
 };

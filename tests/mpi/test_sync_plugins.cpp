@@ -202,7 +202,9 @@ int main(int argc, char** argv) {
   // The shared update (allreduce's default on one node): the ranks share the parameters, each sums
   // its part of the gradient alone, in one collective, to the bits of the all-reduce form above;
   // the core's step agreement sums over the ranks; every rank's updated part is seen by all; the
-  // optimizer state's parts gather to rank 0 and scatter back. Twice, for the barriers' rounds.
+  // optimizer state's parts gather to rank 0 and scatter back. Three times, for the barriers'
+  // rounds and for the three ways of a rank's gradient into its slot, which the first three steps
+  // take in turn (sdk/slot_writes.hpp): a plain copy, a streamed copy, backward writing the slot.
   {
     mgt::ParameterStore store;
     fill_store(store, rank);
@@ -228,7 +230,9 @@ int main(int argc, char** argv) {
     bool tiled = true;
     for (size_t r = 0; r < begins.size(); ++r) tiled = tiled && begins[r] == r * part;
     check(tiled, "shared update: the parts tile the buffer, one per rank", rank);
-    for (int round = 0; round < 2; ++round) {
+    std::vector<const float*> written;  // where each round's "backward" wrote
+    for (int round = 0; round < 3; ++round) {
+      written.push_back(store.grads_data());
       mgt::ParameterStore fresh;
       fill_store(fresh, rank);
       std::memcpy(store.grads_data(), fresh.grads_data(), flat * sizeof(float));
@@ -239,9 +243,9 @@ int main(int argc, char** argv) {
       check(comm->collective_count() - before == 1, "shared update: one collective, the reduce-scatter", rank);
       bool sum_is_shared = true;
       for (size_t i = begin; i < begin + part; ++i)
-        sum_is_shared =
-            sum_is_shared && (i < flat ? std::memcmp(&store.grads_data()[i], &shared_sum[i], sizeof(float)) == 0
-                                       : shard->shard_grads()[i - begin] == 0.0f);
+        sum_is_shared = sum_is_shared &&
+                        (i < flat ? std::memcmp(&shard->shard_grads()[i - begin], &shared_sum[i], sizeof(float)) == 0
+                                  : shard->shard_grads()[i - begin] == 0.0f);
       check(sum_is_shared, "shared update: this rank's part holds the all-reduce form's sum, bit for bit", rank);
       double checks[2] = {static_cast<double>(rank + 1), 1.0};
       shard->sum_over_ranks(checks, 2);
@@ -256,6 +260,8 @@ int main(int argc, char** argv) {
         all_parts = all_parts && store.params_data()[i] == -static_cast<float>(i) - static_cast<float>(round);
       check(all_parts, "shared update: every rank's updated part is every rank's", rank);
     }
+    check(written[0] == written[1] && written[2] != written[0],
+          "shared update: the third step's backward writes its slot, the first two a buffer of its own", rank);
     std::vector<float> state(part), whole(rank == 0 ? flat : 0);
     for (size_t i = 0; i < part; ++i) state[i] = begin + i < flat ? static_cast<float>(begin + i) : 0.0f;
     shard->gather_state(state.data(), whole.data());

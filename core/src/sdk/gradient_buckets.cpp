@@ -39,7 +39,7 @@ class SharedUpdate final : public OptimizerSharding {
 
   size_t shard_size() const override { return shared_.part_floats(); }
   float* shard_params() override { return shared_.params() + shared_.part_begin(); }
-  float* shard_grads() override { return shared_.gradients() + shared_.part_begin(); }
+  float* shard_grads() override { return shared_.summed() + shared_.part_begin(); }
   bool whole_gradient() const override { return false; }
   void sum_over_ranks(double* values, size_t count) override { shared_.sum_over_ranks(values, count); }
   void gather_parameters() override { shared_.wait_for_parts(); }
@@ -246,9 +246,17 @@ void GradientBuckets::start_stage(size_t index, int position) {
       part.reduce_sum(data, count, wire_type(), 0);
     else if (stage == kNodeBroadcast)
       part.broadcast(data, count * element_bytes(wire_type()), 0);
-    else if (update_)
+    else if (update_) {
       shared_->reduce_scatter_sum();  // the one bucket: this rank's part of the whole buffer
-    else if (shared_)
+      // The next backward writes where the coming reduce-scatter wants it (slot_writes.hpp), over
+      // what is there; this step's gradient is read through the sharding
+      // (SharedMemoryAllreduce::summed) from here on.
+      if (float* next = shared_->gradients(); next != store_->grads_data()) {
+        Tensor view = Tensor::view(next, {static_cast<int64_t>(store_->flat_size())});
+        store_->swap_grads(view);
+        store_->discard_grads();
+      }
+    } else if (shared_)
       shared_->allreduce_sum(static_cast<float*>(data), b.begin, count);
     else
       part.allreduce_sum(data, count, wire_type());

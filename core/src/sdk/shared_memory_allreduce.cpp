@@ -136,6 +136,7 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::create(Communicato
   made.sets = sets;
   node->broadcast(&made, sizeof made, 0);
   self->slot_sets_ = made.sets;
+  self->way_ = self->next_way();
   const size_t bytes = bytes_with(made.sets);
   if (self->local_rank_ != 0 && name[0] != '\0') {
     fd = shm_open(name, O_RDWR, 0600);
@@ -262,28 +263,41 @@ void SharedMemoryAllreduce::allreduce_sum(float* data, size_t offset, size_t cou
 void SharedMemoryAllreduce::reduce_scatter_sum() {
   MGT_CHECK(with_params_, Error, "shared-memory reduce-scatter without the parameters' region");
   comm_->count_collective();
-  float* mine = gradients();
-  set_ = (set_ + 1) % slot_sets_;  // every rank turns alike: the call is collective
-  float* into = slot(local_rank_, set_);
-  // With one set the lines were read by the others last step: only streamed stores spare the wait.
-  const bool plain = slot_sets_ == 2 && writes_.next() == SlotWrites::Kind::plain;
-  const auto start = std::chrono::steady_clock::now();
-  for (int r = 0; r < local_size_; ++r) {
-    const size_t from = std::min(count_, part_floats_ * static_cast<size_t>(r));
-    const size_t to = std::min(count_, from + part_floats_);
-    if (r == local_rank_ || from >= to) continue;
-    if (plain)
-      std::memcpy(into + from, mine + from, (to - from) * sizeof(float));
-    else
-      kernels::stream_copy(into + from, mine + from, to - from);
+  float* const mine = gradients();  // where backward wrote, by way_
+  set_ = (set_ + 1) % slot_sets_;   // every rank turns alike: the call is collective
+  if (way_ != SlotWrites::Kind::direct) {
+    float* into = slot(local_rank_, set_);
+    const auto start = std::chrono::steady_clock::now();
+    for (int r = 0; r < local_size_; ++r) {
+      const size_t from = std::min(count_, part_floats_ * static_cast<size_t>(r));
+      const size_t to = std::min(count_, from + part_floats_);
+      if (r == local_rank_ || from >= to) continue;
+      if (way_ == SlotWrites::Kind::plain)
+        std::memcpy(into + from, mine + from, (to - from) * sizeof(float));
+      else
+        kernels::stream_copy(into + from, mine + from, to - from);
+    }
+    kernels::stream_fence();  // in memory before the barrier's release
+    writes_.took(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
-  kernels::stream_fence();  // in memory before the barrier's release
-  if (slot_sets_ == 2) writes_.took(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   barrier("reduce-scatter", count_);
   // As allreduce_sum over [0, count_): the same parts, the same order of the terms.
   const size_t begin = std::min(count_, part_begin());
   const size_t end = std::min(count_, begin + part_floats_);
   for (size_t at = begin; at < end; at += kBlock) sum_block(at, std::min(kBlock, end - at), end, mine, mine + at, set_);
+  summed_ = mine;
+  way_ = next_way();
+}
+
+// With one set the lines were read by the others last step: only streamed stores spare the wait.
+SlotWrites::Kind SharedMemoryAllreduce::next_way() {
+  return slot_sets_ == 2 ? writes_.next() : SlotWrites::Kind::streamed;
+}
+
+float* SharedMemoryAllreduce::gradients() const {
+  if (!own_gradients_) return slot();
+  if (way_ == SlotWrites::Kind::direct) return slot(local_rank_, (set_ + 1) % slot_sets_);
+  return static_cast<float*>(own_gradients_.get());
 }
 
 void SharedMemoryAllreduce::sum_block(size_t at, size_t n, size_t end, const float* own, float* out, int set) const {

@@ -13,11 +13,12 @@
 // only part l of the gradient (reduce_scatter_sum), updates part l of the shared parameters, and
 // every rank waits for the others' parts (wait_for_parts). The optimizer's work and state on each
 // rank fall to 1 / ranks of the node, and nothing is written back into the other slots. Backward
-// then writes a buffer of the rank's own, not its slot: a rank copies into its slot only the parts
-// the others sum, into one of two sets of slots by turns where they are small (a line is then
-// written two steps after another core read it), with ordinary or streamed stores as they cost
-// where the cores are now (slot_writes.hpp); with one set always streamed, so that no line another
-// core read last step need be taken back from it store by store.
+// then writes into one of two sets of slots by turns where they are small (a line is then written
+// two steps after another core read it): into its slot directly, or into a buffer of its own from
+// which the parts the others sum are copied into the slot, with ordinary or streamed stores, as
+// they cost where the cores are now (slot_writes.hpp); with one set always its own buffer and
+// streamed copies, so that no line another core read last step need be taken back from it store
+// by store.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -45,8 +46,10 @@ class SharedMemoryAllreduce {
   float* slot() const { return slot(local_rank_); }
   std::shared_ptr<void> memory() const { return mapping_; }
   // Where this rank's backward writes its gradients (ParameterStore::place_grads), and what keeps
-  // that memory: its slot, or with the parameters a buffer of the slot's size of its own.
-  float* gradients() const { return static_cast<float*>(own_gradients_ ? own_gradients_.get() : slot()); }
+  // that memory: its slot; with the parameters, for the coming reduce_scatter_sum, a buffer of the
+  // slot's size of its own or its slot of the coming set (slot_writes.hpp), which the store is
+  // pointed at after each reduce_scatter_sum.
+  float* gradients() const;
   std::shared_ptr<void> gradients_memory() const { return own_gradients_ ? own_gradients_ : mapping_; }
 
   // Sums data[0, count) over every rank of the communicator, in place: slot()[offset, offset +
@@ -62,10 +65,12 @@ class SharedMemoryAllreduce {
   size_t part_begin() const { return part_floats_ * static_cast<size_t>(local_rank_); }
   size_t part_floats() const { return part_floats_; }
   // Sums this rank's part of the gradient over the ranks, in local-rank order (the bits of
-  // allreduce_sum), into gradients(): the other parts of gradients() go into this rank's slot of
-  // the step's set for the ranks they belong to (above), and are left as they were. Backward writes
-  // memory no other core reads.
+  // allreduce_sum), into the gradient backward wrote (gradients() before the call, summed()
+  // after): where that was the rank's own buffer, the other parts go into this rank's slot of the
+  // step's set for the ranks they belong to (above), and are left as they were.
   void reduce_scatter_sum();
+  // The gradient of the last reduce_scatter_sum, this rank's part summed.
+  float* summed() const { return summed_ ? summed_ : gradients(); }
   // Sums `n` doubles over the node's ranks, in local-rank order, in place. It is also the point
   // after which no rank reads another's slot: they may be written again.
   void sum_over_ranks(double* values, size_t n);
@@ -86,6 +91,8 @@ class SharedMemoryAllreduce {
   // Waits until every rank of the node has arrived here; `what` and `count` name the operation in
   // the timeout message.
   void barrier(const char* what, size_t count);
+  // How the coming step's gradient reaches this rank's slot.
+  SlotWrites::Kind next_way();
   // Whether every rank of the node has reached the barrier this rank is in.
   bool all_arrived() const;
   // out[0, n) = the sum of slot(r, set)[at, at + n) over the local ranks r, in local-rank order, this
@@ -105,7 +112,9 @@ class SharedMemoryAllreduce {
   bool with_params_ = false;
   int slot_sets_ = 1;  // with the parameters and small enough: 2, used by turns (reduce_scatter_sum)
   int set_ = 0;        // the set of the last reduce_scatter_sum
-  SlotWrites writes_;  // how this rank copies into its slot of a set
+  SlotWrites writes_;  // how this rank's gradient reaches its slot of a set
+  SlotWrites::Kind way_ = SlotWrites::Kind::streamed;  // that of the coming reduce_scatter_sum
+  float* summed_ = nullptr;                            // summed()
   int local_rank_ = 0, local_size_ = 1;
   uint64_t generation_ = 0;                        // barriers passed
   mutable std::vector<const float*> block_terms_;  // sum_block's terms, one per local rank

@@ -4,7 +4,8 @@
 # there (root only: exit 77 otherwise):
 #   clean: at np=2 it trains to the bits of Open MPI's all-reduce (a sum of two is the same in
 #     either order, and the ranks' shared update of their parts is the whole update's, element by
-#     element), and its memory has no name in /dev/shm while the job runs nor after.
+#     element), with grad_accum's accumulated micro-batches too, and its memory has no name in
+#     /dev/shm while the job runs nor after.
 #   full: a /dev/shm with room for Open MPI's segments but not for the gradients: one note naming
 #     the size and the reason, and the job trains through MPI instead.
 #   one_set: a /dev/shm with room for one set of the shared update's gradient slots but not for
@@ -47,6 +48,15 @@ case $1 in
       { cat mpi.log; fail "np=2 through MPI"; }
     "$MGTRAIN" compare shm/step-300.h5 mpi/step-300.h5 --rtol 0 >compare.log 2>&1 ||
       { cat compare.log; fail "at np=2 shared memory and MPI's all-reduce give other bits"; }
+    # Micro-batches accumulated in the gradient before the reduce-scatter (grad_accum), which
+    # backward may be writing straight into a slot: the bits of MPI's too.
+    accum=(--sync.name=grad_accum --sync.accum_steps=2)
+    run_np 2 300 train "${common[@]}" "${accum[@]}" --checkpoint.dir="$WORK/shm_accum" >shm_accum.log 2>&1 ||
+      { cat shm_accum.log; fail "np=2 grad_accum through shared memory"; }
+    run_np 2 300 train "${common[@]}" "${accum[@]}" --checkpoint.dir="$WORK/mpi_accum" --sync.shared_memory=off \
+      >mpi_accum.log 2>&1 || { cat mpi_accum.log; fail "np=2 grad_accum through MPI"; }
+    "$MGTRAIN" compare shm_accum/step-300.h5 mpi_accum/step-300.h5 --rtol 0 >compare_accum.log 2>&1 ||
+      { cat compare_accum.log; fail "at np=2 grad_accum through shared memory and through MPI give other bits"; }
     ;;
   full)
     run_np 2 300 train --config run.ini --model.hidden=2048,2048 --train.max_steps=20 --checkpoint.dir="$WORK/full" \

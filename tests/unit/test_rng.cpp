@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <set>
+#include <vector>
 
 #include "mgtrain/rng.hpp"
 
@@ -46,6 +47,18 @@ TEST(Rng, EpochPermutationIsAPureFunctionOfSeedAndEpoch) {
   auto sorted = p1;
   std::sort(sorted.begin(), sorted.end());
   for (int64_t i = 0; i < 1000; ++i) EXPECT_EQ(sorted[static_cast<size_t>(i)], i);
+}
+
+// The order a seeded run reads its data in, pinned: a checkpoint written by an earlier build
+// resumes on the same samples, and a seeded run repeats an earlier build's bits, only while these
+// values stay.
+TEST(Rng, EpochPermutationKeepsItsValues) {
+  const auto p = rng::epoch_permutation(7, 3, 1000);
+  EXPECT_EQ(std::vector<int64_t>(p.begin(), p.begin() + 8),
+            (std::vector<int64_t>{312, 926, 164, 254, 197, 999, 925, 62}));
+  const auto q = rng::epoch_permutation(42, 0, 60000);
+  EXPECT_EQ(std::vector<int64_t>(q.begin(), q.begin() + 8),
+            (std::vector<int64_t>{27044, 42087, 38300, 23512, 25285, 47286, 20738, 48396}));
 }
 
 TEST(Rng, UniformIsRoughlyUniform) {

@@ -1028,35 +1028,6 @@ TEST(DataAugment, CropPadsWithWhatZeroNormalisesToAndFlipMirrorsTheWidth) {
   EXPECT_GT(padded, 0);
 }
 
-// The reader's cost of augmentation, rows/s with and without (medians of 5 passes of 100 batches
-// of 128), on the file MGTRAIN_READER_BENCH_FILE (e.g. Fashion-MNIST). A measurement, not a check:
-// run with --gtest_also_run_disabled_tests --gtest_filter='*ReaderRowsPerSecond*'.
-TEST(DataAugment, DISABLED_ReaderRowsPerSecond) {
-  const char* path = std::getenv("MGTRAIN_READER_BENCH_FILE");
-  if (!path) GTEST_SKIP() << "MGTRAIN_READER_BENCH_FILE not set";
-  for (const char* from : {"hdf5", "direct", "in_memory"})
-    for (const char* spec : {"", "flip", "crop:4", "crop:4,flip"}) {
-      ReaderOptions o;
-      o.path = path;
-      o.global_batch = 128;
-      o.seed = 1;
-      o.in_memory = std::string(from) == "in_memory";
-      o.read_mode = std::string(from) == "hdf5" ? ReadMode::Runs : ReadMode::Direct;
-      o.augment = parse_augmentation(spec);
-      ShardedReader reader(o);
-      std::vector<double> rates;
-      for (int pass = 0; pass < 5; ++pass) {
-        reader.start(pass, 0);
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < 100; ++i) reader.next();
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        rates.push_back(100 * 128 / s);
-      }
-      std::sort(rates.begin(), rates.end());
-      std::printf("reader %-9s augment %-12s %10.0f rows/s (median of 5)\n", from, *spec ? spec : "off", rates[2]);
-    }
-}
-
 TEST(DataAugment, RefusesSamplesThatAreNotImages) {
   TempDir dir;
   write_h5(dir.file("flat.h5"), indexed_spec(20));  // samples [2, 3]

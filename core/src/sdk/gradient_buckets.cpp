@@ -34,8 +34,25 @@ inline float widen_bf16(uint16_t h) {
 // of the node's shared parameters, of the summed gradient, and of the optimizer state.
 class SharedUpdate final : public OptimizerSharding {
  public:
-  SharedUpdate(Communicator& comm, SharedMemoryAllreduce& shared, size_t flat)
-      : comm_(comm), shared_(shared), flat_(flat) {}
+  SharedUpdate(Communicator& comm, SharedMemoryAllreduce& shared, ParameterStore& store)
+      : comm_(comm), shared_(shared), store_(store), flat_(store.flat_size()) {
+    for (float* place : shared_.gradient_places())
+      if (place != store_.grads_data()) views_.push_back(Tensor::view(place, {static_cast<int64_t>(flat_)}));
+  }
+
+  // The step's reduce-scatter. The next backward then writes where the coming one wants it
+  // (slot_writes.hpp), over what is there; this step's gradient is read through shard_grads()
+  // from here on. The store is pointed there by swapping in the view of that place, made once
+  // above (the view swapped out is the place the store left): no allocation in the step.
+  void reduce_scatter() {
+    shared_.reduce_scatter_sum();
+    float* const next = shared_.gradients();
+    if (next == store_.grads_data()) return;
+    const auto view = std::find_if(views_.begin(), views_.end(), [next](Tensor& v) { return v.data() == next; });
+    MGT_CHECK(view != views_.end(), Error, "shared update: the next gradient is in none of its places");
+    store_.swap_grads(*view);
+    store_.discard_grads();
+  }
 
   size_t shard_size() const override { return shared_.part_floats(); }
   float* shard_params() override { return shared_.params() + shared_.part_begin(); }
@@ -68,7 +85,9 @@ class SharedUpdate final : public OptimizerSharding {
  private:
   Communicator& comm_;
   SharedMemoryAllreduce& shared_;
-  size_t flat_;  // the store's flat size: the parts' floats before the padding
+  ParameterStore& store_;
+  size_t flat_;                // the store's flat size: the parts' floats before the padding
+  std::vector<Tensor> views_;  // of the places backward may write but the store's now
 };
 
 }  // namespace
@@ -165,7 +184,7 @@ void GradientBuckets::setup(Communicator& comm, ParameterStore& store, size_t bu
       // rank goes on before it has.
       store.place_params(shared_->params(), shared_->memory(), shared_->local_rank() == 0);
       comm.barrier();
-      update_ = std::make_unique<SharedUpdate>(comm, *shared_, store.flat_size());
+      update_ = std::make_unique<SharedUpdate>(comm, *shared_, store);
       // One reduce-scatter of the whole buffer after backward: blocking, so buckets would only
       // add barriers.
       Bucket whole;
@@ -246,17 +265,9 @@ void GradientBuckets::start_stage(size_t index, int position) {
       part.reduce_sum(data, count, wire_type(), 0);
     else if (stage == kNodeBroadcast)
       part.broadcast(data, count * element_bytes(wire_type()), 0);
-    else if (update_) {
-      shared_->reduce_scatter_sum();  // the one bucket: this rank's part of the whole buffer
-      // The next backward writes where the coming reduce-scatter wants it (slot_writes.hpp), over
-      // what is there; this step's gradient is read through the sharding
-      // (SharedMemoryAllreduce::summed) from here on.
-      if (float* next = shared_->gradients(); next != store_->grads_data()) {
-        Tensor view = Tensor::view(next, {static_cast<int64_t>(store_->flat_size())});
-        store_->swap_grads(view);
-        store_->discard_grads();
-      }
-    } else if (shared_)
+    else if (update_)
+      static_cast<SharedUpdate&>(*update_).reduce_scatter();  // the one bucket, the whole buffer
+    else if (shared_)
       shared_->allreduce_sum(static_cast<float*>(data), b.begin, count);
     else
       part.allreduce_sum(data, count, wire_type());

@@ -300,6 +300,13 @@ float* SharedMemoryAllreduce::gradients() const {
   return static_cast<float*>(own_gradients_.get());
 }
 
+std::vector<float*> SharedMemoryAllreduce::gradient_places() const {
+  if (!own_gradients_) return {slot()};
+  std::vector<float*> places{static_cast<float*>(own_gradients_.get())};
+  for (int set = 0; set < slot_sets_; ++set) places.push_back(slot(local_rank_, set));
+  return places;
+}
+
 void SharedMemoryAllreduce::sum_block(size_t at, size_t n, size_t end, const float* own, float* out, int set) const {
   // The next block of the other ranks' slots, which their cores wrote, is asked for before this
   // one is summed: those lines come from the other cores, and the requests then overlap.

@@ -51,6 +51,9 @@ class SharedMemoryAllreduce {
   // pointed at after each reduce_scatter_sum.
   float* gradients() const;
   std::shared_ptr<void> gradients_memory() const { return own_gradients_ ? own_gradients_ : mapping_; }
+  // Every place gradients() may give: the slot; with the parameters the own buffer and this rank's
+  // slot of each set.
+  std::vector<float*> gradient_places() const;
 
   // Sums data[0, count) over every rank of the communicator, in place: slot()[offset, offset +
   // count) of each rank, which `data` is where the gradients live in the slot (else it is copied in

@@ -9,7 +9,11 @@
 //     2.0 where the host runs both virtual CPUs on one physical core;
 //   - writing a buffer (the MLP's half of the parameters, 470 KB) that the other core has just
 //     read: plain stores, stores with the lines evicted two 4 KB blocks ahead (the shared update),
-//     non-temporal stores (kernels::stream_copy); and reading a buffer the other core streamed.
+//     non-temporal stores (kernels::stream_copy); and reading a buffer the other core streamed;
+//   - plain stores into that buffer once the other core has read it and then 4 MB of other data,
+//     about what a rank of the MLP reads in a step: the shared update's gradient slots, in two
+//     sets, are written again that much later after another rank summed from them
+//     (core/src/sdk/slot_writes.hpp).
 // Prints each sample (with --samples) and then the medians, split by the round trip.
 //
 // Built and run by benchmarks/core_pair.sh; x86-64 only (the cache-line instructions).
@@ -47,7 +51,7 @@ void pin(int cpu) {
 }
 
 // The other thread, on the second CPU, runs what the first posts and says when it is done.
-enum class Op : int { none, ping_pong, compute, read, stream, quit };
+enum class Op : int { none, ping_pong, compute, read, read_then_other, stream, quit };
 
 struct alignas(64) Line {
   std::atomic<long> value{0};
@@ -60,6 +64,8 @@ constexpr long kRoundTrips = 20000;
 constexpr size_t kFloats = 470 * 1024 / sizeof(float);
 float* g_buffer = nullptr;  // the region both cores touch
 float* g_source = nullptr;  // what the writer stores, its own
+constexpr size_t kOtherFloats = (size_t{4} << 20) / sizeof(float);
+float* g_other = nullptr;  // read by the other core after the region, pushing it out of its caches
 volatile float g_sink = 0;
 
 // A multiply-add chain per vector, ten vectors: bound by the core's arithmetic, not its memory.
@@ -81,6 +87,14 @@ double compute() {
 void read_buffer() {
   float sum = 0;
   for (size_t i = 0; i < kFloats; i += 16) sum += g_buffer[i] + g_buffer[i + 8];
+  g_sink = sum;
+}
+
+// The region, then the other data.
+void read_buffer_then_other() {
+  read_buffer();
+  float sum = 0;
+  for (size_t i = 0; i < kOtherFloats; i += 16) sum += g_other[i];
   g_sink = sum;
 }
 
@@ -123,6 +137,9 @@ void helper(int cpu) {
         break;
       case Op::read:
         read_buffer();
+        break;
+      case Op::read_then_other:
+        read_buffer_then_other();
         break;
       case Op::stream:
         stream();
@@ -183,7 +200,7 @@ double timed(Op before, F&& f) {
 }
 
 struct Sample {
-  double round_trip, slowdown, plain, evicting, streamed, read_streamed;
+  double round_trip, slowdown, plain, evicting, streamed, read_streamed, plain_later;
 };
 
 double median(std::vector<double> v) {
@@ -201,9 +218,10 @@ void summary(const char* what, const std::vector<Sample>& samples) {
   };
   std::printf(
       "%-28s %5zu samples: round trip %4.0f ns, compute slowdown %.2f; writing what the other read: plain "
-      "%4.0f us, evicting %4.0f us, streamed %4.0f us; reading what it streamed %4.0f us\n",
+      "%4.0f us, evicting %4.0f us, streamed %4.0f us; reading what it streamed %4.0f us; plain stores "
+      "after 4 MB more %4.0f us\n",
       what, samples.size(), col(&Sample::round_trip), col(&Sample::slowdown), col(&Sample::plain),
-      col(&Sample::evicting), col(&Sample::streamed), col(&Sample::read_streamed));
+      col(&Sample::evicting), col(&Sample::streamed), col(&Sample::read_streamed), col(&Sample::plain_later));
 }
 
 }  // namespace
@@ -233,6 +251,8 @@ int main(int argc, char** argv) {
   g_source = static_cast<float*>(std::aligned_alloc(64, kFloats * sizeof(float)));
   std::fill(g_buffer, g_buffer + kFloats, 0.0f);
   std::fill(g_source, g_source + kFloats, 1.0f);
+  g_other = static_cast<float*>(std::aligned_alloc(64, kOtherFloats * sizeof(float)));
+  std::fill(g_other, g_other + kOtherFloats, 1.0f);
   std::thread other(helper, cpu_b);
 
   std::vector<Sample> samples;
@@ -245,10 +265,12 @@ int main(int argc, char** argv) {
     s.evicting = timed(Op::read, write_evicting);
     s.streamed = timed(Op::read, stream);
     s.read_streamed = timed(Op::stream, read_buffer);
+    s.plain_later = timed(Op::read_then_other, write_plain);
     if (print_samples)
       std::printf(
-          "round trip %.0f ns, slowdown %.2f, plain %.0f us, evicting %.0f us, streamed %.0f us, read %.0f us\n",
-          s.round_trip, s.slowdown, s.plain, s.evicting, s.streamed, s.read_streamed);
+          "round trip %.0f ns, slowdown %.2f, plain %.0f us, evicting %.0f us, streamed %.0f us, read %.0f us, "
+          "plain later %.0f us\n",
+          s.round_trip, s.slowdown, s.plain, s.evicting, s.streamed, s.read_streamed, s.plain_later);
     samples.push_back(s);
   }
   post(Op::quit);

@@ -2,7 +2,8 @@
 # What this machine's two cores do to each other, sampled for SECONDS (benchmarks/core_pair.cpp):
 # the round trip of a cache line between them, compute on both at once against one alone, and
 # the cost of writing 470 KB that the other core has just read (plain, evicting ahead as the
-# shared update does, streamed) or of reading what it streamed. Run it next to
+# shared update does, streamed; plain again after the other core has read 4 MB more) or of
+# reading what it streamed. Run it next to
 # `mpirun -np 2 mgtrain bench` on a virtual machine: its host may move the two virtual CPUs
 # between core complexes (round trips of hundreds of ns) or onto one physical core (compute
 # slowdown near 2), and np=2's throughput follows.

@@ -23,10 +23,11 @@
 // step 16 to 18 us shorter at the median, 2%), except every kMeasureEvery-th step, when an
 // ordinary copy measures again what those stores cost: the cores moving apart then shows within
 // two such copies. That step is about 45 us longer than the others (backward writes the rank's own
-// buffer, which has gone cold, before the copy): 5.6 us a step. Timing ordinary stores into one
-// page of the coming slot every step instead (scaled to a copy's size; tried, not kept) priced
-// them at 25 to 150 us where whole copies took 13 to 23, streamed more often, and lowered the
-// MLP's np=2 scaling (bench medians 0.80 against 0.85 over 10 alternating rounds).
+// buffer, untouched since the last such step, and the copy follows): 5.6 us a step on average.
+// Timing ordinary stores into one page of the coming slot every step instead (scaled to a copy's
+// size; tried, not kept) priced them at 25 to 150 us where whole copies took 13 to 23, streamed
+// more often, and lowered the MLP's np=2 scaling (bench medians 0.80 against 0.85 over 10
+// alternating rounds).
 #include <algorithm>
 #include <array>
 #include <cstdint>

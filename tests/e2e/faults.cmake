@@ -16,3 +16,9 @@ foreach(case ${MGTRAIN_FAULT_CASES})
   list(GET parts 2 action)
   mgtrain_e2e_test(faults.${phase}.rank${rank}.${action} 300 ${E2E}/faults.sh ${rank} ${phase} ${action})
 endforeach()
+
+# Stop signals at random moments and in bursts (tests/e2e/stop_signals.sh): never a crash, a final
+# checkpoint whenever training had started. scripts/stress_signals.sh runs the long form.
+mgtrain_e2e_test(stop_signals.burst 600 ${E2E}/stop_signals.sh burst 3)
+mgtrain_e2e_test(stop_signals.mpirun 600 ${E2E}/stop_signals.sh mpirun 3)
+mgtrain_e2e_test(stop_signals.random 600 ${E2E}/stop_signals.sh random 4)

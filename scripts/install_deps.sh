@@ -10,6 +10,8 @@ packages=(
   # CRC-32 of rows and checkpoints (zlib's values, several times faster than zlib's)
   libdeflate-dev
   libboost-dev libboost-program-options-dev libboost-filesystem-dev
+  # the data reader's fiber (core/src/sdk/idle_core.cpp)
+  libboost-context-dev
   libdnnl-dev libgtest-dev
   # JSON lines out and in (header-only); SHA-256 for `mgtrain verify`
   nlohmann-json3-dev libssl-dev

@@ -27,6 +27,8 @@ for f in bin/mgtrain lib/libmgtrain.so include/mgtrain/plugin.hpp include/mgtrai
   [[ -e $PREFIX/$f ]] || fail "not installed: $PREFIX/$f"
 done
 ! ls "$PREFIX"/lib/mgtrain/plugins | grep -E 'badabi|wrongkind|nosymbol' || fail "test plugins were installed"
+# Internal headers stay out of the SDK: the data reader's fiber is no plugin's business.
+[[ ! -e $PREFIX/include/mgtrain/idle_core.hpp ]] || fail "an internal header was installed: include/mgtrain/idle_core.hpp"
 # The installed launcher runs on the installed library (RPATH $ORIGIN/../lib), not the build tree's.
 lib=$(readlink -f "$(ldd "$PREFIX/bin/mgtrain" | awk '/libmgtrain\.so/ {print $3}')")
 [[ $lib == "$PREFIX/lib/"* ]] || { ldd "$PREFIX/bin/mgtrain"; fail "installed launcher loads libmgtrain from '$lib'"; }

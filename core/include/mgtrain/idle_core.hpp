@@ -8,10 +8,14 @@
 // between two small pieces of its work, as soon as the wait is over. Its work then fills time in
 // which the core would otherwise spin.
 //
-// The worker is a fiber, not a thread: it runs on a stack of its own but on the step's thread,
-// which switches to it when it lends the core and back when the worker pauses. A switch is a
-// change of registers and stack in user space, where handing the core to a thread and back took two
-// context switches of the kernel (9 us on a 2-core virtual machine, several times a step).
+// The worker is a fiber (Boost.Context), not a thread: it runs on a stack of its own but on the
+// step's thread, which switches to it when it lends the core and back when the worker pauses. A
+// switch is a change of registers and stack in user space, where handing the core to a thread and
+// back took two context switches of the kernel (9 us on a 2-core virtual machine, several times a
+// step).
+//
+// Internal to mgtrain's own libraries (the data reader, the shared-memory barrier): exported from
+// libmgtrain for the runtime, but not installed with the SDK, so no plugin builds against it.
 //
 // One owner per process at a time (the training reader). Where no owner holds it, or on a thread
 // other than the one that started the worker, the step's calls return at once; the worker's calls

@@ -4,7 +4,9 @@
 # whole records: `mgtrain report` draws the metrics, the event file's TFRecords end where it ends.
 # A parameter server's serving rank writes its own metrics file (metrics.rank<R>.jsonl), checked
 # the same way. Mounting needs root: exit 77 (a skip) without it. The mount is removed however the
-# test ends. Usage: full_disk.sh metrics|param_server
+# test ends. With tensorboard_start the disk is full before the run: the event file cannot take
+# even its first record, which is a warning like any other, and no empty event file is left.
+# Usage: full_disk.sh metrics|param_server|tensorboard_start
 : "${WORK:?}"
 disk=$WORK/disk
 umount "$disk" 2>/dev/null || true  # left by a run that was killed
@@ -32,6 +34,19 @@ if [ "${1:-metrics}" = param_server ]; then
     python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$disk/metrics.rank2.jsonl" ||
       fail "a line of the serving rank's metrics is not JSON"
   fi
+  echo PASS
+  exit 0
+fi
+if [ "${1:-metrics}" = tensorboard_start ]; then
+  dd if=/dev/zero of="$disk/rest" bs=4096 count=2 status=none 2>/dev/null || true
+  write_config run.ini "[metrics]" "tensorboard_dir = $disk/tb"
+  run_np 2 300 train --config run.ini --train.max_steps=20 --train.log_every=5 --train.progress=lines \
+    >out.log 2>err.log || { cat out.log err.log; fail "training failed: a disk full at the start must not stop it"; }
+  cat err.log
+  grep -q "mgtrain: warning: tensorboard: cannot write event file '$disk/tb/events.out.tfevents\.[^']*': No space left on device; TensorBoard output is off" err.log ||
+    fail "no warning naming the event file and the reason"
+  ! ls "$disk"/tb/events.out.tfevents.* 2>/dev/null || fail "an empty event file was left: $(ls -l "$disk"/tb)"
+  grep -q "^done: " out.log || fail "the run did not finish"
   echo PASS
   exit 0
 fi

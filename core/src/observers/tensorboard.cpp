@@ -111,7 +111,6 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
               .string();
   file_ = std::make_unique<AppendFile>(path_, "tensorboard: event file");
   pending_ = tfrecord_frame(encode_file_version_event(now_seconds(), "brain.Event:2"));
-  flush();
 }
 
 TensorBoardWriter::~TensorBoardWriter() {
@@ -120,6 +119,11 @@ TensorBoardWriter::~TensorBoardWriter() {
 
 void TensorBoardWriter::add_scalar(const std::string& tag, int64_t step, double value) {
   pending_ += tfrecord_frame(encode_scalar_event(now_seconds(), step, tag, static_cast<float>(value)));
+}
+
+void TensorBoardWriter::remove_if_empty() {
+  std::error_code ec;
+  if (std::filesystem::file_size(path_, ec) == 0 && !ec) std::filesystem::remove(path_, ec);
 }
 
 void TensorBoardWriter::flush() {

@@ -29,9 +29,9 @@ std::string encode_scalar_event(double wall_time, int64_t step, const std::strin
 
 class TensorBoardWriter {
  public:
-  // Creates dir (and parents); the file is events.out.tfevents.<unix seconds>.<hostname>.<pid>;
-  // its first record is Event{wall_time, file_version:"brain.Event:2"}, written at once. Throws
-  // IoError naming the path and the reason on failure.
+  // Creates dir (and parents) and the file, events.out.tfevents.<unix seconds>.<hostname>.<pid>;
+  // its first record, Event{wall_time, file_version:"brain.Event:2"}, is written by the first
+  // flush(). Throws IoError naming the path and the reason on failure.
   explicit TensorBoardWriter(const std::string& dir);
   ~TensorBoardWriter();  // writes what is pending, as flush() does, without throwing
   TensorBoardWriter(const TensorBoardWriter&) = delete;
@@ -44,6 +44,9 @@ class TensorBoardWriter {
   // reason; the records are then dropped.
   void flush();
   const std::string& path() const { return path_; }
+  // Removes the file where nothing reached it (its first flush failed), so that no empty event
+  // file is left behind.
+  void remove_if_empty();
 
  private:
   std::string path_;

@@ -16,7 +16,8 @@ namespace {
 // whole, the run is told once on stderr, and the event file gets nothing more: the run goes on.
 class TensorBoardObserver final : public TrainingObserver {
  public:
-  explicit TensorBoardObserver(const std::string& dir) : writer_(dir) {}
+  // A disk already full at the start is a full disk like any other: warned of, and the run goes on.
+  explicit TensorBoardObserver(const std::string& dir) : writer_(dir) { flush(); }
 
   void on_interval(const IntervalFigures& f) override {
     if (off_) return;
@@ -43,6 +44,7 @@ class TensorBoardObserver final : public TrainingObserver {
       writer_.flush();
     } catch (const IoError& e) {
       off_ = true;
+      writer_.remove_if_empty();
       std::cerr << "mgtrain: warning: " << e.what() << "; TensorBoard output is off for the rest of the run\n"
                 << std::flush;
     }

@@ -43,7 +43,9 @@ Config config_from_command_line(const std::string& ini_file, const RunCommandLin
   if (!command_line.error.empty()) throw ConfigError(command_line.error);
   Config config = Config::from_ini_file(ini_file);
   for (const auto& opt : command_line.parsed->options) {
-    if (!opt.unregistered) continue;
+    // A word without "--" (a positional argument) is stored by boost under no name and would be
+    // dropped silently.
+    if (!opt.unregistered && !opt.string_key.empty()) continue;
     const std::string token = opt.original_tokens.empty() ? opt.string_key : opt.original_tokens[0];
     throw ConfigError("unexpected argument '" + token + "'; config overrides are written --section.key=value");
   }

@@ -34,8 +34,14 @@ po::variables_map parse(const std::vector<std::string>& args, const po::options_
   po::command_line_parser parser(args);
   parser.options(desc);
   if (positional) parser.positional(*positional);
+  const po::parsed_options parsed = parser.run();
+  // Without a positional description boost keeps a bare word under no name, and store() drops it.
+  for (const auto& opt : parsed.options)
+    if (opt.string_key.empty())
+      throw po::error("unexpected argument '" + (opt.original_tokens.empty() ? std::string() : opt.original_tokens[0]) +
+                      "'");
   po::variables_map vm;
-  po::store(parser.run(), vm);
+  po::store(parsed, vm);
   po::notify(vm);
   return vm;
 }

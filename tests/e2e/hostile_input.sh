@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Inputs that once crashed, hung or were silently ignored: each is now refused with one
+# "mgtrain: error:" line naming it, a non-zero exit and no rank left waiting.
+# Usage: hostile_input.sh CASE
+source "$(dirname "$0")/lib.sh"
+write_config run.ini
+
+# Runs "$@" (an mgtrain command line, under mpirun -np 2 when the first word is "mpi"), expecting a
+# non-zero exit within the time limit and exactly one error line that holds EXPECT.
+refused() {  # refused EXPECT [mpi] ARGS...
+  local expect=$1 rc; shift
+  set +e
+  if [ "$1" = mpi ]; then
+    shift
+    run_np 2 60 "$@" >out.log 2>err.log
+  else
+    timeout --kill-after=5 30 "$MGTRAIN" "$@" >out.log 2>err.log
+  fi
+  rc=$?
+  set -e
+  echo "mgtrain $*: exit $rc"
+  [ $rc -ne 0 ] || { cat out.log err.log; fail "exit code 0 for mgtrain $*"; }
+  [ $rc -ne 124 ] && [ $rc -ne 137 ] || { cat err.log; fail "mgtrain $* hung and was killed by the time limit"; }
+  [ $rc -lt 128 ] || { cat err.log; fail "mgtrain $* died on signal $((rc - 128))"; }
+  local line
+  line=$(one_error_line err.log)
+  echo "$line"
+  grep -qF -- "$expect" <<<"$line" || fail "the error line does not say '$expect'"
+}
+
+build_plugin() {  # the build tree's plugin library NAME (libmgtrain-KIND-NAME.so)
+  local found
+  found=$("$MGTRAIN" plugins | awk -v f="/$1" 'index($0, f) && !/^refused/ { print $NF; exit }')
+  [ -f "$found" ] || fail "no $1 among mgtrain plugins"
+  echo "$found"
+}
+
+case $1 in
+  # A word that is neither an option nor an override was dropped silently.
+  positional)
+    refused "unexpected argument 'train.seed=3'; config overrides are written --section.key=value" \
+      mpi train --config run.ini train.seed=3 hello
+    refused "unexpected argument 'hello'" mpi train --config run.ini hello
+    refused "unexpected argument 'hello'" mpi bench --config run.ini hello
+    refused "eval: unexpected argument 'hello'" eval --checkpoint a.h5 --data b.h5 hello
+    refused "plugins: unexpected argument 'hello'" plugins hello ;;
+  *) fail "unknown case $1" ;;
+esac
+echo PASS

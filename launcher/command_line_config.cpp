@@ -22,6 +22,34 @@ bool is_override(const std::string& arg) {
   return name.find('.') != std::string::npos;
 }
 
+// "--resume=" as "--resume" "": boost refuses the first form and takes the second, so both are
+// split the same way and refused below by one message.
+std::vector<std::string> split_empty_values(const std::vector<std::string>& options) {
+  std::vector<std::string> out;
+  for (const auto& arg : options) {
+    if (arg.size() > 3 && arg.compare(0, 2, "--") == 0 && arg.back() == '=' && arg.find('=') == arg.size() - 1) {
+      out.push_back(arg.substr(0, arg.size() - 1));
+      out.emplace_back();
+    } else {
+      out.push_back(arg);
+    }
+  }
+  return out;
+}
+
+// The first option given an empty string ("--resume ''"), which would otherwise read as not given.
+std::string empty_option_error(const std::string& command, const po::variables_map& vm,
+                               const po::options_description& desc) {
+  for (const auto& [name, value] : vm) {
+    const auto* text = boost::any_cast<std::string>(&value.value());
+    if (!text || !text->empty() || value.defaulted()) continue;
+    const auto* option = desc.find_nothrow(name, false);
+    return command + ": option '--" + name + "' is empty; expected " +
+           (option ? option->description() : std::string("a value")) + " (see mgtrain " + command + " --help)";
+  }
+  return "";
+}
+
 }  // namespace
 
 RunCommandLine parse_run_command_line(const std::string& command, const std::vector<std::string>& args,
@@ -30,9 +58,10 @@ RunCommandLine parse_run_command_line(const std::string& command, const std::vec
   std::vector<std::string> options;
   for (const auto& arg : args) (is_override(arg) ? out.overrides : options).push_back(arg);
   try {
-    out.parsed.emplace(po::command_line_parser(options).options(desc).allow_unregistered().run());
+    out.parsed.emplace(po::command_line_parser(split_empty_values(options)).options(desc).allow_unregistered().run());
     po::store(*out.parsed, out.vm);
     po::notify(out.vm);
+    out.error = empty_option_error(command, out.vm, desc);
   } catch (const po::error& e) {
     out.error = command + ": " + e.what() + " (see mgtrain " + command + " --help)";
   }

@@ -36,6 +36,12 @@ build_plugin() {  # the build tree's plugin library NAME (libmgtrain-KIND-NAME.s
 }
 
 case $1 in
+  # An empty --resume is the same mistake however it is written.
+  resume_empty)
+    expect="train: option '--resume' is empty; expected 'latest' (newest in checkpoint.dir) or a checkpoint path"
+    refused "$expect" mpi train --config run.ini --resume ""
+    refused "$expect" mpi train --config run.ini --resume=
+    refused "option '--config' is empty" mpi train --config "" ;;
   # A word that is neither an option nor an override was dropped silently.
   positional)
     refused "unexpected argument 'train.seed=3'; config overrides are written --section.key=value" \

@@ -50,6 +50,20 @@ case $1 in
     refused "unexpected argument 'hello'" mpi bench --config run.ini hello
     refused "eval: unexpected argument 'hello'" eval --checkpoint a.h5 --data b.h5 hello
     refused "plugins: unexpected argument 'hello'" plugins hello ;;
+  # A --plugin-path this user cannot read is an error, not a directory skipped.
+  plugin_path_unreadable)
+    [ "$(id -u)" = 0 ] || { echo "SKIP: needs root to run mgtrain as another user"; exit 0; }
+    mkdir -p locked && chmod 000 locked && chmod 755 "$WORK"
+    for command in plugins config-keys; do
+      set +e
+      setpriv --reuid=nobody --regid=nogroup --clear-groups "$MGTRAIN" $command --plugin-path "$WORK/locked" \
+        >out.log 2>err.log
+      rc=$?
+      set -e
+      [ $rc -ne 0 ] || { cat out.log err.log; fail "mgtrain $command accepted an unreadable --plugin-path"; }
+      one_error_line err.log | grep -qF -- "--plugin-path '$WORK/locked': Permission denied" ||
+        fail "mgtrain $command does not say the --plugin-path is not readable"
+    done ;;
   *) fail "unknown case $1" ;;
 esac
 echo PASS

@@ -1,6 +1,7 @@
 #include "loader/plugin_loader.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/dll/runtime_symbol_info.hpp>
@@ -88,6 +89,9 @@ PluginRegistry::PluginRegistry(std::vector<std::string> cli_paths) {
       throw PluginError("--plugin-path '" + p + "': " + std::strerror(errno) + " (expected a directory of plugins)");
     if (!S_ISDIR(info.st_mode))
       throw PluginError("--plugin-path '" + p + "': " + std::strerror(ENOTDIR) + " (expected a directory of plugins)");
+    // A directory that cannot be listed would be scanned as empty, and the plugin taken from elsewhere.
+    if (::access(p.c_str(), R_OK | X_OK) != 0)
+      throw PluginError("--plugin-path '" + p + "': " + std::strerror(errno) + " (expected a directory of plugins)");
     dirs_.push_back(p);
   }
   if (const char* env = std::getenv("MGTRAIN_PLUGIN_PATH")) {

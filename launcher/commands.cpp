@@ -343,6 +343,10 @@ int run_config_keys(const std::vector<std::string>& args) {
   for (const auto& k : core_config_keys()) row(k, "core");
   PluginRegistry registry(plugin_paths(vm));
   for (const auto& c : registry.scan()) {
+    // Said, since the keys of a plugin of the same name further down the search path are listed instead.
+    if (!c.usable && !c.shadowed)
+      std::fprintf(stderr, "mgtrain: warning: plugin '%s' is refused: %s\n", printable(c.path).c_str(),
+                   printable(c.refusal).c_str());
     if (!c.usable) continue;
     for (const auto& k : registry.config_keys(c.kind, c.name)) row(k, c.kind + " " + c.name);
   }

@@ -36,6 +36,26 @@ build_plugin() {  # the build tree's plugin library NAME (libmgtrain-KIND-NAME.s
 }
 
 case $1 in
+  # A plugin cut short: the loader would map segments past the end of the file (SIGBUS).
+  truncated_plugin)
+    mlp=$(build_plugin libmgtrain-model-mlp.so)
+    run_np 1 120 train --config run.ini --train.max_steps=1 --checkpoint.dir="$WORK/ckpt1" >train.log 2>&1 ||
+      { cat train.log; fail "the checkpoint for eval could not be trained"; }
+    checkpoint=$(ls "$WORK"/ckpt1/step-*.h5 | head -1)
+    for bytes in 1000 5000 20000; do
+      mkdir -p "cut$bytes"
+      head -c $bytes "$mlp" >"cut$bytes/libmgtrain-model-mlp.so"
+      file="$WORK/cut$bytes/libmgtrain-model-mlp.so"
+      "$MGTRAIN" plugins --plugin-path "cut$bytes" >plugins.log 2>&1 || { cat plugins.log; fail "mgtrain plugins failed"; }
+      grep -q "^refused: cut$bytes/libmgtrain-model-mlp.so: .*but the file has $bytes bytes (truncated?)" plugins.log ||
+        { cat plugins.log; fail "mgtrain plugins does not list the $bytes-byte plugin as truncated"; }
+      "$MGTRAIN" config-keys --plugin-path "cut$bytes" >keys.log 2>err.log || { cat err.log; fail "config-keys failed"; }
+      grep -q "^mgtrain: warning: plugin 'cut$bytes/libmgtrain-model-mlp.so' is refused: .*truncated" err.log ||
+        { cat err.log; fail "config-keys does not say the $bytes-byte plugin is refused"; }
+      refused "plugin '$file' declares" mpi train --config run.ini --plugin-path="$WORK/cut$bytes" --train.max_steps=1
+      refused "plugin '$file' declares" eval --checkpoint "$checkpoint" --data "$DATA_DIR/test.h5" \
+        --plugin-path "$WORK/cut$bytes"
+    done ;;
   # An empty --resume is the same mistake however it is written.
   resume_empty)
     expect="train: option '--resume' is empty; expected 'latest' (newest in checkpoint.dir) or a checkpoint path"

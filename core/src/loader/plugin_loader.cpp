@@ -1,5 +1,7 @@
 #include "loader/plugin_loader.hpp"
 
+#include <elf.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -55,9 +57,65 @@ std::string fingerprint_mismatch(const std::string& fingerprint) {
          "): standard-library objects cross the plugin boundary, so the library and its ABI must match";
 }
 
+template <typename Ehdr, typename Phdr, typename Shdr>
+std::string elf_extent_problem(int fd, uint64_t file_size) {
+  Ehdr header{};
+  if (::pread(fd, &header, sizeof header, 0) != static_cast<ssize_t>(sizeof header))
+    return "is " + std::to_string(file_size) + " bytes, shorter than an ELF header (truncated?)";
+  const std::string size_text = ", but the file has " + std::to_string(file_size) + " bytes (truncated?)";
+  auto table_end = [](uint64_t offset, uint64_t count, uint64_t entry) { return offset + count * entry; };
+  if (header.e_phnum > 0 &&
+      (header.e_phentsize != sizeof(Phdr) || table_end(header.e_phoff, header.e_phnum, header.e_phentsize) > file_size))
+    return "declares its program headers up to byte " +
+           std::to_string(table_end(header.e_phoff, header.e_phnum, header.e_phentsize)) + size_text;
+  if (header.e_shoff != 0 && header.e_shnum > 0 &&
+      (header.e_shentsize != sizeof(Shdr) || table_end(header.e_shoff, header.e_shnum, header.e_shentsize) > file_size))
+    return "declares its section headers up to byte " +
+           std::to_string(table_end(header.e_shoff, header.e_shnum, header.e_shentsize)) + size_text;
+  for (unsigned i = 0; i < header.e_phnum; ++i) {
+    Phdr segment{};
+    if (::pread(fd, &segment, sizeof segment, static_cast<off_t>(header.e_phoff + i * sizeof segment)) !=
+        static_cast<ssize_t>(sizeof segment))
+      return "cannot be read: " + std::string(std::strerror(errno ? errno : EIO));
+    if (segment.p_offset + segment.p_filesz > file_size || segment.p_offset + segment.p_filesz < segment.p_offset)
+      return "declares segment " + std::to_string(i) + " up to byte " +
+             std::to_string(segment.p_offset + segment.p_filesz) + size_text;
+  }
+  return "";
+}
+
+// Why the file at `path` must not be handed to the dynamic loader, or "". The loader maps the
+// segments the ELF headers declare, and touching a page past the end of a truncated file raises
+// SIGBUS; a FIFO or device would block or never end.
+std::string elf_file_problem(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return "cannot be opened: " + std::string(std::strerror(errno));
+  struct stat info {};
+  std::string problem;
+  unsigned char ident[EI_NIDENT] = {};
+  if (::fstat(fd, &info) != 0) {
+    problem = "cannot be read: " + std::string(std::strerror(errno));
+  } else if (!S_ISREG(info.st_mode)) {
+    problem = "is not a regular file (expected a shared library)";
+  } else if (::pread(fd, ident, sizeof ident, 0) != static_cast<ssize_t>(sizeof ident) ||
+             std::memcmp(ident, ELFMAG, SELFMAG) != 0) {
+    problem = "is not an ELF shared library (" + std::to_string(info.st_size) + " bytes, no ELF signature)";
+  } else if (ident[EI_DATA] == ELFDATA2LSB || ident[EI_DATA] == ELFDATA2MSB) {
+    // Another byte order or class is left to the loader, which refuses it with its own message.
+    const bool native = (ident[EI_DATA] == ELFDATA2LSB) == (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__);
+    if (native && ident[EI_CLASS] == ELFCLASS64)
+      problem = elf_extent_problem<Elf64_Ehdr, Elf64_Phdr, Elf64_Shdr>(fd, static_cast<uint64_t>(info.st_size));
+    else if (native && ident[EI_CLASS] == ELFCLASS32)
+      problem = elf_extent_problem<Elf32_Ehdr, Elf32_Phdr, Elf32_Shdr>(fd, static_cast<uint64_t>(info.st_size));
+  }
+  ::close(fd);
+  return problem;
+}
+
 // Opens a candidate and checks it; returns the reason it is refused, or "" when usable.
 std::string open_and_check(const std::string& path, boost::dll::shared_library& library,
                            const PluginDescriptor** descriptor) {
+  if (std::string problem = elf_file_problem(path); !problem.empty()) return problem;
   try {
     library.load(path, boost::dll::load_mode::rtld_now);
   } catch (const std::exception& e) {
@@ -221,7 +279,10 @@ std::vector<PluginCandidate> PluginRegistry::scan() {
         if (c.refusal.empty() && file != file_name_for(c.kind, c.name))
           c.refusal = "file name does not match its descriptor (" + c.kind + " '" + c.name + "')";
       }
-      if (c.refusal.empty() && shadowed) c.refusal = "shadowed by an earlier directory in the search path";
+      if (c.refusal.empty() && shadowed) {
+        c.refusal = "shadowed by an earlier directory in the search path";
+        c.shadowed = true;
+      }
       c.usable = c.refusal.empty();
       if (c.usable) c.config_keys.assign(d->config_keys, d->config_keys + d->config_key_count);
       out.push_back(c);

@@ -19,6 +19,7 @@ struct PluginCandidate {
   std::string kind, name, version, description;
   bool usable = false;
   std::string refusal;                 // why it was refused, when !usable
+  bool shadowed = false;               // refused only because an earlier directory has its file name
   std::vector<ConfigKey> config_keys;  // when usable; the library stays loaded, so they stay valid
 };
 

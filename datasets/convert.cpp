@@ -17,6 +17,7 @@
 #include "datasets/hdf5_format.hpp"
 #include "datasets/hdf5_util.hpp"
 #include "datasets/image_decode.hpp"
+#include "datasets/regular_file.hpp"
 
 namespace mgt::data {
 
@@ -194,8 +195,11 @@ class SampleFileWriter {
 class IdxStream {
  public:
   explicit IdxStream(const std::string& path) : path_(path) {
-    std::ifstream probe(path, std::ios::binary);
     if (!std::filesystem::exists(path)) throw DataError("IDX file '" + path + "' does not exist");
+    if (const std::string kind = non_regular_kind(path); !kind.empty())
+      throw DataError("IDX file '" + path + "' is " + kind +
+                      ", not a regular file (expected an IDX file, gzip or plain)");
+    std::ifstream probe(path, std::ios::binary);
     if (!probe) throw DataError("IDX file '" + path + "' is not readable: " + std::strerror(errno));
     unsigned char m[2] = {0, 0};
     probe.read(reinterpret_cast<char*>(m), 2);
@@ -363,6 +367,8 @@ void convert_csv(const std::string& csv, const std::string& out, int label_colum
     throw DataError(where + ": sample shape " + shape_string(sample_shape) + " is invalid, expected positive sizes");
   const int64_t numel = shape_numel(sample_shape);
   if (!std::filesystem::exists(csv)) throw DataError(where + " does not exist");
+  if (const std::string kind = non_regular_kind(csv); !kind.empty())
+    throw DataError(where + " is " + kind + ", not a regular file (expected a CSV file)");
 
   // Pass 1: validate every line, count rows, decide uint8 or float32 and compute the moments.
   std::ifstream in(csv);

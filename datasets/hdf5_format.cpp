@@ -12,6 +12,7 @@
 
 #include "datasets/crc32.hpp"
 #include "datasets/hdf5_util.hpp"
+#include "datasets/regular_file.hpp"
 
 namespace mgt::data {
 
@@ -36,6 +37,8 @@ void check_file(const std::string& path) {
   const auto st = fs::status(path, ec);
   if (!fs::exists(st)) throw DataError(file_prefix(path) + " does not exist");
   if (fs::is_directory(st)) throw DataError(file_prefix(path) + " is a directory, expected an HDF5 file");
+  if (const std::string kind = non_regular_kind(path); !kind.empty())
+    throw DataError(file_prefix(path) + " is " + kind + ", not a regular file (expected an HDF5 file)");
   std::ifstream probe(path, std::ios::binary);
   if (!probe) throw DataError(file_prefix(path) + " is not readable: " + std::strerror(errno));
   char first = 0;

@@ -15,11 +15,15 @@
 #include <cstring>
 #include <fstream>
 
+#include "datasets/regular_file.hpp"
+
 namespace mgt::data {
 
 namespace {
 
 std::vector<uint8_t> read_file(const std::string& path) {
+  if (const std::string kind = non_regular_kind(path); !kind.empty())
+    throw BadImage("is " + kind + ", not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw BadImage(std::string("cannot be opened: ") + std::strerror(errno));
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

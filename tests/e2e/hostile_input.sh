@@ -56,6 +56,26 @@ case $1 in
       refused "plugin '$file' declares" eval --checkpoint "$checkpoint" --data "$DATA_DIR/test.h5" \
         --plugin-path "$WORK/cut$bytes"
     done ;;
+  # Files that are not regular files never end (/dev/zero) or block (a FIFO nobody writes).
+  special_config)
+    mkfifo fifo
+    refused "config file 'fifo' cannot be read: it is a FIFO, not a regular file" mpi train --config fifo
+    refused "config file '/dev/zero' cannot be read: it is a character device, not a regular file" \
+      mpi train --config /dev/zero
+    head -c $((17 << 20)) /dev/zero | tr '\0' '#' >huge.ini
+    refused "config file 'huge.ini' is larger than 16 MiB" mpi train --config huge.ini ;;
+  special_data)
+    mkfifo fifo
+    refused "data file '$WORK/fifo' is a FIFO, not a regular file (expected an HDF5 file)" \
+      mpi train --config run.ini --data.train="$WORK/fifo"
+    refused "data file '$WORK/fifo' is a FIFO" mpi train --config run.ini --data.test="$WORK/fifo"
+    refused "data file 'fifo' is a FIFO" data inspect fifo
+    refused "data file '/dev/zero' is a character device" data inspect /dev/zero
+    refused "CSV file '/dev/zero' is a character device, not a regular file" \
+      data convert --csv /dev/zero --shape 784 --out x.h5
+    refused "CSV file 'fifo' is a FIFO" data convert --csv fifo --shape 784 --out x.h5
+    refused "IDX file 'fifo' is a FIFO" data convert --images fifo --labels fifo --out x.h5
+    [ ! -e x.h5 ] || fail "a refused conversion left x.h5" ;;
   # An empty --resume is the same mistake however it is written.
   resume_empty)
     expect="train: option '--resume' is empty; expected 'latest' (newest in checkpoint.dir) or a checkpoint path"

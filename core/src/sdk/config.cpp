@@ -1,5 +1,9 @@
 #include "mgtrain/config.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -18,6 +22,17 @@
 namespace mgt {
 
 namespace {
+
+// Far beyond any real config; bounds what a file that never ends (/proc, a growing log) costs.
+constexpr size_t kMaxConfigFileBytes = size_t{16} << 20;
+
+std::string special_file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
 
 std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t\r\n");
@@ -161,18 +176,36 @@ const char* key_type_name(KeyType type) {
 }
 
 Config Config::from_ini_file(const std::string& path) {
+  // Opened without blocking, so a FIFO is refused rather than waited on.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw ConfigError("config file '" + path + "' cannot be opened: " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat info {};
+  if (::fstat(fd, &info) != 0)
+    throw ConfigError("config file '" + path + "' cannot be read: " + std::strerror(errno) + " (expected an INI file)");
   // A directory opens as a stream that reads nothing, which would look like an empty config.
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
+  if (S_ISDIR(info.st_mode))
     throw ConfigError("config file '" + path + "' cannot be read: " + std::strerror(EISDIR) +
                       " (expected an INI file)");
-  errno = 0;
-  std::ifstream in(path);
-  if (!in) throw ConfigError("config file '" + path + "' cannot be opened: " + std::strerror(errno ? errno : ENOENT));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw ConfigError("config file '" + path + "' cannot be read: " + std::strerror(errno ? errno : EIO));
-  return from_string(buffer.str(), path);
+  if (!S_ISREG(info.st_mode))
+    throw ConfigError("config file '" + path + "' cannot be read: it is " + special_file_kind(info.st_mode) +
+                      ", not a regular file (expected an INI file)");
+  std::string text;
+  char chunk[65536];
+  for (;;) {
+    const ssize_t got = ::read(fd, chunk, sizeof chunk);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw ConfigError("config file '" + path + "' cannot be read: " + std::strerror(errno));
+    if (got == 0) break;
+    if (text.size() + static_cast<size_t>(got) > kMaxConfigFileBytes)
+      throw ConfigError("config file '" + path + "' is larger than " + std::to_string(kMaxConfigFileBytes >> 20) +
+                        " MiB, the most a config file may hold (expected an INI file)");
+    text.append(chunk, static_cast<size_t>(got));
+  }
+  return from_string(text, path);
 }
 
 Config Config::from_string(const std::string& ini_text, const std::string& source_name) {

@@ -31,6 +31,8 @@ namespace {
 
 // Rows converted per block: bounded memory whatever N, a whole number of chunks per write.
 constexpr int64_t kBlockBytes = 8 << 20;
+// An IDX image's largest size: a block of chunks of such rows still fits in memory.
+constexpr int64_t kMaxIdxImageBytes = int64_t{1} << 24;
 
 int64_t pick_chunk_rows(int64_t requested, int64_t n) {
   const int64_t rows = requested > 0 ? requested : kDefaultChunkRows;
@@ -216,6 +218,18 @@ class IdxStream {
 
   bool gzip() const { return gzip_; }
 
+  // Refuses a plain file shorter than its header says, before anything is allocated for it (a
+  // gzip file's length is known only once read; it is read in bounded blocks).
+  void require_plain_size(uint64_t declared_bytes, const std::string& what) const {
+    if (gzip_) return;
+    std::error_code ec;
+    const uint64_t size = std::filesystem::file_size(path_, ec);
+    if (!ec && size < declared_bytes)
+      throw DataError("IDX file '" + path_ + "' is truncated: header says " + what + " (" +
+                      std::to_string(declared_bytes) + " bytes with the header), the file has " + std::to_string(size) +
+                      " bytes");
+  }
+
   // Reads up to n bytes; returns how many were read (fewer only at the end of the data).
   size_t read(void* buf, size_t n) {
     size_t got = 0;
@@ -267,8 +281,16 @@ void convert_idx(const std::string& images, const std::string& labels, const std
                  const std::vector<std::string>& class_names, int64_t chunk_rows) {
   IdxStream ls(labels);
   const int64_t n = ls.header(1, "labels")[0];
-  std::vector<uint8_t> raw_labels(static_cast<size_t>(n));
-  const size_t got_labels = ls.read(raw_labels.data(), raw_labels.size());
+  ls.require_plain_size(8 + static_cast<uint64_t>(n), std::to_string(n) + " labels");
+  // Grown as the labels arrive, so a header's count alone cannot ask for gigabytes.
+  std::vector<uint8_t> raw_labels;
+  size_t got_labels = 0;
+  while (got_labels < static_cast<size_t>(n)) {
+    raw_labels.resize(std::min<size_t>(static_cast<size_t>(n), got_labels + (size_t{1} << 20)));
+    const size_t got = ls.read(raw_labels.data() + got_labels, raw_labels.size() - got_labels);
+    got_labels += got;
+    if (got_labels < raw_labels.size()) break;
+  }
   if (static_cast<int64_t>(got_labels) != n)
     throw DataError("IDX file '" + labels + "' is truncated: header says " + std::to_string(n) + " labels, found " +
                     std::to_string(got_labels));
@@ -282,6 +304,12 @@ void convert_idx(const std::string& images, const std::string& labels, const std
   const int64_t h = dims[1], w = dims[2], row_bytes = h * w;
   if (row_bytes < 1)
     throw DataError("IDX file '" + images + "' has empty images (" + std::to_string(h) + "x" + std::to_string(w) + ")");
+  if (row_bytes > kMaxIdxImageBytes)
+    throw DataError("IDX file '" + images + "' declares images of " + std::to_string(h) + "x" + std::to_string(w) +
+                    " (" + std::to_string(row_bytes) + " bytes each), more than the " +
+                    std::to_string(kMaxIdxImageBytes) + " bytes (4096x4096) an image may have");
+  is.require_plain_size(16 + static_cast<uint64_t>(n) * static_cast<uint64_t>(row_bytes),
+                        std::to_string(n) + " images of " + std::to_string(h) + "x" + std::to_string(w));
 
   std::vector<int32_t> y(raw_labels.begin(), raw_labels.end());
   int64_t num_classes = 0;

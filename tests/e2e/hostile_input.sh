@@ -76,6 +76,47 @@ case $1 in
     refused "CSV file 'fifo' is a FIFO" data convert --csv fifo --shape 784 --out x.h5
     refused "IDX file 'fifo' is a FIFO" data convert --images fifo --labels fifo --out x.h5
     [ ! -e x.h5 ] || fail "a refused conversion left x.h5" ;;
+  # Sizes far beyond memory: refused naming the key, value and limit before anything is allocated.
+  model_sizes)
+    refused "config key 'model.hidden' (command line): expected a size from 1 to 16777216, got 2147483648" \
+      mpi train --config run.ini --model.hidden=2147483648
+    refused "config key 'model.inputs' (command line): expected a size from 1 to 16777216, got 2147483648" \
+      mpi train --config run.ini --model.inputs=2147483648
+    refused "config key 'model.classes' (command line): expected a size from 1 to 16777216, got 2147483648" \
+      mpi train --config run.ini --model.classes=2147483648
+    refused "config key 'model.kernel' (command line): expected a size from 1 to 28, got 2147483648" \
+      mpi train --config run.ini --model.name=cnn --model.kernel=2147483648
+    refused "config key 'model.channels' (command line): expected a size from 1 to 16777216, got 2147483648" \
+      mpi train --config run.ini --model.name=cnn --model.channels=8,2147483648
+    refused "config key 'model.width' (command line): expected a size from 1 to 4194304, got 2147483648" \
+      mpi train --config run.ini --model.name=resnet --model.width=2147483648
+    refused "config key 'model.input_shape' (command line): expected a size from 1 to 16777216, got 2147483648" \
+      mpi train --config run.ini --model.name=cnn --model.input_shape=1,2147483648,28
+    # Each size within its limit, together far beyond this host's memory.
+    refused "the model's parameters and gradients need" \
+      mpi train --config run.ini --model.inputs=16777216 --model.hidden=16777216 ;;
+  # A batch larger than the file: capped at its rows.
+  eval_batch)
+    awk 'BEGIN { for (i = 0; i < 512; i++) { line = i % 10; for (j = 0; j < 784; j++) line = line "," (i + j) % 256; print line } }' >rows.csv
+    "$MGTRAIN" data convert --csv rows.csv --shape 784 --out rows.h5 >/dev/null
+    run_np 1 120 train --config run.ini --train.max_steps=1 >train.log 2>&1 || { cat train.log; fail "training failed"; }
+    checkpoint=$(ls "$WORK"/ckpt/step-*.h5 | head -1)
+    "$MGTRAIN" eval --checkpoint "$checkpoint" --data rows.h5 --batch 99999999999 --json >eval.log 2>&1 ||
+      { cat eval.log; fail "eval with --batch 99999999999 failed"; }
+    cat eval.log
+    [ "$(json_field samples <eval.log)" = 512 ] || fail "eval did not evaluate the 512 rows" ;;
+  # An IDX header that declares more than the file holds, or images too large for memory.
+  idx_header)
+    printf '\x00\x00\x08\x01\x00\x00\x00\x01\x03' >labels.idx
+    printf '\x00\x00\x08\x03\x00\x00\x00\x01\x00\x01\x00\x00\x00\x01\x00\x00' >huge-images.idx
+    refused "IDX file 'huge-images.idx' declares images of 65536x65536 (4294967296 bytes each), more than the 16777216" \
+      data convert --images huge-images.idx --labels labels.idx --out x.h5
+    printf '\x00\x00\x08\x01\xff\xff\xff\xff\x03' >many-labels.idx
+    refused "IDX file 'many-labels.idx' is truncated: header says 4294967295 labels" \
+      data convert --images huge-images.idx --labels many-labels.idx --out x.h5
+    gzip -c many-labels.idx >many-labels.idx.gz
+    refused "IDX file 'many-labels.idx.gz' is truncated: header says 4294967295 labels, found 1" \
+      data convert --images huge-images.idx --labels many-labels.idx.gz --out x.h5 ;;
   # An empty --resume is the same mistake however it is written.
   resume_empty)
     expect="train: option '--resume' is empty; expected 'latest' (newest in checkpoint.dir) or a checkpoint path"

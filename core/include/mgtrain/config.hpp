@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "mgtrain/error.hpp"
 #include "mgtrain/export.hpp"
 
 namespace mgt {
@@ -76,6 +77,10 @@ class MGT_API Config {
   std::map<std::string, ConfigValue> values_;
 };
 
+// The largest width, channel count or input size a model key may ask for: beyond any real layer,
+// and small enough that checking sizes against it keeps their products from wrapping.
+inline constexpr int64_t kMaxModelSize = int64_t{1} << 24;
+
 // A plugin's view of its own section: `section("model").get_int("hidden")` reads model.hidden.
 class MGT_API ConfigSection {
  public:
@@ -89,8 +94,29 @@ class MGT_API ConfigSection {
   bool has(const std::string& key) const { return config_->has(full(key)); }
   const Config& root() const { return *config_; }
 
+  // A size the model is built from (a width, a channel count): an integer from 1 to `limit`, checked
+  // before anything is allocated from it. Throws ConfigError naming the key, value and limit.
+  int64_t get_size(const std::string& key, int64_t limit) const {
+    const int64_t value = get_int(key);
+    if (value < 1 || value > limit) throw ConfigError(size_error(key, std::to_string(value), limit));
+    return value;
+  }
+  std::vector<int64_t> get_size_list(const std::string& key, int64_t limit) const {
+    const auto values = get_int_list(key);
+    for (int64_t value : values)
+      if (value < 1 || value > limit)
+        throw ConfigError(size_error(key, std::to_string(value), limit) + " (in '" + get_string(key) + "')");
+    return values;
+  }
+
  private:
   std::string full(const std::string& key) const { return section_ + "." + key; }
+  std::string size_error(const std::string& key, const std::string& value, int64_t limit) const {
+    const auto it = config_->values().find(full(key));
+    const std::string source = it == config_->values().end() ? "default" : it->second.source;
+    return "config key '" + full(key) + "' (" + source + "): expected a size from 1 to " + std::to_string(limit) +
+           ", got " + value;
+  }
   const Config* config_;
   std::string section_;
 };

@@ -36,6 +36,8 @@ void check_eval_data(const Model& model, const std::string& data_path, const std
 
 EvalResult evaluate_model(Model& model, const std::string& data_path, const std::string& x_name,
                           const std::string& y_name, int64_t batch, std::vector<float>* logits) {
+  // A batch beyond the file's rows would only size buffers for rows that are not there.
+  batch = std::min(batch, std::max<int64_t>(1, data::open_dataset_info(data_path, x_name, y_name).num_samples));
   check_eval_data(model, data_path, x_name, y_name, batch);
   return eval_result(evaluate_share(model, data_path, x_name, y_name, batch, 0, 1, logits));
 }

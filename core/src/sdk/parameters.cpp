@@ -1,7 +1,10 @@
 #include "mgtrain/parameters.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -36,6 +39,35 @@ size_t lay_out(std::vector<Info>& items) {
   }
   return offset;
 }
+
+// Refuses, before allocating, a model whose parameters and their gradients alone would not fit in
+// this host's memory: a model key set far too large would otherwise end as a bare std::bad_alloc.
+// Sizes are summed as doubles, so a product of large dimensions cannot wrap.
+void check_fits_in_memory(const std::vector<ParamInfo>& params, const std::vector<BufferInfo>& buffers) {
+  auto floats = [](const Shape& shape) {
+    double n = 1;
+    for (int64_t d : shape) n *= static_cast<double>(d);
+    return n;
+  };
+  double total = 0, largest = -1;
+  const ParamInfo* biggest = nullptr;
+  for (const auto& p : params) {
+    const double n = floats(p.shape);
+    total += 2 * n;  // the parameter and its gradient
+    if (n > largest) largest = n, biggest = &p;
+  }
+  for (const auto& b : buffers) total += floats(b.shape);
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  const double bytes = total * sizeof(float);
+  if (memory <= 0 || bytes <= memory || !biggest) return;
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "the model's parameters and gradients need %.1f GB (parameter '%s' %s alone %.1f GB), more than "
+                "this host's %.1f GB of memory: lower the model's sizes (model.* keys)",
+                bytes / 1e9, biggest->name.c_str(), shape_string(biggest->shape).c_str(),
+                2 * largest * sizeof(float) / 1e9, memory / 1e9);
+  throw ConfigError(text);
+}
 }  // namespace
 
 ParamHandle ParameterStore::declare(const std::string& name, const Shape& shape, Init init, int64_t fan_in) {
@@ -65,6 +97,7 @@ BufferHandle ParameterStore::declare_buffer(const std::string& name, const Shape
 
 void ParameterStore::finalize() {
   MGT_CHECK(!finalized_, Error, "parameter store finalized twice");
+  check_fits_in_memory(params_, buffers_);
   flat_size_ = lay_out(params_);
   params_flat_.resize({static_cast<int64_t>(flat_size_)});
   grads_flat_.resize({static_cast<int64_t>(flat_size_)});

@@ -1,4 +1,6 @@
 // Model plugin `cnn`: two (Conv, ReLU, MaxPool) blocks, then two fully connected layers.
+#include <algorithm>
+
 #include "mgtrain/plugin.hpp"
 
 namespace {
@@ -17,14 +19,17 @@ const mgt::ConfigKey kKeys[] = {
 class Cnn final : public mgt::SequentialModel {
  public:
   explicit Cnn(const mgt::ConfigSection& config) {
-    const auto input = config.get_int_list("input_shape");
-    const auto channels = config.get_int_list("channels");
+    const auto input = config.get_size_list("input_shape", mgt::kMaxModelSize);
+    const auto channels = config.get_size_list("channels", mgt::kMaxModelSize);
     if (input.size() != 3)
       throw mgt::ConfigError("config key 'model.input_shape': expected C,H,W (3 values), got " +
                              std::to_string(input.size()) + " values");
     if (channels.size() != 2)
       throw mgt::ConfigError("config key 'model.channels': expected 2 values, got " + std::to_string(channels.size()));
-    const int64_t k = config.get_int("kernel");
+    // A kernel wider than the image would see nothing but padding.
+    const int64_t k = config.get_size("kernel", std::min(input[1], input[2]));
+    const int64_t hidden = config.get_size("hidden", mgt::kMaxModelSize);
+    const int64_t classes = config.get_size("classes", mgt::kMaxModelSize);
     const double dropout = config.get_real("dropout");
     if (dropout >= 1.0)
       throw mgt::ConfigError("config key 'model.dropout': expected a probability in [0, 1), got " +
@@ -41,14 +46,14 @@ class Cnn final : public mgt::SequentialModel {
     const int64_t h2 = (h + 2 * pad - k + 1) / 2, w2 = (w + 2 * pad - k + 1) / 2;
     if (config.get_bool("global_pool")) {
       add(mgt::make_global_avg_pool2d("gap"));
-      add(mgt::make_linear("fc1", channels[1], config.get_int("hidden")));
+      add(mgt::make_linear("fc1", channels[1], hidden));
     } else {
       add(mgt::make_flatten("flatten"));
-      add(mgt::make_linear("fc1", channels[1] * h2 * w2, config.get_int("hidden")));
+      add(mgt::make_linear("fc1", channels[1] * h2 * w2, hidden));
     }
     add(mgt::make_relu("relu3"));
     if (dropout > 0) add(mgt::make_dropout("dropout", static_cast<float>(dropout)));
-    add(mgt::make_linear("fc2", config.get_int("hidden"), config.get_int("classes"), mgt::Init::fan_in_uniform));
+    add(mgt::make_linear("fc2", hidden, classes, mgt::Init::fan_in_uniform));
   }
 };
 

@@ -23,12 +23,13 @@ class Layers final : public mgt::SequentialModel {
     const std::string text = config.get_string("layers");
     const auto& value = config.root().values().at(config.name() + ".layers");
     const std::string key = "config key '" + config.name() + ".layers' (" + value.source + "): ";
+    const auto input_shape = config.get_size_list("input_shape", mgt::kMaxModelSize);
     try {
       const auto entries = mgt::layer_list::parse(text);
-      auto layers = mgt::layer_list::build(entries, config.get_int_list("input_shape"));
+      auto layers = mgt::layer_list::build(entries, input_shape);
       // The loss takes [B, classes] logits.
       mgt::Shape shape{1};
-      for (int64_t d : config.get_int_list("input_shape")) shape.push_back(d);
+      for (int64_t d : input_shape) shape.push_back(d);
       for (const auto& layer : layers) shape = layer->output_shape(shape);
       if (shape.size() != 2)
         throw mgt::ConfigError("the last entry '" + entries.back().text + "' gives " + mgt::shape_string(shape) +

@@ -13,23 +13,22 @@ const mgt::ConfigKey kKeys[] = {
 class Mlp final : public mgt::SequentialModel {
  public:
   explicit Mlp(const mgt::ConfigSection& config) {
-    int64_t in = config.get_int("inputs");
+    int64_t in = config.get_size("inputs", mgt::kMaxModelSize);
     const double dropout = config.get_real("dropout");
     if (dropout >= 1.0)
       throw mgt::ConfigError("config key 'model.dropout': expected a probability in [0, 1), got " +
                              std::to_string(dropout));
     add(mgt::make_flatten("flatten"));
     int index = 1;
-    for (int64_t width : config.get_int_list("hidden")) {
-      if (width <= 0)
-        throw mgt::ConfigError("config key 'model.hidden': sizes must be positive, got " + std::to_string(width));
+    for (int64_t width : config.get_size_list("hidden", mgt::kMaxModelSize)) {
       const std::string n = std::to_string(index++);
       add(mgt::make_linear("fc" + n, in, width));
       add(mgt::make_relu("relu" + n));
       if (dropout > 0) add(mgt::make_dropout("dropout" + n, static_cast<float>(dropout)));
       in = width;
     }
-    add(mgt::make_linear("fc" + std::to_string(index), in, config.get_int("classes"), mgt::Init::fan_in_uniform));
+    add(mgt::make_linear("fc" + std::to_string(index), in, config.get_size("classes", mgt::kMaxModelSize),
+                         mgt::Init::fan_in_uniform));
   }
 };
 

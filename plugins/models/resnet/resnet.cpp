@@ -22,16 +22,17 @@ const mgt::ConfigKey kKeys[] = {
 class ResNet final : public mgt::SequentialModel {
  public:
   explicit ResNet(const mgt::ConfigSection& config) {
-    const auto input = config.get_int_list("input_shape");
+    const auto input = config.get_size_list("input_shape", mgt::kMaxModelSize);
     if (input.size() != 3)
       throw mgt::ConfigError("config key 'model.input_shape': expected C,H,W (3 values), got " +
                              std::to_string(input.size()) + " values");
-    const int64_t depth = config.get_int("depth");
+    const int64_t depth = config.get_size("depth", 6 * 1000 + 2);
     if (depth < 8 || (depth - 2) % 6 != 0)
       throw mgt::ConfigError(
           "config key 'model.depth': expected 6n + 2 with n >= 1 (8, 14, 20, 32, 44, 56, 110), got " +
           std::to_string(depth));
-    const int64_t blocks = (depth - 2) / 6, width = config.get_int("width");
+    // The last stage is 4 x width wide.
+    const int64_t blocks = (depth - 2) / 6, width = config.get_size("width", mgt::kMaxModelSize / 4);
     add(mgt::make_conv2d("conv1", input[0], width, 3, 1, 1));
     add(mgt::make_batch_norm2d("bn1", width));
     add(mgt::make_relu("relu1"));
@@ -45,7 +46,7 @@ class ResNet final : public mgt::SequentialModel {
       }
     }
     add(mgt::make_global_avg_pool2d("avgpool"));
-    add(mgt::make_linear("fc", channels, config.get_int("classes"), mgt::Init::fan_in_uniform));
+    add(mgt::make_linear("fc", channels, config.get_size("classes", mgt::kMaxModelSize), mgt::Init::fan_in_uniform));
   }
 
  private:

@@ -274,6 +274,29 @@ void delete_attr(const std::string& path, const char* object, const char* name) 
 void make_old_format(const std::string& path) {
   for (const char* name : {"attributes_crc32", "global_batch", "samples_in_epoch"}) delete_attr(path, "/", name);
   delete_attr(path, "/optimizer", "attributes_crc32");
+  set_root_attr(path, "format_version", 1);
+}
+
+TEST_F(CheckpointTest, ACheckpointThatLostItsAttributeChecksumIsRefused) {
+  auto store = make_store(0.0f);
+  TestOptimizer opt;
+  opt.setup(store->flat_size());
+  const std::string root = write(50);
+  delete_attr(root, "/", "attributes_crc32");
+  set_root_attr(root, "step", 1000000);
+  std::string msg = error_message<mgt::IoError>([&] { mgt::load_checkpoint(root, *store, &opt); });
+  EXPECT_NE(msg.find("checkpoint '" + root + "': the root group has no attribute 'attributes_crc32'"),
+            std::string::npos)
+      << msg;
+  // Format 1 with the attributes written beside the checksum: it was there, and is gone.
+  set_root_attr(root, "format_version", 1);
+  msg = error_message<mgt::IoError>([&] { mgt::read_checkpoint_meta(root); });
+  EXPECT_NE(msg.find("'global_batch' and 'samples_in_epoch'"), std::string::npos) << msg;
+
+  const std::string optimizer = write(51);
+  delete_attr(optimizer, "/optimizer", "attributes_crc32");
+  msg = error_message<mgt::IoError>([&] { mgt::load_checkpoint(optimizer, *store, &opt); });
+  EXPECT_NE(msg.find("group '/optimizer' has no attribute 'attributes_crc32'"), std::string::npos) << msg;
 }
 
 TEST_F(CheckpointTest, RootAttributesAreCoveredByAChecksum) {

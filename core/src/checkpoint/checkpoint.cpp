@@ -1,16 +1,21 @@
-// Checkpoint files (README.md, "Checkpoints"). Layout, format_version 1:
+// Checkpoint files (README.md, "Checkpoints"). Layout, format_version 2:
 //   /                  attributes step, epoch, batch_in_epoch (int64), seed (uint64), world_size,
 //                      format_version (int64), mgtrain_version, plugins, config (UTF-8 strings),
 //                      plugin_paths (UTF-8 string, optional: absent from older checkpoints),
 //                      global_batch, samples_in_epoch (int64) and attributes_crc32 (uint32: zlib
 //                      CRC-32 of the other attributes, see AttributeText), the last three absent
-//                      from older checkpoints
+//                      from checkpoints older than the checksums
 //   /params/<name>     float32, the parameter's shape; attribute crc32 (zlib) of its bytes
-//   /optimizer         attributes optimizer_steps and attributes_crc32 (optional, as above); one
-//                      group per state buffer ("momentum", ...)
+//   /optimizer         attributes optimizer_steps and attributes_crc32; one group per state
+//                      buffer ("momentum", ...)
 //   /optimizer/<buffer>/<name>   float32 per parameter, same shapes, crc32 each
 //   /buffers/<name>    float32, a model buffer (ParameterStore::buffers: batch norm's running
 //                      statistics), crc32 each; absent when the model has none
+//   /sync              attributes strategy and attributes_crc32 (over the strategy and the names
+//                      of its datasets); int64 counters and float32 arrays, crc32 each
+// format_version 1 is the same without /sync's attributes_crc32; its checksums are optional only
+// where the checkpoint predates them (no global_batch, samples_in_epoch nor attributes_crc32 at
+// the root). In format_version 2 every checksum is required.
 // All HDF5 calls hold data::hdf5_mutex(): the library here is not thread-safe and the prefetch
 // thread reads data files concurrently.
 #include "checkpoint/checkpoint.hpp"
@@ -50,7 +55,8 @@ namespace mgt {
 
 namespace {
 
-constexpr int64_t kFormatVersion = 1;
+constexpr int64_t kFormatVersion = 2;
+constexpr int64_t kOldestFormatVersion = 1;
 constexpr const char* kChecksumAttr = "crc32";
 constexpr const char* kAttributesChecksumAttr = "attributes_crc32";
 constexpr const char* kLockFile = ".lock";
@@ -173,6 +179,35 @@ AttributeText optimizer_attribute_text(int64_t optimizer_steps) {
   AttributeText text;
   text.add("optimizer_steps", optimizer_steps);
   return text;
+}
+
+// /sync's strategy and the names of its datasets: another strategy's name would make the resumed
+// strategy drop the state, a dataset gone would drop a rank's part of it.
+AttributeText sync_attribute_text(const std::string& strategy, const std::set<std::string>& dataset_names) {
+  AttributeText text;
+  text.add("strategy", strategy);
+  for (const auto& name : dataset_names) text.add("dataset", name);
+  return text;
+}
+
+// What the file's format says about its checksums (read_meta).
+struct FormatInfo {
+  int64_t version = 0;
+  bool checksummed = false;  // the root carries attributes_crc32, so /optimizer must too
+};
+
+bool has_attribute(const H5Context& h5, hid_t obj, const std::string& name) {
+  const htri_t exists = H5Aexists(obj, name.c_str());
+  h5.check(static_cast<herr_t>(exists), "cannot read attribute '" + name + "'");
+  return exists > 0;
+}
+
+// A checksum the file's format requires is missing: its attributes cannot be trusted.
+[[noreturn]] void missing_checksum(const H5Context& h5, const std::string& obj_name, const std::string& covers,
+                                   const std::string& why_expected) {
+  throw IoError("checkpoint " + quote(h5.path) + ": " + obj_name + " has no attribute '" + kAttributesChecksumAttr +
+                "' (the checksum of " + covers + "), expected in " + why_expected +
+                ": the file is damaged or was edited; use another checkpoint");
 }
 
 // The value of `key` in `section` of an INI text as Config::to_ini writes it; nullopt if absent.
@@ -312,7 +347,13 @@ std::vector<float> read_dataset(const H5Context& h5, hid_t group, const std::str
 // its checksum.
 void write_sync_state(const H5Context& h5, hid_t file, const SyncState& sync) {
   h5::Id group = create_group(h5, file, "sync", "/sync");
-  h5.write_attr([&] { h5::write_attr_utf8(group.get(), "strategy", sync.strategy); });
+  std::set<std::string> names;
+  for (const auto& entry : sync.counters) names.insert(entry.first);
+  for (const auto& entry : sync.arrays) names.insert(entry.first);
+  h5.write_attr([&] {
+    h5::write_attr_utf8(group.get(), "strategy", sync.strategy);
+    h5::write_attr_uint32(group.get(), kAttributesChecksumAttr, sync_attribute_text(sync.strategy, names).checksum());
+  });
   for (const auto& [name, values] : sync.counters) {
     const hsize_t dims[1] = {values.size()};
     h5::Id space = h5.check(H5Screate_simple(1, dims, nullptr), H5Sclose, "cannot create dataspace for '" + name + "'");
@@ -332,14 +373,28 @@ void write_sync_state(const H5Context& h5, hid_t file, const SyncState& sync) {
 }
 
 // The state a strategy kept, checksums verified (arrays also finite); empty without /sync.
-SyncState read_sync_state(const H5Context& h5, hid_t file) {
+SyncState read_sync_state(const H5Context& h5, hid_t file, const FormatInfo& format) {
   SyncState sync;
   const htri_t exists = H5Lexists(file, "sync", H5P_DEFAULT);
   h5.check(static_cast<herr_t>(exists), "cannot open group '/sync'");
   if (exists == 0) return sync;
   h5::Id group = open_group(h5, file, "sync", "/sync");
   sync.strategy = read_string_attr(h5, group.get(), "group '/sync'", "strategy");
-  for (const auto& name : group_members(h5, group.get(), "'/sync'")) {
+  const std::vector<std::string> members = group_members(h5, group.get(), "'/sync'");
+  if (has_attribute(h5, group.get(), kAttributesChecksumAttr)) {
+    const auto stored =
+        read_int_attr<uint32_t>(h5, group.get(), "group '/sync'", kAttributesChecksumAttr, H5T_NATIVE_UINT32);
+    const uint32_t computed =
+        sync_attribute_text(sync.strategy, std::set<std::string>(members.begin(), members.end())).checksum();
+    if (stored != computed)
+      throw IoError("checkpoint " + quote(h5.path) +
+                    ": group '/sync' (attribute 'strategy' and the names of its datasets) checksum mismatch (stored " +
+                    hex32(stored) + ", computed " + hex32(computed) + ")");
+  } else if (format.version >= 2) {
+    missing_checksum(h5, "group '/sync'", "its attribute 'strategy' and the names of its datasets",
+                     "every checkpoint of format_version " + std::to_string(format.version));
+  }
+  for (const auto& name : members) {
     const std::string full = "/sync/" + name;
     h5::Id dset =
         h5.check(H5Dopen2(group.get(), name.c_str(), H5P_DEFAULT), H5Dclose, "cannot open dataset " + quote(full));
@@ -405,12 +460,13 @@ void validate_meta(const std::string& path, CheckpointMeta& meta, std::optional<
                     std::to_string(meta.global_batch));
 }
 
-CheckpointMeta read_meta(const H5Context& h5, hid_t file) {
+CheckpointMeta read_meta(const H5Context& h5, hid_t file, FormatInfo* format = nullptr) {
   const std::string root = "the root group";
   const auto version = read_int_attr<int64_t>(h5, file, root, "format_version", H5T_NATIVE_INT64);
-  if (version != kFormatVersion)
+  if (version < kOldestFormatVersion || version > kFormatVersion)
     throw IoError("checkpoint " + quote(h5.path) + " has format_version " + std::to_string(version) +
-                  ", this mgtrain reads format_version " + std::to_string(kFormatVersion));
+                  ", this mgtrain reads format_version " + std::to_string(kOldestFormatVersion) + " to " +
+                  std::to_string(kFormatVersion));
   CheckpointMeta meta;
   meta.step = read_int_attr<int64_t>(h5, file, root, "step", H5T_NATIVE_INT64);
   meta.epoch = read_int_attr<int64_t>(h5, file, root, "epoch", H5T_NATIVE_INT64);
@@ -420,29 +476,53 @@ CheckpointMeta read_meta(const H5Context& h5, hid_t file) {
   meta.mgtrain_version = read_string_attr(h5, file, root, "mgtrain_version");
   meta.plugins = read_string_attr(h5, file, root, "plugins");
   // Written since the attribute was added; a checkpoint from before has none.
-  const htri_t has_paths = H5Aexists(file, "plugin_paths");
-  h5.check(static_cast<herr_t>(has_paths), "cannot read attribute 'plugin_paths'");
-  if (has_paths > 0) meta.plugin_paths = read_string_attr(h5, file, root, "plugin_paths");
+  if (has_attribute(h5, file, "plugin_paths")) meta.plugin_paths = read_string_attr(h5, file, root, "plugin_paths");
   meta.config_ini = read_string_attr(h5, file, root, "config");
 
   // Written since the attribute checksum was added, with it; older checkpoints have none of the
-  // three and are validated below all the same.
-  const htri_t has_checksum = H5Aexists(file, kAttributesChecksumAttr);
-  h5.check(static_cast<herr_t>(has_checksum), std::string("cannot read attribute '") + kAttributesChecksumAttr + "'");
+  // three and are validated below all the same. One that has the others but not the checksum has
+  // lost it.
+  const bool has_checksum = has_attribute(h5, file, kAttributesChecksumAttr);
+  const std::string covers =
+      "step, epoch, batch_in_epoch, samples_in_epoch, global_batch, seed, world_size, config, ...";
+  if (!has_checksum && version >= 2)
+    missing_checksum(h5, root, covers, "every checkpoint of format_version " + std::to_string(version));
+  if (!has_checksum && (has_attribute(h5, file, "global_batch") || has_attribute(h5, file, "samples_in_epoch")))
+    missing_checksum(h5, root, covers,
+                     "a checkpoint with attributes 'global_batch' and 'samples_in_epoch' (written with it)");
   std::optional<int64_t> samples_in_epoch;
-  if (has_checksum > 0) {
+  if (has_checksum) {
     meta.global_batch = read_int_attr<int64_t>(h5, file, root, "global_batch", H5T_NATIVE_INT64);
     samples_in_epoch = read_int_attr<int64_t>(h5, file, root, "samples_in_epoch", H5T_NATIVE_INT64);
     const auto stored = read_int_attr<uint32_t>(h5, file, root, kAttributesChecksumAttr, H5T_NATIVE_UINT32);
     const uint32_t computed = root_attribute_text(meta, version, *samples_in_epoch).checksum();
     if (stored != computed)
-      throw IoError("checkpoint " + quote(h5.path) +
-                    ": root attributes (step, epoch, batch_in_epoch, samples_in_epoch, global_batch, seed, "
-                    "world_size, config, ...) checksum mismatch (stored " +
+      throw IoError("checkpoint " + quote(h5.path) + ": root attributes (" + covers + ") checksum mismatch (stored " +
                     hex32(stored) + ", computed " + hex32(computed) + ")");
   }
   validate_meta(h5.path, meta, samples_in_epoch);
+  if (format) *format = {version, has_checksum};
   return meta;
+}
+
+// /optimizer's optimizer_steps, its checksum verified (required where the root has one).
+int64_t read_optimizer_steps(const H5Context& h5, hid_t opt, const FormatInfo& format) {
+  const std::string group = "group '/optimizer'";
+  const auto steps = read_int_attr<int64_t>(h5, opt, group, "optimizer_steps", H5T_NATIVE_INT64);
+  if (has_attribute(h5, opt, kAttributesChecksumAttr)) {
+    const auto stored = read_int_attr<uint32_t>(h5, opt, group, kAttributesChecksumAttr, H5T_NATIVE_UINT32);
+    const uint32_t computed = optimizer_attribute_text(steps).checksum();
+    if (stored != computed)
+      throw IoError("checkpoint " + quote(h5.path) +
+                    ": attribute 'optimizer_steps' of group '/optimizer' checksum mismatch (stored " + hex32(stored) +
+                    ", computed " + hex32(computed) + ")");
+  } else if (format.checksummed) {
+    missing_checksum(h5, group, "optimizer_steps", "a checkpoint whose root attributes carry one (written with it)");
+  }
+  if (steps < 0)
+    throw DataError("checkpoint " + quote(h5.path) + ": attribute 'optimizer_steps' of group '/optimizer' = " +
+                    std::to_string(steps) + ", expected >= 0");
+  return steps;
 }
 
 h5::Id open_checkpoint(const H5Context& h5) {
@@ -864,8 +944,9 @@ CheckpointMeta load_checkpoint(const std::string& path, ParameterStore& store, O
   h5::silence_errors();
   const H5Context h5{path};
   h5::Id file = open_checkpoint(h5);
-  CheckpointMeta meta = read_meta(h5, file.get());
-  meta.sync = read_sync_state(h5, file.get());
+  FormatInfo format;
+  CheckpointMeta meta = read_meta(h5, file.get(), &format);
+  meta.sync = read_sync_state(h5, file.get(), format);
 
   // Everything is read and verified before anything is copied: a bad file leaves the model as it was.
   std::vector<std::vector<float>> params;
@@ -902,21 +983,7 @@ CheckpointMeta load_checkpoint(const std::string& path, ParameterStore& store, O
   if (optimizer != nullptr) {
     buffers = optimizer->state_buffers();
     h5::Id opt = open_group(h5, file.get(), "optimizer", "/optimizer");
-    optimizer_steps = read_int_attr<int64_t>(h5, opt.get(), "group '/optimizer'", "optimizer_steps", H5T_NATIVE_INT64);
-    const htri_t has_checksum = H5Aexists(opt.get(), kAttributesChecksumAttr);
-    h5.check(static_cast<herr_t>(has_checksum), std::string("cannot read attribute '") + kAttributesChecksumAttr + "'");
-    if (has_checksum > 0) {
-      const auto stored =
-          read_int_attr<uint32_t>(h5, opt.get(), "group '/optimizer'", kAttributesChecksumAttr, H5T_NATIVE_UINT32);
-      const uint32_t computed = optimizer_attribute_text(optimizer_steps).checksum();
-      if (stored != computed)
-        throw IoError("checkpoint " + quote(path) +
-                      ": attribute 'optimizer_steps' of group '/optimizer' checksum mismatch (stored " + hex32(stored) +
-                      ", computed " + hex32(computed) + ")");
-    }
-    if (optimizer_steps < 0)
-      throw DataError("checkpoint " + quote(path) + ": attribute 'optimizer_steps' of group '/optimizer' = " +
-                      std::to_string(optimizer_steps) + ", expected >= 0");
+    optimizer_steps = read_optimizer_steps(h5, opt.get(), format);
     std::set<std::string> expected;
     for (const auto& buffer : buffers) {
       expected.insert(buffer.name);

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# What a checkpoint directory and a checkpoint's contents may be trusted with. Usage:
+# checkpoint_trust.sh CASE
+#   checksums   a checkpoint whose attributes_crc32 is gone (root, /optimizer, /sync) with its
+#               attributes edited, or with /sync's strategy edited, is refused naming the file
+source "$(dirname "$0")/lib.sh"
+case=$1
+write_config run.ini "[train]" "log_every = 10" "progress = lines" "[checkpoint]" "every_steps = 10" "keep = 0"
+h5edit() { python3 "$(dirname "$0")/h5edit.py" "$@" || fail "h5edit.py $*"; }
+# The names in DIR other than the metrics file, on one line.
+listing() { ls "$1" | grep -v metrics | tr '\n' ' '; }
+refused() {  # refused LOG EXPECTED...: a non-zero exit (in $rc), one error line holding each EXPECTED
+  local log=$1; shift
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat "$log"; fail "exit $rc, expected a refusal"; }
+  local line
+  line=$(one_error_line "$log")
+  for part in "$@"; do [[ $line == *"$part"* ]] || fail "the error line does not say '$part'"; done
+}
+
+case $case in
+checksums)
+  run_np 2 120 train --config run.ini --train.max_steps=20 --optimizer.name=adam --optimizer.lr=0.001 \
+    >adam.log 2>&1 || { cat adam.log; fail "the adam run"; }
+  run_np 2 120 train --config run.ini --train.max_steps=20 --sync.wire=bf16 --checkpoint.dir="$WORK/bf16" \
+    >bf16.log 2>&1 || { cat bf16.log; fail "the sync.wire = bf16 run"; }
+  h5ls bf16/step-20.h5/sync | grep -q residual || fail "the bf16 checkpoint keeps no residuals"
+  n=0
+  for edit in root_step optimizer_steps sync_strategy sync_unchecked; do
+    n=$((n + 1))
+    case $edit in
+    root_step)
+      cp ckpt/step-20.h5 forged.h5
+      h5edit forged.h5 delattr / attributes_crc32
+      h5edit forged.h5 setint / step 1000000000000
+      expect=("checkpoint '$WORK/forged.h5'" "the root group has no attribute 'attributes_crc32'" "format_version 2")
+      extra=(--optimizer.name=adam --optimizer.lr=0.001)
+      ;;
+    optimizer_steps)
+      cp ckpt/step-20.h5 forged.h5
+      h5edit forged.h5 delattr /optimizer attributes_crc32
+      h5edit forged.h5 setint /optimizer optimizer_steps 5
+      expect=("checkpoint '$WORK/forged.h5'" "group '/optimizer' has no attribute 'attributes_crc32'")
+      extra=(--optimizer.name=adam --optimizer.lr=0.001)
+      ;;
+    sync_strategy)
+      cp bf16/step-20.h5 forged.h5
+      h5edit forged.h5 setstr /sync strategy param_server
+      expect=("checkpoint '$WORK/forged.h5'" "group '/sync'" "checksum mismatch")
+      extra=(--sync.wire=bf16)
+      ;;
+    sync_unchecked)
+      cp bf16/step-20.h5 forged.h5
+      h5edit forged.h5 delattr /sync attributes_crc32
+      h5edit forged.h5 setstr /sync strategy param_server
+      expect=("checkpoint '$WORK/forged.h5'" "group '/sync' has no attribute 'attributes_crc32'")
+      extra=(--sync.wire=bf16)
+      ;;
+    esac
+    rc=0
+    run_np 2 120 train --config run.ini --train.max_steps=30 "${extra[@]}" --resume "$WORK/forged.h5" \
+      --checkpoint.dir="$WORK/resumed$n" >$edit.log 2>&1 || rc=$?
+    refused $edit.log "${expect[@]}"
+    ! grep -q "^training " $edit.log || fail "$edit: the run trained from the edited checkpoint"
+    # eval reads no optimizer state; what it reads it verifies as a resume does.
+    [ $edit = optimizer_steps ] && continue
+    rc=0
+    "$MGTRAIN" eval --checkpoint "$WORK/forged.h5" --data "$DATA_DIR/test.h5" >eval_$edit.log 2>&1 || rc=$?
+    refused eval_$edit.log "${expect[@]}"
+  done
+  ;;
+*) fail "unknown case $case" ;;
+esac
+echo PASS

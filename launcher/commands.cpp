@@ -300,11 +300,12 @@ int run_plugins(const std::vector<std::string>& args) {
 }
 
 int run_compare(const std::vector<std::string>& args) {
-  po::options_description desc("usage: mgtrain compare A.h5 B.h5 [--rtol R]\noptions");
+  po::options_description desc("usage: mgtrain compare A.h5 B.h5 [--rtol R] [--params-only]\noptions");
   desc.add_options()("help", "show this help")("a", po::value<std::string>(), "first checkpoint")(
       "b", po::value<std::string>(), "second checkpoint")(
       "rtol", po::value<double>()->default_value(0.0),
-      "tolerance relative to each tensor's largest value (0: bit for bit)");
+      "tolerance relative to each tensor's largest value (0: bit for bit)")(
+      "params-only", po::bool_switch(), "compare the parameters alone, not buffers, optimizer and sync state");
   po::positional_options_description positional;
   positional.add("a", 1).add("b", 1);
   const auto vm = parse(args, desc, &positional);
@@ -313,7 +314,7 @@ int run_compare(const std::vector<std::string>& args) {
     return 0;
   }
   return compare_checkpoints(require(vm, "a", "compare"), require(vm, "b", "compare"), vm["rtol"].as<double>(),
-                             std::cout)
+                             vm["params-only"].as<bool>(), std::cout)
              ? 0
              : 1;
 }

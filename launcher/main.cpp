@@ -29,7 +29,7 @@ void print_usage(std::ostream& out) {
          "  export --checkpoint FILE --out MODEL.onnx        a checkpoint's model as ONNX\n"
          "  data convert ...                                 IDX or CSV to the HDF5 sample format\n"
          "  data inspect FILE                                what an HDF5 data file holds\n"
-         "  compare A.h5 B.h5 [--rtol R]                     parameters of two checkpoints, bitwise or close\n"
+         "  compare A.h5 B.h5 [--rtol R] [--params-only]     two checkpoints' state, bitwise or close\n"
          "  report RUN_DIR [--out FILE.svg]                  a picture of a run's metrics (SVG)\n"
          "  plugins                                          plugins found, and why any was refused\n"
          "  config-keys                                      every config key with default and meaning\n\n"

@@ -3,6 +3,8 @@
 # checkpoint_trust.sh CASE
 #   checksums   a checkpoint whose attributes_crc32 is gone (root, /optimizer, /sync) with its
 #               attributes edited, or with /sync's strategy edited, is refused naming the file
+#   compare     mgtrain compare verifies optimizer state (checksum, finite, present) and compares it;
+#               --params-only compares the parameters alone
 source "$(dirname "$0")/lib.sh"
 case=$1
 write_config run.ini "[train]" "log_every = 10" "progress = lines" "[checkpoint]" "every_steps = 10" "keep = 0"
@@ -67,6 +69,37 @@ checksums)
     "$MGTRAIN" eval --checkpoint "$WORK/forged.h5" --data "$DATA_DIR/test.h5" >eval_$edit.log 2>&1 || rc=$?
     refused eval_$edit.log "${expect[@]}"
   done
+  ;;
+compare)
+  run_np 2 120 train --config run.ini --train.max_steps=20 >first.log 2>&1 || { cat first.log; fail "the first run"; }
+  param=$(h5ls ckpt/step-20.h5/params | awk 'NR == 1 { print $1 }')
+  cp ckpt/step-20.h5 a.h5
+  "$MGTRAIN" compare a.h5 ckpt/step-20.h5 >same.log 2>&1 || { cat same.log; fail "a copy does not match"; }
+  grep -q "^optimizer/momentum/$param .*identical" same.log || { cat same.log; fail "no line for the momentum"; }
+  for edit in inf damaged no_optimizer no_momentum changed; do
+    cp ckpt/step-20.h5 b.h5
+    case $edit in
+    inf) h5edit b.h5 setfloat "/optimizer/momentum/$param" 3 inf ;;
+    damaged) h5edit b.h5 setfloat "/optimizer/momentum/$param" 3 0.25 keep-crc ;;
+    no_optimizer) h5edit b.h5 unlink /optimizer ;;
+    no_momentum) h5edit b.h5 unlink /optimizer/momentum ;;
+    changed) h5edit b.h5 setfloat "/optimizer/momentum/$param" 3 0.25 ;;
+    esac
+    rc=0
+    "$MGTRAIN" compare a.h5 b.h5 >$edit.log 2>&1 || rc=$?
+    echo "$edit: exit $rc, $(grep 'MATCH\|error' $edit.log)"
+    case $edit in
+    inf) refused $edit.log "checkpoint 'b.h5'" "/optimizer/momentum/$param" "non-finite value (inf at index 3" ;;
+    damaged) refused $edit.log "checkpoint 'b.h5'" "/optimizer/momentum/$param" "checksum mismatch" ;;
+    no_optimizer) refused $edit.log "checkpoint 'b.h5' has no group '/optimizer'" ;;
+    no_momentum | changed)
+      [ $rc -eq 1 ] && grep -q "^MISMATCH" $edit.log || { cat $edit.log; fail "$edit: not a mismatch"; }
+      ;;
+    esac
+  done
+  grep -q "^optimizer/momentum/$param .*DIFFERENT" changed.log || { cat changed.log; fail "no line names the difference"; }
+  "$MGTRAIN" compare a.h5 b.h5 --params-only >params.log 2>&1 || { cat params.log; fail "--params-only"; }
+  grep -q "^MATCH (bitwise, parameters only)" params.log || { cat params.log; fail "--params-only verdict"; }
   ;;
 *) fail "unknown case $case" ;;
 esac

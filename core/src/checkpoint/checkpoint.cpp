@@ -1033,14 +1033,12 @@ std::string resolve_resume(const std::string& dir, const std::string& spec) {
   return spec;
 }
 
-std::vector<StoredTensor> read_checkpoint_group(const std::string& path, const std::string& group_path) {
-  std::lock_guard lock(data::hdf5_mutex());
-  h5::silence_errors();
-  const H5Context h5{path};
-  h5::Id file = open_checkpoint(h5);
-  read_meta(h5, file.get());  // its attributes are checked whatever the caller reads
+namespace {
+
+// Every dataset of a float32 group, checksums verified and values finite, by name.
+std::vector<StoredTensor> read_float_group(const H5Context& h5, hid_t file, const std::string& group_path) {
   const std::string relative = group_path.substr(group_path.find_first_not_of('/'));
-  h5::Id group = open_group(h5, file.get(), relative, group_path);
+  h5::Id group = open_group(h5, file, relative, group_path);
   std::vector<StoredTensor> out;
   for (const auto& name : group_members(h5, group.get(), quote(group_path))) {
     StoredTensor t;
@@ -1056,6 +1054,42 @@ std::vector<StoredTensor> read_checkpoint_group(const std::string& path, const s
     out.push_back(std::move(t));
   }
   return out;
+}
+
+bool has_link(const H5Context& h5, hid_t parent, const std::string& name) {
+  const htri_t exists = H5Lexists(parent, name.c_str(), H5P_DEFAULT);
+  h5.check(static_cast<herr_t>(exists), "cannot open " + quote(name));
+  return exists > 0;
+}
+
+}  // namespace
+
+std::vector<StoredTensor> read_checkpoint_group(const std::string& path, const std::string& group_path) {
+  std::lock_guard lock(data::hdf5_mutex());
+  h5::silence_errors();
+  const H5Context h5{path};
+  h5::Id file = open_checkpoint(h5);
+  read_meta(h5, file.get());  // its attributes are checked whatever the caller reads
+  return read_float_group(h5, file.get(), group_path);
+}
+
+CheckpointContents read_checkpoint_contents(const std::string& path) {
+  std::lock_guard lock(data::hdf5_mutex());
+  h5::silence_errors();
+  const H5Context h5{path};
+  h5::Id file = open_checkpoint(h5);
+  FormatInfo format;
+  CheckpointContents contents;
+  contents.meta = read_meta(h5, file.get(), &format);
+  contents.meta.sync = read_sync_state(h5, file.get(), format);
+  contents.params = read_float_group(h5, file.get(), "/params");
+  if (has_link(h5, file.get(), "buffers")) contents.buffers = read_float_group(h5, file.get(), "/buffers");
+  // Every checkpoint mgtrain writes has the optimizer's state: one without it is damaged.
+  h5::Id opt = open_group(h5, file.get(), "optimizer", "/optimizer");
+  contents.optimizer_steps = read_optimizer_steps(h5, opt.get(), format);
+  for (const auto& name : group_members(h5, opt.get(), "'/optimizer'"))
+    contents.optimizer[name] = read_float_group(h5, file.get(), "/optimizer/" + name);
+  return contents;
 }
 
 }  // namespace mgt

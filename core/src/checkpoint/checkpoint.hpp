@@ -112,6 +112,17 @@ struct StoredTensor {
 // Every dataset of a group ("/params", "/optimizer/momentum"), checksums verified, by name.
 std::vector<StoredTensor> read_checkpoint_group(const std::string& path, const std::string& group_path);
 
+// All a checkpoint holds, everything verified as load_checkpoint verifies it (checksums, finite
+// values, attributes), for `mgtrain compare`. Throws naming the checkpoint and what is at fault,
+// a missing /params or /optimizer included.
+struct CheckpointContents {
+  CheckpointMeta meta;  // meta.sync: the sync strategy's state, empty when it kept none
+  std::vector<StoredTensor> params, buffers;
+  int64_t optimizer_steps = 0;
+  std::map<std::string, std::vector<StoredTensor>> optimizer;  // by state buffer ("momentum", ...)
+};
+CheckpointContents read_checkpoint_contents(const std::string& path);
+
 // The checkpoints (step-<N>.h5) in `dir`, newest first.
 std::vector<std::string> list_checkpoints(const std::string& dir);
 

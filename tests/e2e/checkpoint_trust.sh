@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # What a checkpoint directory and a checkpoint's contents may be trusted with. Usage:
 # checkpoint_trust.sh CASE
+#   overwrite_late  checkpoint.overwrite = true over another run's checkpoints, with a run that
+#               fails (a file as metrics.tensorboard_dir, a directory as metrics.file, a NaN at step
+#               5): the old checkpoints and `latest` stay; a run that writes its first checkpoint
+#               removes them then
+#   rollback    resuming from step-20 where step-30 and step-40 exist is refused, naming them and the
+#               ways out; with checkpoint.overwrite = true the newer ones go once step-25 is written,
+#               step-20 stays
 #   checksums   a checkpoint whose attributes_crc32 is gone (root, /optimizer, /sync) with its
 #               attributes edited, or with /sync's strategy edited, is refused naming the file
 #   compare     mgtrain compare verifies optimizer state (checksum, finite, present) and compares it;
@@ -20,6 +27,49 @@ refused() {  # refused LOG EXPECTED...: a non-zero exit (in $rc), one error line
 }
 
 case $case in
+overwrite_late)
+  run_np 2 120 train --config run.ini --train.max_steps=30 >first.log 2>&1 || { cat first.log; fail "the first run"; }
+  before=$(listing ckpt)
+  echo "a file" >afile
+  mkdir adir
+  for bad in tensorboard_file metrics_dir nan; do
+    args=(--config run.ini --train.max_steps=20 --checkpoint.overwrite=true)
+    env=()
+    case $bad in
+    tensorboard_file) args+=(--metrics.tensorboard_dir="$WORK/afile") ;;
+    metrics_dir) args+=(--metrics.file="$WORK/adir") ;;
+    nan) env=(MGTRAIN_TEST_NAN_AT=0:5) ;;
+    esac
+    rc=0
+    env "${env[@]}" timeout --kill-after=10 120 mpirun -np 2 --oversubscribe "$MGTRAIN" train "${args[@]}" \
+      >$bad.log 2>&1 || rc=$?
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || { cat $bad.log; fail "$bad: exit $rc"; }
+    grep "mgtrain: error:" $bad.log | head -1
+    [ "$(listing ckpt)" = "$before" ] || { cat $bad.log; fail "$bad: the checkpoints are now: $(listing ckpt)"; }
+    [ "$(cat ckpt/latest)" = step-30.h5 ] || fail "$bad: latest names $(cat ckpt/latest)"
+  done
+  run_np 2 120 train --config run.ini --train.max_steps=10 --checkpoint.overwrite=true >over.log 2>&1 ||
+    { cat over.log; fail "checkpoint.overwrite = true"; }
+  grep -q "removed 2 checkpoint(s) of an earlier run" over.log || { cat over.log; fail "no note of the removal"; }
+  [ "$(listing ckpt)" = "latest step-10.h5 " ] || fail "left: $(listing ckpt)"
+  ;;
+rollback)
+  run_np 2 120 train --config run.ini --train.max_steps=40 >first.log 2>&1 || { cat first.log; fail "the first run"; }
+  before=$(listing ckpt)
+  rc=0
+  run_np 2 120 train --config run.ini --resume "$WORK/ckpt/step-20.h5" --optimizer.lr=0.5 --train.max_steps=25 \
+    >back.log 2>&1 || rc=$?
+  refused back.log "checkpoint.dir '$WORK/ckpt'" "newer than '$WORK/ckpt/step-20.h5'" "'$WORK/ckpt/step-40.h5'" \
+    "'$WORK/ckpt/step-30.h5'" "--resume latest" "--checkpoint.overwrite=true" "another checkpoint.dir"
+  ! grep -q "^training " back.log || fail "the refused run trained"
+  [ "$(listing ckpt)" = "$before" ] || fail "the refused run changed the directory: $(listing ckpt)"
+  [ "$(cat ckpt/latest)" = step-40.h5 ] || fail "latest names $(cat ckpt/latest)"
+  run_np 2 120 train --config run.ini --resume "$WORK/ckpt/step-20.h5" --optimizer.lr=0.5 --train.max_steps=25 \
+    --checkpoint.overwrite=true >over.log 2>&1 || { cat over.log; fail "rolling back with checkpoint.overwrite"; }
+  grep -q "removed 2 checkpoint(s) of an earlier run" over.log || { cat over.log; fail "no note of the removal"; }
+  [ "$(listing ckpt)" = "latest step-10.h5 step-20.h5 step-25.h5 " ] || fail "left: $(listing ckpt)"
+  [ "$(cat ckpt/latest)" = step-25.h5 ] || fail "latest names $(cat ckpt/latest)"
+  ;;
 checksums)
   run_np 2 120 train --config run.ini --train.max_steps=20 --optimizer.name=adam --optimizer.lr=0.001 \
     >adam.log 2>&1 || { cat adam.log; fail "the adam run"; }

@@ -785,7 +785,8 @@ std::string write_checkpoint_files(const std::string& dir, const CheckpointMeta&
 }  // namespace
 
 std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta, const ParameterStore& store,
-                             Optimizer* optimizer, int64_t keep) {
+                             Optimizer* optimizer, int64_t keep, const std::vector<std::string>& replaced,
+                             int* replaced_removed) {
   std::string path;
   try {
     path = write_checkpoint_files(dir, meta, store, optimizer);
@@ -794,7 +795,19 @@ std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta,
     // existed was replaced. Say so, so nobody deletes the good checkpoint in a hurry.
     throw IoError(std::string(e.what()) + "; " + latest_state(dir));
   }
-  prune(dir, fs::path(path).filename().string(), keep);
+  const std::string name = fs::path(path).filename().string();
+  int removed = 0;
+  for (const std::string& old : replaced) {
+    if (fs::path(old).filename() == name) continue;  // the rename above already replaced it
+    if (::unlink(old.c_str()) == 0) {
+      ++removed;
+    } else if (errno != ENOENT) {
+      throw IoError("cannot remove old checkpoint " + quote(old) + ": " + errno_text(errno));
+    }
+  }
+  if (removed > 0) fsync_directory(dir);
+  if (replaced_removed) *replaced_removed = removed;
+  prune(dir, name, keep);
   return path;
 }
 
@@ -897,6 +910,27 @@ std::string checkpoint_of_another_run(const std::string& dir, const std::string&
     if (fs::equivalent(parent.empty() ? fs::path(".") : parent, dir, ec)) return "";
   }
   return !found.empty() ? found.front() : (fs::path(dir) / *latest).string();
+}
+
+std::vector<std::string> checkpoints_after(const std::string& dir, const std::string& resume) {
+  if (resume.empty() || resume == "latest") return {};
+  std::error_code ec;
+  const fs::path parent = fs::path(resume).parent_path();
+  if (!fs::equivalent(parent.empty() ? fs::path(".") : parent, dir, ec)) return {};
+  std::optional<int64_t> resumed_step = checkpoint_step(fs::path(resume).filename().string());
+  if (!resumed_step) {
+    try {
+      resumed_step = read_checkpoint_meta(resume).step;
+    } catch (const Error&) {
+      return {};  // the resume itself says what is wrong with it
+    }
+  }
+  std::vector<std::string> newer;
+  for (const std::string& path : list_checkpoints(dir)) {
+    const auto step = checkpoint_step(fs::path(path).filename().string());
+    if (step && *step > *resumed_step && !fs::equivalent(path, resume, ec)) newer.push_back(path);
+  }
+  return newer;
 }
 
 ResumePosition resume_position(const std::string& path, const CheckpointMeta& meta, int64_t global_batch,

@@ -39,10 +39,14 @@ struct CheckpointMeta {
 };
 
 // Writes <dir>/step-<N>.h5 atomically (temporary name in dir, fsync, rename, fsync dir), then
-// <dir>/latest the same way, then removes all but the newest `keep` checkpoints. Returns the path.
-// A failed write (ENOSPC) removes its temporary file and says in its IoError what `latest` names.
+// <dir>/latest the same way, then removes the checkpoints `replaced` names (an earlier run's, under
+// checkpoint.overwrite: only now that this run has one of its own; their number into
+// *replaced_removed), then all but the newest `keep` checkpoints. Returns the path. A failed write
+// (ENOSPC) removes its temporary file, removes nothing else and says in its IoError what `latest`
+// names.
 std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta, const ParameterStore& store,
-                             Optimizer* optimizer, int64_t keep);
+                             Optimizer* optimizer, int64_t keep, const std::vector<std::string>& replaced = {},
+                             int* replaced_removed = nullptr);
 
 // One job's exclusive use of a checkpoint directory: an flock on <dir>/.lock, held while this
 // object lives. The kernel drops it when the process ends, however it ends, so a killed job never
@@ -78,6 +82,10 @@ class CheckpointDirLock {
 // another directory, that run's checkpoints and keep-K pruning would mix with these and `latest`
 // would move back.
 std::string checkpoint_of_another_run(const std::string& dir, const std::string& resume);
+
+// The checkpoints of `dir` newer than the one `resume` names when that one is in `dir` (newest
+// first): a run resumed from it rolls back, and theirs would mix with its own. Empty otherwise.
+std::vector<std::string> checkpoints_after(const std::string& dir, const std::string& resume);
 
 // Reads only the metadata (attributes) of a checkpoint.
 CheckpointMeta read_checkpoint_meta(const std::string& path);

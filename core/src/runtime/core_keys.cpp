@@ -108,9 +108,9 @@ const std::vector<ConfigKey>& core_config_keys() {
       {"checkpoint.every_steps", KeyType::non_negative_integer, "0", "steps between checkpoints (0: only at the end)"},
       {"checkpoint.keep", KeyType::non_negative_integer, "3", "checkpoints kept (0: all)"},
       {"checkpoint.overwrite", KeyType::boolean, "false",
-       "a run that does not continue the checkpoints already in checkpoint.dir (no --resume, or one "
-       "from elsewhere) removes them before step 1; false: such a run is refused, since its "
-       "checkpoints would mix with theirs"},
+       "a run that does not continue the checkpoints already in checkpoint.dir (no --resume, one "
+       "from elsewhere, or an older one of its own) removes them (or the newer ones) once it writes "
+       "its first checkpoint; false: such a run is refused, since its checkpoints would mix with theirs"},
       {"checkpoint.resume_fallback", KeyType::boolean, "false",
        "with --resume latest, a checkpoint that fails to load (truncated, checksum mismatch) is "
        "skipped for the newest older one that loads; false: the job stops with the error"},

@@ -391,26 +391,55 @@ class Trainer {
   }
 
   // The checkpoint directory, before any step: it exists or can be made, takes new files, is no
-  // other running job's, and holds no other run's checkpoints unless this run continues them or
-  // checkpoint.overwrite lets prepare_run remove them. Rank 0 writes the checkpoints and holds the
-  // directory's lock until the run ends.
+  // other running job's, and holds neither another run's checkpoints nor, resuming from one of its
+  // own, newer ones, unless checkpoint.overwrite lets the first checkpoint of this run remove them
+  // (write_run_checkpoint): a run that fails a check before then leaves them as they are. Rank 0
+  // writes the checkpoints and holds the directory's lock until the run ends.
   void claim_checkpoint_dir() {
     agree(comm_, [&] {
       if (!leader_ || !options_.write_checkpoints) return;
       checkpoint_lock_ = std::make_unique<CheckpointDirLock>(checkpoint_dir_);
       const std::string other_run = checkpoint_of_another_run(checkpoint_dir_, options_.resume);
-      if (other_run.empty()) return;
+      const std::vector<std::string> newer =
+          other_run.empty() ? checkpoints_after(checkpoint_dir_, options_.resume) : std::vector<std::string>{};
+      if (other_run.empty() && newer.empty()) return;
       if (config_.get_bool("checkpoint.overwrite")) {
-        overwrite_checkpoints_ = true;
+        replaced_checkpoints_ = other_run.empty() ? newer : list_checkpoints(checkpoint_dir_);
         return;
       }
-      throw IoError("checkpoint.dir '" + checkpoint_dir_ + "' holds the checkpoints of another run (newest '" +
-                    other_run + "') and this run " +
-                    (options_.resume.empty() ? "starts afresh" : "resumes from '" + options_.resume + "', outside it") +
-                    ": its checkpoints would mix with them, pruning would delete theirs and 'latest' would move "
-                    "back; --resume latest continues that run, --checkpoint.overwrite=true removes its checkpoints "
-                    "first, or give another checkpoint.dir");
+      if (!other_run.empty())
+        throw IoError(
+            "checkpoint.dir '" + checkpoint_dir_ + "' holds the checkpoints of another run (newest '" + other_run +
+            "') and this run " +
+            (options_.resume.empty() ? "starts afresh" : "resumes from '" + options_.resume + "', outside it") +
+            ": its checkpoints would mix with them, pruning would delete theirs and 'latest' would move "
+            "back; --resume latest continues that run, --checkpoint.overwrite=true removes its checkpoints "
+            "once this run writes its first, or give another checkpoint.dir");
+      std::string names;
+      for (size_t i = 0; i < newer.size() && i < 5; ++i) names += (i ? ", '" : "'") + newer[i] + "'";
+      if (newer.size() > 5) names += " and " + std::to_string(newer.size() - 5) + " more";
+      throw IoError("checkpoint.dir '" + checkpoint_dir_ + "' holds " + std::to_string(newer.size()) +
+                    " checkpoint(s) newer than '" + options_.resume + "', which this run resumes from: " + names +
+                    "; rolled back, this run's checkpoints would mix with them, pruning would delete the wrong ones "
+                    "and 'latest' would move back; --resume latest continues from the newest, "
+                    "--checkpoint.overwrite=true removes the newer ones once this run writes its first checkpoint, "
+                    "or give another checkpoint.dir");
     });
+  }
+
+  // Rank 0: a checkpoint of this run; the first one also removes the checkpoints that
+  // checkpoint.overwrite replaces, now that the run has one of its own.
+  std::string write_run_checkpoint(const CheckpointMeta& meta, Optimizer* optimizer) {
+    int removed = 0;
+    const std::string path = write_checkpoint(checkpoint_dir_, meta, store_, optimizer,
+                                              config_.get_int("checkpoint.keep"), replaced_checkpoints_, &removed);
+    if (!replaced_checkpoints_.empty()) {
+      replaced_checkpoints_.clear();
+      log_ << "removed " << removed << " checkpoint(s) of an earlier run in " << checkpoint_dir_
+           << " (checkpoint.overwrite = true)\n"
+           << std::flush;
+    }
+    return path;
   }
 
   // metrics.trace: rank 0 writes it at the end, so it checks now that it can.
@@ -774,11 +803,6 @@ class Trainer {
     // Under the directory's lock (claim_checkpoint_dir), so no running job's files are touched.
     agree(comm_, [&] {
       if (!checkpoint_lock_) return;
-      if (overwrite_checkpoints_) {
-        const int removed = checkpoint_lock_->remove_checkpoints();
-        log_ << "removed " << removed << " checkpoint(s) of an earlier run in " << checkpoint_dir_
-             << " (checkpoint.overwrite = true)\n";
-      }
       const int removed = checkpoint_lock_->remove_leftover_temporaries();
       if (removed > 0)
         log_ << "removed " << removed << " temporary file(s) of an interrupted checkpoint write in " << checkpoint_dir_
@@ -1037,9 +1061,7 @@ class Trainer {
         meta_.sync = gather_sync_state();
         const auto whole_state = gather_sharded_optimizer_state();
         if (leader_) {
-          result_.checkpoint =
-              write_checkpoint(checkpoint_dir_, meta_, store_, whole_state ? whole_state.get() : optimizer_.get(),
-                               config_.get_int("checkpoint.keep"));
+          result_.checkpoint = write_run_checkpoint(meta_, whole_state ? whole_state.get() : optimizer_.get());
         } else {
           for (auto phase : {fault::Phase::checkpoint_before_data, fault::Phase::checkpoint_after_data,
                              fault::Phase::checkpoint_before_rename})
@@ -1074,8 +1096,7 @@ class Trainer {
     float* params = store_.params_data();
     std::swap_ranges(params, params + store_.flat_size(), served_params_.begin());
     try {
-      result_.checkpoint =
-          write_checkpoint(checkpoint_dir_, meta, store_, optimizer_.get(), config_.get_int("checkpoint.keep"));
+      result_.checkpoint = write_run_checkpoint(meta, optimizer_.get());
     } catch (...) {
       std::swap_ranges(params, params + store_.flat_size(), served_params_.begin());
       throw;
@@ -1302,9 +1323,7 @@ class Trainer {
     const auto whole_state =
         options_.write_checkpoints && step > start_step ? gather_sharded_optimizer_state() : nullptr;
     if (leader_ && options_.write_checkpoints && step > start_step)
-      result_.checkpoint =
-          write_checkpoint(checkpoint_dir_, meta_, store_, whole_state ? whole_state.get() : optimizer_.get(),
-                           config_.get_int("checkpoint.keep"));
+      result_.checkpoint = write_run_checkpoint(meta_, whole_state ? whole_state.get() : optimizer_.get());
     checkpoint_span.end();
     // The final model on the test set, by rank 0 (the parameters are the same everywhere now), in
     // batches of the training micro-batch so the model's activations are reused, not grown.
@@ -1468,8 +1487,9 @@ class Trainer {
   int64_t epochs_ = 0, total_steps_ = 0, log_every_ = 1;
   std::string checkpoint_dir_;
   std::unique_ptr<CheckpointDirLock> checkpoint_lock_;  // rank 0's, while it writes checkpoints
-  bool overwrite_checkpoints_ = false;                  // another run's, with checkpoint.overwrite
-  std::string resumed_from_, resume_note_;              // rank 0's resume checkpoint, position note
+  // Rank 0: the checkpoints checkpoint.overwrite replaces, removed by the run's first checkpoint.
+  std::vector<std::string> replaced_checkpoints_;
+  std::string resumed_from_, resume_note_;  // rank 0's resume checkpoint, position note
 
   // metrics.trace's recorder, or null. Declared before what records into it (the reader's thread).
   std::unique_ptr<Trace> trace_;

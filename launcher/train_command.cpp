@@ -95,6 +95,9 @@ int run_under_mpi(int argc, char** argv, const std::string& command, const std::
 void print_result(const TrainResult& r, int world_size, bool json) {
   if (json) {
     std::printf("%s\n", train_result_json(r, world_size).c_str());
+  } else if (r.steps_run == 0) {
+    std::printf("done: nothing to train at step %lld, checkpoint %s\n", static_cast<long long>(r.steps),
+                r.checkpoint.c_str());
   } else {
     std::printf("done: %lld steps, %.0f samples/s, final loss %.4f, checkpoint %s\n", static_cast<long long>(r.steps),
                 r.samples_per_s, r.final_loss, r.checkpoint.c_str());

@@ -1,3 +1,3 @@
-foreach(case overwrite_late rollback checksums compare)
+foreach(case overwrite_late rollback checksums compare finished)
   mgtrain_e2e_test(checkpoint_trust.${case} 300 ${E2E}/checkpoint_trust.sh ${case})
 endforeach()

@@ -12,6 +12,7 @@
 #               attributes edited, or with /sync's strategy edited, is refused naming the file
 #   compare     mgtrain compare verifies optimizer state (checksum, finite, present) and compares it;
 #               --params-only compares the parameters alone
+#   finished    resuming a finished run: nothing to train, the checkpoint resumed from, a null loss
 source "$(dirname "$0")/lib.sh"
 case=$1
 write_config run.ini "[train]" "log_every = 10" "progress = lines" "[checkpoint]" "every_steps = 10" "keep = 0"
@@ -150,6 +151,24 @@ compare)
   grep -q "^optimizer/momentum/$param .*DIFFERENT" changed.log || { cat changed.log; fail "no line names the difference"; }
   "$MGTRAIN" compare a.h5 b.h5 --params-only >params.log 2>&1 || { cat params.log; fail "--params-only"; }
   grep -q "^MATCH (bitwise, parameters only)" params.log || { cat params.log; fail "--params-only verdict"; }
+  ;;
+finished)
+  run_np 2 120 train --config run.ini --train.max_steps=20 >first.log 2>&1 || { cat first.log; fail "the first run"; }
+  for max in 20 10; do
+    run_np 2 120 train --config run.ini --train.max_steps=$max --resume latest >again$max.log 2>&1 ||
+      { cat again$max.log; fail "resuming the finished run (max_steps $max)"; }
+    ! grep -q "^training " again$max.log || { cat again$max.log; fail "max_steps $max: a training line"; }
+    grep -q "^nothing to train: $WORK/ckpt/step-20.h5 is at step 20, and the run ends at step $max" again$max.log ||
+      { cat again$max.log; fail "max_steps $max: no line says there is nothing to train"; }
+    grep -q "^done: nothing to train at step 20, checkpoint $WORK/ckpt/step-20.h5$" again$max.log ||
+      { cat again$max.log; fail "max_steps $max: the last line"; }
+  done
+  run_np 2 120 train --config run.ini --train.max_steps=20 --resume latest --json >json.log 2>&1 ||
+    { cat json.log; fail "resuming the finished run with --json"; }
+  line=$(tail -n 1 json.log)
+  echo "$line"
+  [[ $line == *'"final_loss":null,"checkpoint":"'"$WORK/ckpt/step-20.h5"'"'* ]] || fail "the JSON line"
+  [ "$(listing ckpt)" = "latest step-10.h5 step-20.h5 " ] || fail "left: $(listing ckpt)"
   ;;
 *) fail "unknown case $case" ;;
 esac

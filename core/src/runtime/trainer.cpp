@@ -994,7 +994,11 @@ class Trainer {
     run_position_ = meta_.epoch * per_epoch_ + meta_.batch_in_epoch - start_step;
     const int64_t first_position = std::max<int64_t>(0, run_position_ + first_step);
     reader_->start(first_position / per_epoch_, first_position % per_epoch_);
-    if (leader_)
+    if (leader_ && step >= total_steps_)
+      log_ << "nothing to train: " << resumed_from_ << " is at step " << step << ", and the run ends at step "
+           << total_steps_ << " (train.epochs x " << per_epoch_ << " steps/epoch, or train.max_steps)\n"
+           << std::flush;
+    else if (leader_)
       log_ << "training " << total_steps_ - step << " steps: " << per_epoch_ << " steps/epoch, global batch "
            << global_batch_ << " (" << train_comm_->size() << " training ranks x " << micro_batch_ << " x " << accum_
            << " micro-batches"
@@ -1325,6 +1329,11 @@ class Trainer {
     if (leader_ && options_.write_checkpoints && step > start_step)
       result_.checkpoint = write_run_checkpoint(meta_, whole_state ? whole_state.get() : optimizer_.get());
     checkpoint_span.end();
+    if (step <= start_step) {
+      // Nothing trained: the newest checkpoint is still the one resumed from, and no loss was seen.
+      if (result_.checkpoint.empty()) result_.checkpoint = resumed_from_;
+      result_.final_loss = std::numeric_limits<double>::quiet_NaN();
+    }
     // The final model on the test set, by rank 0 (the parameters are the same everywhere now), in
     // batches of the training micro-batch so the model's activations are reused, not grown.
     const std::string test_path = config_.get_string("data.test");

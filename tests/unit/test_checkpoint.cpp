@@ -493,6 +493,59 @@ TEST_F(CheckpointTest, MissingAndExtraParametersAreErrors) {
 
 // A sync strategy's counters (a parameter server's updates and each worker's steps) and arrays (a
 // residual) come back as written; a damaged one, or a shard of the state that is missing, is named.
+// A checkpoint as format_version 1 wrote it: root and /optimizer checksums, none on /sync. The root
+// checksum covers the version, so it is computed again, by the rule the format documents.
+void make_format_one(const std::string& path, const mgt::CheckpointMeta& meta) {
+  std::string text;
+  const auto add = [&](const std::string& name, const std::string& value) {
+    text += name + "=" + std::to_string(value.size()) + ":" + value + "\n";
+  };
+  add("format_version", "1");
+  add("step", std::to_string(meta.step));
+  add("epoch", std::to_string(meta.epoch));
+  add("batch_in_epoch", std::to_string(meta.batch_in_epoch));
+  add("samples_in_epoch", std::to_string(meta.batch_in_epoch * meta.global_batch));
+  add("global_batch", std::to_string(meta.global_batch));
+  add("seed", std::to_string(meta.seed));
+  add("world_size", std::to_string(meta.world_size));
+  add("mgtrain_version", meta.mgtrain_version);
+  add("plugins", meta.plugins);
+  add("plugin_paths", meta.plugin_paths);
+  add("config", meta.config_ini);
+  set_root_attr(path, "format_version", 1);
+  delete_attr(path, "/sync", "attributes_crc32");
+  std::lock_guard lock(mgt::data::hdf5_mutex());
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  const hid_t attr = H5Aopen(file, "attributes_crc32", H5P_DEFAULT);
+  uint32_t crc = 0xFFFFFFFFu;  // zlib's CRC-32, bit by bit
+  for (unsigned char byte : text) {
+    crc ^= byte;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  crc ^= 0xFFFFFFFFu;
+  EXPECT_GE(H5Awrite(attr, H5T_NATIVE_UINT32, &crc), 0);
+  H5Aclose(attr);
+  H5Fclose(file);
+}
+
+TEST_F(CheckpointTest, FormatOneWithItsChecksumsStillLoads) {
+  auto store = make_store(1.0f);
+  TestOptimizer opt;
+  opt.setup(store->flat_size());
+  mgt::CheckpointMeta meta = make_meta(70);
+  meta.sync = {"allreduce", {}, {{"residual.rank0", {0.5f, -0.25f}}}};
+  const std::string path = mgt::write_checkpoint(ckdir(), meta, *store, &opt, 0);
+  make_format_one(path, meta);
+  const mgt::CheckpointMeta loaded = mgt::load_checkpoint(path, *store, &opt);
+  EXPECT_EQ(loaded.step, 70);
+  EXPECT_EQ(loaded.sync.arrays, meta.sync.arrays);
+  // Its optimizer checksum was written with the root's: losing it is damage there too.
+  delete_attr(path, "/optimizer", "attributes_crc32");
+  const std::string msg = error_message<mgt::IoError>([&] { mgt::load_checkpoint(path, *store, &opt); });
+  EXPECT_NE(msg.find("group '/optimizer' has no attribute 'attributes_crc32'"), std::string::npos) << msg;
+}
+
 TEST_F(CheckpointTest, SyncStateRoundTripsAndIsChecked) {
   auto store = make_store(1.0f);
   TestOptimizer opt;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
 
 #include "datasets/crc32.hpp"
@@ -445,6 +446,10 @@ void convert_csv(const std::string& csv, const std::string& out, int label_colum
                            "' is not a class index (an integer >= 0)");
         continue;
       }
+      // A value beyond float32's range would be written as inf, which the reader then refuses.
+      if (std::fabs(v) > std::numeric_limits<float>::max())
+        throw line_error("column " + std::to_string(c) + " is '" + std::string(trim(fields[static_cast<size_t>(c)])) +
+                         "', expected a number that fits a float32 (magnitude at most 3.40282e+38)");
       if (all_u8 && (v != std::floor(v) || v < 0 || v > 255)) all_u8 = false;
       if (all_u8) {
         const auto b = static_cast<uint8_t>(v);

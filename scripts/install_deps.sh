@@ -24,6 +24,8 @@ packages=(
   clang-format
   # the TensorBoard and ONNX Runtime tests: a venv for tensorboard, onnxruntime, onnx from PyPI
   python3 python3-venv
+  # the data-checking tests edit HDF5 files (virtual datasets, lzf) with h5py
+  python3-h5py
   # the timeline test: Perfetto's trace processor (WebAssembly, from a PyPI wheel) runs on Node.js
   nodejs
   # the Slurm test: a real one-node cluster (libpmix-dev: Slurm's PMIx plugin loads libpmix.so)

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Data a run must refuse before step 1, and a data file cut short while it is read. Each case ends
+# with one line naming the file and what is wrong, a non-zero exit and no rank left running.
+# Usage: data_checks.sh CASE
+#   csv_overflow     data convert --csv with 1e300 in a feature column: refused naming the line
+#                    and column, no file written
+# The data files are edited with h5py (Debian: python3-h5py, from scripts/install_deps.sh).
+source "$(dirname "$0")/lib.sh"
+case=$1
+# Debian's h5py is for Debian's python3, which another python3 on PATH may hide.
+python=""
+for candidate in "${PYTHON:-python3}" /usr/bin/python3; do
+  "$candidate" -c "import h5py" 2>/dev/null && { python=$candidate; break; }
+done
+[ -n "$python" ] || fail "no python3 on PATH or in /usr/bin imports h5py (scripts/install_deps.sh installs python3-h5py)"
+write_config run.ini "[data]" "train = $WORK/train.h5" "test = " "[train]" "log_every = 1" "progress = lines"
+
+# No step was taken: no checkpoint and no step's line in LOG.
+no_step_taken() {
+  ! ls ckpt/step-*.h5 >/dev/null 2>&1 || fail "a checkpoint was written before the data was refused"
+  ! grep -q '^epoch [0-9]*/[0-9]* step ' "$1" || { cat "$1"; fail "steps ran before the data was refused"; }
+}
+
+# Trains on run.ini; expects one error line matching EXPECT, a non-zero exit and no step.
+expect_refused() {  # expect_refused EXPECT
+  local rc=0
+  run_np 2 180 train --config run.ini >run.log 2>&1 || rc=$?
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { cat run.log; fail "exit $rc"; }
+  one_error_line run.log
+  grep -q "$1" run.log || { cat run.log; fail "no line matches /$1/"; }
+  no_step_taken run.log
+  no_ranks_left
+}
+
+# data inspect FILE refuses it with one error line matching EXPECT.
+expect_inspect_refused() {  # expect_inspect_refused FILE EXPECT
+  local rc=0
+  "$MGTRAIN" data inspect "$1" >inspect.log 2>&1 || rc=$?
+  [ $rc -ne 0 ] || { cat inspect.log; fail "data inspect accepted '$1'"; }
+  one_error_line inspect.log
+  grep -q "$2" inspect.log || { cat inspect.log; fail "no line matches /$2/"; }
+}
+
+edit() {  # edit FILE PYTHON: runs PYTHON with f, the file opened read-write by h5py
+  "$python" - "$1" "$2" <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    exec(sys.argv[2])
+PY
+}
+
+case $case in
+csv_overflow)
+  printf '0,1,2,3\n1,4,5,6\n2,7,1e300,8\n' >f.csv
+  rc=0
+  "$MGTRAIN" data convert --csv f.csv --shape 3 --out f.h5 >convert.log 2>&1 || rc=$?
+  [ $rc -ne 0 ] || { cat convert.log; fail "1e300 was converted"; }
+  one_error_line convert.log
+  grep -q "CSV file 'f.csv' line 3: column 2 is '1e300', expected a number that fits a float32" convert.log ||
+    { cat convert.log; fail "no line names line 3, column 2"; }
+  [ ! -e f.h5 ] || fail "f.h5 was written"
+  ;;
+*) fail "unknown case $case" ;;
+esac
+echo PASS

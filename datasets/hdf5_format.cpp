@@ -351,6 +351,11 @@ DatasetInfo open_dataset_info(const std::string& path, const std::string& x_name
   return info;
 }
 
+std::string label_error(const DatasetInfo& info, int64_t row, int32_t label) {
+  return where(info.path, info.y_name) + " row " + std::to_string(row) + " has label " + std::to_string(label) +
+         ", expected 0 <= label < " + std::to_string(info.num_classes) + " (num_classes)";
+}
+
 std::vector<int64_t> class_counts(const DatasetInfo& info) {
   std::lock_guard lock(hdf5_mutex());
   DatasetInfo fresh;
@@ -359,9 +364,7 @@ std::vector<int64_t> class_counts(const DatasetInfo& info) {
   const std::string what = where(info.path, info.y_name);
   for_each_label_block(o.y.get(), fresh.num_samples, what, [&](int64_t row0, const int32_t* y, int64_t count) {
     for (int64_t i = 0; i < count; ++i) {
-      if (y[i] < 0 || y[i] >= fresh.num_classes)
-        throw DataError(what + " row " + std::to_string(row0 + i) + " has label " + std::to_string(y[i]) +
-                        ", expected 0 <= label < " + std::to_string(fresh.num_classes) + " (num_classes)");
+      if (y[i] < 0 || y[i] >= fresh.num_classes) throw DataError(label_error(fresh, row0 + i, y[i]));
       ++counts[static_cast<size_t>(y[i])];
     }
   });

@@ -55,6 +55,9 @@ DatasetInfo open_dataset_info(const std::string& path, const std::string& x_name
 // file and row for a label outside [0, num_classes).
 std::vector<int64_t> class_counts(const DatasetInfo& info);
 
+// The line for a label outside [0, num_classes): "data file 'F': dataset '/y' row R has label L, ...".
+std::string label_error(const DatasetInfo& info, int64_t row, int32_t label);
+
 // Multi-line, human-readable summary for `mgtrain data inspect`: path, N, sample shape, x type,
 // classes with per-class counts, normalisation, chunking and all attributes.
 std::string inspect(const std::string& path, const std::string& x_name = "x", const std::string& y_name = "y");

@@ -331,10 +331,7 @@ struct ShardedReader::Impl {
       }
       if (augmenting) augment_row(slot_row, dst, augment_draw(opt.augment, opt.seed, epoch, row));
       const int32_t label = yraw[static_cast<size_t>(j)];
-      if (label < 0 || label >= info.num_classes)
-        throw DataError("data file '" + opt.path + "': dataset '" + h5::object_path(opt.y_name) + "' row " +
-                        std::to_string(row) + " has label " + std::to_string(label) + ", expected 0 <= label < " +
-                        std::to_string(info.num_classes) + " (num_classes)");
+      if (label < 0 || label >= info.num_classes) throw DataError(label_error(info, row, label));
       s.y[static_cast<size_t>(pos)] = label;
     }
   }
@@ -730,6 +727,14 @@ void ShardedReader::init(const ReaderOptions& options) {
     std::lock_guard lock(hdf5_mutex());
     h5::silence_errors();
     if (d.plan_direct_reads()) d.load_labels("");
+  }
+  // Every label before the first batch, not when its row comes up steps and checkpoints later.
+  if (d.all_y.empty()) {
+    class_counts(d.info);
+  } else {
+    for (size_t row = 0; row < d.all_y.size(); ++row)
+      if (d.all_y[row] < 0 || d.all_y[row] >= d.info.num_classes)
+        throw DataError(label_error(d.info, static_cast<int64_t>(row), d.all_y[row]));
   }
   d.order.reserve(static_cast<size_t>(d.local));
   d.ycoords.resize(static_cast<size_t>(d.local));

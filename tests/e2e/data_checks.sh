@@ -2,6 +2,7 @@
 # Data a run must refuse before step 1, and a data file cut short while it is read. Each case ends
 # with one line naming the file and what is wrong, a non-zero exit and no rank left running.
 # Usage: data_checks.sh CASE
+#   label_range      a label 10 in row 59999 of data.train (num_classes 10): refused before step 1
 #   csv_overflow     data convert --csv with 1e300 in a feature column: refused naming the line
 #                    and column, no file written
 # The data files are edited with h5py (Debian: python3-h5py, from scripts/install_deps.sh).
@@ -50,6 +51,11 @@ PY
 }
 
 case $case in
+label_range)
+  cp "$DATA_DIR/train.h5" train.h5
+  edit train.h5 'f["y"][59999] = 10; assert f.attrs.get("num_classes", f["x"].attrs.get("num_classes")) == 10'
+  expect_refused "data file '$WORK/train.h5': dataset '/y' row 59999 has label 10, expected 0 <= label < 10 (num_classes)"
+  ;;
 csv_overflow)
   printf '0,1,2,3\n1,4,5,6\n2,7,1e300,8\n' >f.csv
   rc=0

@@ -1044,10 +1044,10 @@ TEST(DataAugment, RefusesSamplesThatAreNotImages) {
   }
 }
 
-TEST(DataReader, ReadAndLabelErrorsReachNextAsDataError) {
+TEST(DataReader, ReadErrorsReachNextAsDataError) {
   TempDir dir;
   H5Spec s = indexed_spec(30);
-  s.y[17] = 9;  // num_classes is 7
+  s.x_f[17 * kNumel] = std::numeric_limits<float>::quiet_NaN();
   write_h5(dir.file("bad.h5"), s);
   ReaderOptions o;
   o.path = dir.file("bad.h5");
@@ -1056,10 +1056,29 @@ TEST(DataReader, ReadAndLabelErrorsReachNextAsDataError) {
   ShardedReader reader(o);
   reader.start(0, 0);
   EXPECT_EQ(rows_of(reader.next()).front(), 0);
-  expect_data_error([&] { reader.next(); }, {o.path, "row 17 has label 9"});
+  expect_data_error([&] { reader.next(); }, {o.path, "row 17 of '/x'"});
   expect_data_error([&] { reader.next(); }, {o.path, "row 17"});  // stays failed
   reader.start(0, 2);                                             // a fresh start past the bad batch works
   EXPECT_EQ(rows_of(reader.next()).front(), 20);
+}
+
+// Every label is checked when the reader opens the file, however it reads the rows, not when its
+// row comes up steps (and checkpoints) later.
+TEST(DataReader, LabelsOutOfRangeAreRefusedBeforeTheFirstBatch) {
+  TempDir dir;
+  H5Spec s = indexed_spec(30);
+  s.y[17] = 9;  // num_classes is 7
+  write_h5(dir.file("bad.h5"), s);
+  for (const ReadMode mode : {ReadMode::Direct, ReadMode::Runs})
+    for (const bool in_memory : {false, true}) {
+      ReaderOptions o;
+      o.path = dir.file("bad.h5");
+      o.global_batch = 10;
+      o.read_mode = mode;
+      o.in_memory = in_memory;
+      expect_data_error([&] { ShardedReader reader(o); },
+                        {o.path, "dataset '/y' row 17 has label 9, expected 0 <= label < 7 (num_classes)"});
+    }
 }
 
 // NaN or Inf in float32 samples stops the reader at the row that holds it, naming the file, the

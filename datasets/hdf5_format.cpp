@@ -298,14 +298,26 @@ Opened open_validated(const std::string& path, const std::string& x_name, const 
 
   // mean and std: scalars over every element, or arrays of one value per channel (samples
   // [C, ...], as colour images are written); a scalar beside an array applies to every channel.
+  // An attribute there that is no number would otherwise leave the samples unnormalised unnoticed.
   std::vector<double> means, sds;
   auto find_doubles = [&](const char* name, std::vector<double>& v) {
-    for (hid_t h : objs)
+    for (hid_t h : objs) {
+      if (!has_attr(h, name)) continue;
       if (read_attr_doubles(h, name, v)) return true;
+      Id a = attr(H5Aopen(h, name, H5P_DEFAULT));
+      Id t = type(H5Aget_type(a.get()));
+      throw DataError(file_prefix(path) + ": attribute '" + name + "' of '" +
+                      (h == o.x.get() ? object_path(x_name) : std::string("/")) + "' has type " +
+                      (t ? type_name(t.get()) : std::string("unknown")) +
+                      ", expected numbers (one, or one per channel of the samples)");
+    }
     return false;
   };
   const bool has_mean = find_doubles("mean", means);
   const bool has_sd = find_doubles("std", sds);
+  if (has_mean != has_sd)
+    throw DataError(file_prefix(path) + ": attribute '" + (has_mean ? "mean" : "std") + "' is there but '" +
+                    (has_mean ? "std" : "mean") + "' is not, expected both (normalisation) or neither");
   if (has_mean && has_sd) {
     const int64_t channels = info.sample_shape.size() >= 2 ? info.sample_shape[0] : 1;
     for (const auto& [name, values] : {std::pair{"mean", &means}, std::pair{"std", &sds}})

@@ -3,6 +3,8 @@
 # with one line naming the file and what is wrong, a non-zero exit and no rank left running.
 # Usage: data_checks.sh CASE
 #   label_range      a label 10 in row 59999 of data.train (num_classes 10): refused before step 1
+#   mean_string      /x's attribute mean a string: refused naming it (train and data inspect)
+#   std_missing      /x's attribute std deleted beside mean: refused naming it
 #   csv_overflow     data convert --csv with 1e300 in a feature column: refused naming the line
 #                    and column, no file written
 # The data files are edited with h5py (Debian: python3-h5py, from scripts/install_deps.sh).
@@ -55,6 +57,20 @@ label_range)
   cp "$DATA_DIR/train.h5" train.h5
   edit train.h5 'f["y"][59999] = 10; assert f.attrs.get("num_classes", f["x"].attrs.get("num_classes")) == 10'
   expect_refused "data file '$WORK/train.h5': dataset '/y' row 59999 has label 10, expected 0 <= label < 10 (num_classes)"
+  ;;
+mean_string)
+  cp "$DATA_DIR/train.h5" train.h5
+  edit train.h5 'x = f["x"]; v = float(x.attrs["mean"]); del x.attrs["mean"]; x.attrs["mean"] = str(v)'
+  expect="data file '$WORK/train.h5': attribute 'mean' of '/x' has type string, expected numbers (one, or one per channel of the samples)"
+  expect_refused "$expect"
+  expect_inspect_refused "$WORK/train.h5" "$expect"
+  ;;
+std_missing)
+  cp "$DATA_DIR/train.h5" train.h5
+  edit train.h5 'del f["x"].attrs["std"]; assert "std" not in f.attrs'
+  expect="data file '$WORK/train.h5': attribute 'mean' is there but 'std' is not, expected both (normalisation) or neither"
+  expect_refused "$expect"
+  expect_inspect_refused "$WORK/train.h5" "$expect"
   ;;
 csv_overflow)
   printf '0,1,2,3\n1,4,5,6\n2,7,1e300,8\n' >f.csv

@@ -67,6 +67,30 @@ constexpr int64_t kMaxClasses = int64_t{1} << 20;
 // that disagrees with the layout (an unfiltered chunk shorter than its chunk). So every dataset the
 // reader reads must store all its rows: every chunk present, and unfiltered storage of exactly the
 // size the layout implies.
+// A filter this HDF5 lacks fails only when a row is first read, with HDF5's plugin search in the
+// message; naming the filter before any step tells what to install.
+void require_filters_available(hid_t dcpl, const std::string& what) {
+  const int filters = H5Pget_nfilters(dcpl);
+  for (int i = 0; i < filters; ++i) {
+    unsigned flags = 0, config = 0, values[8] = {0};
+    size_t count = 8;
+    char name[128] = {0};
+    const H5Z_filter_t id =
+        H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &count, values, sizeof(name), name, &config);
+    if (id < 0) throw DataError(what + " has an unreadable filter pipeline: " + h5::error_text());
+    std::string filter = "'";
+    filter.append(name[0] ? name : "unnamed").append("' (filter id ").append(std::to_string(id)).append(")");
+    if (H5Zfilter_avail(id) <= 0)
+      throw DataError(what + " is compressed with the HDF5 filter " + filter +
+                      ", which this HDF5 does not have (not built in, no plugin for it in HDF5_PLUGIN_PATH); expected "
+                      "a built-in filter (gzip, shuffle, fletcher32) or none");
+    unsigned info = 0;
+    if (H5Zget_filter_info(id, &info) < 0 || !(info & H5Z_FILTER_CONFIG_DECODE_ENABLED))
+      throw DataError(what + " is compressed with the HDF5 filter " + filter +
+                      ", which this HDF5 cannot decode; expected a filter it can read, such as gzip");
+  }
+}
+
 void require_rows_stored(hid_t dset, const std::string& what) {
   h5::Id dcpl = h5::plist(H5Dget_create_plist(dset));
   h5::Id type = h5::type(H5Dget_type(dset));
@@ -89,6 +113,7 @@ void require_rows_stored(hid_t dset, const std::string& what) {
     return;
   }
   if (layout != H5D_CHUNKED) return;
+  require_filters_available(dcpl.get(), what);
   std::vector<hsize_t> chunk(static_cast<size_t>(rank));
   if (H5Pget_chunk(dcpl.get(), rank, chunk.data()) != rank)
     throw DataError(what + " has an unreadable chunk layout: " + h5::error_text());

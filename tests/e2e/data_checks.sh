@@ -7,6 +7,7 @@
 #   std_missing      /x's attribute std deleted beside mean: refused naming it
 #   csv_overflow     data convert --csv with 1e300 in a feature column: refused naming the line
 #                    and column, no file written
+#   lzf              /x compressed with lzf, which Debian's HDF5 lacks: refused naming the filter
 # The data files are edited with h5py (Debian: python3-h5py, from scripts/install_deps.sh).
 source "$(dirname "$0")/lib.sh"
 case=$1
@@ -81,6 +82,22 @@ csv_overflow)
   grep -q "CSV file 'f.csv' line 3: column 2 is '1e300', expected a number that fits a float32" convert.log ||
     { cat convert.log; fail "no line names line 3, column 2"; }
   [ ! -e f.h5 ] || fail "f.h5 was written"
+  ;;
+lzf)
+  "$python" - "$DATA_DIR/train.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as src, h5py.File("train.h5", "w") as f:
+    for k, v in src.attrs.items(): f.attrs[k] = v
+    for name in src:
+        if name == "x":
+            x = f.create_dataset("x", data=src["x"][...], chunks=(64,) + src["x"].shape[1:], compression="lzf")
+            for k, v in src["x"].attrs.items(): x.attrs[k] = v
+        else:
+            src.copy(name, f)
+PY
+  expect="data file '$WORK/train.h5': dataset '/x' is compressed with the HDF5 filter 'lzf' (filter id 32000), which this HDF5 does not have"
+  expect_refused "$expect"
+  expect_inspect_refused "$WORK/train.h5" "$expect"
   ;;
 *) fail "unknown case $case" ;;
 esac

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -67,6 +68,104 @@ constexpr int64_t kMaxClasses = int64_t{1} << 20;
 // that disagrees with the layout (an unfiltered chunk shorter than its chunk). So every dataset the
 // reader reads must store all its rows: every chunk present, and unfiltered storage of exactly the
 // size the layout implies.
+void require_rows_stored(hid_t dset, const std::string& what, int depth = 0);
+
+// Where libhdf5 1.10 looks for a virtual dataset's source file: as given (an absolute path, or
+// relative to the working directory), under each HDF5_VDS_PREFIX entry, and beside the file that
+// maps it. The first that exists, else "".
+std::string find_source_file(const std::string& source, hid_t vds) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates{source};
+  if (const char* prefixes = std::getenv("HDF5_VDS_PREFIX")) {
+    std::stringstream list(prefixes);
+    for (std::string prefix; std::getline(list, prefix, ':');)
+      if (!prefix.empty()) candidates.push_back(fs::path(prefix) / source);
+  }
+  const ssize_t length = H5Fget_name(vds, nullptr, 0);
+  if (length > 0) {
+    std::string own(static_cast<size_t>(length) + 1, '\0');
+    H5Fget_name(vds, own.data(), own.size());
+    own.resize(static_cast<size_t>(length));
+    const fs::path beside = fs::path(own).parent_path();
+    candidates.push_back(beside / source);
+    candidates.push_back(beside / fs::path(source).filename());
+  }
+  for (const auto& c : candidates) {
+    std::error_code ec;
+    if (fs::is_regular_file(c, ec)) return c.string();
+  }
+  return "";
+}
+
+// A virtual dataset's rows come from datasets in other files; a missing one (or rows no source
+// maps) reads back as zeros without an error, so each source must be there and store its rows.
+void require_virtual_sources(hid_t dset, hid_t dcpl, const std::string& what, const std::string& rows, int depth) {
+  size_t mappings = 0;
+  if (H5Pget_virtual_count(dcpl, &mappings) < 0) throw DataError(what + " could not be read: " + h5::error_text());
+  h5::Id space = h5::space(H5Dget_space(dset));
+  const hssize_t declared = H5Sget_simple_extent_npoints(space.get());
+  h5::Id covered;  // the union of the mappings' selections, while they are hyperslabs
+  bool all_covered = false, union_known = true;
+  auto text = [&](ssize_t (*get)(hid_t, size_t, char*, size_t), size_t i) {
+    const ssize_t length = get(dcpl, i, nullptr, 0);
+    std::string value(static_cast<size_t>(std::max<ssize_t>(length, 0)) + 1, '\0');
+    if (length > 0) get(dcpl, i, value.data(), value.size());
+    value.resize(static_cast<size_t>(std::max<ssize_t>(length, 0)));
+    return value;
+  };
+  for (size_t i = 0; i < mappings; ++i) {
+    const std::string source_file = text(H5Pget_virtual_filename, i);
+    const std::string source_dataset = text(H5Pget_virtual_dsetname, i);
+    h5::Id vspace = h5::space(H5Pget_virtual_vspace(dcpl, i));
+    std::vector<hsize_t> lo(static_cast<size_t>(std::max(H5Sget_simple_extent_ndims(vspace.get()), 1))), hi(lo.size());
+    std::string mapped = "rows";
+    if (vspace && H5Sget_select_bounds(vspace.get(), lo.data(), hi.data()) >= 0)
+      mapped = "rows " + std::to_string(lo[0]) + ".." + std::to_string(hi[0]);
+    const std::string source = "source dataset '" + h5::object_path(source_dataset) + "' of '" + source_file + "'";
+    h5::Id source_handle;
+    hid_t in = -1;
+    if (source_file == ".") {
+      in = dset;
+    } else {
+      const std::string found = find_source_file(source_file, dset);
+      if (found.empty())
+        throw DataError(what + " is virtual and maps its " + mapped + " to " + source +
+                        ", a file that does not exist (those rows would read as zeros)");
+      source_handle = h5::file(H5Fopen(found.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+      if (!source_handle)
+        throw DataError(what + " is virtual and maps its " + mapped + " to " + source +
+                        ", which could not be opened: " + h5::error_text());
+      in = source_handle.get();
+    }
+    const std::string source_path = h5::object_path(source_dataset);
+    if (H5Lexists(in, source_path.c_str(), H5P_DEFAULT) <= 0)
+      throw DataError(what + " is virtual and maps its " + mapped + " to " + source +
+                      ", a dataset that does not exist (those rows would read as zeros)");
+    h5::Id source_set = h5::dataset(H5Dopen2(in, source_path.c_str(), H5P_DEFAULT));
+    if (!source_set)
+      throw DataError(what + " is virtual and maps its " + mapped + " to " + source + ", which is not a dataset");
+    if (depth > 8) throw DataError(what + " is virtual through more than 8 levels of sources (a cycle?)");
+    require_rows_stored(source_set.get(), what + " (" + source + ")", depth + 1);
+    // The rows no mapping covers.
+    if (!vspace || all_covered || !union_known) continue;
+    const H5S_sel_type kind = H5Sget_select_type(vspace.get());
+    if (kind == H5S_SEL_ALL) {
+      all_covered = true;
+    } else if (kind != H5S_SEL_HYPERSLABS) {
+      union_known = false;
+    } else if (!covered) {
+      covered = h5::space(H5Scopy(vspace.get()));
+    } else if (H5Smodify_select(covered.get(), H5S_SELECT_OR, vspace.get()) < 0) {
+      union_known = false;
+    }
+  }
+  if (all_covered || !union_known) return;
+  const hssize_t mapped = covered ? H5Sget_select_npoints(covered.get()) : 0;
+  if (mapped >= 0 && mapped < declared)
+    throw DataError(what + " is virtual and declares " + rows + " but its sources map " + std::to_string(mapped) +
+                    " of its " + std::to_string(declared) + " values (the rest would read as zeros)");
+}
+
 // A filter this HDF5 lacks fails only when a row is first read, with HDF5's plugin search in the
 // message; naming the filter before any step tells what to install.
 void require_filters_available(hid_t dcpl, const std::string& what) {
@@ -91,7 +190,7 @@ void require_filters_available(hid_t dcpl, const std::string& what) {
   }
 }
 
-void require_rows_stored(hid_t dset, const std::string& what) {
+void require_rows_stored(hid_t dset, const std::string& what, int depth) {
   h5::Id dcpl = h5::plist(H5Dget_create_plist(dset));
   h5::Id type = h5::type(H5Dget_type(dset));
   h5::Id space = h5::space(H5Dget_space(dset));
@@ -102,6 +201,7 @@ void require_rows_stored(hid_t dset, const std::string& what) {
   for (const int64_t d : dims) declared_bytes *= static_cast<hsize_t>(d);
   const std::string rows = std::to_string(dims.empty() ? 0 : dims[0]) + " rows";
   const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (layout == H5D_VIRTUAL) return require_virtual_sources(dset, dcpl.get(), what, rows, depth);
   if (layout == H5D_CONTIGUOUS || layout == H5D_COMPACT) {
     if (layout == H5D_CONTIGUOUS && H5Pget_external_count(dcpl.get()) > 0) return;  // another file
     if (layout == H5D_CONTIGUOUS && H5Dget_offset(dset) == HADDR_UNDEF)

@@ -1,4 +1,4 @@
 # Data refused before step 1, and a data file cut short while it is read (tests/e2e/data_checks.sh).
-foreach(case label_range mean_string std_missing csv_overflow lzf)
+foreach(case virtual_missing label_range mean_string std_missing csv_overflow lzf)
   mgtrain_e2e_test(data_checks.${case} 300 ${E2E}/data_checks.sh ${case})
 endforeach()

@@ -2,6 +2,9 @@
 # Data a run must refuse before step 1, and a data file cut short while it is read. Each case ends
 # with one line naming the file and what is wrong, a non-zero exit and no rank left running.
 # Usage: data_checks.sh CASE
+#   virtual_missing  /x a virtual dataset whose source file is gone: refused by train (data.train,
+#                    then data.test) and by data inspect, naming the source; one whose sources
+#                    leave rows unmapped: refused by data inspect
 #   label_range      a label 10 in row 59999 of data.train (num_classes 10): refused before step 1
 #   mean_string      /x's attribute mean a string: refused naming it (train and data inspect)
 #   std_missing      /x's attribute std deleted beside mean: refused naming it
@@ -54,6 +57,42 @@ PY
 }
 
 case $case in
+virtual_missing)
+  # x.h5 holds the samples; train.h5's /x maps them, its /y and attributes are its own.
+  "$python" - "$DATA_DIR/train.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as src, h5py.File("x.h5", "w") as xf, h5py.File("train.h5", "w") as f:
+    xf.create_dataset("x", data=src["x"][...])
+    layout = h5py.VirtualLayout(shape=src["x"].shape, dtype=src["x"].dtype)
+    layout[...] = h5py.VirtualSource("x.h5", "x", shape=src["x"].shape)
+    x = f.create_virtual_dataset("x", layout, fillvalue=0)
+    for k, v in src["x"].attrs.items(): x.attrs[k] = v
+    f.create_dataset("y", data=src["y"][...])
+    for k, v in src.attrs.items(): f.attrs[k] = v
+PY
+  # Accepted while its source is there, from another directory too (beside the file, as HDF5 finds it).
+  (cd / && "$MGTRAIN" data inspect "$WORK/train.h5" >"$WORK/inspect.log" 2>&1) ||
+    { cat inspect.log; fail "a virtual dataset whose source is beside it was refused"; }
+  cp train.h5 test.h5
+  rm x.h5
+  expect="data file '$WORK/train.h5': dataset '/x' is virtual and maps its rows 0..59999 to source dataset '/x' of 'x.h5', a file that does not exist"
+  expect_refused "$expect"
+  expect_inspect_refused "$WORK/train.h5" "$expect"
+  write_config run.ini "[data]" "train = $DATA_DIR/train.h5" "test = $WORK/test.h5" "[train]" "log_every = 1" \
+    "progress = lines"
+  expect_refused "data.test: data file '$WORK/test.h5': dataset '/x' is virtual and maps its rows 0..59999 to source dataset '/x' of 'x.h5', a file that does not exist"
+  # Rows that no source maps read as zeros too.
+  "$python" - <<'PY'
+import h5py, numpy as np
+with h5py.File("part.h5", "w") as f:
+    f.create_dataset("rows", data=np.ones((100, 4), dtype="u1"))
+    layout = h5py.VirtualLayout(shape=(200, 4), dtype="u1")
+    layout[0:100] = h5py.VirtualSource(".", "rows", shape=(100, 4))
+    f.create_virtual_dataset("x", layout, fillvalue=0)
+    f.create_dataset("y", data=np.zeros(200, dtype="i4"))
+PY
+  expect_inspect_refused "$WORK/part.h5" "data file '$WORK/part.h5': dataset '/x' is virtual and declares 200 rows but its sources map 400 of its 800 values"
+  ;;
 label_range)
   cp "$DATA_DIR/train.h5" train.h5
   edit train.h5 'f["y"][59999] = 10; assert f.attrs.get("num_classes", f["x"].attrs.get("num_classes")) == 10'

@@ -24,6 +24,7 @@
 
 #include "datasets/crc32.hpp"
 #include "datasets/hdf5_util.hpp"
+#include "datasets/mapped_copy.hpp"
 #include "mgtrain/idle_core.hpp"
 #include "mgtrain/rng.hpp"
 
@@ -160,6 +161,7 @@ struct ShardedReader::Impl {
   // node share the pages, where data.in_memory copies the file into each. Null: pread.
   const unsigned char* mapping = nullptr;
   size_t mapping_bytes = 0;
+  uint64_t opened_bytes = 0;  // the file's size when direct_fd was opened
   int64_t extent_rows = 0;
   std::vector<uint64_t> extent_offset;
   // With in_memory: the whole file's x (raw, as stored), y and row checksums.
@@ -443,6 +445,12 @@ struct ShardedReader::Impl {
     }
     direct_fd = open(opt.path.c_str(), O_RDONLY | O_CLOEXEC);
     if (direct_fd < 0) return false;
+    struct stat file_stat {};
+    if (fstat(direct_fd, &file_stat) != 0) {
+      close_direct();
+      return false;
+    }
+    opened_bytes = static_cast<uint64_t>(file_stat.st_size);
     map_file();
     // Row 0 both ways.
     std::vector<unsigned char> through_hdf5(row_bytes), direct(row_bytes);
@@ -463,6 +471,7 @@ struct ShardedReader::Impl {
   void map_file() {
     struct stat file_stat {};
     if (fstat(direct_fd, &file_stat) != 0 || file_stat.st_size <= 0) return;
+    prepare_mapped_copies();
     void* at = mmap(nullptr, static_cast<size_t>(file_stat.st_size), PROT_READ, MAP_SHARED, direct_fd, 0);
     if (at == MAP_FAILED) return;  // pread then
     mapping = static_cast<const unsigned char*>(at);
@@ -480,19 +489,24 @@ struct ShardedReader::Impl {
   bool read_direct(unsigned char* to, size_t bytes, uint64_t offset) const {
     if (!mapping) return pread_all(to, bytes, offset);
     if (offset > mapping_bytes || bytes > mapping_bytes - offset) return false;
-    std::memcpy(to, mapping + offset, bytes);
-    return true;
+    return copy_from_mapping(to, mapping + offset, bytes);
   }
 
-  // A page of the mapping past the file's end is a SIGBUS, not an error: a file cut short while
-  // the run reads it (rewritten in place) is found here, once a batch, and named.
-  void check_mapped_size(int64_t epoch, int64_t batch) const {
+  // A file cut short while the run reads it (rewritten in place) is named here: once a batch, and
+  // after a read that found it short (a page of the mapping past the file's end, which would
+  // otherwise be a SIGBUS: the file may be whole again by the time it is measured).
+  void check_file_size(int64_t epoch, int64_t batch, uint64_t read_ended_at = 0) const {
     struct stat file_stat {};
-    if (!mapping || (fstat(direct_fd, &file_stat) == 0 && static_cast<uint64_t>(file_stat.st_size) >= mapping_bytes))
-      return;
-    throw DataError("data file '" + opt.path + "' is now " + std::to_string(file_stat.st_size) + " bytes, was " +
-                    std::to_string(mapping_bytes) + " when the run opened it (epoch " + std::to_string(epoch) +
-                    ", batch " + std::to_string(batch) + "): rewritten while training? expected it unchanged");
+    const bool measured = fstat(direct_fd, &file_stat) == 0;
+    const bool shorter = measured && static_cast<uint64_t>(file_stat.st_size) < opened_bytes;
+    if (!shorter && (read_ended_at == 0 || !mapping)) return;
+    const std::string when = " when the run opened it (epoch " + std::to_string(epoch) + ", batch " +
+                             std::to_string(batch) + "): rewritten while training? expected it unchanged";
+    if (shorter)
+      throw DataError("data file '" + opt.path + "' is now " + std::to_string(file_stat.st_size) + " bytes, was " +
+                      std::to_string(opened_bytes) + when);
+    throw DataError("data file '" + opt.path + "' ended before byte " + std::to_string(read_ended_at) +
+                    " while it was read, was " + std::to_string(opened_bytes) + " bytes" + when);
   }
 
   bool pread_all(unsigned char* to, size_t bytes, uint64_t offset) const {
@@ -550,7 +564,7 @@ struct ShardedReader::Impl {
     }
     if (direct_fd >= 0) {
       // One read per run of consecutive rows inside one extent.
-      check_mapped_size(epoch, batch);
+      check_file_size(epoch, batch);
       const size_t row_bytes = this->row_bytes();
       for (int64_t j = 0; j < rows;) {
         pause();
@@ -561,9 +575,11 @@ struct ShardedReader::Impl {
           ++e;
         const uint64_t offset =
             extent_offset[static_cast<size_t>(extent)] + static_cast<uint64_t>(first % extent_rows) * row_bytes;
-        if (!read_direct(raw.data() + static_cast<size_t>(j) * row_bytes, static_cast<size_t>(e - j) * row_bytes,
-                         offset))
+        const size_t bytes = static_cast<size_t>(e - j) * row_bytes;
+        if (!read_direct(raw.data() + static_cast<size_t>(j) * row_bytes, bytes, offset)) {
+          check_file_size(epoch, batch, offset + bytes);
           throw DataError(rows_error(first, first + (e - j) - 1, epoch, batch, opt.x_name));
+        }
         for (int64_t k = j; k < e; ++k) take_labels(k, static_cast<size_t>(order[static_cast<size_t>(k)].first));
         j = e;
       }

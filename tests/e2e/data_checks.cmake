@@ -2,3 +2,4 @@
 foreach(case virtual_missing label_range mean_string std_missing csv_overflow lzf)
   mgtrain_e2e_test(data_checks.${case} 300 ${E2E}/data_checks.sh ${case})
 endforeach()
+mgtrain_e2e_test(data_checks.cut_short 600 ${E2E}/data_checks.sh cut_short)

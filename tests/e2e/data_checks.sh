@@ -2,6 +2,9 @@
 # Data a run must refuse before step 1, and a data file cut short while it is read. Each case ends
 # with one line naming the file and what is wrong, a non-zero exit and no rank left running.
 # Usage: data_checks.sh CASE
+#   cut_short        train.h5 truncated, then restored, over and over while two ranks read it: 8
+#                    runs (4 with the reader as a fiber on the step's core, 4 as a thread), each
+#                    ends with "is now N bytes, was M" (or "ended before byte B"), never a SIGBUS
 #   virtual_missing  /x a virtual dataset whose source file is gone: refused by train (data.train,
 #                    then data.test) and by data inspect, naming the source; one whose sources
 #                    leave rows unmapped: refused by data inspect
@@ -57,6 +60,40 @@ PY
 }
 
 case $case in
+cut_short)
+  cp "$DATA_DIR/train.h5" train.h5
+  cp train.h5 whole.h5
+  bytes=$(stat -c %s train.h5)
+  write_config run.ini "[data]" "train = $WORK/train.h5" "test = " "[train]" "epochs = 50" "log_every = 1" \
+    "progress = lines" "[checkpoint]" "every_steps = 0"
+  for run in 1 2 3 4 5 6 7 8; do
+    # Runs 5 to 8 leave the ranks unbound: each rank's reader is then a thread of its own.
+    bind=(); [ "$run" -le 4 ] || bind=(--bind-to none)
+    rm -rf ckpt; rc=0
+    timeout --kill-after=10 180 mpirun -np 2 --oversubscribe "${bind[@]}" "$MGTRAIN" train --config run.ini \
+      >run.log 2>&1 &
+    job=$!
+    for _ in $(seq 600); do grep -q '^epoch [0-9]*/[0-9]* step ' run.log && break; sleep 0.1; done
+    grep -q '^epoch [0-9]*/[0-9]* step ' run.log || { kill $job; cat run.log; fail "run $run took no step"; }
+    # Cut short and restored over and over, so that some cuts fall between the reader's check of
+    # the file's size and its copies out of the mapping: a SIGBUS there, unless the copy is guarded.
+    for _ in $(seq 200); do
+      kill -0 $job 2>/dev/null || break
+      truncate -s 4096 train.h5
+      dd if=whole.h5 of=train.h5 conv=notrunc status=none
+    done
+    wait $job || rc=$?
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || { cat run.log; fail "run $run: exit $rc"; }
+    ! grep -qi 'sigbus\|bus error\|signal 7' run.log || { cat run.log; fail "run $run: a SIGBUS"; }
+    # Every rank that read the file while it was short says so, one line each, and nothing else.
+    cut="mgtrain: error: \[rank [01]\] data file '$WORK/train.h5' \(is now [0-9]* bytes\|ended before byte [0-9]* while it was read\), was $bytes when the run opened it"
+    grep -q "$cut" run.log || { cat run.log; fail "run $run: no line says the file was cut short"; }
+    ! grep "mgtrain: error:" run.log | grep -vq "$cut" || { cat run.log; fail "run $run: another error line"; }
+    cmp -s train.h5 whole.h5 || fail "train.h5 was not restored"
+    no_ranks_left
+    echo "run $run: $(grep 'mgtrain: error:' run.log)"
+  done
+  ;;
 virtual_missing)
   # x.h5 holds the samples; train.h5's /x maps them, its /y and attributes are its own.
   "$python" - "$DATA_DIR/train.h5" <<'PY'

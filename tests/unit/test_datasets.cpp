@@ -1,7 +1,9 @@
 // The datasets module: IDX/CSV converters, file validation and the sharded prefetching reader,
 // all on real HDF5 files in a temporary directory.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -26,6 +28,7 @@
 #include "datasets/crc32.hpp"
 #include "datasets/hdf5_format.hpp"
 #include "datasets/hdf5_util.hpp"
+#include "datasets/mapped_copy.hpp"
 #include "datasets/sharded_reader.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/rng.hpp"
@@ -1237,6 +1240,34 @@ TEST(DataReader, DirectReadsNameAFileCutShortUnderThem) {
   expect_data_error([&] { reader.next(); },
                     {f, "is now " + std::to_string(cut) + " bytes, was " + std::to_string(bytes), "epoch 0, batch 0",
                      "rewritten while training"});
+}
+
+// A page of a mapping past the file's end, once the file is cut short, is a failed copy on any
+// thread, not a SIGBUS; the pages the file still has copy as before.
+TEST(MappedCopy, PagesPastACutFileFailInsteadOfSigbus) {
+  TempDir dir;
+  const std::string f = dir.file("mapped.bin");
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::ofstream(f, std::ios::binary) << std::string(4 * page, 'm');
+  const int fd = open(f.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  prepare_mapped_copies();
+  void* at = mmap(nullptr, 4 * page, PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(at, MAP_FAILED);
+  const auto* mapping = static_cast<const unsigned char*>(at);
+  std::vector<unsigned char> to(2 * page);
+  ASSERT_TRUE(copy_from_mapping(to.data(), mapping + page, 2 * page));
+  ASSERT_EQ(truncate(f.c_str(), static_cast<off_t>(page + page / 2)), 0);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    EXPECT_FALSE(copy_from_mapping(to.data(), mapping + page, 2 * page));
+    bool on_thread = true;
+    std::thread([&] { on_thread = copy_from_mapping(to.data(), mapping + 3 * page, page); }).join();
+    EXPECT_FALSE(on_thread);
+  }
+  EXPECT_TRUE(copy_from_mapping(to.data(), mapping, page));
+  EXPECT_EQ(to[0], 'm');
+  munmap(at, 4 * page);
+  close(fd);
 }
 
 // The whole file in memory gives the batches reading rows from the file gives.

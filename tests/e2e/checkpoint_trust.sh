@@ -78,7 +78,7 @@ checksums)
     >bf16.log 2>&1 || { cat bf16.log; fail "the sync.wire = bf16 run"; }
   h5ls bf16/step-20.h5/sync | grep -q residual || fail "the bf16 checkpoint keeps no residuals"
   n=0
-  for edit in root_step optimizer_steps sync_strategy sync_unchecked; do
+  for edit in root_step optimizer_steps sync_strategy sync_unchecked sync_deleted; do
     n=$((n + 1))
     case $edit in
     root_step)
@@ -106,6 +106,12 @@ checksums)
       h5edit forged.h5 delattr /sync attributes_crc32
       h5edit forged.h5 setstr /sync strategy param_server
       expect=("checkpoint '$WORK/forged.h5'" "group '/sync' has no attribute 'attributes_crc32'")
+      extra=(--sync.wire=bf16)
+      ;;
+    sync_deleted)
+      cp bf16/step-20.h5 forged.h5
+      h5edit forged.h5 unlink /sync
+      expect=("checkpoint '$WORK/forged.h5'" "root attributes (" "names of its groups) checksum mismatch")
       extra=(--sync.wire=bf16)
       ;;
     esac
@@ -142,7 +148,8 @@ compare)
     case $edit in
     inf) refused $edit.log "checkpoint 'b.h5'" "/optimizer/momentum/$param" "non-finite value (inf at index 3" ;;
     damaged) refused $edit.log "checkpoint 'b.h5'" "/optimizer/momentum/$param" "checksum mismatch" ;;
-    no_optimizer) refused $edit.log "checkpoint 'b.h5' has no group '/optimizer'" ;;
+    # The root's checksum covers the names of its groups.
+    no_optimizer) refused $edit.log "checkpoint 'b.h5': root attributes (" "checksum mismatch" ;;
     no_momentum | changed)
       [ $rc -eq 1 ] && grep -q "^MISMATCH" $edit.log || { cat $edit.log; fail "$edit: not a mismatch"; }
       ;;

@@ -3,8 +3,9 @@
 //                      format_version (int64), mgtrain_version, plugins, config (UTF-8 strings),
 //                      plugin_paths (UTF-8 string, optional: absent from older checkpoints),
 //                      global_batch, samples_in_epoch (int64) and attributes_crc32 (uint32: zlib
-//                      CRC-32 of the other attributes, see AttributeText), the last three absent
-//                      from checkpoints older than the checksums
+//                      CRC-32 of the other attributes and of the names of the root's groups, see
+//                      AttributeText), the last three absent from checkpoints older than the
+//                      checksums
 //   /params/<name>     float32, the parameter's shape; attribute crc32 (zlib) of its bytes
 //   /optimizer         attributes optimizer_steps and attributes_crc32; one group per state
 //                      buffer ("momentum", ...)
@@ -13,9 +14,10 @@
 //                      statistics), crc32 each; absent when the model has none
 //   /sync              attributes strategy and attributes_crc32 (over the strategy and the names
 //                      of its datasets); int64 counters and float32 arrays, crc32 each
-// format_version 1 is the same without /sync's attributes_crc32; its checksums are optional only
-// where the checkpoint predates them (no global_batch, samples_in_epoch nor attributes_crc32 at
-// the root). In format_version 2 every checksum is required.
+// format_version 1 is the same without /sync's attributes_crc32 and without the group names in the
+// root's; its checksums are optional only where the checkpoint predates them (no global_batch,
+// samples_in_epoch nor attributes_crc32 at the root). In format_version 2 every checksum is
+// required.
 // All HDF5 calls hold data::hdf5_mutex(): the library here is not thread-safe and the prefetch
 // thread reads data files concurrently.
 #include "checkpoint/checkpoint.hpp"
@@ -158,7 +160,10 @@ class AttributeText {
 };
 
 // The root attributes the checksum covers, in their order.
-AttributeText root_attribute_text(const CheckpointMeta& meta, int64_t format_version, int64_t samples_in_epoch) {
+// From format_version 2 the names of the root's groups too: a group deleted whole (/sync, /buffers)
+// would otherwise be read as state the run never kept.
+AttributeText root_attribute_text(const CheckpointMeta& meta, int64_t format_version, int64_t samples_in_epoch,
+                                  const std::set<std::string>& groups) {
   AttributeText text;
   text.add("format_version", format_version);
   text.add("step", meta.step);
@@ -172,6 +177,8 @@ AttributeText root_attribute_text(const CheckpointMeta& meta, int64_t format_ver
   text.add("plugins", meta.plugins);
   text.add("plugin_paths", meta.plugin_paths);
   text.add("config", meta.config_ini);
+  if (format_version >= 2)
+    for (const auto& name : groups) text.add("group", name);
   return text;
 }
 
@@ -484,7 +491,8 @@ CheckpointMeta read_meta(const H5Context& h5, hid_t file, FormatInfo* format = n
   // lost it.
   const bool has_checksum = has_attribute(h5, file, kAttributesChecksumAttr);
   const std::string covers =
-      "step, epoch, batch_in_epoch, samples_in_epoch, global_batch, seed, world_size, config, ...";
+      "step, epoch, batch_in_epoch, samples_in_epoch, global_batch, seed, world_size, config, ..." +
+      std::string(version >= 2 ? ", and the names of its groups" : "");
   if (!has_checksum && version >= 2)
     missing_checksum(h5, root, covers, "every checkpoint of format_version " + std::to_string(version));
   if (!has_checksum && (has_attribute(h5, file, "global_batch") || has_attribute(h5, file, "samples_in_epoch")))
@@ -495,7 +503,10 @@ CheckpointMeta read_meta(const H5Context& h5, hid_t file, FormatInfo* format = n
     meta.global_batch = read_int_attr<int64_t>(h5, file, root, "global_batch", H5T_NATIVE_INT64);
     samples_in_epoch = read_int_attr<int64_t>(h5, file, root, "samples_in_epoch", H5T_NATIVE_INT64);
     const auto stored = read_int_attr<uint32_t>(h5, file, root, kAttributesChecksumAttr, H5T_NATIVE_UINT32);
-    const uint32_t computed = root_attribute_text(meta, version, *samples_in_epoch).checksum();
+    const std::vector<std::string> groups = group_members(h5, file, root);
+    const uint32_t computed =
+        root_attribute_text(meta, version, *samples_in_epoch, std::set<std::string>(groups.begin(), groups.end()))
+            .checksum();
     if (stored != computed)
       throw IoError("checkpoint " + quote(h5.path) + ": root attributes (" + covers + ") checksum mismatch (stored " +
                     hex32(stored) + ", computed " + hex32(computed) + ")");
@@ -593,6 +604,12 @@ FileImage build_image(const std::string& path, const std::string& image_name, co
     // The position as a sample offset in the epoch too: a run resumed under another global
     // batch continues from that sample (resume_position).
     const int64_t samples_in_epoch = meta.batch_in_epoch * meta.global_batch;
+    // The groups written below.
+    std::set<std::string> groups = {"params"};
+    if (!store.buffers().empty()) groups.insert("buffers");
+    if (optimizer != nullptr) groups.insert("optimizer");
+    const bool writes_sync = !meta.sync.strategy.empty() && !meta.sync.empty();
+    if (writes_sync) groups.insert("sync");
     h5.write_attr([&] {
       h5::write_attr_int64(root, "format_version", kFormatVersion);
       h5::write_attr_int64(root, "step", meta.step);
@@ -608,7 +625,7 @@ FileImage build_image(const std::string& path, const std::string& image_name, co
       h5::write_attr_utf8(root, "config", meta.config_ini);
       // The datasets carry their own checksums; this one covers the attributes above.
       h5::write_attr_uint32(root, kAttributesChecksumAttr,
-                            root_attribute_text(meta, kFormatVersion, samples_in_epoch).checksum());
+                            root_attribute_text(meta, kFormatVersion, samples_in_epoch, groups).checksum());
     });
 
     const float* flat = store.params_data();
@@ -632,7 +649,7 @@ FileImage build_image(const std::string& path, const std::string& image_name, co
         for (const auto& p : store.params()) write_dataset(h5, group.get(), p.name, p.shape, buffer.data + p.offset);
       }
     }
-    if (!meta.sync.strategy.empty() && !meta.sync.empty()) write_sync_state(h5, file.get(), meta.sync);
+    if (writes_sync) write_sync_state(h5, file.get(), meta.sync);
     h5.check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "cannot flush file");
   }
   const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);

@@ -5,11 +5,12 @@
 #               fails (a file as metrics.tensorboard_dir, a directory as metrics.file, a NaN at step
 #               5): the old checkpoints and `latest` stay; a run that writes its first checkpoint
 #               removes them then
-#   rollback    resuming from step-20 where step-30 and step-40 exist is refused, naming them and the
-#               ways out; with checkpoint.overwrite = true the newer ones go once step-25 is written,
-#               step-20 stays
+#   rollback    resuming from step-20 where step-30 and step-40 exist (by its path, or `latest`
+#               moved back to it) is refused, naming them and the ways out; with
+#               checkpoint.overwrite = true the newer ones go once step-25 is written, step-20 stays
 #   checksums   a checkpoint whose attributes_crc32 is gone (root, /optimizer, /sync) with its
-#               attributes edited, or with /sync's strategy edited, is refused naming the file
+#               attributes edited, with /sync's strategy edited or /sync deleted, is refused naming
+#               the file
 #   compare     mgtrain compare verifies optimizer state (checksum, finite, present) and compares it;
 #               --params-only compares the parameters alone
 #   finished    resuming a finished run: nothing to train, the checkpoint resumed from, a null loss
@@ -65,6 +66,13 @@ rollback)
   ! grep -q "^training " back.log || fail "the refused run trained"
   [ "$(listing ckpt)" = "$before" ] || fail "the refused run changed the directory: $(listing ckpt)"
   [ "$(cat ckpt/latest)" = step-40.h5 ] || fail "latest names $(cat ckpt/latest)"
+  # `latest` moved back by hand rolls back the same way.
+  echo step-20.h5 >ckpt/latest
+  rc=0
+  run_np 2 120 train --config run.ini --resume latest --train.max_steps=25 >latest.log 2>&1 || rc=$?
+  refused latest.log "newer than '$WORK/ckpt/step-20.h5', which this run resumes from ('latest' names it)" \
+    "'$WORK/ckpt/step-40.h5'" "--resume '$WORK/ckpt/step-40.h5' continues from the newest"
+  echo step-40.h5 >ckpt/latest
   run_np 2 120 train --config run.ini --resume "$WORK/ckpt/step-20.h5" --optimizer.lr=0.5 --train.max_steps=25 \
     --checkpoint.overwrite=true >over.log 2>&1 || { cat over.log; fail "rolling back with checkpoint.overwrite"; }
   grep -q "removed 2 checkpoint(s) of an earlier run" over.log || { cat over.log; fail "no note of the removal"; }

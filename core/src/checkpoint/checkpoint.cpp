@@ -929,8 +929,17 @@ std::string checkpoint_of_another_run(const std::string& dir, const std::string&
   return !found.empty() ? found.front() : (fs::path(dir) / *latest).string();
 }
 
-std::vector<std::string> checkpoints_after(const std::string& dir, const std::string& resume) {
-  if (resume.empty() || resume == "latest") return {};
+std::vector<std::string> checkpoints_after(const std::string& dir, const std::string& spec) {
+  if (spec.empty()) return {};
+  std::string resume = spec;
+  if (spec == "latest") {
+    // `latest` names the newest unless moved back by hand: then it rolls back as a path does.
+    try {
+      resume = resolve_resume(dir, spec);
+    } catch (const Error&) {
+      return {};  // the resume itself says what is wrong with it
+    }
+  }
   std::error_code ec;
   const fs::path parent = fs::path(resume).parent_path();
   if (!fs::equivalent(parent.empty() ? fs::path(".") : parent, dir, ec)) return {};

@@ -83,8 +83,9 @@ class CheckpointDirLock {
 // would move back.
 std::string checkpoint_of_another_run(const std::string& dir, const std::string& resume);
 
-// The checkpoints of `dir` newer than the one `resume` names when that one is in `dir` (newest
-// first): a run resumed from it rolls back, and theirs would mix with its own. Empty otherwise.
+// The checkpoints of `dir` newer than the one `resume` names ("latest" or a path) when that one is
+// in `dir` (newest first): a run resumed from it rolls back, and theirs would mix with its own.
+// Empty otherwise.
 std::vector<std::string> checkpoints_after(const std::string& dir, const std::string& resume);
 
 // Reads only the metadata (attributes) of a checkpoint.

@@ -418,12 +418,18 @@ class Trainer {
       std::string names;
       for (size_t i = 0; i < newer.size() && i < 5; ++i) names += (i ? ", '" : "'") + newer[i] + "'";
       if (newer.size() > 5) names += " and " + std::to_string(newer.size() - 5) + " more";
-      throw IoError("checkpoint.dir '" + checkpoint_dir_ + "' holds " + std::to_string(newer.size()) +
-                    " checkpoint(s) newer than '" + options_.resume + "', which this run resumes from: " + names +
-                    "; rolled back, this run's checkpoints would mix with them, pruning would delete the wrong ones "
-                    "and 'latest' would move back; --resume latest continues from the newest, "
-                    "--checkpoint.overwrite=true removes the newer ones once this run writes its first checkpoint, "
-                    "or give another checkpoint.dir");
+      const std::string resumed =
+          options_.resume == "latest" ? resolve_resume(checkpoint_dir_, options_.resume) : options_.resume;
+      throw IoError(
+          "checkpoint.dir '" + checkpoint_dir_ + "' holds " + std::to_string(newer.size()) +
+          " checkpoint(s) newer than '" + resumed + "', which this run resumes from" +
+          (options_.resume == "latest" ? " ('latest' names it)" : "") + ": " + names +
+          "; rolled back, this run's checkpoints would mix with them, pruning would delete the wrong ones "
+          "and 'latest' would move back; " +
+          (options_.resume == "latest" ? "--resume '" + newer.front() + "'" : std::string("--resume latest")) +
+          " continues from the newest, "
+          "--checkpoint.overwrite=true removes the newer ones once this run writes its first checkpoint, "
+          "or give another checkpoint.dir");
     });
   }
 

@@ -462,10 +462,21 @@ TEST_F(CheckpointTest, CheckpointsOfAnotherRunAreFoundUnlessThisRunContinuesThem
   EXPECT_EQ(mgt::checkpoint_of_another_run(ckdir(), "latest"), "");
   EXPECT_EQ(mgt::checkpoint_of_another_run(ckdir(), (fs::path(ckdir()) / "step-10.h5").string()), "");
   EXPECT_EQ(mgt::checkpoint_of_another_run(ckdir(), (dir_ / "elsewhere" / "step-10.h5").string()), newest);
-  mgt::CheckpointDirLock lock(ckdir());
-  EXPECT_EQ(lock.remove_checkpoints(), 2);
-  EXPECT_EQ(mgt::checkpoint_of_another_run(ckdir(), ""), "");
-  EXPECT_FALSE(fs::exists(fs::path(ckdir()) / "latest"));
+  // Resuming from the older one of this directory rolls back past the newer.
+  EXPECT_EQ(mgt::checkpoints_after(ckdir(), (fs::path(ckdir()) / "step-10.h5").string()),
+            std::vector<std::string>{newest});
+  EXPECT_TRUE(mgt::checkpoints_after(ckdir(), "latest").empty());
+  EXPECT_TRUE(mgt::checkpoints_after(ckdir(), "").empty());
+  // checkpoint.overwrite: the replaced checkpoints go once this run's first one is in place.
+  auto store = make_store(1.0f);
+  TestOptimizer opt;
+  opt.setup(store->flat_size());
+  int removed = -1;
+  const std::string mine =
+      mgt::write_checkpoint(ckdir(), make_meta(5), *store, &opt, 0, mgt::list_checkpoints(ckdir()), &removed);
+  EXPECT_EQ(removed, 2);
+  EXPECT_EQ(mgt::list_checkpoints(ckdir()), std::vector<std::string>{mine});
+  EXPECT_EQ(mgt::checkpoint_of_another_run(ckdir(), "latest"), "");
 }
 
 TEST_F(CheckpointTest, ShapeMismatchNamesParameterAndBothShapes) {

@@ -900,21 +900,6 @@ int CheckpointDirLock::remove_leftover_temporaries() const {
   return removed;
 }
 
-int CheckpointDirLock::remove_checkpoints() const {
-  // `latest` first: it never names a file that is gone.
-  const std::string latest = (fs::path(dir_) / "latest").string();
-  if (::unlink(latest.c_str()) != 0 && errno != ENOENT)
-    throw IoError("cannot remove " + quote(latest) + ": " + errno_text(errno));
-  int removed = 0;
-  for (const std::string& path : list_checkpoints(dir_)) {
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT)
-      throw IoError("cannot remove old checkpoint " + quote(path) + ": " + errno_text(errno));
-    ++removed;
-  }
-  fsync_directory(dir_);
-  return removed;
-}
-
 std::string checkpoint_of_another_run(const std::string& dir, const std::string& resume) {
   const std::vector<std::string> found = list_checkpoints(dir);
   const std::optional<std::string> latest = read_latest_name(dir);

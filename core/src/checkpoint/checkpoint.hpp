@@ -69,9 +69,6 @@ class CheckpointDirLock {
   // temporary files of a job still writing would look the same. Returns the number removed.
   int remove_leftover_temporaries() const;
 
-  // Removes every checkpoint and `latest` (checkpoint.overwrite). Returns the checkpoints removed.
-  int remove_checkpoints() const;
-
  private:
   std::string dir_;
   int fd_ = -1;

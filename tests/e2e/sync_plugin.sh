@@ -29,8 +29,9 @@ run_np 2 600 verify --config run.ini --plugin-path "$PLUGIN_BUILD/plugins" --syn
 cat verify.log | grep -E '^(PASS|FAIL|straight|resumed)' || true
 grep -q "^PASS" verify.log || { cat verify.log; fail "verify did not pass"; }
 
-# Resumed at np=1 from the np=2 checkpoint: one note, and the run goes on.
-run_np 1 300 train "${common[@]}" --checkpoint.dir="$WORK/ef" --sync.name=bf16_ef --train.max_steps=150 \
+# Resumed at np=1 from the np=2 checkpoint: one note, and the run goes on. Its checkpoints go to a
+# directory of their own: step-200 of the straight run stands beside step-100 in ef/.
+run_np 1 300 train "${common[@]}" --checkpoint.dir="$WORK/ef-np1" --sync.name=bf16_ef --train.max_steps=150 \
   --resume "$WORK/ef/step-100.h5" >one.log 2>&1 || { cat one.log; fail "resume at np=1"; }
 grep -q "mgtrain: note: sync bf16_ef: the checkpoint's run had 2 rank(s), this one 1: the error-feedback residuals start again from zero" one.log \
   || { cat one.log; fail "no note on the residuals at another number of ranks"; }

@@ -68,8 +68,10 @@ struct Shared {
   size_t step_stack_size = 0;
 };
 
+// Never destroyed: a worker still suspended at exit (a rank ending on an error) is left as it is,
+// where destroying its fiber would unwind the reader's frames during static destruction.
 Shared& shared() {
-  static Shared s;
+  static Shared& s = *new Shared;
   return s;
 }
 

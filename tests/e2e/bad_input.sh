@@ -43,6 +43,9 @@ case $1 in
   duplicate_section) printf '[model]\nhidden = 64\n' >>run.ini; expect="run.ini:17: section [model] appears twice (first at run.ini:4)" ;;
   float_overflow) args+=(--optimizer.lr=1e300); expect="optimizer.lr' (command line): expected a positive number that a 32-bit float holds" ;;
   timeout_range)  args+=(--comm.timeout_s=1e30); expect="comm.timeout_s' (command line): expected at most 1e+09" ;;
+  # 2^64 - 1: past 64 bits, so the message says the range, not only "an integer >= 0".
+  seed_range)     args+=(--train.seed=18446744073709551615)
+                  expect="train.seed' (command line): expected an integer from 0 to 9223372036854775807, got '18446744073709551615'" ;;
   config_dir)     args=(train --config "$WORK"); expect="config file '$WORK' cannot be read: Is a directory" ;;
   plugin_path)    args+=(--plugin-path=/nonexistent/plugins); expect="--plugin-path '/nonexistent/plugins': No such file or directory" ;;
   # A NUL and an escape sequence in a value: quoted whole, escaped.

@@ -20,6 +20,9 @@ case $1 in
   # Found by rank 0's single-rank reference run while the other rank waits for it.
   bench_data)   args=(bench --config run.ini --steps 2 --warmup 0 --data.train=/nonexistent/train.h5)
                 expect="/nonexistent/train.h5" ;;
+  # A parameter server cannot train on rank 0 alone: the line says it was the reference run.
+  bench_param_server) args=(bench --config run.ini --steps 2 --warmup 0 --sync.name=param_server)
+                expect="bench's single-rank reference run (rank 0 alone, which bench compares with all ranks): config key 'sync.servers' = 1" ;;
   # Not an error: more threads than this rank's cores are lowered to them, with a warning.
   threads)
     run_np 2 120 train --config run.ini --train.threads=100000 --train.max_steps=2 >out.log 2>err.log ||

@@ -52,6 +52,16 @@ bool parse_int(const std::string& text, int64_t* out) {
   return true;
 }
 
+// A whole number too large for 64 bits (a seed of 2^64 - 1): the message then says the range.
+bool beyond_int64(const std::string& text) {
+  const size_t digits_from = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+  if (text.size() <= digits_from) return false;
+  for (size_t i = digits_from; i < text.size(); ++i)
+    if (text[i] < '0' || text[i] > '9') return false;
+  int64_t unused;
+  return !parse_int(text, &unused);
+}
+
 bool parse_real(const std::string& text, double* out) {
   if (text.empty()) return false;
   errno = 0;
@@ -112,10 +122,13 @@ std::string type_violation(const ConfigKey& key, const std::string& value) {
     case KeyType::path:
       return "";
     case KeyType::integer:
+      if (beyond_int64(value)) return "an integer from -9223372036854775808 to 9223372036854775807";
       return parse_int(value, &i) ? "" : "an integer";
     case KeyType::positive_integer:
+      if (beyond_int64(value)) return "an integer from 1 to 9223372036854775807";
       return parse_int(value, &i) && i > 0 ? "" : "a positive integer";
     case KeyType::non_negative_integer:
+      if (beyond_int64(value)) return "an integer from 0 to 9223372036854775807";
       return parse_int(value, &i) && i >= 0 ? "" : "an integer >= 0";
     case KeyType::real:
       if (!parse_real(value, &r)) return "a number";

@@ -53,7 +53,14 @@ BenchResult run_bench(Communicator& world, const TrainOptions& base, int64_t ste
         auto self = make_mpi_self_communicator();
         TrainOptions alone = options;
         alone.config.set("metrics.trace", "", "mgtrain bench");  // the trace is the all-rank run's
-        np1 = train(*self, alone, silent).samples_per_s;
+        try {
+          np1 = train(*self, alone, silent).samples_per_s;
+        } catch (const std::exception& e) {
+          // Said plainly: an error of this run speaks of one rank where the user started several.
+          throw Error(std::string("bench's single-rank reference run (rank 0 alone, which bench compares with all "
+                                  "ranks): ") +
+                      e.what());
+        }
       });
       world.broadcast(&np1, sizeof(double), 0);
     }

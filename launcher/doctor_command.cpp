@@ -359,6 +359,16 @@ Verdict judge(const std::vector<RankReport>& reports, double busy_gib, const std
       v.problems.push_back("rank " + std::to_string(r.rank) + " on " + r.host + ", GPU " + std::to_string(r.device) +
                            ": " + r.error);
 
+  // train.device = gpu: train refuses a training rank without a GPU before step 1, so this is a
+  // problem here too, not the CPU fallback.
+  if (plan && plan->device == "gpu")
+    for (const auto& r : reports)
+      if (!serves(r) && r.device < 0)
+        v.problems.push_back("rank " + std::to_string(r.rank) + " on " + r.host +
+                             ": train.device = gpu, but it has no usable GPU (" +
+                             (r.no_gpu_reason[0] ? std::string(r.no_gpu_reason) : std::string("none visible")) +
+                             "); train refuses it: set train.device = cpu or auto to train on the CPU");
+
   // Ranks sharing a GPU. Grouped by PCI address, not CUDA's index: where each rank is given its
   // own GPU (CUDA_VISIBLE_DEVICES per rank, as Slurm does), every rank calls its GPU 0.
   std::vector<const RankReport*> with_gpu, without_gpu;

@@ -2,7 +2,7 @@
 # as a singleton, and the verdicts on GPUs, nodes and versions it cannot have, simulated with the
 # test-only MGTRAIN_TEST_DOCTOR; and the roles of a parameter server's ranks from the run's config.
 # Reads no data, so no fixture.
-foreach(case cpu singleton shared_gpu versions busy links mixed param_server)
+foreach(case cpu singleton shared_gpu versions busy links mixed device_gpu param_server)
   add_test(NAME e2e.doctor.${case} COMMAND bash ${E2E}/doctor.sh ${case})
   set_tests_properties(e2e.doctor.${case} PROPERTIES TIMEOUT 120 LABELS e2e SKIP_RETURN_CODE 77
     ENVIRONMENT "${E2E_ENV};WORK=${PROJECT_BINARY_DIR}/test-work/doctor.${case}")

@@ -5,6 +5,7 @@
 #   shared_gpu, versions, busy, mixed: MGTRAIN_TEST_DOCTOR makes the ranks report GPUs, other
 #     nodes and versions; each problem must be named with its reason, and the exit code is 1.
 #   links: simulated GPUs without and with peer access: shown per GPU, a note where it is missing.
+#   device_gpu: train.device = gpu with a rank that has no GPU is a problem, as train refuses it.
 #   param_server: with the run's config, a parameter server's serving rank takes no GPU, so 2
 #     workers and 1 server fit 2 GPUs (and without the config, 3 ranks do not); 2 workers on 1 GPU
 #     are counted as training ranks, unless the config allows sharing (a note); a run on the CPU
@@ -92,6 +93,14 @@ case $1 in
     [ $rc -eq 1 ] || fail "exit $rc, expected 1"
     expect "verdict: 1 problem:"
     expect "ranks without a usable GPU would train on the CPU beside ranks on GPUs: node-b (rank 1) ("
+    ;;
+  device_gpu)
+    # train.device = gpu where a rank has no GPU: train refuses it, so the doctor may not say OK.
+    write_config run.ini "[train]" "device = gpu"
+    MGTRAIN_TEST_DOCTOR='0:gpus=1;1:host=node-b' doctor 2 --config run.ini
+    [ $rc -eq 1 ] || fail "exit $rc, expected 1"
+    expect "rank 1 on node-b: train.device = gpu, but it has no usable GPU ("
+    ! grep -q "rank 0 on $host: train.device = gpu" out.log || fail "rank 0, which has a GPU, was named"
     ;;
   param_server)
     write_config run.ini "[sync]" "name = param_server" "servers = 1"

@@ -513,7 +513,9 @@ Verdict judge(const std::vector<RankReport>& reports, double busy_gib, const std
                         "(nvidia-smi topo -m shows the topology)");
   }
 
-  if (with_gpu.empty() && !without_gpu.empty()) v.cpu_fallback = without_gpu.front()->no_gpu_reason;
+  // No CPU fallback where the config asks for GPUs: the problems above say what train does.
+  if (with_gpu.empty() && !without_gpu.empty() && !(plan && plan->device == "gpu"))
+    v.cpu_fallback = without_gpu.front()->no_gpu_reason;
   return v;
 }
 

@@ -101,6 +101,12 @@ case $1 in
     [ $rc -eq 1 ] || fail "exit $rc, expected 1"
     expect "rank 1 on node-b: train.device = gpu, but it has no usable GPU ("
     ! grep -q "rank 0 on $host: train.device = gpu" out.log || fail "rank 0, which has a GPU, was named"
+    # Without any GPU: every rank is named, and no "CPU fallback" is offered where train has none.
+    MGTRAIN_TEST_DOCTOR='*:host=node-c' doctor 2 --config run.ini
+    [ $rc -eq 1 ] || fail "exit $rc without GPUs, expected 1"
+    expect "rank 0 on node-c: train.device = gpu, but it has no usable GPU ("
+    expect "rank 1 on node-c: train.device = gpu, but it has no usable GPU ("
+    ! grep -q "CPU fallback" out.log || fail "a CPU fallback was offered for train.device = gpu"
     ;;
   param_server)
     write_config run.ini "[sync]" "name = param_server" "servers = 1"

@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 
+#include "datasets/regular_file.hpp"
 #include "mgtrain/error.hpp"
 
 namespace mgt {
@@ -25,14 +26,6 @@ namespace {
 
 // Far beyond any real config; bounds what a file that never ends (/proc, a growing log) costs.
 constexpr size_t kMaxConfigFileBytes = size_t{16} << 20;
-
-std::string special_file_kind(mode_t mode) {
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "a special file";
-}
 
 std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t\r\n");
@@ -204,7 +197,7 @@ Config Config::from_ini_file(const std::string& path) {
     throw ConfigError("config file '" + path + "' cannot be read: " + std::strerror(EISDIR) +
                       " (expected an INI file)");
   if (!S_ISREG(info.st_mode))
-    throw ConfigError("config file '" + path + "' cannot be read: it is " + special_file_kind(info.st_mode) +
+    throw ConfigError("config file '" + path + "' cannot be read: it is " + data::non_regular_kind(info.st_mode) +
                       ", not a regular file (expected an INI file)");
   std::string text;
   char chunk[65536];

@@ -254,6 +254,16 @@ std::string hex32(uint32_t v) {
   return buf;
 }
 
+// The attribute checksum stored on `obj` (named `obj_name`) against `computed` over what it covers:
+// "<what> checksum mismatch" where they differ. The root, /optimizer and /sync each have one.
+void check_attribute_checksum(const H5Context& h5, hid_t obj, const std::string& obj_name, const std::string& what,
+                              uint32_t computed) {
+  const auto stored = read_int_attr<uint32_t>(h5, obj, obj_name, kAttributesChecksumAttr, H5T_NATIVE_UINT32);
+  if (stored != computed)
+    throw IoError("checkpoint " + quote(h5.path) + ": " + what + " checksum mismatch (stored " + hex32(stored) +
+                  ", computed " + hex32(computed) + ")");
+}
+
 // Object headers carry no modification times, so the same state gives byte-identical files.
 h5::Id untimed_plist(const H5Context& h5, hid_t cls) {
   h5::Id plist = h5.check(H5Pcreate(cls), H5Pclose, "cannot create property list");
@@ -389,14 +399,9 @@ SyncState read_sync_state(const H5Context& h5, hid_t file, const FormatInfo& for
   sync.strategy = read_string_attr(h5, group.get(), "group '/sync'", "strategy");
   const std::vector<std::string> members = group_members(h5, group.get(), "'/sync'");
   if (has_attribute(h5, group.get(), kAttributesChecksumAttr)) {
-    const auto stored =
-        read_int_attr<uint32_t>(h5, group.get(), "group '/sync'", kAttributesChecksumAttr, H5T_NATIVE_UINT32);
-    const uint32_t computed =
-        sync_attribute_text(sync.strategy, std::set<std::string>(members.begin(), members.end())).checksum();
-    if (stored != computed)
-      throw IoError("checkpoint " + quote(h5.path) +
-                    ": group '/sync' (attribute 'strategy' and the names of its datasets) checksum mismatch (stored " +
-                    hex32(stored) + ", computed " + hex32(computed) + ")");
+    check_attribute_checksum(
+        h5, group.get(), "group '/sync'", "group '/sync' (attribute 'strategy' and the names of its datasets)",
+        sync_attribute_text(sync.strategy, std::set<std::string>(members.begin(), members.end())).checksum());
   } else if (format.version >= 2) {
     missing_checksum(h5, "group '/sync'", "its attribute 'strategy' and the names of its datasets",
                      "every checkpoint of format_version " + std::to_string(format.version));
@@ -502,14 +507,11 @@ CheckpointMeta read_meta(const H5Context& h5, hid_t file, FormatInfo* format = n
   if (has_checksum) {
     meta.global_batch = read_int_attr<int64_t>(h5, file, root, "global_batch", H5T_NATIVE_INT64);
     samples_in_epoch = read_int_attr<int64_t>(h5, file, root, "samples_in_epoch", H5T_NATIVE_INT64);
-    const auto stored = read_int_attr<uint32_t>(h5, file, root, kAttributesChecksumAttr, H5T_NATIVE_UINT32);
     const std::vector<std::string> groups = group_members(h5, file, root);
-    const uint32_t computed =
+    check_attribute_checksum(
+        h5, file, root, "root attributes (" + covers + ")",
         root_attribute_text(meta, version, *samples_in_epoch, std::set<std::string>(groups.begin(), groups.end()))
-            .checksum();
-    if (stored != computed)
-      throw IoError("checkpoint " + quote(h5.path) + ": root attributes (" + covers + ") checksum mismatch (stored " +
-                    hex32(stored) + ", computed " + hex32(computed) + ")");
+            .checksum());
   }
   validate_meta(h5.path, meta, samples_in_epoch);
   if (format) *format = {version, has_checksum};
@@ -521,12 +523,8 @@ int64_t read_optimizer_steps(const H5Context& h5, hid_t opt, const FormatInfo& f
   const std::string group = "group '/optimizer'";
   const auto steps = read_int_attr<int64_t>(h5, opt, group, "optimizer_steps", H5T_NATIVE_INT64);
   if (has_attribute(h5, opt, kAttributesChecksumAttr)) {
-    const auto stored = read_int_attr<uint32_t>(h5, opt, group, kAttributesChecksumAttr, H5T_NATIVE_UINT32);
-    const uint32_t computed = optimizer_attribute_text(steps).checksum();
-    if (stored != computed)
-      throw IoError("checkpoint " + quote(h5.path) +
-                    ": attribute 'optimizer_steps' of group '/optimizer' checksum mismatch (stored " + hex32(stored) +
-                    ", computed " + hex32(computed) + ")");
+    check_attribute_checksum(h5, opt, group, "attribute 'optimizer_steps' of group '/optimizer'",
+                             optimizer_attribute_text(steps).checksum());
   } else if (format.checksummed) {
     missing_checksum(h5, group, "optimizer_steps", "a checkpoint whose root attributes carry one (written with it)");
   }

@@ -17,7 +17,8 @@
 source "$(dirname "$0")/lib.sh"
 case=$1
 write_config run.ini "[train]" "log_every = 10" "progress = lines" "[checkpoint]" "every_steps = 10" "keep = 0"
-h5edit() { python3 "$(dirname "$0")/h5edit.py" "$@" || fail "h5edit.py $*"; }
+python=$(h5py_python)
+h5edit() { "$python" "$(dirname "$0")/h5edit.py" "$@" || fail "h5edit.py $*"; }
 # The names in DIR other than the metrics file, on one line.
 listing() { ls "$1" | grep -v metrics | tr '\n' ' '; }
 refused() {  # refused LOG EXPECTED...: a non-zero exit (in $rc), one error line holding each EXPECTED

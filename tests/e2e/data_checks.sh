@@ -17,12 +17,7 @@
 # The data files are edited with h5py (Debian: python3-h5py, from scripts/install_deps.sh).
 source "$(dirname "$0")/lib.sh"
 case=$1
-# Debian's h5py is for Debian's python3, which another python3 on PATH may hide.
-python=""
-for candidate in "${PYTHON:-python3}" /usr/bin/python3; do
-  "$candidate" -c "import h5py" 2>/dev/null && { python=$candidate; break; }
-done
-[ -n "$python" ] || fail "no python3 on PATH or in /usr/bin imports h5py (scripts/install_deps.sh installs python3-h5py)"
+python=$(h5py_python)
 write_config run.ini "[data]" "train = $WORK/train.h5" "test = " "[train]" "log_every = 1" "progress = lines"
 
 # No step was taken: no checkpoint and no step's line in LOG.

@@ -75,6 +75,16 @@ INI
   rm -f "$path.base"
 }
 
+# A python3 that imports h5py (Debian: python3-h5py, from scripts/install_deps.sh): $PYTHON or the
+# one on PATH, else Debian's own, which another python3 on PATH may hide. Prints its path.
+h5py_python() {
+  local candidate
+  for candidate in "${PYTHON:-python3}" /usr/bin/python3; do
+    "$candidate" -c "import h5py" 2>/dev/null && { echo "$candidate"; return 0; }
+  done
+  fail "no python3 on PATH or in /usr/bin imports h5py (scripts/install_deps.sh installs python3-h5py)"
+}
+
 # Exactly one "mgtrain: error:" line in LOG, which is printed (the log is shown otherwise).
 one_error_line() {  # one_error_line LOG
   local n

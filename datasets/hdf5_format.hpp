@@ -41,6 +41,10 @@ struct DatasetInfo {
   std::vector<std::string> class_names;  // empty when the file has none
   Shape x_chunk;                         // chunk dims of x, empty when x is not chunked
   bool row_checksums = false;            // /row_crc32 covers this x and y
+  // A token file read in windows (TokenReader): a sample is `labels_per_sample` token ids, its
+  // labels the tokens that follow each. 1 for a sample file (one class label a sample).
+  int64_t labels_per_sample = 1;
+  int64_t tokens = 0;  // a token file's length
 };
 
 // Opens and validates a data file: it exists and is readable HDF5; x and y exist and are

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include "datasets/batch_reader.hpp"
 #include "datasets/hdf5_format.hpp"
 #include "mgtrain/tensor.hpp"
 
@@ -87,43 +88,40 @@ struct ReaderOptions {
   std::function<void(std::chrono::steady_clock::time_point begin, std::chrono::steady_clock::time_point end,
                      int64_t batch)>
       on_batch_read;
+  // A language model's window (Model::sequence_length): token files are read in windows of this
+  // many tokens by a TokenReader (datasets/token_reader.hpp); 0 for a model of sample files.
+  int64_t context = 0;
+  // > 0: the model's vocabulary, which a token file's vocab_size must not exceed.
+  int64_t vocab_limit = 0;
+  // For messages: the model's name (model.name).
+  std::string model_name;
 };
 
-struct Batch {
-  Tensor x;                    // VIEW of a prefetch slot: [rows, sample_shape...], float32, normalised
-  const int32_t* y = nullptr;  // rows labels, in the same order
-  int64_t rows = 0;            // local_batch(), fewer (possibly 0) only in the last batch without drop_last
-  int64_t epoch = 0;
-  int64_t batch_in_epoch = 0;
-  int64_t first_sample = 0;  // position of this rank's first row within the global batch (rank*local_batch)
-  double wait_seconds = 0;   // time next() blocked waiting for the prefetch thread
-};
-
-class ShardedReader {
+class ShardedReader final : public BatchReader {
  public:
   // Opens and validates the file and the options, allocates the ring (prefetch_depth + 1 slots of
   // local_batch rows) once. Throws ConfigError (batch/world) or DataError (file, too few samples).
   // Does not start reading: call start(), or next() starts at (0, 0).
   explicit ShardedReader(const ReaderOptions& options);
-  ~ShardedReader();  // stops and joins the prefetch thread, closes the file
+  ~ShardedReader() override;  // stops and joins the prefetch thread, closes the file
   ShardedReader(const ShardedReader&) = delete;
   ShardedReader& operator=(const ShardedReader&) = delete;
 
-  const DatasetInfo& info() const;
-  int64_t batches_per_epoch() const;  // floor(N / B) with drop_last, ceil(N / B) otherwise
-  int64_t local_batch() const;        // B / W
+  const DatasetInfo& info() const override;
+  int64_t batches_per_epoch() const override;  // floor(N / B) with drop_last, ceil(N / B) otherwise
+  int64_t local_batch() const override;        // B / W
   // Whether the rows are read straight from the file (ReadMode::Direct where the layout allows).
   bool reads_directly() const;
 
   // (Re)positions the stream at (epoch, batch_in_epoch) and starts prefetching from there; the
   // stream then runs on through later epochs forever. batch_in_epoch == batches_per_epoch() means
   // the start of the next epoch. Invalidates the Batch last returned by next().
-  void start(int64_t epoch, int64_t batch_in_epoch);
+  void start(int64_t epoch, int64_t batch_in_epoch) override;
 
   // Blocks until the next batch is ready. The returned Batch (x and y) stays valid until the
   // following next() or start() call. A read error in the thread is rethrown here as DataError
   // naming the file and the rows, and again on every later call until start().
-  Batch next();
+  Batch next() override;
 
  private:
   void init(const ReaderOptions& options);

@@ -14,6 +14,7 @@
 #include "command_line_config.hpp"
 #include "commands.hpp"
 #include "datasets/convert.hpp"
+#include "datasets/token_file.hpp"
 #include "datasets/hdf5_format.hpp"
 #include "io/json_line.hpp"
 #include "loader/plugin_loader.hpp"
@@ -170,6 +171,7 @@ int run_data(const std::vector<std::string>& args) {
       "       mgtrain data convert --csv FILE --shape 1,28,28 [--label-column 0] --out FILE.h5\n"
       "       mgtrain data convert --image-folder DIR --size 32 [--channels 1|3] [--bad-images error|skip] --out "
       "FILE.h5\n"
+      "       mgtrain data convert --text FILE [FILE...] --out FILE.h5\n"
       "       mgtrain data inspect FILE.h5";
   if (args.empty() || args[0] == "--help") {
     std::cout << usage << "\n";
@@ -189,8 +191,12 @@ int run_data(const std::vector<std::string>& args) {
       std::cout << desc << "\n";
       return 0;
     }
-    std::cout << data::inspect(require(vm, "file", "data inspect"), vm["x-name"].as<std::string>(),
-                               vm["y-name"].as<std::string>());
+    const std::string file = require(vm, "file", "data inspect");
+    if (data::is_token_file(file)) {
+      std::cout << data::inspect_tokens(file);
+      return 0;
+    }
+    std::cout << data::inspect(file, vm["x-name"].as<std::string>(), vm["y-name"].as<std::string>());
     return 0;
   }
   if (sub == "convert") {
@@ -199,6 +205,8 @@ int run_data(const std::vector<std::string>& args) {
         "  IDX:          --images IDX --labels IDX [--class-names A,B,...]\n"
         "  CSV:          --csv FILE --shape 1,28,28 [--label-column 0]\n"
         "  image folder: --image-folder DIR --size 32 [--channels 1|3] [--bad-images error|skip]\n"
+        "  text:         --text FILE [FILE...]: byte tokens (vocabulary 256) in /tokens, the files\n"
+        "    concatenated in order, for a language model (model.name = gpt)\n"
         "    DIR/<class>/<images>, torchvision's ImageFolder layout: the class folders, sorted by name, are\n"
         "    the labels 0, 1, ... and their names the class_names; *.png, *.jpg and *.jpeg files (also in\n"
         "    sub-folders) are the samples, other files and hidden ones are ignored. Each image is scaled,\n"
@@ -220,6 +228,7 @@ int run_data(const std::vector<std::string>& args) {
         "image channels: 1 (colour made grey) or 3 (grey repeated); default 3 when any "
         "image is colour, else 1")("bad-images", po::value<std::string>()->default_value("error"),
                                    "error: stop at the first bad image; skip: leave bad images out, warning for each")(
+        "text", po::value<std::vector<std::string>>()->multitoken(), "text files, concatenated in order")(
         "out", po::value<std::string>(), "HDF5 file to write");
     const auto vm = parse(rest, desc);
     if (vm.count("help")) {
@@ -227,6 +236,14 @@ int run_data(const std::vector<std::string>& args) {
       return 0;
     }
     const std::string out = require(vm, "out", "data convert");
+    if (vm.count("text")) {
+      const auto sources = data::convert_text(vm["text"].as<std::vector<std::string>>(), out);
+      int64_t tokens = 0;
+      for (const auto& s : sources) tokens += s.bytes;
+      std::cout << "wrote " << printable(out) << ": " << tokens << " byte tokens from " << sources.size()
+                << (sources.size() == 1 ? " file" : " files") << "\n";
+      return 0;
+    }
     if (vm.count("image-folder")) {
       data::ImageFolderOptions options;
       std::tie(options.height, options.width) = parse_image_size(require(vm, "size", "data convert --image-folder"));

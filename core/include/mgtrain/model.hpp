@@ -36,6 +36,11 @@ class MGT_API Model {
   // The layers the model applies one after another, for `mgtrain export`; empty (the default)
   // when it is not such a stack, as a model that drives its layers itself: no export form.
   virtual std::vector<const Layer*> export_layers() const { return {}; }
+  // A language model's window: it reads token files (/tokens) as samples of this many token ids
+  // (floats holding integers) and gives logits [rows, sequence_length(), vocabulary], one row of
+  // logits per position, each position's label the token after it. 0 (the default): the model
+  // reads sample files (/x, /y) and gives logits [rows, classes].
+  virtual int64_t sequence_length() const { return 0; }
 };
 
 // Layers applied in order, run on the CPU in host memory by the same executor that runs them on

@@ -44,7 +44,9 @@
 // 13: BucketOptions::shared_memory (GradientBuckets sums inside a node through shared memory).
 // 14: BucketOptions::shared_update and GradientBuckets::sharding() (the ranks of a node share the
 //     parameters and split the optimizer step); ParameterStore::place_params.
-#define MGTRAIN_PLUGIN_ABI_VERSION 14u
+// 15: Model::sequence_length() (language models on token files); the transformer's operations in
+//     Ops and its layers.
+#define MGTRAIN_PLUGIN_ABI_VERSION 15u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
 namespace mgt {

@@ -175,9 +175,12 @@ CompiledStep::CompiledStep(Backend& backend, Model& model, ParameterStore& store
   Shape in_shape = {options.pass_rows};
   in_shape.insert(in_shape.end(), options.sample_shape.begin(), options.sample_shape.end());
   const Shape out = model.output_shape(in_shape);
-  MGT_CHECK(out.size() == 2 && out[1] == options.classes, Error,
+  const int64_t L = options.labels_per_row;
+  MGT_CHECK(L > 0 && (L == 1 ? out.size() == 2 && out[1] == options.classes
+                              : out.size() == 3 && out[1] == L && out[2] == options.classes),
+            Error,
             "compiled step: the model's output " + shape_string(out) + " is not [rows, " +
-                std::to_string(options.classes) + "]");
+                (L == 1 ? std::string() : std::to_string(L) + ", ") + std::to_string(options.classes) + "]");
   if (options.in_place) {
     p.network = std::make_unique<ModelNetwork>(model, in_shape);
   } else {
@@ -201,11 +204,11 @@ CompiledStep::CompiledStep(Backend& backend, Model& model, ParameterStore& store
     p.pinned_totals[slot] = p.memory.host<StepTotals>(1);
     if (options.in_place) continue;  // the caller's rows are read where they are
     p.x[slot] = p.memory.device<float>(rows * static_cast<size_t>(p.sample_numel));
-    p.y[slot] = p.memory.device<int32_t>(rows);
+    p.y[slot] = p.memory.device<int32_t>(rows * static_cast<size_t>(L));
   }
   p.scalars = p.memory.device<StepScalars>(1);
   p.totals = p.memory.device<StepTotals>(1);
-  p.row_loss = p.memory.device<double>(static_cast<size_t>(options.pass_rows));
+  p.row_loss = p.memory.device<double>(static_cast<size_t>(options.pass_rows * L));
   backend.read_step_from(&p.scalars->step);
 
   p.update = optimizer.element_update();
@@ -276,7 +279,8 @@ StepFigures CompiledStep::begin(const float* x, const int32_t* y) {
   Program& p = *program_;
   const int slot = static_cast<int>(submitted_ % 2);
   const int64_t rows = step_rows();
-  kernels::check_labels(y, rows, options_.classes);
+  const int64_t labels = rows * options_.labels_per_row;
+  kernels::check_labels(y, labels, options_.classes);
   // The slot's buffers (staged rows, pinned scalars, masks and totals) were last used by the step
   // two back, which must have finished: with depth 2 it is waited for here, with depth 1 it was
   // waited for by the previous begin(). The copy runs beside the step in flight; the caller's rows
@@ -288,7 +292,7 @@ StepFigures CompiledStep::begin(const float* x, const int32_t* y) {
     p.y[slot] = const_cast<int32_t*>(y);
   } else {
     backend_.stage(slot, p.x[slot], x, static_cast<size_t>(rows * p.sample_numel) * sizeof(float));
-    backend_.stage(slot, p.y[slot], y, static_cast<size_t>(rows) * sizeof(int32_t));
+    backend_.stage(slot, p.y[slot], y, static_cast<size_t>(labels) * sizeof(int32_t));
   }
   staged_ = true;
   if (options_.pipeline_depth == 1) done = finish();
@@ -414,7 +418,7 @@ bool CompiledStep::enqueue_program(int slot) {
     for (int64_t pass = 0; pass < options_.passes_per_micro_batch; ++pass, ++pass_index) {
       const bool last_pass = pass + 1 == options_.passes_per_micro_batch;
       const float* input = p.x[slot] + pass_index * rows * p.sample_numel;
-      const int32_t* labels = p.y[slot] + pass_index * rows;
+      const int32_t* labels = p.y[slot] + pass_index * rows * options_.labels_per_row;
       ctx.micro_step = m;
       ctx.pass = pass_index;
       // The pass's rows in the global batch: dropout's masks are keyed by the global sample.
@@ -423,7 +427,8 @@ bool CompiledStep::enqueue_program(int slot) {
       fault::at(fault::Phase::forward, fault_step);
       const float* logits = p.network->forward(input, store_, ctx);
       // Loss, into the totals; its gradient is where backward starts.
-      b.softmax_xent(logits, labels, p.network->logits_grad(), p.row_loss, rows, options_.classes, options_.grad_scale,
+      b.softmax_xent(logits, labels, p.network->logits_grad(), p.row_loss, rows * options_.labels_per_row,
+                     options_.classes, options_.grad_scale,
                      options_.label_smoothing, &p.totals->loss_sum, &p.totals->correct);
       forward_span.end();
       TraceSpan backward_span(options_.trace, "backward", "micro_batch", m);
@@ -575,7 +580,8 @@ NonFiniteOrigin CompiledStep::run_again_for_origin(int slot) {
       ctx.micro_step = pass / options_.passes_per_micro_batch * options_.micro_batches_per_pass;
       ctx.first_sample = options_.first_sample + pass * rows;
       const float* logits = p.network->forward(p.x[slot] + pass * rows * p.sample_numel, store_, ctx);
-      backend_.softmax_xent(logits, p.y[slot] + pass * rows, p.network->logits_grad(), p.row_loss, rows,
+      backend_.softmax_xent(logits, p.y[slot] + pass * rows * options_.labels_per_row, p.network->logits_grad(),
+                            p.row_loss, rows * options_.labels_per_row,
                             options_.classes, options_.grad_scale, options_.label_smoothing, &p.totals->loss_sum,
                             &p.totals->correct);
       p.network->backward(store_, ctx, check);

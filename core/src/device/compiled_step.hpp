@@ -64,7 +64,10 @@ void check_compilable(const Model& model, const Optimizer& optimizer, const std:
 
 struct CompiledStepOptions {
   Shape sample_shape;                  // one sample, e.g. {1, 28, 28}
-  int64_t classes = 0;                 // logits per row
+  int64_t classes = 0;                 // logits per label
+  // Labels per row: 1 (logits [rows, classes]), or a language model's window T (logits [rows, T,
+  // classes], a label per token, each token's logits a row of the loss).
+  int64_t labels_per_row = 1;
   int64_t pass_rows = 0;               // rows in one forward and backward pass
   int64_t passes_per_micro_batch = 1;  // > 1 after out-of-memory halving of the micro-batch
   int64_t accumulation = 1;            // the sync strategy's micro-batches per step
@@ -76,7 +79,7 @@ struct CompiledStepOptions {
   // host store), the optimizer's own state buffers and the caller's rows in place, and runs the
   // Model itself; the optimizer may then lack an element update (Optimizer::step runs instead).
   bool in_place = false;
-  float grad_scale = 0.0f;  // 1 / global batch
+  float grad_scale = 0.0f;  // 1 / (global batch x labels_per_row)
   // train.label_smoothing: the loss's target (1 - e) * onehot + e / classes, in [0, 1).
   float label_smoothing = 0.0f;
   // optimizer.clip_norm: the reduced gradient is scaled to this global L2 norm when above it,

@@ -52,6 +52,7 @@ std::string train_result_json(const TrainResult& r, int world_size) {
   o["samples"] = r.samples;
   o["train_seconds"] = json_fixed(r.train_seconds, 6);
   o["samples_per_s"] = json_fixed(r.samples_per_s, 3);
+  if (r.tokens_per_s > 0) o["tokens_per_s"] = json_fixed(r.tokens_per_s, 3);
   o["final_loss"] = json_significant(r.final_loss, 9);
   o["checkpoint"] = r.checkpoint;
   o["world_size"] = world_size;
@@ -61,6 +62,7 @@ std::string train_result_json(const TrainResult& r, int world_size) {
   o["data_wait_ms"] = json_fixed(1e3 * r.phases.data_wait, 4);
   o["optimizer_ms"] = json_fixed(1e3 * r.phases.optimizer, 4);
   o["test_accuracy"] = json_fixed(r.test_accuracy, 6);
+  if (r.test_loss >= 0) o["test_loss"] = json_significant(r.test_loss, 9);
   o["skipped_steps"] = r.skipped_steps;
   o["lost_ranks"] = r.lost_ranks;
   o["device"] = r.device;

@@ -33,6 +33,7 @@ class MetricsFile final : public TrainingObserver {
     record["loss"] = json_significant(f.loss, 9);
     record["accuracy"] = json_significant(f.accuracy, 9);
     record["samples_per_s"] = json_significant(f.samples_per_s, 9);
+    if (f.tokens_per_s > 0) record["tokens_per_s"] = json_significant(f.tokens_per_s, 9);
     record["data_wait_share"] = json_significant(f.data_wait_share, 9);
     record["lr"] = json_significant(f.learning_rate, 9);
     record["grad_norm"] = json_significant(f.grad_norm, 9);

@@ -26,6 +26,7 @@ struct IntervalFigures {
   int64_t step = 0;   // global optimizer step reached
   int64_t epoch = 0;  // 0-based epoch of that step
   double loss = 0, accuracy = 0, samples_per_s = 0, data_wait_share = 0, learning_rate = 0;
+  double tokens_per_s = 0;           // a language model's: samples_per_s x its window; else 0
   double grad_norm = 0;              // the last step's reduced gradient's L2 norm, before clipping
   double time_s = 0;                 // since the run's start (or the end of its timing warm-up)
   double rss_mb = 0;                 // resident memory of the largest rank

@@ -26,6 +26,7 @@ class TensorBoardObserver final : public TrainingObserver {
     writer_.add_scalar("train/learning_rate", f.step, f.learning_rate);
     writer_.add_scalar("train/grad_norm", f.step, f.grad_norm);
     writer_.add_scalar("train/samples_per_s", f.step, f.samples_per_s);
+    if (f.tokens_per_s > 0) writer_.add_scalar("train/tokens_per_s", f.step, f.tokens_per_s);
     for (size_t r = 0; r < f.rank_step_ms.size(); ++r)
       writer_.add_scalar("step_time_ms/rank" + std::to_string(r), f.step, f.rank_step_ms[r]);
     flush();

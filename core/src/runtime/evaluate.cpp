@@ -6,7 +6,9 @@
 #include <utility>
 
 #include "checkpoint/checkpoint.hpp"
-#include "datasets/sharded_reader.hpp"
+#include <cmath>
+
+#include "datasets/token_reader.hpp"
 #include "io/atomic_file.hpp"
 #include "io/npy.hpp"
 #include "loader/plugin_loader.hpp"
@@ -16,7 +18,8 @@ namespace mgt {
 
 void check_eval_data(const Model& model, const std::string& data_path, const std::string& x_name,
                      const std::string& y_name, int64_t batch) {
-  const data::DatasetInfo info = data::open_dataset_info(data_path, x_name, y_name);
+  const int64_t context = model.sequence_length();
+  const data::DatasetInfo info = data::open_data_info(data_path, x_name, y_name, context, "");
   Shape input = {batch};
   input.insert(input.end(), info.sample_shape.begin(), info.sample_shape.end());
   Shape logits;
@@ -25,6 +28,15 @@ void check_eval_data(const Model& model, const std::string& data_path, const std
   } catch (const Error& e) {
     throw DataError("data file '" + data_path + "': the model cannot take its samples of shape " +
                     shape_string(info.sample_shape) + ": " + e.what());
+  }
+  if (context > 0) {
+    if (logits.size() != 3 || logits[1] != context || logits[2] < info.num_classes)
+      throw DataError("token file '" + data_path + "' has a vocabulary of " + std::to_string(info.num_classes) +
+                      ", but the model gives logits of shape " + shape_string(logits) + " for input " +
+                      shape_string(input) + ", expected [" + std::to_string(batch) + ", " + std::to_string(context) +
+                      ", " + std::to_string(info.num_classes) + "]");
+    data::read_tokens(data::open_token_info(data_path));  // checksums, and every token in the vocabulary
+    return;
   }
   if (logits.size() != 2 || logits[1] < info.num_classes)
     throw DataError("data file '" + data_path + "' has " + std::to_string(info.num_classes) +
@@ -37,7 +49,8 @@ void check_eval_data(const Model& model, const std::string& data_path, const std
 EvalResult evaluate_model(Model& model, const std::string& data_path, const std::string& x_name,
                           const std::string& y_name, int64_t batch, std::vector<float>* logits) {
   // A batch beyond the file's rows would only size buffers for rows that are not there.
-  batch = std::min(batch, std::max<int64_t>(1, data::open_dataset_info(data_path, x_name, y_name).num_samples));
+  batch = std::min(batch, std::max<int64_t>(1, data::open_data_info(data_path, x_name, y_name, model.sequence_length(), "")
+                                                   .num_samples));
   check_eval_data(model, data_path, x_name, y_name, batch);
   return eval_result(evaluate_share(model, data_path, x_name, y_name, batch, 0, 1, logits));
 }
@@ -53,8 +66,11 @@ EvalSums evaluate_share(Model& model, const std::string& data_path, const std::s
   ro.world = world;
   ro.shuffle = false;
   ro.drop_last = false;
-  data::ShardedReader reader(ro);
+  ro.context = model.sequence_length();
+  const std::unique_ptr<data::BatchReader> opened = data::open_batch_reader(ro);
+  data::BatchReader& reader = *opened;
   reader.start(0, 0);
+  const int64_t labels_per_sample = reader.info().labels_per_sample;
 
   Shape input = {batch};
   for (int64_t d : reader.info().sample_shape) input.push_back(d);
@@ -66,12 +82,16 @@ EvalSums evaluate_share(Model& model, const std::string& data_path, const std::s
   for (int64_t b = 0; b < reader.batches_per_epoch(); ++b) {
     data::Batch next = reader.next();
     if (next.rows == 0) continue;  // the last global batch can leave a rank nothing
-    const Tensor& logits = model.forward(next.x, ctx);
+    const Tensor& out = model.forward(next.x, ctx);
+    // A language model's logits [rows, T, vocab]: one row of logits per token.
+    const Tensor logits = Tensor::view(const_cast<float*>(out.data()),
+                                       {out.dim(0) * labels_per_sample, out.shape().back()});
     grad.resize(logits.shape());
     sums.loss_sum += softmax_cross_entropy(logits, next.y, grad, 1.0f);
     correct += count_correct(logits, next.y);
     if (logits_out) logits_out->insert(logits_out->end(), logits.data(), logits.data() + logits.numel());
     sums.samples += static_cast<double>(next.rows);
+    if (labels_per_sample > 1) sums.tokens += static_cast<double>(next.rows * labels_per_sample);
   }
   sums.correct = static_cast<double>(correct);
   return sums;
@@ -80,10 +100,25 @@ EvalSums evaluate_share(Model& model, const std::string& data_path, const std::s
 EvalResult eval_result(const EvalSums& total) {
   EvalResult result;
   result.samples = static_cast<int64_t>(total.samples);
-  const double n = std::max(total.samples, 1.0);
+  result.tokens = static_cast<int64_t>(total.tokens);
+  const double n = std::max(total.tokens > 0 ? total.tokens : total.samples, 1.0);
   result.loss = total.loss_sum / n;
   result.accuracy = total.correct / n;
   return result;
+}
+
+std::string test_line(const EvalResult& result, const std::string& path) {
+  char line[320];
+  if (result.tokens > 0)
+    std::snprintf(line, sizeof line,
+                  "test loss %.4f nats/token (perplexity %.3f, %.4f bits per byte), token accuracy %.4f on %lld "
+                  "tokens of %s\n",
+                  result.loss, std::exp(result.loss), result.loss / std::log(2.0), result.accuracy,
+                  static_cast<long long>(result.tokens), path.c_str());
+  else
+    std::snprintf(line, sizeof line, "test accuracy %.4f, loss %.4f on %lld samples of %s\n", result.accuracy,
+                  result.loss, static_cast<long long>(result.samples), path.c_str());
+  return line;
 }
 
 CheckpointModel::CheckpointModel(const std::string& checkpoint, CheckpointMeta meta,

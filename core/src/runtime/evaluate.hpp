@@ -13,11 +13,18 @@
 
 namespace mgt {
 
+// Loss and accuracy are means per label: per sample for a sample file, per token (the loss in
+// nats) for a language model on a token file.
 struct EvalResult {
   double accuracy = 0;
   double loss = 0;
   int64_t samples = 0;
+  int64_t tokens = 0;  // labels of a token file's windows; 0 for a sample file
 };
+
+// The result as one line, "test accuracy A, loss L on N samples of F" or, for tokens, "test loss
+// L nats/token (perplexity P, B bits per byte), token accuracy A on N tokens of F".
+std::string test_line(const EvalResult& result, const std::string& path);
 
 // Checks, before any sample is read, that `model` takes the data file's samples in batches of
 // `batch` with an output for each of its classes, and that every label is one of those classes
@@ -37,6 +44,7 @@ struct EvalSums {
   double loss_sum = 0;
   double correct = 0;
   double samples = 0;
+  double tokens = 0;  // a language model's labels; 0 for a sample file
 };
 EvalSums evaluate_share(Model& model, const std::string& data_path, const std::string& x_name,
                         const std::string& y_name, int64_t batch, int rank, int world,

@@ -19,7 +19,7 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "comm/mpi_communicator.hpp"
-#include "datasets/sharded_reader.hpp"
+#include "datasets/token_reader.hpp"
 #include "device/training_device.hpp"
 #include "io/append_file.hpp"
 #include "io/json_line.hpp"
@@ -366,6 +366,8 @@ class Trainer {
   void take_input_shape_from_data() {
     const auto it = config_.values().find("model.input_shape");
     if (it == config_.values().end() || it->second.source != "default") return;
+    // A token file has no image shape: the check of the data against the model names it.
+    if (data::is_token_file(config_.get_string("data.train"))) return;
     const auto info = data::open_dataset_info(config_.get_string("data.train"), config_.get_string("data.x_name"),
                                               config_.get_string("data.y_name"));
     // Only images [C, H, W]: other samples do not fit such a model, which the data check names.
@@ -523,7 +525,8 @@ class Trainer {
       if (!trains()) {
         // A serving rank reads no data; it needs only the epoch length, for the schedule.
         per_epoch_ =
-            data::open_dataset_info(train_path, config_.get_string("data.x_name"), config_.get_string("data.y_name"))
+            data::open_data_info(train_path, config_.get_string("data.x_name"), config_.get_string("data.y_name"),
+                                 model_->sequence_length(), choice_.model)
                 .num_samples /
             global_batch_;
       } else {
@@ -650,11 +653,13 @@ class Trainer {
   void compile_step() {
     CompiledStepOptions o;
     o.sample_shape = reader_->info().sample_shape;
-    o.classes = model_->output_shape(micro_shape_).at(1);
+    o.classes = model_->output_shape(micro_shape_).back();
     o.pass_rows = micro_batch_ * shards_per_pass_;
     o.micro_batches_per_pass = shards_per_pass_;
     o.accumulation = accum_;
-    o.grad_scale = 1.0f / static_cast<float>(global_batch_);
+    o.labels_per_row = labels_per_sample_;
+    // The mean over every label of the global batch: a language model's every token.
+    o.grad_scale = 1.0f / static_cast<float>(global_batch_ * labels_per_sample_);
     o.label_smoothing = static_cast<float>(config_.get_real("train.label_smoothing"));
     o.clip_norm = static_cast<float>(config_.get_real("optimizer.clip_norm"));
     // The steps whose figures are logged (train_loop's log_interval).
@@ -714,8 +719,12 @@ class Trainer {
       ro.on_batch_read = [buffer = trace_->reader_thread()](auto begin, auto end, int64_t batch) {
         buffer->record("read batch", begin, end, "batch", batch);
       };
-    reader_ = std::make_unique<data::ShardedReader>(ro);
+    ro.context = model_->sequence_length();
+    ro.model_name = choice_.model;
+    if (ro.context > 0) ro.vocab_limit = model_->output_shape({1, ro.context}).back();
+    reader_ = data::open_batch_reader(ro);
     per_epoch_ = reader_->batches_per_epoch();
+    labels_per_sample_ = reader_->info().labels_per_sample;
     micro_shape_ = {micro_batch_ * shards_per_pass_};
     for (int64_t d : reader_->info().sample_shape) micro_shape_.push_back(d);
     Shape logits;
@@ -724,6 +733,14 @@ class Trainer {
     } catch (const Error& e) {
       throw DataError("model '" + choice_.model + "' cannot take the samples of '" + path + "' (shape " +
                       shape_string(reader_->info().sample_shape) + "): " + e.what());
+    }
+    if (labels_per_sample_ > 1) {
+      const int64_t T = labels_per_sample_, V = reader_->info().num_classes;
+      if (logits.size() != 3 || logits[0] != micro_shape_[0] || logits[1] != T || logits[2] < V)
+        throw DataError("model '" + choice_.model + "' produces logits of shape " + shape_string(logits) +
+                        " for input " + shape_string(micro_shape_) + ", expected [" + std::to_string(micro_shape_[0]) +
+                        ", " + std::to_string(T) + ", " + std::to_string(V) + "] for the vocabulary of '" + path + "'");
+      return;
     }
     if (logits.size() != 2 || logits[1] < reader_->info().num_classes)
       throw DataError("model '" + choice_.model + "' produces logits of shape " + shape_string(logits) + " for input " +
@@ -1142,15 +1159,11 @@ class Trainer {
     const EvalSums mine =
         evaluate_share(*model_, test_path, config_.get_string("data.x_name"), config_.get_string("data.y_name"),
                        micro_batch_, train_rank(), train_comm_->size());
-    double sums[3] = {mine.loss_sum, mine.correct, mine.samples};
-    train_comm_->allreduce_sum(sums, 3);
-    const EvalResult test = eval_result({sums[0], sums[1], sums[2]});
+    double sums[4] = {mine.loss_sum, mine.correct, mine.samples, mine.tokens};
+    train_comm_->allreduce_sum(sums, 4);
+    const EvalResult test = eval_result({sums[0], sums[1], sums[2], sums[3]});
     if (leader_) {
-      char line[200];
-      std::snprintf(line, sizeof(line), "epoch %lld: test accuracy %.4f, loss %.4f on %lld samples of %s\n",
-                    static_cast<long long>(epoch + 1), test.accuracy, test.loss, static_cast<long long>(test.samples),
-                    test_path.c_str());
-      log_ << line << std::flush;
+      log_ << "epoch " << epoch + 1 << ": " << test_line(test, test_path) << std::flush;
       for (auto& o : observers_) o->on_evaluation({step, epoch, test.accuracy, test.loss, test.samples, test_path});
     }
     interval_start_ += Clock::now() - start;
@@ -1295,11 +1308,13 @@ class Trainer {
       if (gpu) f.gpu[0] = my_gpu;
     }
     const double elapsed = std::max(seconds_since(interval_start_), 1e-9);
-    const double seen = static_cast<double>(interval_.samples) * reporting / ranks;
+    // Loss and accuracy per label: per token for a language model.
+    const double seen = static_cast<double>(interval_.samples * labels_per_sample_) * reporting / ranks;
     f.loss = sums[0] / seen;
     f.accuracy = sums[2] / seen;
     f.data_wait_share = sums[1] / reporting / elapsed;
     f.samples_per_s = static_cast<double>(interval_.samples) / elapsed;
+    f.tokens_per_s = labels_per_sample_ > 1 ? f.samples_per_s * static_cast<double>(labels_per_sample_) : 0.0;
     f.learning_rate = optimizer_->learning_rate();
     f.grad_norm = interval_.grad_norm;  // rank 0's: every lock-step rank holds the same gradient
     f.time_s = seconds_since(run_start_);
@@ -1348,10 +1363,8 @@ class Trainer {
       const EvalResult test = evaluate_model(*model_, test_path, config_.get_string("data.x_name"),
                                              config_.get_string("data.y_name"), micro_batch_);
       result_.test_accuracy = test.accuracy;
-      char line[160];
-      std::snprintf(line, sizeof(line), "test accuracy %.4f, loss %.4f on %lld samples of %s\n", test.accuracy,
-                    test.loss, static_cast<long long>(test.samples), test_path.c_str());
-      log_ << line << std::flush;
+      result_.test_loss = test.loss;
+      log_ << test_line(test, test_path) << std::flush;
     }
     if (all_ranks_here) comm_.barrier();
     if (trace_) trace_->write(comm_, all_ranks_here, log_);
@@ -1365,6 +1378,7 @@ class Trainer {
     if (all_ranks_here) train_comm_->allreduce_sum(totals, 5);
     result_.samples = static_cast<int64_t>(totals[4]);
     result_.samples_per_s = static_cast<double>(result_.samples) / std::max(result_.train_seconds, 1e-9);
+    if (labels_per_sample_ > 1) result_.tokens_per_s = result_.samples_per_s * static_cast<double>(labels_per_sample_);
     // Mean seconds per step of each phase, averaged over ranks.
     const int ranks_summed = all_ranks_here ? train_comm_->size() : 1;
     const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(timed_steps, 1) * ranks_summed);
@@ -1515,7 +1529,8 @@ class Trainer {
   std::unique_ptr<SyncStrategy> sync_;
   ServingRole* serving_ = nullptr;  // sync_'s, or null when every rank trains
   ParameterStore store_;
-  std::unique_ptr<data::ShardedReader> reader_;
+  std::unique_ptr<data::BatchReader> reader_;
+  int64_t labels_per_sample_ = 1;  // a language model's window: one label per token
   std::optional<LearningRateSchedule> schedule_;
   std::unique_ptr<Communicator> train_comm_;
   // Batch statistics over more than one pass (deterministic mode, model.sync_bn); null otherwise.

@@ -51,11 +51,13 @@ struct TrainResult {
   int64_t samples = 0;    // samples consumed by this run, all ranks
   double train_seconds = 0;
   double samples_per_s = 0;
+  double tokens_per_s = 0;     // a language model's samples_per_s x its window; 0 for other models
   double final_loss = 0;       // mean loss over the last logging interval
   std::string checkpoint;      // path of the last checkpoint written
   double peak_rss_mb = 0;      // peak resident memory of the largest rank
   bool stopped = false;        // ended early by a stop signal (after a final checkpoint)
   double test_accuracy = -1;   // of the final model on data.test, when set (rank 0)
+  double test_loss = -1;       // its mean loss per label (per token: nats), when set (rank 0)
   int64_t skipped_steps = 0;   // steps skipped for a non-finite gradient (train.nonfinite = skip)
   StepPhases phases;           // mean per step, averaged over ranks
   size_t gradient_floats = 0;  // size of the flat gradient buffer the sync strategy reduces

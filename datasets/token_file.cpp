@@ -1,0 +1,298 @@
+#include "datasets/token_file.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "datasets/crc32.hpp"
+#include "datasets/hdf5_format.hpp"
+#include "datasets/hdf5_util.hpp"
+#include "datasets/regular_file.hpp"
+#include "mgtrain/error.hpp"
+
+namespace mgt::data {
+
+namespace {
+
+constexpr const char* kTokens = "tokens";
+constexpr const char* kTokensCrc = "tokens_crc32";
+
+template <typename T>
+void write_attr_array(hid_t obj, const char* name, hid_t file_type, hid_t mem_type, const std::vector<T>& values) {
+  const hsize_t n = values.size();
+  h5::Id s = h5::space(H5Screate_simple(1, &n, nullptr));
+  h5::Id a = h5::attr(H5Acreate2(obj, name, file_type, s.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!a || H5Awrite(a.get(), mem_type, values.data()) < 0)
+    throw IoError(std::string("writing attribute '") + name + "' failed: " + h5::error_text());
+}
+
+// A source file opened for reading, refused by name when it is not a readable regular file.
+int open_source(const std::string& path) {
+  const std::string kind = non_regular_kind(path);
+  if (!kind.empty()) throw DataError("text file '" + path + "' is " + kind + ", expected a regular file");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw DataError("text file '" + path + "' cannot be read: " + std::strerror(errno));
+  return fd;
+}
+
+// Writes /tokens (extended chunk by chunk) to a temporary file and renames it into place.
+class TokenFileWriter {
+ public:
+  explicit TokenFileWriter(const std::string& out) : out_(out) {
+    namespace fs = std::filesystem;
+    const fs::path p(out);
+    tmp_ = (p.parent_path() / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
+    h5::silence_errors();
+    file_ = h5::file(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+    if (!file_) throw IoError("output file '" + out + "' could not be created (" + tmp_ + "): " + h5::error_text());
+    const hsize_t zero = 0, unlimited = H5S_UNLIMITED, chunk = static_cast<hsize_t>(kTokenChunk);
+    h5::Id space = h5::space(H5Screate_simple(1, &zero, &unlimited));
+    h5::Id plist = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
+    H5Pset_chunk(plist.get(), 1, &chunk);
+    // No modification times: the same text gives the same file bytes.
+    H5Pset_obj_track_times(plist.get(), false);
+    tokens_ = h5::dataset(
+        H5Dcreate2(file_.get(), kTokens, H5T_STD_U8LE, space.get(), H5P_DEFAULT, plist.get(), H5P_DEFAULT));
+    if (!tokens_) fail("creating /tokens");
+  }
+
+  ~TokenFileWriter() {
+    tokens_.reset();
+    file_.reset();
+    if (!committed_) std::remove(tmp_.c_str());
+  }
+
+  // Appends whole chunks (the last may be short); their checksums go to /tokens_crc32.
+  void append(const uint8_t* data, int64_t n) {
+    if (n <= 0) return;
+    const hsize_t start = static_cast<hsize_t>(written_), count = static_cast<hsize_t>(n),
+                  size = static_cast<hsize_t>(written_ + n);
+    if (H5Dset_extent(tokens_.get(), &size) < 0) fail("extending /tokens");
+    h5::Id file_space = h5::space(H5Dget_space(tokens_.get()));
+    H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr);
+    h5::Id mem_space = h5::space(H5Screate_simple(1, &count, nullptr));
+    if (H5Dwrite(tokens_.get(), H5T_NATIVE_UINT8, mem_space.get(), file_space.get(), H5P_DEFAULT, data) < 0)
+      fail("writing tokens " + std::to_string(written_) + ".." + std::to_string(written_ + n - 1));
+    chunk_crc_.push_back(crc32_update(0, data, static_cast<size_t>(n)));
+    written_ += n;
+  }
+
+  void commit(const std::vector<TextSource>& sources) {
+    const hsize_t chunks = chunk_crc_.size();
+    h5::Id space = h5::space(H5Screate_simple(1, &chunks, nullptr));
+    h5::Id crc = h5::dataset(H5Dcreate2(file_.get(), kTokensCrc, H5T_STD_U32LE, space.get(), H5P_DEFAULT,
+                                        H5P_DEFAULT, H5P_DEFAULT));
+    if (!crc || H5Dwrite(crc.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, chunk_crc_.data()) < 0)
+      fail(std::string("writing /") + kTokensCrc);
+    h5::write_attr_int64(crc.get(), "chunk_tokens", kTokenChunk);
+    crc.reset();
+    std::vector<std::string> names;
+    std::vector<int64_t> bytes;
+    std::vector<uint32_t> crcs;
+    for (const TextSource& s : sources) {
+      names.push_back(s.path);
+      bytes.push_back(s.bytes);
+      crcs.push_back(s.crc32);
+    }
+    h5::write_attr_int64(file_.get(), "vocab_size", 256);
+    h5::write_attr_string(file_.get(), "tokenizer", "bytes");
+    h5::write_attr_strings(file_.get(), "sources", names);
+    write_attr_array(file_.get(), "source_bytes", H5T_STD_I64LE, H5T_NATIVE_INT64, bytes);
+    write_attr_array(file_.get(), "source_crc32", H5T_STD_U32LE, H5T_NATIVE_UINT32, crcs);
+    tokens_.reset();
+    if (H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) < 0) fail("flushing");
+    if (file_.close() < 0) fail("closing");
+    std::error_code ec;
+    std::filesystem::rename(tmp_, out_, ec);
+    if (ec) throw IoError("output file '" + out_ + "' could not be written (rename from " + tmp_ + "): " + ec.message());
+    committed_ = true;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) {
+    throw IoError("output file '" + out_ + "': " + what + " failed: " + h5::error_text());
+  }
+
+  std::string out_, tmp_;
+  h5::Id file_, tokens_;
+  int64_t written_ = 0;
+  std::vector<uint32_t> chunk_crc_;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+std::vector<TextSource> convert_text(const std::vector<std::string>& files, const std::string& out) {
+  if (files.empty()) throw ConfigError("data convert --text: give at least one text file");
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  // Every source is checked before the output is created: a bad one leaves nothing behind.
+  for (const std::string& path : files) {
+    const int fd = open_source(path);
+    struct stat st {};
+    const bool empty = ::fstat(fd, &st) == 0 && st.st_size == 0;
+    ::close(fd);
+    if (empty) throw DataError("text file '" + path + "' is empty, expected at least one byte of text");
+  }
+  TokenFileWriter writer(out);
+  std::vector<TextSource> sources;
+  std::vector<uint8_t> chunk(static_cast<size_t>(kTokenChunk));
+  size_t filled = 0;
+  for (const std::string& path : files) {
+    const int fd = open_source(path);
+    TextSource source{path, 0, 0};
+    while (true) {
+      const ssize_t got = ::read(fd, chunk.data() + filled, chunk.size() - filled);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) {
+        const int err = errno;
+        ::close(fd);
+        throw DataError("text file '" + path + "' cannot be read at byte " + std::to_string(source.bytes) + ": " +
+                        std::strerror(err));
+      }
+      if (got == 0) break;
+      source.crc32 = crc32_update(source.crc32, chunk.data() + filled, static_cast<size_t>(got));
+      source.bytes += got;
+      filled += static_cast<size_t>(got);
+      if (filled == chunk.size()) {
+        writer.append(chunk.data(), static_cast<int64_t>(filled));
+        filled = 0;
+      }
+    }
+    ::close(fd);
+    if (source.bytes == 0) throw DataError("text file '" + path + "' is empty, expected at least one byte of text");
+    sources.push_back(source);
+  }
+  writer.append(chunk.data(), static_cast<int64_t>(filled));
+  writer.commit(sources);
+  return sources;
+}
+
+bool is_token_file(const std::string& path) {
+  if (!non_regular_kind(path).empty()) return false;
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  h5::silence_errors();
+  if (H5Fis_hdf5(path.c_str()) <= 0) return false;
+  h5::Id file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  return file && H5Lexists(file.get(), kTokens, H5P_DEFAULT) > 0;
+}
+
+namespace {
+
+struct OpenedTokens {
+  h5::Id file, tokens, crc;
+};
+
+OpenedTokens open_tokens(const std::string& path, TokenFileInfo& info) {
+  const auto fail = [&](const std::string& what) { throw DataError("token file '" + path + "': " + what); };
+  h5::silence_errors();
+  OpenedTokens o;
+  const std::string kind = non_regular_kind(path);
+  if (!kind.empty()) throw DataError("token file '" + path + "' is " + kind + ", expected a regular file");
+  if (H5Fis_hdf5(path.c_str()) <= 0)
+    throw DataError("token file '" + path + "' cannot be opened as HDF5 (missing, unreadable or not HDF5)");
+  o.file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!o.file) fail("cannot be opened: " + h5::error_text());
+  if (H5Lexists(o.file.get(), kTokens, H5P_DEFAULT) <= 0)
+    fail("has no dataset '/tokens' (a token file is written by `mgtrain data convert --text`)");
+  o.tokens = h5::dataset(H5Dopen2(o.file.get(), kTokens, H5P_DEFAULT));
+  if (!o.tokens) fail("'/tokens' is not a dataset");
+  h5::Id space = h5::space(H5Dget_space(o.tokens.get()));
+  const Shape dims = h5::dims_of(space.get());
+  if (dims.size() != 1) fail("dataset '/tokens' has shape " + shape_string(dims) + ", expected 1-D [tokens]");
+  h5::Id type = h5::type(H5Dget_type(o.tokens.get()));
+  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1 || H5Tget_sign(type.get()) != H5T_SGN_NONE)
+    fail("dataset '/tokens' is " + h5::type_name(type.get()) + ", expected uint8 (byte tokens)");
+  info.path = path;
+  info.tokens = dims[0];
+  if (info.tokens < 1) fail("dataset '/tokens' is empty, expected at least one token");
+  if (!h5::read_attr_int64(o.file.get(), "vocab_size", info.vocab_size))
+    fail("has no integer attribute 'vocab_size' on the root");
+  if (info.vocab_size < 1 || info.vocab_size > 256)
+    fail("attribute 'vocab_size' is " + std::to_string(info.vocab_size) + ", expected 1..256 (uint8 tokens)");
+  std::vector<std::string> tokenizer;
+  info.tokenizer = h5::read_attr_strings(o.file.get(), "tokenizer", tokenizer) && !tokenizer.empty() ? tokenizer[0]
+                                                                                                        : "bytes";
+  std::vector<std::string> names;
+  std::vector<double> bytes, crcs;
+  if (h5::read_attr_strings(o.file.get(), "sources", names) && h5::read_attr_doubles(o.file.get(), "source_bytes", bytes) &&
+      h5::read_attr_doubles(o.file.get(), "source_crc32", crcs) && bytes.size() == names.size() &&
+      crcs.size() == names.size())
+    for (size_t i = 0; i < names.size(); ++i)
+      info.sources.push_back({names[i], static_cast<int64_t>(bytes[i]), static_cast<uint32_t>(crcs[i])});
+  if (H5Lexists(o.file.get(), kTokensCrc, H5P_DEFAULT) <= 0)
+    fail("has no dataset '/tokens_crc32' (the chunks' checksums)");
+  o.crc = h5::dataset(H5Dopen2(o.file.get(), kTokensCrc, H5P_DEFAULT));
+  if (!o.crc) fail("'/tokens_crc32' is not a dataset");
+  h5::Id crc_space = h5::space(H5Dget_space(o.crc.get()));
+  const Shape crc_dims = h5::dims_of(crc_space.get());
+  const int64_t chunks = (info.tokens + kTokenChunk - 1) / kTokenChunk;
+  if (crc_dims.size() != 1 || crc_dims[0] != chunks)
+    fail("dataset '/tokens_crc32' has shape " + shape_string(crc_dims) + ", expected [" + std::to_string(chunks) +
+         "] (one per " + std::to_string(kTokenChunk) + " tokens)");
+  return o;
+}
+
+}  // namespace
+
+TokenFileInfo open_token_info(const std::string& path) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  TokenFileInfo info;
+  open_tokens(path, info);
+  return info;
+}
+
+std::vector<uint8_t> read_tokens(const TokenFileInfo& expected) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  TokenFileInfo info;
+  OpenedTokens o = open_tokens(expected.path, info);
+  const auto fail = [&](const std::string& what) { throw DataError("token file '" + info.path + "': " + what); };
+  if (info.tokens != expected.tokens)
+    fail("holds " + std::to_string(info.tokens) + " tokens, expected " + std::to_string(expected.tokens) +
+         " (changed while open)");
+  std::vector<uint8_t> tokens(static_cast<size_t>(info.tokens));
+  if (H5Dread(o.tokens.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()) < 0)
+    fail("reading '/tokens' failed: " + h5::error_text());
+  std::vector<uint32_t> crc(static_cast<size_t>((info.tokens + kTokenChunk - 1) / kTokenChunk));
+  if (H5Dread(o.crc.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, crc.data()) < 0)
+    fail("reading '/tokens_crc32' failed: " + h5::error_text());
+  for (size_t c = 0; c < crc.size(); ++c) {
+    const size_t begin = c * static_cast<size_t>(kTokenChunk);
+    const size_t n = std::min(tokens.size() - begin, static_cast<size_t>(kTokenChunk));
+    const uint32_t got = crc32_update(0, tokens.data() + begin, n);
+    if (got != crc[c]) {
+      char text[160];
+      std::snprintf(text, sizeof text, "tokens %zu..%zu have CRC-32 %08x, '/tokens_crc32'[%zu] says %08x: the file is damaged",
+                    begin, begin + n - 1, got, c, crc[c]);
+      fail(text);
+    }
+  }
+  if (info.vocab_size < 256) {
+    const auto bad = std::find_if(tokens.begin(), tokens.end(), [&](uint8_t t) { return t >= info.vocab_size; });
+    if (bad != tokens.end())
+      fail("token " + std::to_string(bad - tokens.begin()) + " is " + std::to_string(*bad) +
+           ", expected below vocab_size " + std::to_string(info.vocab_size));
+  }
+  return tokens;
+}
+
+std::string inspect_tokens(const std::string& path) {
+  const TokenFileInfo info = open_token_info(path);
+  std::ostringstream out;
+  out << "file: " << printable(path) << "\n"
+      << "tokens: " << info.tokens << " (/tokens, uint8)\n"
+      << "vocabulary: " << info.vocab_size << " (tokenizer: " << info.tokenizer << ")\n";
+  for (const TextSource& s : info.sources) {
+    char crc[16];
+    std::snprintf(crc, sizeof crc, "%08x", s.crc32);
+    out << "source: " << printable(s.path) << " (" << s.bytes << " bytes, CRC-32 " << crc << ")\n";
+  }
+  return out.str();
+}
+
+}  // namespace mgt::data

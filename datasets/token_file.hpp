@@ -1,0 +1,53 @@
+#pragma once
+// The token format for language models: `/tokens`, a 1-D uint8 dataset of byte-level tokens
+// (vocabulary 256: a token is a byte of the text), the source files concatenated in order, with
+// attributes vocab_size, tokenizer ("bytes"), sources, source_bytes and source_crc32 on the root,
+// and `/tokens_crc32` [chunks] uint32: the CRC-32 of each run of kTokenChunk tokens, checked when
+// the tokens are read. README.md, "Language models", describes it for users.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mgt::data {
+
+// Tokens per HDF5 chunk of /tokens and per checksum of /tokens_crc32: 1 MiB.
+inline constexpr int64_t kTokenChunk = int64_t{1} << 20;
+
+struct TextSource {
+  std::string path;
+  int64_t bytes = 0;
+  uint32_t crc32 = 0;  // zlib's CRC-32 of the file's bytes
+};
+
+// Concatenates the text files, in order, into `out` as byte tokens. Streams the files through one
+// chunk's buffer, so a corpus larger than memory converts in bounded memory; writes to a
+// temporary name in out's directory and renames it into place, so a failure leaves nothing half
+// written. Throws DataError naming a file that is missing, unreadable, not a regular file or
+// empty, and IoError when the output cannot be written. Returns what each source gave.
+std::vector<TextSource> convert_text(const std::vector<std::string>& files, const std::string& out);
+
+// Whether the HDF5 file at `path` holds a dataset /tokens (a token file rather than /x and /y).
+// False for a file that is not HDF5 or cannot be opened: the sample reader then says why.
+bool is_token_file(const std::string& path);
+
+struct TokenFileInfo {
+  std::string path;
+  int64_t tokens = 0;      // length of /tokens
+  int64_t vocab_size = 0;  // attribute vocab_size: every token is below it
+  std::string tokenizer;   // attribute tokenizer: "bytes"
+  std::vector<TextSource> sources;
+};
+
+// Opens and validates a token file: /tokens exists, is 1-D, uint8, not empty; vocab_size is in
+// [1, 256]; /tokens_crc32 has one value per chunk. Throws DataError with one line naming the file
+// and the expected versus the actual.
+TokenFileInfo open_token_info(const std::string& path);
+
+// Every token of the file, each chunk checked against /tokens_crc32 and every token against
+// vocab_size. Throws DataError naming the file and the first bad chunk or token.
+std::vector<uint8_t> read_tokens(const TokenFileInfo& info);
+
+// Multi-line summary for `mgtrain data inspect`.
+std::string inspect_tokens(const std::string& path);
+
+}  // namespace mgt::data

@@ -16,6 +16,7 @@
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/pointwise.hpp"
 #include "kernels/cpu/pool.hpp"
+#include "kernels/cpu/sequence.hpp"
 #include "kernels/cpu/softmax.hpp"
 #include "kernels/elementwise.hpp"
 
@@ -225,6 +226,32 @@ class CpuBackend final : public Backend {
     kernels::philox_fill_uniform(y, n, key, static_cast<uint64_t>(*step_), first_index);
   }
   void dropout_scales(float* u, int64_t n, float p) override { kernels::dropout_scales(u, n, p); }
+  void embedding_forward(const float* ids, const float* table, const float* position, float* y, int64_t rows,
+                         int64_t positions, int64_t dim) override {
+    kernels::embedding_forward(ids, table, position, y, rows, positions, dim);
+  }
+  void embedding_backward(const float* ids, const float* dy, float* dtable, int64_t rows, int64_t dim) override {
+    kernels::embedding_backward(ids, dy, dtable, rows, dim);
+  }
+  void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, int64_t rows, int64_t dim,
+                          float eps) override {
+    kernels::layer_norm_forward(x, gamma, beta, y, rows, dim, eps);
+  }
+  void layer_norm_backward(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma, float* dbeta,
+                           int64_t rows, int64_t dim, float eps, bool accumulate) override {
+    kernels::layer_norm_backward(x, gamma, dy, dx, dgamma, dbeta, rows, dim, eps, accumulate);
+  }
+  void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols, float scale, bool causal) override {
+    kernels::softmax_rows(x, y, rows, cols, scale, causal);
+  }
+  void softmax_rows_backward(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols,
+                             float scale) override {
+    kernels::softmax_rows_backward(y, dy, dx, rows, cols, scale);
+  }
+  void gelu_forward(const float* x, float* y, int64_t n) override { kernels::gelu_forward(x, y, n); }
+  void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) override {
+    kernels::gelu_backward(x, dy, dx, n);
+  }
   void read_step_from(const int64_t* step) override { step_ = step ? step : &no_step_; }
   bool gemm_rows_independent(int64_t shard_rows, int64_t shards, int64_t n, int64_t k) const override {
     return sgemm_rows_independent(shard_rows, shards, n, k);

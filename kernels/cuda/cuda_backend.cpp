@@ -12,6 +12,7 @@
 #include "kernels/cuda/element_update.hpp"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/sequence_ops.hpp"
 #include "kernels/cuda/layer_ops.hpp"
 #include "kernels/cuda/pointwise.hpp"
 #include "kernels/elementwise.hpp"
@@ -284,6 +285,39 @@ class CudaBackend final : public kernels::Backend {
     cuda::gemm_bf16(*blas_, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
   void to_bf16(const float* x, uint16_t* y, size_t n) override { cuda::to_bf16(x, y, n, compute_); }
+  void gemm_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                    int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta, float* c,
+                    int64_t ldc, int64_t stride_c, int64_t batch) override {
+    sgemm_strided_batched(*blas_, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+                          stride_c, batch);
+  }
+  void embedding_forward(const float* ids, const float* table, const float* position, float* y, int64_t rows,
+                         int64_t positions, int64_t dim) override {
+    cuda::embedding_forward(ids, table, position, y, rows, positions, dim, compute_);
+  }
+  void embedding_backward(const float* ids, const float* dy, float* dtable, int64_t rows, int64_t dim) override {
+    cuda::embedding_backward(ids, dy, dtable, rows, dim, compute_);
+  }
+  void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, int64_t rows, int64_t dim,
+                          float eps) override {
+    cuda::layer_norm_forward(x, gamma, beta, y, rows, dim, eps, compute_);
+  }
+  void layer_norm_backward(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma, float* dbeta,
+                           int64_t rows, int64_t dim, float eps, bool accumulate) override {
+    cuda::layer_norm_backward(x, gamma, dy, dx, dgamma, dbeta, rows, dim, eps, accumulate, compute_);
+  }
+  void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols, float scale, bool causal) override {
+    cuda::softmax_rows(x, y, rows, cols, scale, causal, compute_);
+  }
+  void softmax_rows_backward(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols,
+                             float scale) override {
+    cuda::softmax_rows_backward(y, dy, dx, rows, cols, scale, compute_);
+  }
+  void gelu_forward(const float* x, float* y, int64_t n) override { cuda::gelu_forward(x, y, n, compute_); }
+  void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) override {
+    cuda::gelu_backward(x, dy, dx, n, compute_);
+  }
+
   void broadcast_rows(const float* bias, float* y, int64_t rows, int64_t cols) override {
     cuda::broadcast_rows(bias, y, rows, cols, compute_);
   }

@@ -74,4 +74,18 @@ void sgemm(BlasHandle& blas, bool trans_a, bool trans_b, int64_t m, int64_t n, i
                                static_cast<int>(ldb), a, static_cast<int>(lda), &beta, c, static_cast<int>(ldc)));
 }
 
+void sgemm_strided_batched(BlasHandle& blas, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                           const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
+                           int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  check_gemm(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  MGT_CHECK(batch <= INT_MAX, Error,
+            "a batched GEMM of " + std::to_string(batch) + " matrices: cuBLAS takes up to " + std::to_string(INT_MAX));
+  // Column-major C^T = op(B)^T op(A)^T per matrix, as in sgemm.
+  MGT_CUBLAS_CHECK(cublasSgemmStridedBatched(
+      blas.get(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+      static_cast<int>(m), static_cast<int>(k), &alpha, b, static_cast<int>(ldb), stride_b, a, static_cast<int>(lda),
+      stride_a, &beta, c, static_cast<int>(ldc), stride_c, static_cast<int>(batch)));
+}
+
 }  // namespace mgt::cuda

@@ -27,6 +27,12 @@ enum class LayerKind {
   flatten,            // [B, ...] -> [B, features]
   dropout,            // the identity outside training
   residual,           // branch(x) + shortcut(x); an empty shortcut is the identity
+  token_embedding,    // params {weight [vocab, dim], position [positions, dim]}: [B, T] ids -> [B, T, dim]
+  layer_norm,         // params {weight, bias} over the last dimension; floats epsilon
+  gelu_tanh,          // GELU, tanh form
+  attention,          // [B, T, 3 dim] -> [B, T, dim]; ints heads, causal (0 or 1)
+  tied_head,          // params {the embedding's weight [vocab, dim]}: x weight^T, no bias
+  token_linear,       // linear over the last dimension: params {weight [out, in], bias [out]}
   onnx_operator,      // one ONNX operator, op_type (below)
 };
 

@@ -204,6 +204,30 @@ MGT_API std::unique_ptr<Layer> make_flatten(const std::string& name);
 // Inverted dropout; the mask is a function of (seed, step, global sample, element).
 MGT_API std::unique_ptr<Layer> make_dropout(const std::string& name, float probability);
 
+// Sequence models (a transformer), over [B, T, features] activations, the token rows of each sample
+// in order:
+// Token ids [B, T] (floats) -> [B, T, dim]: the token's row of "<name>.weight" [vocab, dim] plus
+// the position's row of "<name>.position" [positions, dim], both N(0, 0.02^2). table_shared: an
+// output head (make_tied_head) uses the table too and runs its backward first.
+MGT_API std::unique_ptr<Layer> make_token_embedding(const std::string& name, int64_t vocab, int64_t positions,
+                                                    int64_t dim, bool table_shared = false);
+// Layer normalisation over the last dimension, as PyTorch's LayerNorm(dim, eps).
+MGT_API std::unique_ptr<Layer> make_layer_norm(const std::string& name, int64_t dim, float eps = 1e-5f);
+// y = x W^T + b over the last dimension: [..., in] -> [..., out] (each token on its own).
+MGT_API std::unique_ptr<Layer> make_token_linear(const std::string& name, int64_t in_features, int64_t out_features,
+                                                 Init weight_init = Init::small_normal);
+// Multi-head scaled dot-product attention: [B, T, 3 dim] (queries, keys, values, as a token linear
+// layer of dim -> 3 dim gives them) -> [B, T, dim]. causal: each token attends to itself and the
+// tokens before it (a decoder); otherwise to all (an encoder). Self-attention is token_linear(dim,
+// 3 dim), attention, token_linear(dim, dim).
+MGT_API std::unique_ptr<Layer> make_attention(const std::string& name, int64_t dim, int64_t heads, bool causal);
+// GELU, tanh form.
+MGT_API std::unique_ptr<Layer> make_gelu(const std::string& name);
+// Logits [..., vocab] = x E^T with E the table "<embedding>.weight" [vocab, dim] of a token
+// embedding declared before it with table_shared = true; no bias.
+MGT_API std::unique_ptr<Layer> make_tied_head(const std::string& name, const std::string& embedding, int64_t vocab,
+                                              int64_t dim);
+
 // Mean softmax cross-entropy over the batch. Writes d(loss_sum * grad_scale)/d(logits) into
 // grad_logits: with grad_scale = 1/global_batch, summing the ranks' gradients gives the gradient
 // of the global mean loss. Returns the *sum* of per-sample losses. Labels outside

@@ -118,6 +118,45 @@ class MGT_API Ops {
   // Turns uniforms u in [0, 1) into inverted-dropout scales in place: 0 when u < p, else 1/(1-p).
   virtual void dropout_scales(float* u, int64_t n, float p) = 0;
 
+  // The operations of sequence models (a transformer's layers), over rows of tokens.
+  //
+  // `batch` GEMMs of the same shape whose operands lie `stride_*` floats apart: attention's
+  // per-head products. The default runs them one by one; a GPU runs them as one call.
+  virtual void gemm_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                            int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
+                            float* c, int64_t ldc, int64_t stride_c, int64_t batch) {
+    for (int64_t i = 0; i < batch; ++i)
+      gemm(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c, ldc);
+  }
+  // y[r, :] = table[ids[r], :] + position[r % positions, :] for `rows` rows of `dim` (ids are
+  // token ids held as floats, checked against the table by whoever wrote them; position may be
+  // null: no position term).
+  virtual void embedding_forward(const float* ids, const float* table, const float* position, float* y, int64_t rows,
+                                 int64_t positions, int64_t dim) = 0;
+  // dtable[ids[r], :] += dy[r, :], the rows added in order r = 0, 1, ... (a fixed order, so the
+  // same ids give the same bits on every run and device).
+  virtual void embedding_backward(const float* ids, const float* dy, float* dtable, int64_t rows, int64_t dim) = 0;
+  // Layer normalisation of each row of `dim`: y = (x - mean) / sqrt(var + eps) * gamma + beta,
+  // the biased variance; the statistics summed in a fixed order.
+  virtual void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, int64_t rows,
+                                  int64_t dim, float eps) = 0;
+  // Its backward from the forward's input (the statistics are formed again): dx written; dgamma
+  // and dbeta the sums over rows, in row order, of dy * x_hat and dy, added to (written when
+  // accumulate is false).
+  virtual void layer_norm_backward(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma,
+                                   float* dbeta, int64_t rows, int64_t dim, float eps, bool accumulate) = 0;
+  // y = softmax(scale * x) over each row of `cols`. causal: the rows are blocks of `cols` x `cols`
+  // (query by key), and row r keeps only the columns up to its query position r % cols; the
+  // others get probability 0. y may be x.
+  virtual void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols, float scale, bool causal) = 0;
+  // Its backward from the output y: dx = scale * y * (dy - sum over the row of dy * y); dx may be dy.
+  virtual void softmax_rows_backward(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols,
+                                     float scale) = 0;
+  // GELU, tanh form (GPT-2's): y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); y may be x.
+  virtual void gelu_forward(const float* x, float* y, int64_t n) = 0;
+  // dx = dy * GELU'(x); dx may be dy.
+  virtual void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) = 0;
+
   // Plans, made when a layer is planned for a shape; each may hold memory of its own.
   // bf16: bfloat16 operands and result, FP32 accumulation, converted at the op's edges (x, w, dy
   // rounded; y before the FP32 bias, dx and the weight gradient before it is added are bf16

@@ -16,7 +16,8 @@ enum class Init {
   zeros,
   he_uniform,      // U(-sqrt(6/fan_in), sqrt(6/fan_in)), for weights followed by ReLU
   fan_in_uniform,  // U(-1/sqrt(fan_in), 1/sqrt(fan_in)), e.g. the last layer
-  ones             // 1, e.g. a normalisation's scale
+  ones,            // 1, e.g. a normalisation's scale
+  small_normal     // N(0, 0.02^2): GPT-2's weights and embeddings
 };
 
 struct ParamInfo {
@@ -69,6 +70,9 @@ class MGT_API ParameterStore {
  public:
   // Declares a parameter before finalize(); returns its handle. Names must be unique.
   ParamHandle declare(const std::string& name, const Shape& shape, Init init, int64_t fan_in);
+  // The handle of a parameter declared earlier (a layer sharing another's: a tied output head);
+  // throws ConfigError naming `who` and the parameter when there is none.
+  ParamHandle find(const std::string& name, const std::string& who) const;
   // Declares a buffer (BufferInfo) before finalize(); returns its handle. Names must be unique
   // among the parameters and the buffers.
   BufferHandle declare_buffer(const std::string& name, const Shape& shape, float initial);

@@ -83,6 +83,12 @@ ParamHandle ParameterStore::declare(const std::string& name, const Shape& shape,
   return params_.size() - 1;
 }
 
+ParamHandle ParameterStore::find(const std::string& name, const std::string& who) const {
+  for (size_t h = 0; h < params_.size(); ++h)
+    if (params_[h].name == name) return h;
+  throw ConfigError(who + " needs the parameter '" + name + "', which no layer before it declares");
+}
+
 BufferHandle ParameterStore::declare_buffer(const std::string& name, const Shape& shape, float initial) {
   MGT_CHECK(!finalized_, Error, "buffer '" + name + "' declared after the store was finalized");
   check_name_free(name, "buffer", params_, buffers_);
@@ -131,6 +137,17 @@ void ParameterStore::initialize(uint64_t seed) {
       case Init::fan_in_uniform: {
         const auto bound = static_cast<float>(1.0 / std::sqrt(fan_in));
         rng::fill_uniform(dst, p.numel, -bound, bound, key, 0);
+        break;
+      }
+      case Init::small_normal: {
+        // Box-Muller over two uniform streams: element i's value depends on (seed, name, i) alone.
+        std::vector<float> u(p.numel), v(p.numel);
+        rng::fill_uniform(u.data(), p.numel, 0.0f, 1.0f, key, 0);
+        rng::fill_uniform(v.data(), p.numel, 0.0f, 1.0f, key, 1);
+        constexpr double kTwoPi = 6.283185307179586;
+        for (size_t i = 0; i < p.numel; ++i)
+          dst[i] = static_cast<float>(0.02 * std::sqrt(-2.0 * std::log(1.0 - static_cast<double>(u[i]))) *
+                                      std::cos(kTwoPi * static_cast<double>(v[i])));
         break;
       }
     }

@@ -62,6 +62,18 @@ const char* kind_name(LayerKind kind) {
       return "residual";
     case LayerKind::onnx_operator:
       return "onnx_operator";
+    case LayerKind::token_embedding:
+      return "token_embedding";
+    case LayerKind::layer_norm:
+      return "layer_norm";
+    case LayerKind::gelu_tanh:
+      return "gelu_tanh";
+    case LayerKind::attention:
+      return "attention";
+    case LayerKind::tied_head:
+      return "tied_head";
+    case LayerKind::token_linear:
+      return "token_linear";
   }
   return "?";
 }
@@ -184,6 +196,13 @@ class GraphBuilder {
     switch (d.kind) {
       case LayerKind::none:
         no_form(layer, "has no ONNX form: its describe() says LayerKind::none");
+      case LayerKind::token_embedding:
+      case LayerKind::layer_norm:
+      case LayerKind::gelu_tanh:
+      case LayerKind::attention:
+      case LayerKind::tied_head:
+      case LayerKind::token_linear:
+        no_form(layer, std::string("is a ") + kind_name(d.kind) + " layer, which export does not write yet");
       case LayerKind::linear:
         // Linear takes any rank and flattens it; Gemm takes [N, features] only.
         if (shape.size() != 2) x = node("Flatten", {x}, name + ".flatten", {int_attr("axis", 1)});

@@ -1,4 +1,5 @@
-// Linear: y = x W^T + b over GEMMs. Deterministic mode hands the weight gradient's factors to the
+// Linear: y = x W^T + b over GEMMs, on rows of a batch (the input flattened) or on each token of a
+// sequence (the last dimension: make_token_linear). Deterministic mode hands the weight gradient's factors to the
 // store's WeightGradientSink instead (its tree sums do not depend on how ranks split the batch).
 #include <string>
 
@@ -10,8 +11,8 @@ namespace {
 
 class LinearLayer final : public Layer {
  public:
-  LinearLayer(const std::string& name, int64_t in, int64_t out, Init init)
-      : Layer(name), in_(in), out_(out), init_(init) {
+  LinearLayer(const std::string& name, int64_t in, int64_t out, Init init, bool per_token)
+      : Layer(name), in_(in), out_(out), init_(init), per_token_(per_token) {
     layers::check_positive(name, "in_features", in);
     layers::check_positive(name, "out_features", out);
   }
@@ -22,6 +23,15 @@ class LinearLayer final : public Layer {
   }
 
   Shape output_shape(const Shape& input) const override {
+    if (per_token_) {
+      MGT_CHECK(input.size() >= 2 && input.back() == in_, ConfigError,
+                "layer '" + name() + "' expects input [..., " + std::to_string(in_) + "] (" + std::to_string(in_) +
+                    " features per token), got " + shape_string(input));
+      rows_per_sample_ = shape_numel(input) / (input[0] * in_);
+      Shape out = input;
+      out.back() = out_;
+      return out;
+    }
     MGT_CHECK(input.size() >= 2 && layers::row_size(input) == in_, ConfigError,
               "layer '" + name() + "' expects input [B, " + std::to_string(in_) +
                   "] (or higher rank with that many features per row), got " + shape_string(input));
@@ -33,7 +43,7 @@ class LinearLayer final : public Layer {
     planned_ = input;
     x_bf16_ = dy_bf16_ = w_bf16_ = nullptr;
     if (!planner.bf16()) return;
-    const auto rows = static_cast<size_t>(input[0]);
+    const auto rows = static_cast<size_t>(shape_numel(input) / in_);
     x_bf16_ = planner.allocate_array<uint16_t>(rows * static_cast<size_t>(in_));
     dy_bf16_ = planner.allocate_array<uint16_t>(rows * static_cast<size_t>(out_));
     w_bf16_ = planner.allocate_array<uint16_t>(static_cast<size_t>(out_ * in_));
@@ -41,7 +51,7 @@ class LinearLayer final : public Layer {
 
   void forward(const LayerRun& run, const Tensor& in, Tensor& out) override {
     layers::check_planned(name(), planned_, in.shape());
-    const int64_t batch = in.dim(0);
+    const int64_t batch = in.numel() / in_;  // rows: samples, or tokens
     Ops& ops = run.ops;
     // y = b broadcast, then y += x W^T in the GEMM (beta = 1).
     ops.broadcast_rows(run.store.param(bias_), out.data(), batch, out_);
@@ -58,7 +68,7 @@ class LinearLayer final : public Layer {
 
   void backward(const LayerRun& run, const Tensor& in, const Tensor&, const Tensor& grad_out,
                 Tensor* grad_in) override {
-    const int64_t batch = in.dim(0);
+    const int64_t batch = in.numel() / in_;
     Ops& ops = run.ops;
     const bool overwrite = run.step.overwrite_grads;
     float* dw = run.store.grad(weight_);
@@ -92,11 +102,11 @@ class LinearLayer final : public Layer {
   std::vector<ParamHandle> param_handles() const override { return {weight_, bias_}; }
   bool backward_reads_output() const override { return false; }
   bool row_wise(const Ops& ops, int64_t shard_rows, int64_t shards) const override {
-    return ops.gemm_rows_independent(shard_rows, shards, out_, in_);
+    return ops.gemm_rows_independent(shard_rows * rows_per_sample_, shards, out_, in_);
   }
   LayerDescription describe() const override {
     LayerDescription d;
-    d.kind = LayerKind::linear;
+    d.kind = per_token_ ? LayerKind::token_linear : LayerKind::linear;
     d.params = {weight_, bias_};
     return d;
   }
@@ -104,6 +114,10 @@ class LinearLayer final : public Layer {
  private:
   int64_t in_, out_;
   Init init_;
+  bool per_token_;
+  // GEMM rows per sample (tokens per sequence), from the latest output_shape: what row_wise asks
+  // oneDNN about.
+  mutable int64_t rows_per_sample_ = 1;
   ParamHandle weight_ = 0, bias_ = 0;
   Shape planned_;
   uint16_t* x_bf16_ = nullptr;  // bf16: the input, the output gradient and the weight as operands
@@ -115,7 +129,12 @@ class LinearLayer final : public Layer {
 
 std::unique_ptr<Layer> make_linear(const std::string& name, int64_t in_features, int64_t out_features,
                                    Init weight_init) {
-  return std::make_unique<LinearLayer>(name, in_features, out_features, weight_init);
+  return std::make_unique<LinearLayer>(name, in_features, out_features, weight_init, false);
+}
+
+std::unique_ptr<Layer> make_token_linear(const std::string& name, int64_t in_features, int64_t out_features,
+                                         Init weight_init) {
+  return std::make_unique<LinearLayer>(name, in_features, out_features, weight_init, true);
 }
 
 }  // namespace mgt

@@ -1,0 +1,79 @@
+// Token embedding: [B, T] token ids (held as floats) -> [B, T, dim], the id's row of the table
+// plus the position's row of a learned position table. Its backward is a scatter-add in row order
+// (Ops::embedding_backward), so the same batch gives the same bits on every run; it is not
+// row-wise (rows with the same token meet in one gradient row), and deterministic mode runs it a
+// micro-shard at a time.
+#include <string>
+
+#include "layer_checks.hpp"
+#include "mgtrain/layers.hpp"
+
+namespace mgt {
+namespace {
+
+class TokenEmbeddingLayer final : public Layer {
+ public:
+  TokenEmbeddingLayer(const std::string& name, int64_t vocab, int64_t positions, int64_t dim, bool table_shared)
+      : Layer(name), vocab_(vocab), positions_(positions), dim_(dim), table_shared_(table_shared) {
+    layers::check_positive(name, "vocab", vocab);
+    layers::check_positive(name, "positions", positions);
+    layers::check_positive(name, "dim", dim);
+  }
+
+  void declare(ParameterStore& store) override {
+    table_ = store.declare(name() + ".weight", {vocab_, dim_}, Init::small_normal, dim_);
+    position_ = store.declare(name() + ".position", {positions_, dim_}, Init::small_normal, dim_);
+  }
+
+  Shape output_shape(const Shape& input) const override {
+    MGT_CHECK(input.size() == 2 && input[1] >= 1 && input[1] <= positions_, ConfigError,
+              "layer '" + name() + "' expects token ids [B, T] with T at most " + std::to_string(positions_) +
+                  " positions, got " + shape_string(input));
+    return {input[0], input[1], dim_};
+  }
+
+  void plan(LayerPlanner&, const Shape& input) override { planned_ = input; }
+
+  void forward(const LayerRun& run, const Tensor& in, Tensor& out) override {
+    layers::check_planned(name(), planned_, in.shape());
+    run.ops.embedding_forward(in.data(), run.store.param(table_), run.store.param(position_), out.data(), in.numel(),
+                              in.dim(1), dim_);
+  }
+
+  void backward(const LayerRun& run, const Tensor& in, const Tensor&, const Tensor& grad_out, Tensor*) override {
+    Ops& ops = run.ops;
+    const bool overwrite = run.step.overwrite_grads;
+    float* dtable = run.store.grad(table_);
+    float* dposition = run.store.grad(position_);
+    // A head that shares the table ran its backward first and wrote (or added) its part.
+    if (overwrite && !table_shared_) ops.zero(dtable, static_cast<size_t>(vocab_ * dim_) * sizeof(float));
+    ops.embedding_backward(in.data(), grad_out.data(), dtable, in.numel(), dim_);
+    if (overwrite) ops.zero(dposition, static_cast<size_t>(positions_ * dim_) * sizeof(float));
+    // Position t's gradient is the sum over the batch of row t: column sums of [B, T * dim].
+    ops.add_column_sums(grad_out.data(), dposition, in.dim(0), in.dim(1) * dim_);
+  }
+
+  std::vector<ParamHandle> param_handles() const override { return {table_, position_}; }
+  bool backward_reads_output() const override { return false; }
+  LayerDescription describe() const override {
+    LayerDescription d;
+    d.kind = LayerKind::token_embedding;
+    d.params = {table_, position_};
+    return d;
+  }
+
+ private:
+  int64_t vocab_, positions_, dim_;
+  bool table_shared_;
+  ParamHandle table_ = 0, position_ = 0;
+  Shape planned_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_token_embedding(const std::string& name, int64_t vocab, int64_t positions, int64_t dim,
+                                            bool table_shared) {
+  return std::make_unique<TokenEmbeddingLayer>(name, vocab, positions, dim, table_shared);
+}
+
+}  // namespace mgt

@@ -1,0 +1,198 @@
+#include "kernels/cpu/sequence.hpp"
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/pointwise.hpp"  // MGT_TARGET_CLONES
+
+namespace mgt::kernels {
+namespace {
+
+// The GELU's tanh form (GPT-2, PyTorch's approximate='tanh').
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
+
+// Sums in kLanes interleaved partial sums combined in a fixed order: the compiler vectorizes the
+// loop (a plain running sum it must keep in order), and the bits depend on the length alone.
+constexpr int64_t kLanes = 16;
+
+inline float combine(const float (&acc)[kLanes]) {
+  float s = 0.0f;
+  for (int64_t l = 0; l < kLanes; ++l) s += acc[l];
+  return s;
+}
+
+inline float lane_sum(const float* x, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) acc[l] += x[i + l];
+  for (; i < n; ++i) acc[i % kLanes] += x[i];
+  return combine(acc);
+}
+
+inline float lane_dot(const float* x, const float* y, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) acc[l] += x[i + l] * y[i + l];
+  for (; i < n; ++i) acc[i % kLanes] += x[i] * y[i];
+  return combine(acc);
+}
+
+// e^x for x in float's range, within 2 ulp, in operations the compiler vectorizes (libm's expf
+// is a call per element): x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor polynomial,
+// 2^n put into the exponent bits. Below -87 it gives 2^-126 times e^r rather than denormals.
+inline float exp_vectorizable(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float n = (x * 1.44269504088896341f + kRound) - kRound;
+  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+// tanh(u) = 1 - 2 / (e^(2u) + 1): saturates to +-1 where e^(2u) does.
+inline float tanh_vectorizable(float u) { return 1.0f - 2.0f / (exp_vectorizable(2.0f * u) + 1.0f); }
+
+// A row's mean and 1/sqrt(var + eps): the variance from the centred values, as PyTorch's
+// LayerNorm, so a large mean loses nothing.
+inline void row_statistics(const float* x, int64_t dim, float eps, float* mean, float* rstd) {
+  const float m = lane_sum(x, dim) / static_cast<float>(dim);
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= dim; i += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) acc[l] += (x[i + l] - m) * (x[i + l] - m);
+  for (; i < dim; ++i) acc[i % kLanes] += (x[i] - m) * (x[i] - m);
+  *mean = m;
+  *rstd = 1.0f / std::sqrt(combine(acc) / static_cast<float>(dim) + eps);
+}
+
+}  // namespace
+
+MGT_TARGET_CLONES
+void embedding_forward(const float* ids, const float* table, const float* position, float* y, int64_t rows,
+                       int64_t positions, int64_t dim) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* t = table + static_cast<int64_t>(ids[r]) * dim;
+    float* out = y + r * dim;
+    if (position) {
+      const float* p = position + (r % positions) * dim;
+      for (int64_t i = 0; i < dim; ++i) out[i] = t[i] + p[i];
+    } else {
+      std::memcpy(out, t, static_cast<size_t>(dim) * sizeof(float));
+    }
+  }
+}
+
+MGT_TARGET_CLONES
+void embedding_backward(const float* ids, const float* dy, float* dtable, int64_t rows, int64_t dim) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* t = dtable + static_cast<int64_t>(ids[r]) * dim;
+    const float* g = dy + r * dim;
+    for (int64_t i = 0; i < dim; ++i) t[i] += g[i];
+  }
+}
+
+MGT_TARGET_CLONES
+void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, int64_t rows, int64_t dim,
+                        float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = x + r * dim;
+    float* out = y + r * dim;
+    float mean, rstd;
+    row_statistics(in, dim, eps, &mean, &rstd);
+    for (int64_t i = 0; i < dim; ++i) out[i] = (in[i] - mean) * rstd * gamma[i] + beta[i];
+  }
+}
+
+MGT_TARGET_CLONES
+void layer_norm_backward(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma, float* dbeta,
+                         int64_t rows, int64_t dim, float eps, bool accumulate) {
+  if (!accumulate) {
+    std::memset(dgamma, 0, static_cast<size_t>(dim) * sizeof(float));
+    std::memset(dbeta, 0, static_cast<size_t>(dim) * sizeof(float));
+  }
+  const float inv_dim = 1.0f / static_cast<float>(dim);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = x + r * dim;
+    const float* g = dy + r * dim;
+    float mean, rstd;
+    row_statistics(in, dim, eps, &mean, &rstd);
+    // dx = rstd * (dxh - mean(dxh) - x_hat * mean(dxh * x_hat)), dxh = dy * gamma
+    float acc_dxh[kLanes] = {}, acc_dxh_xh[kLanes] = {};
+    for (int64_t i = 0; i < dim; ++i) {
+      const float xh = (in[i] - mean) * rstd;
+      const float dxh = g[i] * gamma[i];
+      acc_dxh[i % kLanes] += dxh;
+      acc_dxh_xh[i % kLanes] += dxh * xh;
+      dgamma[i] += g[i] * xh;
+      dbeta[i] += g[i];
+    }
+    if (!dx) continue;
+    float* out = dx + r * dim;
+    const float a = combine(acc_dxh) * inv_dim, b = combine(acc_dxh_xh) * inv_dim;
+    for (int64_t i = 0; i < dim; ++i) {
+      const float xh = (in[i] - mean) * rstd;
+      out[i] = rstd * (g[i] * gamma[i] - a - xh * b);
+    }
+  }
+}
+
+MGT_TARGET_CLONES
+void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols, float scale, bool causal) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = x + r * cols;
+    float* out = y + r * cols;
+    const int64_t kept = causal ? r % cols + 1 : cols;
+    float max = in[0];
+    for (int64_t c = 1; c < kept; ++c) max = in[c] > max ? in[c] : max;
+    for (int64_t c = 0; c < kept; ++c) out[c] = exp_vectorizable((in[c] - max) * scale);
+    const float inv = 1.0f / lane_sum(out, kept);
+    for (int64_t c = 0; c < kept; ++c) out[c] *= inv;
+    for (int64_t c = kept; c < cols; ++c) out[c] = 0.0f;
+  }
+}
+
+MGT_TARGET_CLONES
+void softmax_rows_backward(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols, float scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* p = y + r * cols;
+    const float* g = dy + r * cols;
+    float* out = dx + r * cols;
+    const float dot = lane_dot(p, g, cols);
+    for (int64_t c = 0; c < cols; ++c) out[c] = scale * p[c] * (g[c] - dot);
+  }
+}
+
+MGT_TARGET_CLONES
+void gelu_forward(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + tanh_vectorizable(kGeluC * (v + kGeluA * v * v * v)));
+  }
+}
+
+MGT_TARGET_CLONES
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float t = tanh_vectorizable(kGeluC * (v + kGeluA * v * v * v));
+    const float dt = kGeluC * (1.0f + 3.0f * kGeluA * v * v) * (1.0f - t * t);
+    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
+  }
+}
+
+}  // namespace mgt::kernels

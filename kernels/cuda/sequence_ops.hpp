@@ -1,0 +1,26 @@
+#pragma once
+// The sequence operations of mgt::Ops (a transformer's embedding, layer normalisation, attention's
+// row softmax, GELU) on device memory, with the semantics ops.hpp gives them. Reductions add in a
+// fixed order (a warp's shuffle tree per row, a thread per column over the rows in order), never
+// with floating-point atomics, so a run repeats bit for bit. Launched on `stream`, capturable in
+// a CUDA graph.
+#include <cstdint>
+
+#include "kernels/cuda/runtime.hpp"
+
+namespace mgt::cuda {
+
+void embedding_forward(const float* ids, const float* table, const float* position, float* y, int64_t rows,
+                       int64_t positions, int64_t dim, Stream stream);
+void embedding_backward(const float* ids, const float* dy, float* dtable, int64_t rows, int64_t dim, Stream stream);
+void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, int64_t rows, int64_t dim,
+                        float eps, Stream stream);
+void layer_norm_backward(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma, float* dbeta,
+                         int64_t rows, int64_t dim, float eps, bool accumulate, Stream stream);
+void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols, float scale, bool causal, Stream stream);
+void softmax_rows_backward(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols, float scale,
+                           Stream stream);
+void gelu_forward(const float* x, float* y, int64_t n, Stream stream);
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, Stream stream);
+
+}  // namespace mgt::cuda

@@ -841,4 +841,228 @@ TEST(SequentialModel, HandlesBatchSizeChange) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Sequence layers (a transformer's): [B, T, features] activations.
+
+// Token ids [B, T] in [0, vocab), as floats (what the token reader gives).
+Tensor random_ids(const Shape& shape, int64_t vocab, unsigned seed) {
+  Tensor t(shape);
+  std::mt19937 gen(seed);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = static_cast<float>(gen() % vocab);
+  return t;
+}
+
+TEST(TokenEmbeddingLayer, AddsTheTokensRowAndThePositionsRowWithTheirGradients) {
+  Harness h(mgt::make_token_embedding("wte", 7, 5, 4));
+  Tensor ids = random_ids({3, 5}, 7, 8);
+  EXPECT_EQ(h.layer->output_shape(ids.shape()), (Shape{3, 5, 4}));
+  EXPECT_THROW(h.layer->output_shape({3, 6}), mgt::ConfigError);  // more tokens than positions
+  Tensor y({3, 5, 4});
+  run_forward(*h.layer, h.store, ids, y, training_ctx());
+  const auto handles = h.layer->param_handles();
+  for (int64_t r = 0; r < 15; ++r)
+    for (int64_t i = 0; i < 4; ++i) {
+      const auto id = static_cast<int64_t>(ids.data()[r]);
+      ASSERT_FLOAT_EQ(y.data()[r * 4 + i],
+                      h.store.param(handles[0])[id * 4 + i] + h.store.param(handles[1])[(r % 5) * 4 + i]);
+    }
+  check_gradients(h, ids, training_ctx(), /*check_input=*/false);
+}
+
+TEST(LayerNormLayer, NormalisesEachTokenWithItsGradients) {
+  Harness h(mgt::make_layer_norm("ln", 6));
+  Tensor x = random_tensor({2, 3, 6}, 9);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = 3.0f * x.data()[i] + 10.0f;  // a large mean
+  check_gradients(h, x, training_ctx());
+  // With the scale 1 and shift 0 every row has mean 0 and variance 1 (less eps).
+  Harness plain(mgt::make_layer_norm("ln", 6));
+  const auto handles = plain.layer->param_handles();
+  std::fill_n(plain.store.param(handles[0]), 6, 1.0f);
+  std::fill_n(plain.store.param(handles[1]), 6, 0.0f);
+  Tensor y({2, 3, 6});
+  run_forward(*plain.layer, plain.store, x, y, training_ctx());
+  for (int64_t r = 0; r < 6; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < 6; ++i) mean += y.data()[r * 6 + i] / 6.0;
+    for (int64_t i = 0; i < 6; ++i) var += (y.data()[r * 6 + i] - mean) * (y.data()[r * 6 + i] - mean) / 6.0;
+    EXPECT_NEAR(mean, 0.0, 1e-5);
+    EXPECT_NEAR(var, 1.0, 1e-3);
+  }
+}
+
+TEST(TokenLinearLayer, ActsOnEachTokenWithItsGradients) {
+  Harness h(mgt::make_token_linear("fc", 5, 3));
+  EXPECT_EQ(h.layer->output_shape({2, 4, 5}), (Shape{2, 4, 3}));
+  EXPECT_THROW(h.layer->output_shape({2, 5, 4}), mgt::ConfigError);
+  Tensor x = random_tensor({2, 4, 5}, 10);
+  check_gradients(h, x, training_ctx());
+}
+
+TEST(GeluLayer, IsTheTanhFormWithItsGradient) {
+  Harness h(mgt::make_gelu("gelu"));
+  Tensor x = random_tensor({3, 40}, 11);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] *= 6.0f;  // both tails
+  Tensor y({3, 40});
+  run_forward(*h.layer, h.store, x, y, training_ctx());
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double v = x.data()[i];
+    const double want = 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    ASSERT_NEAR(y.data()[i], want, 1e-6 + 1e-6 * std::abs(want)) << "at x = " << v;
+  }
+  check_gradients(h, x, training_ctx());
+}
+
+TEST(AttentionLayer, CausalGradientsMatchFiniteDifferences) {
+  Harness h(mgt::make_attention("attn", 8, 2, /*causal=*/true));
+  Tensor x = random_tensor({2, 5, 24}, 12);
+  EXPECT_EQ(h.layer->output_shape(x.shape()), (Shape{2, 5, 8}));
+  check_gradients(h, x, training_ctx());
+}
+
+TEST(AttentionLayer, BidirectionalGradientsMatchFiniteDifferences) {
+  Harness h(mgt::make_attention("attn", 6, 3, /*causal=*/false));
+  Tensor x = random_tensor({2, 4, 18}, 13);
+  check_gradients(h, x, training_ctx());
+}
+
+TEST(AttentionLayer, CausalTokensSeeOnlyThemselvesAndTheirPast) {
+  Harness h(mgt::make_attention("attn", 4, 2, /*causal=*/true));
+  Tensor x = random_tensor({1, 6, 12}, 14);
+  Tensor y({1, 6, 4}), y2({1, 6, 4});
+  run_forward(*h.layer, h.store, x, y, training_ctx());
+  // The first token attends to itself alone: its output is its own value.
+  for (int64_t i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(y.data()[i], x.data()[8 + i]);
+  // Changing the last token changes no earlier output.
+  for (int64_t i = 0; i < 12; ++i) x.data()[5 * 12 + i] += 1.0f;
+  run_forward(*h.layer, h.store, x, y2, training_ctx());
+  for (int64_t i = 0; i < 5 * 4; ++i) ASSERT_EQ(y.data()[i], y2.data()[i]) << "output " << i;
+  EXPECT_NE(y.data()[5 * 4], y2.data()[5 * 4]);
+}
+
+TEST(AttentionLayer, RefusesHeadsThatDoNotDivideTheWidth) {
+  EXPECT_THROW(mgt::make_attention("attn", 10, 4, true), mgt::ConfigError);
+}
+
+// The head tied to the embedding: its part of the table's gradient and the embedding's add up,
+// whatever overwrite_grads says (the head writes first, the embedding then adds).
+TEST(TiedHeadLayer, TableGradientIsTheSumOfBothUses) {
+  constexpr int64_t vocab = 6, positions = 4, dim = 5;
+  ParameterStore store;
+  auto embedding = mgt::make_token_embedding("wte", vocab, positions, dim, /*table_shared=*/true);
+  auto head = mgt::make_tied_head("head", "wte", vocab, dim);
+  embedding->declare(store);
+  head->declare(store);
+  store.finalize();
+  store.initialize(5);
+  const Tensor ids = random_ids({2, positions}, vocab, 15);
+  const Tensor r = random_tensor({2, positions, vocab}, 16);
+  const auto loss = [&] {
+    Tensor h({2, positions, dim}), logits({2, positions, vocab});
+    run_forward(*embedding, store, ids, h, training_ctx());
+    run_forward(*head, store, h, logits, training_ctx());
+    double s = 0;
+    for (int64_t i = 0; i < logits.numel(); ++i) s += double(logits.data()[i]) * r.data()[i];
+    return s;
+  };
+  Tensor h({2, positions, dim}), logits({2, positions, vocab}), dh({2, positions, dim});
+  run_forward(*embedding, store, ids, h, training_ctx());
+  run_forward(*head, store, h, logits, training_ctx());
+  std::fill_n(store.grads_data(), store.flat_size(), 777.0f);  // garbage, as after discard_grads
+  StepContext ctx = training_ctx();
+  ctx.overwrite_grads = true;
+  run_backward(*head, store, h, logits, r, &dh, ctx);
+  run_backward(*embedding, store, ids, h, dh, nullptr, ctx);
+  EXPECT_TRUE(head->param_handles().empty());  // the embedding owns the table
+  const auto table = embedding->param_handles()[0];
+  constexpr float eps = 1e-3f;
+  for (int64_t i : probe_indices(vocab * dim)) {
+    float& p = store.param(table)[i];
+    const float saved = p;
+    p = saved + eps;
+    const double up = loss();
+    p = saved - eps;
+    const double down = loss();
+    p = saved;
+    expect_close(store.grad(table)[i], (up - down) / (2.0 * eps), "wte.weight gradient at " + std::to_string(i));
+  }
+  ParameterStore alone;
+  auto untied = mgt::make_tied_head("head", "wte", vocab, dim);
+  EXPECT_THROW(untied->declare(alone), mgt::ConfigError);  // no table to tie to
+}
+
+TEST(SequenceOps, CausalSoftmaxRowsSumToOneOverTheirPast) {
+  constexpr int64_t t = 7;
+  Tensor s = random_tensor({2, t, t}, 17);
+  for (int64_t i = 0; i < s.numel(); ++i) s.data()[i] *= 30.0f;  // exp over a wide range
+  Tensor p({2, t, t});
+  mgt::host_ops().softmax_rows(s.data(), p.data(), 2 * t, t, 0.5f, /*causal=*/true);
+  for (int64_t r = 0; r < 2 * t; ++r) {
+    const int64_t q = r % t;
+    double sum = 0, max = -1e30;
+    for (int64_t c = 0; c <= q; ++c) max = std::max(max, 0.5 * s.data()[r * t + c]);
+    double norm = 0;
+    for (int64_t c = 0; c <= q; ++c) norm += std::exp(0.5 * s.data()[r * t + c] - max);
+    for (int64_t c = 0; c < t; ++c) {
+      const float v = p.data()[r * t + c];
+      if (c > q) {
+        ASSERT_EQ(v, 0.0f) << "row " << r << " column " << c << " lies in the future";
+        continue;
+      }
+      const double want = std::exp(0.5 * s.data()[r * t + c] - max) / norm;
+      ASSERT_NEAR(v, want, 1e-6 + 2e-6 * want) << "row " << r << " column " << c;
+      sum += v;
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-5);
+  }
+}
+
+TEST(SequentialModel, TinyTransformerBlockLearnsTheGradientOfItsLoss) {
+  // The GPT-2 block as the gpt plugin composes it, checked end to end by finite differences.
+  constexpr int64_t vocab = 11, t = 4, dim = 8;
+  mgt::SequentialModel model;
+  model.add(mgt::make_token_embedding("wte", vocab, t, dim, true));
+  std::vector<std::unique_ptr<Layer>> attention;
+  attention.push_back(mgt::make_layer_norm("ln1", dim));
+  attention.push_back(mgt::make_token_linear("qkv", dim, 3 * dim));
+  attention.push_back(mgt::make_attention("attn", dim, 2, true));
+  attention.push_back(mgt::make_token_linear("proj", dim, dim));
+  model.add(mgt::make_residual("attn_block", std::move(attention)));
+  std::vector<std::unique_ptr<Layer>> mlp;
+  mlp.push_back(mgt::make_layer_norm("ln2", dim));
+  mlp.push_back(mgt::make_token_linear("fc", dim, 4 * dim));
+  mlp.push_back(mgt::make_gelu("gelu"));
+  mlp.push_back(mgt::make_token_linear("fc_proj", 4 * dim, dim));
+  model.add(mgt::make_residual("mlp_block", std::move(mlp)));
+  model.add(mgt::make_layer_norm("ln_f", dim));
+  model.add(mgt::make_tied_head("head", "wte", vocab, dim));
+  ParameterStore store;
+  model.declare(store);
+  store.finalize();
+  store.initialize(3);
+  const Tensor ids = random_ids({2, t}, vocab, 18);
+  const Tensor r = random_tensor({2, t, vocab}, 19);
+  const auto loss = [&] {
+    const Tensor& y = model.forward(ids, training_ctx());
+    double s = 0;
+    for (int64_t i = 0; i < y.numel(); ++i) s += double(y.data()[i]) * r.data()[i];
+    return s;
+  };
+  model.forward(ids, training_ctx());
+  store.zero_grads();
+  model.backward(r, training_ctx(), {});
+  const std::vector<float> grads(store.grads_data(), store.grads_data() + store.flat_size());
+  constexpr float eps = 1e-3f;
+  for (const auto& info : store.params())
+    for (int64_t i : probe_indices(static_cast<int64_t>(info.numel), 6)) {
+      float& p = store.params_data()[info.offset + i];
+      const float saved = p;
+      p = saved + eps;
+      const double up = loss();
+      p = saved - eps;
+      const double down = loss();
+      p = saved;
+      expect_close(grads[info.offset + i], (up - down) / (2.0 * eps), info.name + " gradient at " + std::to_string(i));
+    }
+}
+
 }  // namespace

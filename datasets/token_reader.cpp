@@ -72,7 +72,8 @@ TokenReader::TokenReader(const ReaderOptions& options) : options_(options) {
   const TokenFileInfo file = open_token_info(options.path);
   if (options.vocab_limit > 0 && file.vocab_size > options.vocab_limit)
     throw DataError("token file '" + options.path + "' has vocab_size " + std::to_string(file.vocab_size) +
-                    ", the model's vocabulary is " + std::to_string(options.vocab_limit) + ": expected at most that");
+                    ", more than the model's vocabulary of " + std::to_string(options.vocab_limit) +
+                    " (model.vocab): expected a model vocabulary of at least " + std::to_string(file.vocab_size));
   if (file.tokens < options.context + 1)
     throw DataError("token file '" + options.path + "' holds " + std::to_string(file.tokens) +
                     " tokens, fewer than one window of model.context + 1 = " + std::to_string(options.context + 1));

@@ -20,6 +20,8 @@ packages=(
   # ONNX's protobuf messages for `mgtrain export` (onnx/onnx-ml.pb.h, libonnx_proto)
   libonnx-dev libprotobuf-dev
   dataset-fashion-mnist
+  # English text for the language-model tests and example (/usr/share/games/fortunes)
+  fortunes
   # the format check (scripts/check_format.sh, .clang-format)
   clang-format
   # the TensorBoard and ONNX Runtime tests: a venv for tensorboard, onnxruntime, onnx from PyPI

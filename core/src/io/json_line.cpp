@@ -103,6 +103,12 @@ std::string eval_result_json(const EvalResult& r) {
   o["accuracy"] = json_fixed(r.accuracy, 6);
   o["loss"] = json_fixed(r.loss, 6);
   o["samples"] = r.samples;
+  if (r.tokens > 0) {
+    // A language model's loss is nats per token; perplexity and bits per token come from it.
+    o["tokens"] = r.tokens;
+    o["perplexity"] = json_fixed(std::exp(r.loss), 6);
+    o["bits_per_token"] = json_fixed(r.loss / std::log(2.0), 6);
+  }
   return json_line(o);
 }
 

@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# The gpt model plugin on text, end to end under mpirun: `data convert --text` writes byte tokens
+# and streams (bounded memory on a file far larger than its buffer); training at np=1, 2 and 4
+# lowers the loss and reports test_loss and tokens_per_s; every sync strategy trains it; the step
+# in device memory (the GPU's form, in_memory in lib.sh) gives the in-place bits; deterministic
+# mode gives the same parameter bits at np=1, 2 and 4 and across accumulation splits; stopping and
+# resuming mid-epoch gives the straight run's bits; and each bad input gets one line before step 1.
+# Usage: gpt.sh convert|train|sync|deterministic|resume|bad_input
+source "$(dirname "$0")/lib.sh"
+FORTUNES=/usr/share/games/fortunes  # Debian's fortunes package (scripts/install_deps.sh)
+[ -r "$FORTUNES/cookie" ] || fail "no $FORTUNES/cookie: install the fortunes package (scripts/install_deps.sh)"
+
+convert_corpus() {
+  "$MGTRAIN" data convert --text "$FORTUNES/cookie" "$FORTUNES/computers" --out train.h5 >convert.log 2>&1 ||
+    { cat convert.log; fail "data convert --text"; }
+  "$MGTRAIN" data convert --text "$FORTUNES/wisdom" --out test.h5 >>convert.log 2>&1 ||
+    { cat convert.log; fail "data convert --text (test)"; }
+}
+write_gpt_config() {
+  cat >run.ini <<INI
+[data]
+train = $WORK/train.h5
+test = $WORK/test.h5
+[model]
+name = gpt
+layers = 2
+heads = 2
+dim = 32
+context = 32
+[optimizer]
+name = adam
+lr = 0.002
+[train]
+max_steps = 40
+global_batch = 16
+seed = 11
+log_every = 10
+[checkpoint]
+dir = $WORK/ckpt
+INI
+}
+losses() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$1"; }
+params_hash() { group_hash "$1" /params; }
+loss_fell() {  # loss_fell DIR WHAT
+  local first last
+  first=$(losses "$1/metrics.jsonl" | head -1)
+  last=$(losses "$1/metrics.jsonl" | tail -1)
+  echo "$2: loss $first -> $last"
+  awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.85 * a) }' || fail "$2: the loss did not fall"
+}
+
+case $1 in
+  convert)
+    convert_corpus
+    expected=$(($(stat -c %s "$FORTUNES/cookie") + $(stat -c %s "$FORTUNES/computers")))
+    grep -q "^wrote train.h5: $expected byte tokens from 2 files" convert.log || { cat convert.log; fail "convert line"; }
+    h5ls train.h5 >listing.txt
+    grep -qE "^tokens +Dataset \{$expected/Inf\}" listing.txt || { cat listing.txt; fail "/tokens is not 1-D of $expected"; }
+    h5dump -H -d /tokens train.h5 | grep -q "H5T_STD_U8LE" || fail "/tokens is not uint8"
+    h5dump -a /vocab_size train.h5 | grep -q "(0): 256" || fail "no vocab_size attribute of 256"
+    h5dump -a /sources train.h5 | grep -q "$FORTUNES/computers" || fail "the sources are not named"
+    # The bytes in order: the first file's, then the second's.
+    h5dump -d /tokens -b LE -o tokens.bin train.h5 >/dev/null
+    cat "$FORTUNES/cookie" "$FORTUNES/computers" | cmp - tokens.bin || fail "/tokens are not the files' bytes in order"
+    "$MGTRAIN" data inspect train.h5 >inspect.txt 2>&1 || { cat inspect.txt; fail "data inspect"; }
+    grep -q "vocabulary: 256" inspect.txt || { cat inspect.txt; fail "data inspect names no vocabulary"; }
+    # Streaming: 300 MB of text through a converter whose peak memory stays far below that.
+    head -c 300000000 /dev/urandom | base64 -w 100 >big.txt
+    peak_kib=$(python3 -c 'import resource, subprocess, sys
+subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$MGTRAIN" data convert --text big.txt --out big.h5) ||
+      fail "data convert --text on 400 MB"
+    echo "converting $(stat -c %s big.txt) bytes: peak RSS $peak_kib KiB"
+    [ "$peak_kib" -lt 150000 ] || fail "the converter held $peak_kib KiB for a 400 MB file: it does not stream"
+    ;;
+  train)
+    convert_corpus
+    write_gpt_config
+    for np in 1 2 4; do
+      run_np $np 600 train --config run.ini --checkpoint.dir="$WORK/np$np" --json >np$np.json 2>np$np.log ||
+        { cat np$np.log; fail "gpt at np=$np"; }
+      loss_fell np$np "gpt at np=$np"
+      done_line=$(tail -1 np$np.json)
+      test_loss=$(json_field test_loss <<<"$done_line")
+      tokens=$(json_field tokens_per_s <<<"$done_line")
+      echo "np=$np: test_loss $test_loss nats/token, $tokens tokens/s"
+      awk -v l="$test_loss" 'BEGIN { exit !(l > 0.5 && l < 5.0) }' || { echo "$done_line"; fail "test_loss '$test_loss'"; }
+      awk -v t="$tokens" 'BEGIN { exit !(t > 0) }' || { echo "$done_line"; fail "tokens_per_s '$tokens'"; }
+    done
+    grep -q "^test loss .* nats/token (perplexity .*, .* bits per byte)" np2.json || { cat np2.json; fail "no test line"; }
+    grep -q '"tokens_per_s"' np2/metrics.jsonl || fail "the metrics file has no tokens_per_s"
+    "$MGTRAIN" eval --checkpoint np2/step-40.h5 --data test.h5 >eval.log 2>&1 || { cat eval.log; fail "eval"; }
+    grep -q "nats/token  perplexity" eval.log || { cat eval.log; fail "eval reports no perplexity"; }
+    in_memory device run_np 2 600 train --config run.ini --checkpoint.dir="$WORK/device" >device.log 2>&1 ||
+      { cat device.log; fail "gpt with the step in device memory"; }
+    "$MGTRAIN" compare np2/step-40.h5 device/step-40.h5 --rtol 1e-5 ||
+      fail "the parameters with the step in device memory differ from in place"
+    ;;
+  sync)
+    convert_corpus
+    write_gpt_config
+    run_np 2 600 train --config run.ini --sync.name=grad_accum --checkpoint.dir="$WORK/accum" >accum.log 2>&1 ||
+      { cat accum.log; fail "grad_accum"; }
+    loss_fell accum "grad_accum at np=2"
+    run_np 2 600 train --config run.ini --sync.name=zero --checkpoint.dir="$WORK/zero" >zero.log 2>&1 ||
+      { cat zero.log; fail "zero"; }
+    loss_fell zero "zero at np=2"
+    run_np 2 600 train --config run.ini --checkpoint.dir="$WORK/allreduce" >allreduce.log 2>&1 ||
+      { cat allreduce.log; fail "allreduce"; }
+    "$MGTRAIN" compare allreduce/step-40.h5 zero/step-40.h5 --rtol 1e-4 >zero_compare.txt 2>&1 ||
+      { cat zero_compare.txt; fail "zero's parameters are not allreduce's"; }
+    run_np 3 600 train --config run.ini --sync.name=param_server --checkpoint.dir="$WORK/ps" >ps.log 2>&1 ||
+      { cat ps.log; fail "param_server"; }
+    loss_fell ps "param_server at np=3"
+    ;;
+  deterministic)
+    convert_corpus
+    write_gpt_config
+    det=(--config run.ini --train.max_steps=12 --sync.deterministic=true)
+    for np in 1 2 4; do
+      run_np $np 600 train "${det[@]}" --checkpoint.dir="$WORK/np$np" >np$np.log 2>&1 ||
+        { cat np$np.log; fail "deterministic np=$np"; }
+    done
+    run_np 2 600 train "${det[@]}" --sync.name=grad_accum --sync.accum_steps=4 --checkpoint.dir="$WORK/accum" \
+      >accum.log 2>&1 || { cat accum.log; fail "deterministic grad_accum"; }
+    reference=$(params_hash np1/step-12.h5)
+    for run in np2 np4 accum; do
+      [ "$(params_hash $run/step-12.h5)" = "$reference" ] || fail "deterministic gpt: $run's parameters differ from np=1"
+    done
+    echo "deterministic gpt: the same parameter bits at np=1, 2, 4 and with 4 accumulation steps"
+    ;;
+  resume)
+    convert_corpus
+    write_gpt_config
+    # 8,000 bytes in windows of 32: 249 windows, 15 steps of 16 an epoch. The stop at step 25 falls
+    # in the middle of the second epoch, and the 40 steps cross two epoch boundaries.
+    head -c 8000 "$FORTUNES/wisdom" >small.txt
+    "$MGTRAIN" data convert --text small.txt --out small.h5 >/dev/null
+    sed -i "s|^train = .*|train = $WORK/small.h5|" run.ini
+    run_np 2 600 train --config run.ini --checkpoint.dir="$WORK/straight" >straight.log 2>&1 ||
+      { cat straight.log; fail "the straight run"; }
+    grep -q "epoch 2" straight.log || { cat straight.log; fail "the run did not reach a second epoch"; }
+    run_np 2 600 train --config run.ini --train.max_steps=25 --checkpoint.dir="$WORK/split" >split1.log 2>&1 ||
+      { cat split1.log; fail "the first part"; }
+    run_np 2 600 train --config run.ini --checkpoint.dir="$WORK/split" --resume latest >split2.log 2>&1 ||
+      { cat split2.log; fail "the resumed part"; }
+    for group in /params /optimizer/exp_avg /optimizer/exp_avg_sq; do
+      [ "$(group_hash straight/step-40.h5 $group)" = "$(group_hash split/step-40.h5 $group)" ] ||
+        fail "$group after a mid-epoch stop and resume differs from the straight run"
+    done
+    echo "gpt: stop at step 25 and resume gives the straight run's bits at step 40"
+    ;;
+  bad_input)
+    convert_corpus
+    write_gpt_config
+    expect_error() {  # expect_error PATTERN ARGS...: one error line matching PATTERN, no data or checkpoint
+      local pattern=$1; shift
+      rm -rf out
+      "$MGTRAIN" "$@" >err.log 2>&1 && { cat err.log; fail "accepted: $*"; }
+      one_error_line err.log | grep -qE "$pattern" || { cat err.log; fail "'$*': expected /$pattern/"; }
+      [ -z "$(ls out/*.h5 2>/dev/null)" ] && [ ! -e out.h5 ] || fail "'$*' left something written"
+    }
+    : >empty.txt
+    expect_error "empty.txt.*empty" data convert --text empty.txt --out out.h5
+    expect_error "missing.txt" data convert --text missing.txt --out out.h5
+    mkfifo fifo.txt
+    expect_error "fifo.txt.*FIFO, expected a regular file" data convert --text fifo.txt --out out.h5
+    expect_error "'\.'.*directory|\. .*directory" data convert --text . --out out.h5
+    printf 'only a few bytes' >short.txt
+    "$MGTRAIN" data convert --text short.txt --out short.h5 >/dev/null
+    expect_error "short.h5.*16 tokens.*one window.*= 33" train --config run.ini --data.train="$WORK/short.h5" \
+      --checkpoint.dir="$WORK/out"
+    expect_error "model.heads.* 3 does not divide model.dim = 32" train --config run.ini --model.heads=3 \
+      --checkpoint.dir="$WORK/out"
+    expect_error "train.h5' holds [0-9]+ tokens, fewer than one window of model.context \+ 1 = 1000001" \
+      train --config run.ini --model.context=1000000 \
+      --checkpoint.dir="$WORK/out"
+    expect_error "vocab_size 256, more than the model.s vocabulary of 100 \(model.vocab\)" train --config run.ini --model.vocab=100 \
+      --checkpoint.dir="$WORK/out"
+    expect_error "train.h5.*token file.*mlp|mlp.*token" train --config run.ini --model.name=mlp \
+      --checkpoint.dir="$WORK/out"
+    expect_error "$DATA_DIR/train.h5.*gpt|gpt.*token" train --config run.ini --data.train="$DATA_DIR/train.h5" \
+      --data.test="$DATA_DIR/test.h5" --checkpoint.dir="$WORK/out"
+    # Under mpirun at np=2 too: one line, no rank left.
+    run_np 2 120 train --config run.ini --model.heads=3 --checkpoint.dir="$WORK/out" >np2.log 2>&1 &&
+      { cat np2.log; fail "np=2 accepted heads = 3"; }
+    one_error_line np2.log >/dev/null
+    no_ranks_left
+    ;;
+  *) fail "unknown case $1" ;;
+esac
+echo PASS

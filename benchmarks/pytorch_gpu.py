@@ -13,7 +13,7 @@ import time
 import torch
 import torch.nn as nn
 
-from pytorch_ddp import load_idx, make_model  # the same data and models as the CPU reference
+from pytorch_ddp import load_idx, make_model, to_float  # the same data and models as the CPU reference
 
 
 def main():
@@ -32,8 +32,9 @@ def main():
     torch.manual_seed(args.seed)
     dev = torch.device("cuda")
     x, y = load_idx(args.images, args.labels)
-    x, y = x.to(dev), y.to(dev)
-    model = make_model(args.model).to(dev)
+    # Normalised once, on the GPU, as mgtrain's in-memory data is before the timed steps.
+    x, y = to_float(x.to(dev)), y.to(dev)
+    model = make_model(args).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     per_epoch = x.shape[0] // args.batch

@@ -6,7 +6,8 @@
 #   gcc/      the GCC runtime (libstdc++, libgcc_s, libgomp), used there only if its own is older
 #   plugins/  the built-in plugins (the optimizer tests load sgd and adam)
 #   openmpi/  Open MPI's components, help texts and settings, for a singleton run
-#   data/     Fashion-MNIST's 10,000 test images as IDX (for PyTorch) and as mgtrain's HDF5
+#   data/     Fashion-MNIST's 10,000 test images as IDX (for PyTorch) and as mgtrain's HDF5; English
+#             text (fortunes' cookie file) as byte tokens
 #   bench/    the PyTorch reference of the GPU benchmark (and the models it shares with the CPU one)
 # CUDA libraries (cudart, cuBLAS, cuDNN, NCCL, the driver's) are never packed: the machine's own
 # are the ones to test against. BUILD_DIR must be built for sm_90 (the default architectures).
@@ -34,6 +35,8 @@ idx=/usr/share/datasets/fashion-mnist
 cp "$idx"/t10k-images-idx3-ubyte.gz "$idx"/t10k-labels-idx1-ubyte.gz "$root/data/"
 "$build/bin/mgtrain" data convert --images "$idx/t10k-images-idx3-ubyte.gz" --labels "$idx/t10k-labels-idx1-ubyte.gz" \
   --out "$root/data/train.h5" >/dev/null
+# English text as byte tokens, for the language model's checks (Debian's fortunes package).
+"$build/bin/mgtrain" data convert --text /usr/share/games/fortunes/cookie --out "$root/data/text.h5" >/dev/null
 cp "$(dirname "$0")"/../benchmarks/pytorch_{gpu,ddp}.py "$root/bench/"
 cp -L "$build"/plugins/libmgtrain-*.so "$root/plugins/"
 cp -a $multiarch/openmpi/lib "$root/openmpi/lib"

@@ -57,8 +57,8 @@ class TokenFileWriter {
     H5Pset_chunk(plist.get(), 1, &chunk);
     // No modification times: the same text gives the same file bytes.
     H5Pset_obj_track_times(plist.get(), false);
-    tokens_ = h5::dataset(
-        H5Dcreate2(file_.get(), kTokens, H5T_STD_U8LE, space.get(), H5P_DEFAULT, plist.get(), H5P_DEFAULT));
+    tokens_ =
+        h5::dataset(H5Dcreate2(file_.get(), kTokens, H5T_STD_U8LE, space.get(), H5P_DEFAULT, plist.get(), H5P_DEFAULT));
     if (!tokens_) fail("creating /tokens");
   }
 
@@ -86,8 +86,8 @@ class TokenFileWriter {
   void commit(const std::vector<TextSource>& sources) {
     const hsize_t chunks = chunk_crc_.size();
     h5::Id space = h5::space(H5Screate_simple(1, &chunks, nullptr));
-    h5::Id crc = h5::dataset(H5Dcreate2(file_.get(), kTokensCrc, H5T_STD_U32LE, space.get(), H5P_DEFAULT,
-                                        H5P_DEFAULT, H5P_DEFAULT));
+    h5::Id crc = h5::dataset(
+        H5Dcreate2(file_.get(), kTokensCrc, H5T_STD_U32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
     if (!crc || H5Dwrite(crc.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, chunk_crc_.data()) < 0)
       fail(std::string("writing /") + kTokensCrc);
     h5::write_attr_int64(crc.get(), "chunk_tokens", kTokenChunk);
@@ -110,7 +110,8 @@ class TokenFileWriter {
     if (file_.close() < 0) fail("closing");
     std::error_code ec;
     std::filesystem::rename(tmp_, out_, ec);
-    if (ec) throw IoError("output file '" + out_ + "' could not be written (rename from " + tmp_ + "): " + ec.message());
+    if (ec)
+      throw IoError("output file '" + out_ + "' could not be written (rename from " + tmp_ + "): " + ec.message());
     committed_ = true;
   }
 
@@ -206,7 +207,8 @@ OpenedTokens open_tokens(const std::string& path, TokenFileInfo& info) {
   const Shape dims = h5::dims_of(space.get());
   if (dims.size() != 1) fail("dataset '/tokens' has shape " + shape_string(dims) + ", expected 1-D [tokens]");
   h5::Id type = h5::type(H5Dget_type(o.tokens.get()));
-  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1 || H5Tget_sign(type.get()) != H5T_SGN_NONE)
+  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1 ||
+      H5Tget_sign(type.get()) != H5T_SGN_NONE)
     fail("dataset '/tokens' is " + h5::type_name(type.get()) + ", expected uint8 (byte tokens)");
   info.path = path;
   info.tokens = dims[0];
@@ -216,11 +218,12 @@ OpenedTokens open_tokens(const std::string& path, TokenFileInfo& info) {
   if (info.vocab_size < 1 || info.vocab_size > 256)
     fail("attribute 'vocab_size' is " + std::to_string(info.vocab_size) + ", expected 1..256 (uint8 tokens)");
   std::vector<std::string> tokenizer;
-  info.tokenizer = h5::read_attr_strings(o.file.get(), "tokenizer", tokenizer) && !tokenizer.empty() ? tokenizer[0]
-                                                                                                        : "bytes";
+  info.tokenizer =
+      h5::read_attr_strings(o.file.get(), "tokenizer", tokenizer) && !tokenizer.empty() ? tokenizer[0] : "bytes";
   std::vector<std::string> names;
   std::vector<double> bytes, crcs;
-  if (h5::read_attr_strings(o.file.get(), "sources", names) && h5::read_attr_doubles(o.file.get(), "source_bytes", bytes) &&
+  if (h5::read_attr_strings(o.file.get(), "sources", names) &&
+      h5::read_attr_doubles(o.file.get(), "source_bytes", bytes) &&
       h5::read_attr_doubles(o.file.get(), "source_crc32", crcs) && bytes.size() == names.size() &&
       crcs.size() == names.size())
     for (size_t i = 0; i < names.size(); ++i)
@@ -267,8 +270,9 @@ std::vector<uint8_t> read_tokens(const TokenFileInfo& expected) {
     const uint32_t got = crc32_update(0, tokens.data() + begin, n);
     if (got != crc[c]) {
       char text[160];
-      std::snprintf(text, sizeof text, "tokens %zu..%zu have CRC-32 %08x, '/tokens_crc32'[%zu] says %08x: the file is damaged",
-                    begin, begin + n - 1, got, c, crc[c]);
+      std::snprintf(text, sizeof text,
+                    "tokens %zu..%zu have CRC-32 %08x, '/tokens_crc32'[%zu] says %08x: the file is damaged", begin,
+                    begin + n - 1, got, c, crc[c]);
       fail(text);
     }
   }

@@ -81,8 +81,8 @@ TokenReader::TokenReader(const ReaderOptions& options) : options_(options) {
   info_ = windows_info(file, options.context);
   local_ = options.global_batch / options.world;
   if (options.drop_last && info_.num_samples < options.global_batch)
-    throw DataError("token file '" + options.path + "' gives " + std::to_string(info_.num_samples) +
-                    " windows of " + std::to_string(options.context) + " tokens, fewer than one global batch of " +
+    throw DataError("token file '" + options.path + "' gives " + std::to_string(info_.num_samples) + " windows of " +
+                    std::to_string(options.context) + " tokens, fewer than one global batch of " +
                     std::to_string(options.global_batch));
   batches_per_epoch_ = options.drop_last ? info_.num_samples / options.global_batch
                                          : (info_.num_samples + options.global_batch - 1) / options.global_batch;

@@ -20,7 +20,6 @@
 
 namespace mgt::data {
 
-
 // Where window `sample` of `epoch` starts in a file of `tokens` tokens (shuffled windows).
 int64_t window_offset(uint64_t seed, int64_t epoch, int64_t sample, int64_t tokens, int64_t context);
 

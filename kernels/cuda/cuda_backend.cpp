@@ -12,9 +12,9 @@
 #include "kernels/cuda/element_update.hpp"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/gemm.hpp"
-#include "kernels/cuda/sequence_ops.hpp"
 #include "kernels/cuda/layer_ops.hpp"
 #include "kernels/cuda/pointwise.hpp"
+#include "kernels/cuda/sequence_ops.hpp"
 #include "kernels/elementwise.hpp"
 #include "mgtrain/error.hpp"
 

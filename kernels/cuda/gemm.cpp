@@ -75,8 +75,8 @@ void sgemm(BlasHandle& blas, bool trans_a, bool trans_b, int64_t m, int64_t n, i
 }
 
 void sgemm_strided_batched(BlasHandle& blas, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                           const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
-                           int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch) {
+                           const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b,
+                           float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch) {
   if (m == 0 || n == 0 || batch == 0) return;
   check_gemm(trans_a, trans_b, m, n, k, lda, ldb, ldc);
   MGT_CHECK(batch <= INT_MAX, Error,

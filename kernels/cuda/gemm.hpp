@@ -33,8 +33,8 @@ void gemm_bf16(BlasHandle& blas, bool trans_a, bool trans_b, int64_t m, int64_t 
 
 // `batch` such GEMMs whose operands lie stride_* floats apart, in one cuBLAS call.
 void sgemm_strided_batched(BlasHandle& blas, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                           const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
-                           int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch);
+                           const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b,
+                           float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch);
 
 void sgemm(BlasHandle& blas, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);

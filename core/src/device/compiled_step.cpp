@@ -177,7 +177,7 @@ CompiledStep::CompiledStep(Backend& backend, Model& model, ParameterStore& store
   const Shape out = model.output_shape(in_shape);
   const int64_t L = options.labels_per_row;
   MGT_CHECK(L > 0 && (L == 1 ? out.size() == 2 && out[1] == options.classes
-                              : out.size() == 3 && out[1] == L && out[2] == options.classes),
+                             : out.size() == 3 && out[1] == L && out[2] == options.classes),
             Error,
             "compiled step: the model's output " + shape_string(out) + " is not [rows, " +
                 (L == 1 ? std::string() : std::to_string(L) + ", ") + std::to_string(options.classes) + "]");
@@ -428,8 +428,8 @@ bool CompiledStep::enqueue_program(int slot) {
       const float* logits = p.network->forward(input, store_, ctx);
       // Loss, into the totals; its gradient is where backward starts.
       b.softmax_xent(logits, labels, p.network->logits_grad(), p.row_loss, rows * options_.labels_per_row,
-                     options_.classes, options_.grad_scale,
-                     options_.label_smoothing, &p.totals->loss_sum, &p.totals->correct);
+                     options_.classes, options_.grad_scale, options_.label_smoothing, &p.totals->loss_sum,
+                     &p.totals->correct);
       forward_span.end();
       TraceSpan backward_span(options_.trace, "backward", "micro_batch", m);
       fault::at(fault::Phase::backward, fault_step);
@@ -581,9 +581,8 @@ NonFiniteOrigin CompiledStep::run_again_for_origin(int slot) {
       ctx.first_sample = options_.first_sample + pass * rows;
       const float* logits = p.network->forward(p.x[slot] + pass * rows * p.sample_numel, store_, ctx);
       backend_.softmax_xent(logits, p.y[slot] + pass * rows * options_.labels_per_row, p.network->logits_grad(),
-                            p.row_loss, rows * options_.labels_per_row,
-                            options_.classes, options_.grad_scale, options_.label_smoothing, &p.totals->loss_sum,
-                            &p.totals->correct);
+                            p.row_loss, rows * options_.labels_per_row, options_.classes, options_.grad_scale,
+                            options_.label_smoothing, &p.totals->loss_sum, &p.totals->correct);
       p.network->backward(store_, ctx, check);
     }
   } catch (...) {

@@ -63,8 +63,8 @@ void check_compilable(const Model& model, const Optimizer& optimizer, const std:
                       const std::string& optimizer_name);
 
 struct CompiledStepOptions {
-  Shape sample_shape;                  // one sample, e.g. {1, 28, 28}
-  int64_t classes = 0;                 // logits per label
+  Shape sample_shape;   // one sample, e.g. {1, 28, 28}
+  int64_t classes = 0;  // logits per label
   // Labels per row: 1 (logits [rows, classes]), or a language model's window T (logits [rows, T,
   // classes], a label per token, each token's logits a row of the loss).
   int64_t labels_per_row = 1;

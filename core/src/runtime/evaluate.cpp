@@ -5,8 +5,8 @@
 #include <optional>
 #include <utility>
 
-#include "checkpoint/checkpoint.hpp"
 #include <cmath>
+#include "checkpoint/checkpoint.hpp"
 
 #include "datasets/token_reader.hpp"
 #include "io/atomic_file.hpp"
@@ -49,8 +49,9 @@ void check_eval_data(const Model& model, const std::string& data_path, const std
 EvalResult evaluate_model(Model& model, const std::string& data_path, const std::string& x_name,
                           const std::string& y_name, int64_t batch, std::vector<float>* logits) {
   // A batch beyond the file's rows would only size buffers for rows that are not there.
-  batch = std::min(batch, std::max<int64_t>(1, data::open_data_info(data_path, x_name, y_name, model.sequence_length(), "")
-                                                   .num_samples));
+  batch = std::min(
+      batch,
+      std::max<int64_t>(1, data::open_data_info(data_path, x_name, y_name, model.sequence_length(), "").num_samples));
   check_eval_data(model, data_path, x_name, y_name, batch);
   return eval_result(evaluate_share(model, data_path, x_name, y_name, batch, 0, 1, logits));
 }
@@ -84,8 +85,8 @@ EvalSums evaluate_share(Model& model, const std::string& data_path, const std::s
     if (next.rows == 0) continue;  // the last global batch can leave a rank nothing
     const Tensor& out = model.forward(next.x, ctx);
     // A language model's logits [rows, T, vocab]: one row of logits per token.
-    const Tensor logits = Tensor::view(const_cast<float*>(out.data()),
-                                       {out.dim(0) * labels_per_sample, out.shape().back()});
+    const Tensor logits =
+        Tensor::view(const_cast<float*>(out.data()), {out.dim(0) * labels_per_sample, out.shape().back()});
     grad.resize(logits.shape());
     sums.loss_sum += softmax_cross_entropy(logits, next.y, grad, 1.0f);
     correct += count_correct(logits, next.y);

@@ -524,11 +524,10 @@ class Trainer {
       const std::string train_path = config_.get_string("data.train");
       if (!trains()) {
         // A serving rank reads no data; it needs only the epoch length, for the schedule.
-        per_epoch_ =
-            data::open_data_info(train_path, config_.get_string("data.x_name"), config_.get_string("data.y_name"),
-                                 model_->sequence_length(), choice_.model)
-                .num_samples /
-            global_batch_;
+        per_epoch_ = data::open_data_info(train_path, config_.get_string("data.x_name"),
+                                          config_.get_string("data.y_name"), model_->sequence_length(), choice_.model)
+                         .num_samples /
+                     global_batch_;
       } else {
         open_reader(train_path, static_cast<int>(train_world));
       }

@@ -21,15 +21,15 @@ class AttentionLayer final : public Layer {
     layers::check_positive(name, "dim", dim);
     layers::check_positive(name, "heads", heads);
     MGT_CHECK(dim % heads == 0, ConfigError,
-              "layer '" + name + "': heads = " + std::to_string(heads) + " does not divide dim = " +
-                  std::to_string(dim) + " (a head's width is dim / heads)");
+              "layer '" + name + "': heads = " + std::to_string(heads) +
+                  " does not divide dim = " + std::to_string(dim) + " (a head's width is dim / heads)");
     head_dim_ = dim / heads;
   }
 
   Shape output_shape(const Shape& input) const override {
     MGT_CHECK(input.size() == 3 && input[2] == 3 * dim_, ConfigError,
-              "layer '" + name() + "' expects queries, keys and values [B, T, " + std::to_string(3 * dim_) +
-                  "], got " + shape_string(input));
+              "layer '" + name() + "' expects queries, keys and values [B, T, " + std::to_string(3 * dim_) + "], got " +
+                  shape_string(input));
     return {input[0], input[1], dim_};
   }
 

@@ -100,7 +100,8 @@ int run_eval(const std::vector<std::string>& args) {
       "batch", po::value<int64_t>()->default_value(1000), "samples per forward pass")("json", po::bool_switch(),
                                                                                       "print one JSON line")(
       "logits", po::value<std::string>(),
-      "write every row's logits to this .npy file (float32 [N, classes], the data file's row order)")(
+      "write every row's logits to this .npy file (float32 [N, classes]; a token file's windows: [N, T, "
+      "vocab]; the data file's row order)")(
       "plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory");
   const auto vm = parse(args, desc);
   if (vm.count("help")) {

@@ -144,8 +144,11 @@ EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string&
       evaluate_model(*loaded.model, data_path, loaded.config.get_string("data.x_name"),
                      loaded.config.get_string("data.y_name"), batch, logits_file ? &logits : nullptr);
   if (logits_file) {
-    const auto rows = result.samples;
-    logits_file->commit(npy_float32(logits.data(), {rows, static_cast<int64_t>(logits.size()) / rows}));
+    const int64_t rows = result.samples, total = static_cast<int64_t>(logits.size());
+    // A language model's windows keep their tokens apart: [N, T, vocab], as the model gives them.
+    const Shape shape =
+        result.tokens > 0 ? Shape{rows, result.tokens / rows, total / result.tokens} : Shape{rows, total / rows};
+    logits_file->commit(npy_float32(logits.data(), shape));
   }
   return result;
 }

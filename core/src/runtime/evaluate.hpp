@@ -70,8 +70,9 @@ struct CheckpointModel {
 };
 
 // Rebuilds the model from the config stored in the checkpoint (CheckpointModel). A
-// non-empty `logits_path` gets every row's logits as a .npy file ([N, classes] float32, the
-// file's row order), written whole or not at all; a path that cannot be written is refused first.
+// non-empty `logits_path` gets every row's logits as a .npy file (float32 [N, classes], a language
+// model's [N, T, vocab] for its windows; the file's row order), written whole or not at all; a path
+// that cannot be written is refused first.
 EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string& data_path,
                                const std::vector<std::string>& plugin_paths, int64_t batch,
                                const std::string& logits_path = "");

@@ -101,8 +101,8 @@ int run_eval(const std::vector<std::string>& args) {
                                                                                       "print one JSON line")(
       "logits", po::value<std::string>(),
       "write every row's logits to this .npy file (float32 [N, classes]; a token file's windows: [N, T, "
-      "vocab]; the data file's row order)")(
-      "plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory");
+      "vocab]; the data file's row order)")("plugin-path", po::value<std::vector<std::string>>()->composing(),
+                                            "extra plugin directory");
   const auto vm = parse(args, desc);
   if (vm.count("help")) {
     std::cout << desc << "\n";
@@ -132,14 +132,16 @@ int run_export(const std::vector<std::string>& args) {
       "  The checkpoint's model as ONNX (opset 17): input \"input\", float32 [N, ...sample shape], the\n"
       "  samples as the data file stores them (uint8 pixels as 0..255), normalised in the graph as the\n"
       "  data reader does; output \"logits\" [N, classes]; N is free. Batch norm runs on its running\n"
-      "  statistics, dropout is the identity. A layer or model with no ONNX form is refused by name.\n"
+      "  statistics, dropout is the identity. A language model (gpt) takes \"input\", int64 token ids [N, T]\n"
+      "  (T from 1 to its context), and gives \"logits\" [N, T, vocab]. A layer or model with no ONNX form is\n"
+      "  refused by name.\n"
       "options");
   desc.add_options()("help", "show this help")("checkpoint", po::value<std::string>(), "checkpoint file (step-<N>.h5)")(
       "out", po::value<std::string>(), "ONNX file to write (under a temporary name, renamed when complete)")(
       "data", po::value<std::string>(),
       "data file giving the sample shape and normalisation (default: the checkpoint's data.train; eval "
-      "normalises each file by its own statistics)")("plugin-path", po::value<std::vector<std::string>>()->composing(),
-                                                     "extra plugin directory");
+      "normalises each file by its own statistics); a language model needs none, a token file named is checked")(
+      "plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory");
   const auto vm = parse(args, desc);
   if (vm.count("help")) {
     std::cout << desc << "\n";
@@ -149,6 +151,14 @@ int run_export(const std::vector<std::string>& args) {
   const std::string out = require(vm, "out", "export");
   const std::string data = vm.count("data") ? vm["data"].as<std::string>() : "";
   const OnnxExport e = export_onnx(checkpoint, out, data, plugin_paths(vm));
+  if (e.onnx.context > 0) {
+    std::printf(
+        "wrote %s: model %s, %lld nodes; input \"input\" int64 [N, T] token ids, T from 1 to %lld; output "
+        "\"logits\" [N, T, %lld]\n",
+        out.c_str(), e.model_name.c_str(), static_cast<long long>(e.onnx.nodes), static_cast<long long>(e.onnx.context),
+        static_cast<long long>(e.onnx.classes));
+    return 0;
+  }
   std::printf(
       "wrote %s: model %s, %lld nodes; input \"input\" float32 [N, %s samples of %s, normalised in the "
       "graph: %s; output \"logits\" [N, %lld]\n",

@@ -1,7 +1,8 @@
 // The ONNX export's graph, read back with ONNX's own protobuf messages: the nodes each SDK layer
 // becomes (attributes, initializers under the canonical names holding the store's values), the
-// input's normalisation, the free batch dimension, and the refusals of a layer and a model with no
-// ONNX form. ONNX Runtime runs the exported models in tests/e2e/onnx_export.sh.
+// input's normalisation, the free batch dimension, a language model's token input and shared
+// table, and the refusals of a layer and a model with no ONNX form. ONNX Runtime runs the
+// exported models in tests/e2e/onnx_export.sh.
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
@@ -251,6 +252,147 @@ TEST(OnnxExport, RefusesALayerWithNoForm) {
     EXPECT_NE(std::string(e.what()).find("model 'scaled': layer 'scale1' has no ONNX form"), std::string::npos)
         << e.what();
   }
+}
+
+// A two-block language model of the SDK's sequence layers, as the gpt plugin builds it: vocabulary
+// 11, context 8, width 8, 2 heads.
+class TinyGpt final : public mgt::SequentialModel {
+ public:
+  TinyGpt(bool tied, bool causal) {
+    add(mgt::make_token_embedding("wte", 11, 8, 8, tied));
+    std::vector<std::unique_ptr<mgt::Layer>> attention, mlp;
+    attention.push_back(mgt::make_layer_norm("h0.ln1", 8, 1e-4f));
+    attention.push_back(mgt::make_token_linear("h0.attn.qkv", 8, 24));
+    attention.push_back(mgt::make_attention("h0.attn", 8, 2, causal));
+    attention.push_back(mgt::make_token_linear("h0.attn.proj", 8, 8));
+    attention.push_back(mgt::make_dropout("h0.attn_drop", 0.1f));
+    add(mgt::make_residual("h0.attn_block", std::move(attention)));
+    mlp.push_back(mgt::make_layer_norm("h0.ln2", 8));
+    mlp.push_back(mgt::make_token_linear("h0.mlp.fc", 8, 32));
+    mlp.push_back(mgt::make_gelu("h0.mlp.gelu"));
+    mlp.push_back(mgt::make_token_linear("h0.mlp.proj", 32, 8));
+    add(mgt::make_residual("h0.mlp_block", std::move(mlp)));
+    add(mgt::make_layer_norm("ln_f", 8));
+    if (tied)
+      add(mgt::make_tied_head("head", "wte", 11, 8));
+    else
+      add(mgt::make_token_linear("head", 8, 11));
+  }
+  int64_t sequence_length() const override { return 8; }
+};
+
+onnx::GraphProto tiny_gpt_graph(bool tied, bool causal, mgt::OnnxModel* exported = nullptr) {
+  TinyGpt model(tied, causal);
+  mgt::ParameterStore store;
+  model.declare(store);
+  store.finalize();
+  fill_store(store);
+  const auto written = mgt::onnx_model(model, store, "gpt", {8}, {});
+  if (exported) *exported = written;
+  return parse(written.bytes).graph();
+}
+
+int uses_of(const onnx::GraphProto& graph, const std::string& tensor) {
+  int n = 0;
+  for (const auto& node : graph.node())
+    for (const auto& input : node.input()) n += input == tensor;
+  return n;
+}
+
+TEST(OnnxExport, ALanguageModelTakesTokenIds) {
+  mgt::OnnxModel exported;
+  const onnx::GraphProto g = tiny_gpt_graph(true, true, &exported);
+  EXPECT_EQ(exported.classes, 11);
+  EXPECT_EQ(exported.context, 8);
+  const std::vector<std::string> expected{
+      // the embedding: the ids' rows, plus the first T position rows
+      "Gather", "Shape", "Slice", "Add",
+      // x + proj(attention(qkv(ln1(x))))
+      "LayerNormalization", "Transpose", "MatMul", "Add", "Split", "Reshape", "Transpose", "Reshape", "Transpose",
+      "Reshape", "Transpose", "MatMul", "Mul", "Concat", "Slice", "Add", "Softmax", "MatMul", "Transpose", "Reshape",
+      "Transpose", "MatMul", "Add", "Identity", "Add",
+      // x + proj(gelu(fc(ln2(x))))
+      "LayerNormalization", "Transpose", "MatMul", "Add", "Mul", "Mul", "Mul", "Add", "Mul", "Tanh", "Add", "Mul",
+      "Mul", "Transpose", "MatMul", "Add", "Add",
+      // ln_f, the head on the embedding's table
+      "LayerNormalization", "Transpose", "MatMul"};
+  EXPECT_EQ(op_types(g), expected);
+
+  // int64 ids [N, T] in, logits [N, T, vocab] out, N and T free; no normalisation.
+  const auto& in = g.input(0).type().tensor_type();
+  EXPECT_EQ(g.input(0).name(), "input");
+  EXPECT_EQ(in.elem_type(), onnx::TensorProto::INT64);
+  ASSERT_EQ(in.shape().dim_size(), 2);
+  EXPECT_EQ(in.shape().dim(0).dim_param(), "N");
+  EXPECT_EQ(in.shape().dim(1).dim_param(), "T");
+  const auto& out = g.output(0).type().tensor_type();
+  ASSERT_EQ(out.shape().dim_size(), 3);
+  EXPECT_EQ(out.shape().dim(0).dim_param(), "N");
+  EXPECT_EQ(out.shape().dim(1).dim_param(), "T");
+  EXPECT_EQ(out.shape().dim(2).dim_value(), 11);
+  EXPECT_EQ(g.node(0).input(1), "input");
+
+  // The table is written once: the Gather and the head's transpose read the same initializer.
+  int tables = 0;
+  for (const auto& t : g.initializer()) tables += t.name() == "wte.weight";
+  EXPECT_EQ(tables, 1);
+  EXPECT_EQ(uses_of(g, "wte.weight"), 2);
+  EXPECT_EQ(node_named(g, "wte.weight.transposed").input(0), "wte.weight");
+  EXPECT_EQ(g.node(g.node_size() - 1).input(1), "wte.weight.transposed");
+  EXPECT_EQ(g.node(g.node_size() - 1).output(0), "logits");
+  // Positions: rows [0, T) of the table, T the input's dimension 1.
+  const auto& shape = node_named(g, "sequence_length");
+  EXPECT_EQ(shape.input(0), "input");
+  EXPECT_EQ(attribute(shape, "start").i(), 1);
+  EXPECT_EQ(attribute(shape, "end").i(), 2);
+  EXPECT_EQ(node_named(g, "wte.positions").input(0), "wte.position");
+  EXPECT_EQ(node_named(g, "wte.positions").input(2), "sequence_length");
+
+  EXPECT_FLOAT_EQ(attribute(node_named(g, "h0.ln1"), "epsilon").f(), 1e-4f);
+  EXPECT_EQ(attribute(node_named(g, "h0.ln1"), "axis").i(), -1);
+  // A token linear layer: x W^T + b, W^T a Transpose of the [out, in] initializer.
+  EXPECT_EQ(node_named(g, "h0.attn.qkv.matmul").input(1), "h0.attn.qkv.weight.transposed");
+  EXPECT_EQ(node_named(g, "h0.attn.qkv").input(1), "h0.attn.qkv.bias");
+
+  // Attention: [B, T, 24] split into Q, K, V, each [B, T, 2 heads, 4] by head, scaled by 1/sqrt(4),
+  // the causal mask added, softmax over the keys, the heads put back side by side.
+  const auto& split = node_named(g, "h0.attn.q");
+  EXPECT_EQ(split.op_type(), "Split");
+  EXPECT_EQ(split.output_size(), 3);
+  EXPECT_EQ(attribute(split, "axis").i(), -1);
+  EXPECT_EQ(node_named(g, "h0.attn.q.heads").input(1), "i64_0_0_2_4");
+  EXPECT_EQ(ints(attribute(node_named(g, "h0.attn.q.by_head"), "perm")), (std::vector<int64_t>{0, 2, 1, 3}));
+  EXPECT_EQ(ints(attribute(node_named(g, "h0.attn.k.by_head"), "perm")), (std::vector<int64_t>{0, 2, 3, 1}));
+  EXPECT_EQ(initializer(g, node_named(g, "h0.attn.scaled").input(1)), std::vector<float>{0.5f});
+  Shape mask_dims;
+  const std::vector<float> mask = initializer(g, "causal_mask", &mask_dims);
+  EXPECT_EQ(mask_dims, (Shape{8, 8}));
+  for (int query = 0; query < 8; ++query)
+    for (int key = 0; key < 8; ++key) {
+      const bool masked = mask[query * 8 + key] < -1e8f;
+      EXPECT_EQ(masked, key > query) << "query " << query << " key " << key;
+    }
+  EXPECT_EQ(node_named(g, "h0.attn.masked").input(1), "causal_mask.sequence");
+  EXPECT_EQ(attribute(node_named(g, "h0.attn.probs"), "axis").i(), -1);
+  EXPECT_EQ(node_named(g, "h0.attn").op_type(), "Reshape");
+  EXPECT_EQ(node_named(g, "h0.attn").input(1), "i64_0_0_8");
+
+  // GELU's constants, the backend's.
+  EXPECT_EQ(initializer(g, "gelu_cubic"), std::vector<float>{0.044715f});
+  EXPECT_EQ(initializer(g, "gelu_sqrt_2_over_pi"), std::vector<float>{0.7978845608028654f});
+  EXPECT_EQ(node_named(g, "h0.mlp.gelu.tanh").op_type(), "Tanh");
+}
+
+TEST(OnnxExport, AnUntiedHeadAndBidirectionalAttention) {
+  const onnx::GraphProto g = tiny_gpt_graph(false, false);
+  // The head is a token linear layer of its own; the table serves the Gather only.
+  EXPECT_EQ(uses_of(g, "wte.weight"), 1);
+  EXPECT_EQ(node_named(g, "head.matmul").input(1), "head.weight.transposed");
+  EXPECT_EQ(node_named(g, "head").input(1), "head.bias");
+  EXPECT_EQ(g.node(g.node_size() - 1).output(0), "logits");
+  // No mask: the scaled scores go straight to the softmax.
+  for (const auto& t : g.initializer()) EXPECT_NE(t.name(), "causal_mask");
+  EXPECT_EQ(node_named(g, "h0.attn.probs").input(0), "h0.attn.scaled");
 }
 
 class HandWritten final : public mgt::Model {

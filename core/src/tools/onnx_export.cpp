@@ -2,6 +2,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -9,6 +10,7 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "datasets/hdf5_format.hpp"
+#include "datasets/token_reader.hpp"
 #include "io/atomic_file.hpp"
 #include "loader/plugin_loader.hpp"
 #include "mgtrain/version.hpp"
@@ -22,6 +24,14 @@ namespace {
 // Opset 17 is the newest the ONNX release Debian 12 ships (1.12) knows; ONNX Runtime from 1.13 on
 // runs it.
 constexpr int64_t kOpset = 17;
+
+// The GELU's tanh form as the backend computes it (kernels/cpu/sequence.cpp).
+constexpr float kGeluSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+
+// What the causal mask adds to a score of a later key: finite, so no infinity meets arithmetic,
+// and so far below any score that its probability is exactly 0, as the layer's masked ones are.
+constexpr float kMaskedScore = -1e9f;
 
 std::string number(float v) {
   char text[32];
@@ -118,14 +128,22 @@ class GraphBuilder {
 
   std::string node(const std::string& op, const std::vector<std::string>& inputs, const std::string& name,
                    const std::vector<onnx::AttributeProto>& attributes = {}) {
+    return node_outputs(op, inputs, {name}, attributes)[0];
+  }
+
+  // A node with one output for each of `names`; the node is named after the first.
+  std::vector<std::string> node_outputs(const std::string& op, const std::vector<std::string>& inputs,
+                                        const std::vector<std::string>& names,
+                                        const std::vector<onnx::AttributeProto>& attributes = {}) {
     onnx::NodeProto* n = graph_.add_node();
     n->set_op_type(op);
-    const std::string output = unique(name);
-    n->set_name(output);
+    std::vector<std::string> outputs;
+    for (const auto& name : names) outputs.push_back(unique(name));
+    n->set_name(outputs[0]);
     for (const auto& input : inputs) n->add_input(input);
-    n->add_output(output);
+    for (const auto& output : outputs) n->add_output(output);
     for (const auto& a : attributes) *n->add_attribute() = a;
-    return output;
+    return outputs;
   }
 
   // A constant tensor of the graph: float32 `values` of shape `dims`.
@@ -138,6 +156,28 @@ class GraphBuilder {
     // raw_data is little-endian, as every host mgtrain builds for.
     t->set_raw_data(std::string(reinterpret_cast<const char*>(values), count * sizeof(float)));
     return unique_name;
+  }
+
+  // A 1-D int64 constant (shapes, axes, slice bounds), one initializer for every node that uses
+  // the same values.
+  std::string int64_constant(const std::vector<int64_t>& values) {
+    std::string name = "i64";
+    for (int64_t v : values) name += "_" + std::to_string(v);
+    auto [it, fresh] = shared_.try_emplace(name);
+    if (!fresh) return it->second;
+    onnx::TensorProto* t = graph_.add_initializer();
+    t->set_name(it->second = unique(name));
+    t->set_data_type(onnx::TensorProto::INT64);
+    t->add_dims(static_cast<int64_t>(values.size()));
+    for (int64_t v : values) t->add_int64_data(v);
+    return it->second;
+  }
+
+  // A float32 scalar under `name`, one initializer for every node that uses it.
+  std::string scalar(const std::string& name, float value) {
+    auto [it, fresh] = shared_.try_emplace(name);
+    if (fresh) it->second = constant(name, {}, &value, 1);
+    return it->second;
   }
 
   std::string unique(const std::string& name) {
@@ -176,6 +216,84 @@ class GraphBuilder {
     return buffers_[h] = constant(info.name, info.shape, store_.buffer(h), info.numel);
   }
 
+  // W^T of a [out, in] parameter for MatMul: a Transpose of its initializer, which ONNX Runtime
+  // folds when it loads the model, so the file keeps each parameter once under its own name (the
+  // token table too when the head is tied to it).
+  std::string transposed(const std::string& weight) {
+    auto [it, fresh] = transposed_.try_emplace(weight);
+    if (fresh) it->second = node("Transpose", {weight}, weight + ".transposed", {ints_attr("perm", {1, 0})});
+    return it->second;
+  }
+
+  // The sequence length T of the graph's input, int64 [1]: every tensor of a token model has the
+  // same T at dimension 1, so the first one asked gives it for all.
+  std::string sequence_length(const std::string& x) {
+    if (sequence_length_.empty())
+      sequence_length_ = node("Shape", {x}, "sequence_length", {int_attr("start", 1), int_attr("end", 2)});
+    return sequence_length_;
+  }
+
+  // [T, T]: 0 where a query may see the key (itself and those before it), kMaskedScore above the
+  // diagonal; cut from a [longest, longest] constant, so T may be any length up to the longest.
+  std::string causal_mask(const std::string& x, int64_t longest) {
+    if (!causal_mask_.empty()) return causal_mask_;
+    std::vector<float> mask(static_cast<size_t>(longest * longest), 0.0f);
+    for (int64_t query = 0; query < longest; ++query)
+      for (int64_t key = query + 1; key < longest; ++key)
+        mask[static_cast<size_t>(query * longest + key)] = kMaskedScore;
+    const std::string full = constant("causal_mask", {longest, longest}, mask.data(), mask.size());
+    const std::string t = sequence_length(x);
+    const std::string ends = node("Concat", {t, t}, "causal_mask.ends", {int_attr("axis", 0)});
+    causal_mask_ = node("Slice", {full, int64_constant({0, 0}), ends, int64_constant({0, 1})}, "causal_mask.sequence");
+    return causal_mask_;
+  }
+
+  // Multi-head attention over Q|K|V [B, T, 3 dim] as the layer computes it: per head
+  // softmax(Q K^T / sqrt(head_dim) + mask) V, the heads' outputs side by side [B, T, dim].
+  std::string attention(const Layer& layer, const LayerDescription& d, const std::string& x, const Shape& shape) {
+    const std::string& name = layer.name();
+    const int64_t heads = int_attribute(layer, d, "heads"), causal = int_attribute(layer, d, "causal");
+    const int64_t dim = shape.back() / 3;
+    if (shape.size() != 3 || shape.back() % 3 != 0 || heads < 1 || dim % heads != 0)
+      no_form(layer, "describes itself as attention with " + std::to_string(heads) + " heads over input " +
+                         shape_string(shape) + ", expected [B, T, 3 dim] with heads dividing dim");
+    const int64_t head_dim = dim / heads;
+    const auto qkv = node_outputs("Split", {x}, {name + ".q", name + ".k", name + ".v"}, {int_attr("axis", -1)});
+    // A head's columns become a dimension, [B, T, heads, head_dim], then heads go before T.
+    const std::string split_heads = int64_constant({0, 0, heads, head_dim});
+    const auto per_head = [&](const std::string& t, const std::vector<int64_t>& perm) {
+      return node("Transpose", {node("Reshape", {t, split_heads}, t + ".heads")}, t + ".by_head",
+                  {ints_attr("perm", perm)});
+    };
+    const std::string q = per_head(qkv[0], {0, 2, 1, 3});                // [B, heads, T, head_dim]
+    const std::string k_t = per_head(qkv[1], {0, 2, 3, 1});              // [B, heads, head_dim, T]
+    const std::string v = per_head(qkv[2], {0, 2, 1, 3});                // [B, heads, T, head_dim]
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));  // the layer's, in float
+    std::string scores =
+        node("Mul",
+             {node("MatMul", {q, k_t}, name + ".scores"), scalar("attention_scale_" + std::to_string(head_dim), scale)},
+             name + ".scaled");
+    if (causal) scores = node("Add", {scores, causal_mask(x, shape[1])}, name + ".masked");
+    const std::string probs = node("Softmax", {scores}, name + ".probs", {int_attr("axis", -1)});
+    const std::string per_token = node("Transpose", {node("MatMul", {probs, v}, name + ".heads_out")},
+                                       name + ".by_token", {ints_attr("perm", {0, 2, 1, 3})});
+    return node("Reshape", {per_token, int64_constant({0, 0, dim})}, name);
+  }
+
+  // GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in the backend's order of
+  // operations (opset 17 has no Gelu operator).
+  std::string gelu_tanh(const std::string& x, const std::string& name) {
+    const std::string cubic = node(
+        "Mul", {node("Mul", {node("Mul", {x, scalar("gelu_cubic", kGeluCubic)}, name + ".a_x"), x}, name + ".a_x2"), x},
+        name + ".a_x3");
+    const std::string inner =
+        node("Mul", {scalar("gelu_sqrt_2_over_pi", kGeluSqrt2OverPi), node("Add", {x, cubic}, name + ".x_plus_a_x3")},
+             name + ".inner");
+    const std::string one_plus_tanh =
+        node("Add", {scalar("gelu_one", 1.0f), node("Tanh", {inner}, name + ".tanh")}, name + ".one_plus_tanh");
+    return node("Mul", {node("Mul", {scalar("gelu_half", 0.5f), x}, name + ".half_x"), one_plus_tanh}, name);
+  }
+
   int64_t int_attribute(const Layer& layer, const LayerDescription& d, const std::string& key) const {
     for (const auto& [name, value] : d.ints)
       if (name == key) return value;
@@ -196,13 +314,33 @@ class GraphBuilder {
     switch (d.kind) {
       case LayerKind::none:
         no_form(layer, "has no ONNX form: its describe() says LayerKind::none");
-      case LayerKind::token_embedding:
+      case LayerKind::token_embedding: {
+        // The ids' rows of the table, plus the first T rows of the position table.
+        const std::string tokens = node("Gather", {param(layer, d, 0), x}, name + ".tokens", {int_attr("axis", 0)});
+        const std::string positions =
+            node("Slice", {param(layer, d, 1), int64_constant({0}), sequence_length(x), int64_constant({0})},
+                 name + ".positions");
+        y = node("Add", {tokens, positions}, name);
+        break;
+      }
       case LayerKind::layer_norm:
+        y = node("LayerNormalization", {x, param(layer, d, 0), param(layer, d, 1)}, name,
+                 {int_attr("axis", -1), float_attr("epsilon", float_attribute(layer, d, "epsilon"))});
+        break;
       case LayerKind::gelu_tanh:
+        y = gelu_tanh(x, name);
+        break;
       case LayerKind::attention:
+        y = attention(layer, d, x, shape);
+        break;
       case LayerKind::tied_head:
+        y = node("MatMul", {x, transposed(param(layer, d, 0))}, name);
+        break;
       case LayerKind::token_linear:
-        no_form(layer, std::string("is a ") + kind_name(d.kind) + " layer, which export does not write yet");
+        // MatMul takes any rank, as the layer does; Gemm takes [N, features] only.
+        y = node("Add", {node("MatMul", {x, transposed(param(layer, d, 0))}, name + ".matmul"), param(layer, d, 1)},
+                 name);
+        break;
       case LayerKind::linear:
         // Linear takes any rank and flattens it; Gemm takes [N, features] only.
         if (shape.size() != 2) x = node("Flatten", {x}, name + ".flatten", {int_attr("axis", 1)});
@@ -271,15 +409,25 @@ class GraphBuilder {
   std::set<std::string> names_;
   std::map<ParamHandle, std::string> params_;
   std::map<BufferHandle, std::string> buffers_;
+  std::map<std::string, std::string> shared_;      // constants by what they hold
+  std::map<std::string, std::string> transposed_;  // weights by their initializer
+  std::string sequence_length_, causal_mask_;
 };
 
-void set_tensor_type(onnx::ValueInfoProto* value, const std::string& name, const Shape& dims) {
+// The first dimensions of `dims` are left free under the names `free` (the batch "N", a token
+// model's sequence "T"); the rest keep their sizes.
+void set_tensor_type(onnx::ValueInfoProto* value, const std::string& name, onnx::TensorProto::DataType type,
+                     const Shape& dims, const std::vector<std::string>& free) {
   value->set_name(name);
   auto* tensor = value->mutable_type()->mutable_tensor_type();
-  tensor->set_elem_type(onnx::TensorProto::FLOAT);
+  tensor->set_elem_type(type);
   auto* shape = tensor->mutable_shape();
-  shape->add_dim()->set_dim_param("N");  // the batch: any size
-  for (size_t i = 1; i < dims.size(); ++i) shape->add_dim()->set_dim_value(dims[i]);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i < free.size())
+      shape->add_dim()->set_dim_param(free[i]);
+    else
+      shape->add_dim()->set_dim_value(dims[i]);
+  }
 }
 
 }  // namespace
@@ -322,16 +470,25 @@ OnnxModel onnx_model(const Model& model, ParameterStore& store, const std::strin
   Shape input{1};
   input.insert(input.end(), sample_shape.begin(), sample_shape.end());
   const Shape logits = model.output_shape(input);
-  MGT_CHECK(logits.size() == 2, Error,
-            "model '" + model_name + "' gives " + shape_string(logits) + " for input " + shape_string(input) +
-                ", expected logits [N, classes]");
+  // A language model takes token ids [N, T] and gives a row of logits per token.
+  const bool tokens = model.sequence_length() > 0;
+  if (tokens)
+    MGT_CHECK(input.size() == 2 && logits.size() == 3, Error,
+              "model '" + model_name + "' gives " + shape_string(logits) + " for token ids " + shape_string(input) +
+                  ", expected logits [N, T, vocab]");
+  else
+    MGT_CHECK(logits.size() == 2, Error,
+              "model '" + model_name + "' gives " + shape_string(logits) + " for input " + shape_string(input) +
+                  ", expected logits [N, classes]");
 
   onnx::ModelProto proto;
   proto.set_ir_version(onnx::IR_VERSION);
   proto.set_producer_name("mgtrain");
   proto.set_producer_version(MGTRAIN_VERSION);
-  proto.set_doc_string("input: float32 samples as stored in the data file, normalised in the graph: " +
-                       normalisation.text() + "; output: logits");
+  proto.set_doc_string(tokens ? "input: int64 token ids [N, T], T from 1 to " + std::to_string(input[1]) +
+                                    "; output: logits [N, T, vocab], each position's for the token after it"
+                              : "input: float32 samples as stored in the data file, normalised in the graph: " +
+                                    normalisation.text() + "; output: logits");
   proto.add_opset_import()->set_version(kOpset);
   for (const auto& [key, value] : metadata) {
     auto* prop = proto.add_metadata_props();
@@ -340,19 +497,23 @@ OnnxModel onnx_model(const Model& model, ParameterStore& store, const std::strin
   }
   onnx::GraphProto& graph = *proto.mutable_graph();
   graph.set_name(model_name);
-  set_tensor_type(graph.add_input(), "input", input);
+  // int64 ids, as ONNX language models take them: Gather indexes with them as they are.
+  const std::vector<std::string> free = tokens ? std::vector<std::string>{"N", "T"} : std::vector<std::string>{"N"};
+  set_tensor_type(graph.add_input(), "input", tokens ? onnx::TensorProto::INT64 : onnx::TensorProto::FLOAT, input,
+                  free);
 
   GraphBuilder builder(graph, store, model_name);
   builder.unique("input");
   builder.unique("logits");
   std::string x = "input";
-  // The reader's normalisation, with the same float operations in the same order.
+  // The reader's normalisation, with the same float operations in the same order (token ids have
+  // none).
   Shape stat_dims(input.size() - 1, 1);  // one value per channel, broadcast over the rest
-  if (normalisation.divide_by != 0) {
+  if (!tokens && normalisation.divide_by != 0) {
     const float scale = normalisation.divide_by;
     x = builder.node("Div", {x, builder.constant("input_scale", {1}, &scale, 1)}, "input_scaled");
   }
-  if (!normalisation.mean.empty()) {
+  if (!tokens && !normalisation.mean.empty()) {
     const size_t c = normalisation.mean.size();
     Shape dims = c == 1 ? Shape{1} : stat_dims;
     if (c != 1) dims[0] = static_cast<int64_t>(c);
@@ -376,11 +537,12 @@ OnnxModel onnx_model(const Model& model, ParameterStore& store, const std::strin
     builder.node("Identity", {x}, "logits_identity");
     graph.mutable_node(graph.node_size() - 1)->set_output(0, "logits");
   }
-  set_tensor_type(graph.add_output(), "logits", logits);
+  set_tensor_type(graph.add_output(), "logits", onnx::TensorProto::FLOAT, logits, free);
 
   OnnxModel result;
   result.nodes = graph.node_size();
-  result.classes = logits[1];
+  result.classes = logits.back();
+  result.context = tokens ? input[1] : 0;
   if (!proto.SerializeToString(&result.bytes))
     throw Error("model '" + model_name + "': the ONNX graph cannot be serialized (over 2 GB?)");
   return result;
@@ -397,42 +559,60 @@ OnnxExport export_onnx(const std::string& checkpoint, const std::string& out, co
 
   OnnxExport result;
   result.model_name = plugin_choice(config).model;
-  result.data_path = data_path.empty() ? config.get_string("data.train") : data_path;
-  data::DatasetInfo info;
-  try {
-    info =
-        data::open_dataset_info(result.data_path, config.get_string("data.x_name"), config.get_string("data.y_name"));
-  } catch (const Error& e) {
-    throw DataError(std::string(e.what()) + (data_path.empty() ? " (the checkpoint's data.train, which gives the "
-                                                                 "sample shape and normalisation; --data names "
-                                                                 "another file)"
-                                                               : ""));
-  }
-  result.sample_shape = info.sample_shape;
-  result.normalisation = input_normalisation(info);
-  Shape input{1};
-  input.insert(input.end(), info.sample_shape.begin(), info.sample_shape.end());
-  try {
-    model->output_shape(input);
-  } catch (const Error& e) {
-    throw DataError("data file '" + result.data_path + "': the model cannot take its samples of shape " +
-                    shape_string(info.sample_shape) + ": " + e.what());
-  }
+  const int64_t context = model->sequence_length();
   std::vector<std::pair<std::string, std::string>> metadata{
       {"mgtrain.model", result.model_name},
       {"mgtrain.checkpoint", checkpoint},
       {"mgtrain.step", std::to_string(stored.step)},
-      {"mgtrain.input", "float32 [N, " + shape_string(info.sample_shape).substr(1) + " samples as stored in '" +
-                            result.data_path + "' (" + info.x_type + ")"},
-      {"mgtrain.normalisation", result.normalisation.text()},
   };
-  if (!info.class_names.empty()) {
-    std::string names;
-    for (const auto& n : info.class_names) names += (names.empty() ? "" : ",") + n;
-    metadata.emplace_back("mgtrain.class_names", names);
+  // A language model's input is the token ids themselves: no data file gives it a shape or
+  // statistics, so one is read only when --data names it, to check that its ids fit the model.
+  result.data_path = data_path.empty() && context == 0 ? config.get_string("data.train") : data_path;
+  data::DatasetInfo info;
+  if (!result.data_path.empty()) {
+    try {
+      info = data::open_data_info(result.data_path, config.get_string("data.x_name"), config.get_string("data.y_name"),
+                                  context, result.model_name);
+    } catch (const Error& e) {
+      throw DataError(std::string(e.what()) + (data_path.empty() ? " (the checkpoint's data.train, which gives the "
+                                                                   "sample shape and normalisation; --data names "
+                                                                   "another file)"
+                                                                 : ""));
+    }
+  }
+  if (context > 0) {
+    result.sample_shape = {context};
+    const int64_t vocab = model->output_shape({1, context}).back();
+    if (!result.data_path.empty() && info.num_classes > vocab)
+      throw DataError("token file '" + result.data_path + "' has vocab_size " + std::to_string(info.num_classes) +
+                      ", more than the vocabulary of " + std::to_string(vocab) + " that model '" + result.model_name +
+                      "' gives logits for: expected at most " + std::to_string(vocab));
+    metadata.emplace_back("mgtrain.input", "int64 [N, T] token ids, T from 1 to " + std::to_string(context));
+    metadata.emplace_back("mgtrain.context", std::to_string(context));
+    metadata.emplace_back("mgtrain.vocab", std::to_string(vocab));
+  } else {
+    result.sample_shape = info.sample_shape;
+    result.normalisation = input_normalisation(info);
+    Shape input{1};
+    input.insert(input.end(), info.sample_shape.begin(), info.sample_shape.end());
+    try {
+      model->output_shape(input);
+    } catch (const Error& e) {
+      throw DataError("data file '" + result.data_path + "': the model cannot take its samples of shape " +
+                      shape_string(info.sample_shape) + ": " + e.what());
+    }
+    metadata.emplace_back("mgtrain.input", "float32 [N, " + shape_string(info.sample_shape).substr(1) +
+                                               " samples as stored in '" + result.data_path + "' (" + info.x_type +
+                                               ")");
+    metadata.emplace_back("mgtrain.normalisation", result.normalisation.text());
+    if (!info.class_names.empty()) {
+      std::string names;
+      for (const auto& n : info.class_names) names += (names.empty() ? "" : ",") + n;
+      metadata.emplace_back("mgtrain.class_names", names);
+    }
   }
   try {
-    result.onnx = onnx_model(*model, store, result.model_name, info.sample_shape, result.normalisation, metadata);
+    result.onnx = onnx_model(*model, store, result.model_name, result.sample_shape, result.normalisation, metadata);
   } catch (const Error& e) {
     throw Error("cannot export checkpoint '" + checkpoint + "' to ONNX: " + e.what());
   }

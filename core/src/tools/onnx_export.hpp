@@ -2,7 +2,8 @@
 // `mgtrain export`: a checkpoint's model as an ONNX file for ONNX Runtime and other frameworks.
 // The graph takes the data file's samples as stored ("input", float32 [N, ...sample shape], N
 // left free), normalises them as the data reader does, runs the model's layers as they evaluate
-// (batch norm on its running statistics, dropout the identity) and gives "logits" [N, classes].
+// (batch norm on its running statistics, dropout the identity) and gives "logits" [N, classes]. A
+// language model takes token ids ("input", int64 [N, T]) and gives "logits" [N, T, vocab].
 // It is built from the layers' descriptions (Layer::describe), so no ONNX type reaches the SDK.
 #include <cstdint>
 #include <string>
@@ -30,19 +31,22 @@ InputNormalisation input_normalisation(const data::DatasetInfo& info);
 struct OnnxModel {
   std::string bytes;  // a serialized onnx.ModelProto
   int64_t nodes = 0;
-  int64_t classes = 0;
+  int64_t classes = 0;  // a language model's vocabulary
+  int64_t context = 0;  // a language model's longest sequence T; 0 for a model of samples
 };
 
 // Builds the graph of `model` (its parameters and buffers in `store`) for samples of
-// `sample_shape`. Throws Error naming the model and the layer when a layer has no ONNX form
-// (LayerKind::none), or the model is no stack of layers (Model::export_layers() empty).
+// `sample_shape`. A language model (Model::sequence_length() > 0) takes int64 token ids
+// "input" [N, T] instead, sample_shape {longest T}, T free from 1 to that, without normalisation,
+// and gives "logits" [N, T, vocab]. Throws Error naming the model and the layer when a layer has
+// no ONNX form (LayerKind::none), or the model is no stack of layers (Model::export_layers() empty).
 OnnxModel onnx_model(const Model& model, ParameterStore& store, const std::string& model_name,
                      const Shape& sample_shape, const InputNormalisation& normalisation,
                      const std::vector<std::pair<std::string, std::string>>& metadata = {});
 
 struct OnnxExport {
   std::string model_name;
-  std::string data_path;  // where the sample shape and normalisation came from
+  std::string data_path;  // where the sample shape and normalisation came from (a language model: "" or --data)
   Shape sample_shape;
   InputNormalisation normalisation;
   OnnxModel onnx;
@@ -51,7 +55,8 @@ struct OnnxExport {
 // Rebuilds the model from the checkpoint as `mgtrain eval` does and writes it to `out` under a
 // temporary name in the same directory, renamed when complete: a failure leaves no file. The
 // sample shape and normalisation come from `data_path`, or when it is empty from the
-// checkpoint's data.train.
+// checkpoint's data.train. A language model reads no data file unless `data_path` names one, which
+// is then checked to be a token file within the model's vocabulary.
 OnnxExport export_onnx(const std::string& checkpoint, const std::string& out, const std::string& data_path,
                        const std::vector<std::string>& plugin_paths);
 

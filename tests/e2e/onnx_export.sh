@@ -3,13 +3,16 @@
 # mpirun (agreement is the point, not accuracy), exports the checkpoint, and tests/e2e/onnx_check.py
 # checks the file with onnx.checker and runs it with ONNX Runtime on the whole Fashion-MNIST test
 # set, fed the raw pixels: the predictions agree with `mgtrain eval --logits` on at least 99.9% of
-# the rows and the logits differ by at most 1e-4. The errors case: a file that is no checkpoint, an
-# output that cannot be written, a layer and a model with no ONNX form; each one error line naming
-# it, a non-zero exit and no file (nor a temporary one) left behind.
+# the rows and the logits differ by at most 1e-4. The gpt cases (the head tied to the embedding, and
+# one of its own with dropout) train on the fortunes package's text and run the graph on 128
+# windows of held-out text fed as int64 token ids: logits within 1e-4 of eval's, per token, and the
+# mean cross-entropy within 1e-4 of eval's test loss. The errors case: a file that is no checkpoint,
+# an output that cannot be written, a layer and a model with no ONNX form, a data file of the wrong
+# kind; each one error line naming it, a non-zero exit and no file (nor a temporary one) left behind.
 # The checker needs python3 with the venv module (Debian: python3-venv) and PyPI for onnxruntime,
 # onnx, numpy and h5py, installed into "$WORK/../onnx-venv" (ONNX_VENV overrides) on first use and
 # reused; exits 77 (skip) when PyPI cannot be reached.
-# Usage: onnx_export.sh mlp|cnn|resnet|layers|plugin_operator|errors
+# Usage: onnx_export.sh mlp|cnn|resnet|layers|plugin_operator|gpt|gpt_untied|errors
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/lib.sh"
 : "${TEST_PLUGIN_DIR:?}"
@@ -76,6 +79,67 @@ train_export_check() {
     fail "onnx_check.py on $name"
 }
 
+# Byte tokens of Debian's fortunes (scripts/install_deps.sh): the example's split of `cookie`
+# (examples/text_gpt.ini), 128 windows of 64 held out for the test.
+FORTUNES=/usr/share/games/fortunes
+convert_text() {
+  [[ -r $FORTUNES/cookie ]] || fail "no $FORTUNES/cookie: install the fortunes package (scripts/install_deps.sh)"
+  head -c 220000 "$FORTUNES/cookie" >train.txt
+  tail -c +220001 "$FORTUNES/cookie" | head -c $((128 * 64 + 1)) >test.txt
+  { "$MGTRAIN" data convert --text train.txt --out text_train.h5 &&
+    "$MGTRAIN" data convert --text test.txt --out text_test.h5; } >convert.log 2>&1 ||
+    { cat convert.log; fail "data convert --text"; }
+}
+
+write_gpt_config() {
+  cat >gpt.ini <<INI
+[data]
+train = $WORK/text_train.h5
+test = $WORK/text_test.h5
+[model]
+name = gpt
+layers = 2
+heads = 4
+dim = 64
+context = 64
+[optimizer]
+name = adam
+lr = 0.003
+[train]
+max_steps = 40
+global_batch = 16
+seed = 5
+log_every = 20
+INI
+}
+
+# Trains a gpt briefly at np=2 with the extra arguments, exports it and checks it against eval's
+# logits and test loss on the held-out windows. Usage: gpt_export_check NAME [train arguments...]
+gpt_export_check() {
+  local name=$1
+  shift
+  write_gpt_config
+  run_np 2 600 train --config gpt.ini --checkpoint.dir="$WORK/$name" "$@" >"$name-train.log" 2>&1 ||
+    { cat "$name-train.log"; fail "training $name"; }
+  local ckpt=$WORK/$name/step-40.h5
+  "$MGTRAIN" eval --checkpoint "$ckpt" --data text_test.h5 --logits "$name-logits.npy" --json \
+    >"$name-eval.log" 2>&1 || { cat "$name-eval.log"; fail "eval --logits of $name"; }
+  local loss
+  loss=$(json_field loss <"$name-eval.log")
+  [[ -n $loss ]] || { cat "$name-eval.log"; fail "eval of $name printed no loss"; }
+  # A language model needs no data file: the training file may be gone.
+  mv text_train.h5 text_train.h5.away
+  "$MGTRAIN" export --checkpoint "$ckpt" --out "$name.onnx" >"$name-export.log" 2>&1 ||
+    { cat "$name-export.log"; fail "export of $name"; }
+  mv text_train.h5.away text_train.h5
+  cat "$name-export.log"
+  grep -qF 'input "input" int64 [N, T] token ids, T from 1 to 64; output "logits" [N, T, 256]' "$name-export.log" ||
+    fail "export of $name: not token ids in and logits per token out"
+  ! ls -a | grep -q '\.tmp-' || { ls -a; fail "export left a temporary file"; }
+  "$venv/bin/python" "$HERE/onnx_check.py" "$name.onnx" text_test.h5 "$name-logits.npy" --loss "$loss" ||
+    fail "onnx_check.py on $name"
+}
+
 write_config run.ini "[optimizer]" "lr = 0.05"
 plugin_args=()
 case $case_name in
@@ -106,6 +170,17 @@ case $case_name in
     plugin_args=(--plugin-path "$TEST_PLUGIN_DIR/hand-written")
     train_export_check tanh_mlp --model.name=tanh_mlp "${plugin_args[@]}"
     ;;
+  gpt)
+    prepare_venv
+    convert_text
+    gpt_export_check gpt
+    ;;
+  gpt_untied)
+    # A head of its own (a token linear layer with a bias) and dropout, the identity in the graph.
+    prepare_venv
+    convert_text
+    gpt_export_check gpt_untied --model.tie_weights=false --model.dropout=0.1
+    ;;
   errors)
     run_np 2 300 train --config run.ini --train.max_steps=5 --checkpoint.dir="$WORK/mlp" >train.log 2>&1 ||
       { cat train.log; fail "training the mlp"; }
@@ -129,6 +204,20 @@ case $case_name in
       --out no/such/dir/m.onnx
     refused out_is_directory "ONNX file 'out' cannot be written: it is a directory" --checkpoint "$ckpt" --out out
     refused missing_data "data file 'missing.h5'" --checkpoint "$ckpt" --out out/m.onnx --data missing.h5
+    # Data of the other kind: token ids for an image model, images for a language model.
+    convert_text
+    refused tokens_for_mlp "data file 'text_test.h5' is a token file (/tokens), but model 'mlp' reads sample files" \
+      --checkpoint "$ckpt" --out out/m.onnx --data text_test.h5
+    # A gpt of 128 tokens, trained on the text (ASCII) declared as of 128, refuses a file of 256.
+    cp text_train.h5 text_train_128.h5
+    "$(h5py_python)" "$HERE/h5edit.py" text_train_128.h5 setint / vocab_size 128
+    write_gpt_config
+    run_np 2 300 train --config gpt.ini --train.max_steps=2 --data.train="$WORK/text_train_128.h5" --data.test= \
+      --model.vocab=128 --checkpoint.dir="$WORK/gpt" >gpt-train.log 2>&1 || { cat gpt-train.log; fail "training the gpt"; }
+    refused images_for_gpt "data file '$DATA_DIR/test.h5' is not a token file (no dataset /tokens), but model" \
+      --checkpoint "$WORK/gpt/step-2.h5" --out out/m.onnx --data "$DATA_DIR/test.h5"
+    refused vocab_beyond_model "token file 'text_test.h5' has vocab_size 256, more than the vocabulary of 128" \
+      --checkpoint "$WORK/gpt/step-2.h5" --out out/m.onnx --data text_test.h5
 
     hand=(--plugin-path "$TEST_PLUGIN_DIR/hand-written")
     run_np 2 300 train --config run.ini --train.max_steps=5 --checkpoint.dir="$WORK/no-form" "${hand[@]}" \

@@ -44,6 +44,8 @@ std::string empty_option_error(const std::string& command, const po::variables_m
     const auto* text = boost::any_cast<std::string>(&value.value());
     if (!text || !text->empty() || value.defaulted()) continue;
     const auto* option = desc.find_nothrow(name, false);
+    // A switch that takes no value (--help) is stored as an empty string too.
+    if (option && option->semantic()->max_tokens() == 0) continue;
     return command + ": option '--" + name + "' is empty; expected " +
            (option ? option->description() : std::string("a value")) + " (see mgtrain " + command + " --help)";
   }

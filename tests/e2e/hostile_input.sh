@@ -122,7 +122,12 @@ case $1 in
     expect="train: option '--resume' is empty; expected 'latest' (newest in checkpoint.dir) or a checkpoint path"
     refused "$expect" mpi train --config run.ini --resume ""
     refused "$expect" mpi train --config run.ini --resume=
-    refused "option '--config' is empty" mpi train --config "" ;;
+    refused "option '--config' is empty" mpi train --config ""
+    # ... while a switch that takes no value is not an empty option.
+    for command in train bench verify doctor; do
+      "$MGTRAIN" $command --help >help.txt 2>&1 || { cat help.txt; fail "$command --help failed"; }
+      grep -q -- "--config" help.txt || { cat help.txt; fail "$command --help shows no options"; }
+    done ;;
   # A word that is neither an option nor an override was dropped silently.
   positional)
     refused "unexpected argument 'train.seed=3'; config overrides are written --section.key=value" \

@@ -4,7 +4,8 @@
 // checks what a person would look for there, through the engine's own SQL tables:
 //   node trace_check.js ENGINE_DIR TRACE RANKS STEPS
 // ENGINE_DIR holds engine_bundle.js and trace_processor.wasm. The trace must hold RANKS processes,
-// each with steps 1..STEPS, each step with data wait, forward, backward, sync and optimizer inside
+// each with steps 1..STEPS, each step with data wait, forward, backward (each holding a span per
+// layer), sync and optimizer inside
 // it and every all-reduce bucket's span starting inside it; spans nest on every track (the engine
 // drops and counts any that overlap part-way); at least one bucket starts before its step's backward
 // ends (communication overlapped with compute); the data reader's reads are on a track of their own;
@@ -253,6 +254,12 @@ async function main() {
       for (const name of ['data wait', 'forward', 'backward', 'sync', 'optimizer'])
         check(phase(name).length === 1, `rank ${r} step ${step.step}: ${phase(name).length} '${name}' span(s) in it`);
       const backward = phase('backward')[0];
+      // Each layer's forward and backward inside the step's (the MLP: fc1, relu1, ...).
+      for (const [name, span] of [['forward', phase('forward')[0]], ['backward', backward]]) {
+        const layers = span ? main.filter((s) => s.parent === span.id).map((s) => s.name) : [];
+        check(layers.includes('fc1') && layers.includes('fc3'),
+              `rank ${r} step ${step.step}: the ${name} span holds layers [${layers}], expected fc1 ... fc3`);
+      }
       const started = buckets.filter((b) => b.ts >= step.ts && b.ts < step.ts + step.dur);
       check(started.length === bucketTracks.size && started.every((b) => within(b, step) && b.bytes > 0),
             `rank ${r} step ${step.step}: ${started.length} bucket span(s) inside it, expected ${bucketTracks.size}`);

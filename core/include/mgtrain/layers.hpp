@@ -20,6 +20,16 @@ namespace mgt {
 class BatchStatistics;
 class Layer;
 
+// Told when each layer's forward and backward begin and end (a residual block's layers inside its
+// own), while a timeline is written (metrics.trace). On a GPU that is the time the host took to
+// launch the layer's work, not the GPU's.
+class MGT_API LayerTimer {
+ public:
+  virtual ~LayerTimer() = default;
+  virtual void begin(const Layer& layer) = 0;
+  virtual void end(const Layer& layer) = 0;
+};
+
 // What a layer may need to know about the step besides its input.
 struct StepContext {
   uint64_t seed = 0;
@@ -44,6 +54,8 @@ struct StepContext {
   // Set only while the trainer looks for where a non-finite gradient came from: the executor calls
   // it after each layer's forward (a residual block's layers too) with the layer and its output.
   const std::function<void(const Layer&, const Tensor&)>* after_layer = nullptr;
+  // Set while a timeline is written: the executor reports each layer's forward and backward.
+  LayerTimer* layer_timer = nullptr;
 };
 
 // Sums per-micro-shard statistics over the batch a layer normalises by. The trainer provides it

@@ -28,6 +28,22 @@ DeviceParameters::DeviceParameters(Backend& backend, const ParameterStore& host)
 
 namespace {
 
+// Each layer's forward and backward as a span of the timeline, named after the layer, nested in
+// the step's forward and backward (and a residual block's layers in the block's span).
+class TraceLayerTimer final : public LayerTimer {
+ public:
+  explicit TraceLayerTimer(TraceBuffer* trace) : trace_(trace) {}
+  void begin(const Layer&) override { begins_.push_back(TraceBuffer::Clock::now()); }
+  void end(const Layer& layer) override {
+    trace_->record(layer.name().c_str(), begins_.back(), TraceBuffer::Clock::now());
+    begins_.pop_back();
+  }
+
+ private:
+  TraceBuffer* trace_;
+  std::vector<TraceBuffer::Clock::time_point> begins_;
+};
+
 // What the host knows of a step's outcome, copied back at the end of each step.
 struct StepTotals {
   double loss_sum;
@@ -144,6 +160,7 @@ struct CompiledStep::Program {
   std::unique_ptr<kernels::RecordedStep> recorded[2];
   std::unique_ptr<BatchStatistics> batch_statistics;  // null: each pass its own
   std::vector<float> buffers_before;                  // in place: the store's buffers before the step
+  std::unique_ptr<LayerTimer> layer_timer;            // while a timeline is written
 };
 
 CompiledStep::CompiledStep(Backend& backend, Model& model, ParameterStore& store, Optimizer& optimizer,
@@ -402,6 +419,8 @@ bool CompiledStep::enqueue_program(int slot) {
   b.copy_from_pinned(p.scalars, p.pinned_scalars[slot], sizeof(StepScalars));
   StepContext ctx;
   ctx.seed = options_.seed;
+  if (options_.trace && !p.layer_timer) p.layer_timer = std::make_unique<TraceLayerTimer>(options_.trace);
+  ctx.layer_timer = p.layer_timer.get();
   // The host's copy; the ops read the step from p.scalars when they run (a recording is replayed).
   ctx.step = p.pinned_scalars[slot]->step;
   ctx.training = true;

@@ -46,6 +46,23 @@ class ShardGradients {
   Tensor& buffer_;
 };
 
+// Reports a layer's forward or backward to the step's LayerTimer, when there is one.
+class Timed {
+ public:
+  Timed(const Layer& layer, const StepContext& step) : layer_(layer), timer_(step.layer_timer) {
+    if (timer_) timer_->begin(layer_);
+  }
+  ~Timed() {
+    if (timer_) timer_->end(layer_);
+  }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  const Layer& layer_;
+  LayerTimer* timer_;
+};
+
 }  // namespace
 
 bool whole(const Layer& layer, const Ops& ops, const Shape& input, int64_t shards) {
@@ -65,6 +82,7 @@ Shape plan_shape(const Shape& input, int64_t shards, bool whole) {
 
 void forward(Layer& layer, const LayerRun& run, const Tensor& in, Tensor& out, bool whole) {
   const int64_t shards = run.step.shards;
+  const Timed timed(layer, run.step);
   if (whole || shards <= 1) {
     layer.forward(run, in, out);
   } else {
@@ -81,6 +99,7 @@ void forward(Layer& layer, const LayerRun& run, const Tensor& in, Tensor& out, b
 void backward(Layer& layer, const LayerRun& run, const Tensor& in, const Tensor& out, const Tensor& grad_out,
               Tensor* grad_in, bool whole) {
   const int64_t shards = run.step.shards;
+  const Timed timed(layer, run.step);
   if (whole || shards <= 1) {
     layer.backward(run, in, out, grad_out, grad_in);
     return;

@@ -14,6 +14,7 @@ int run_doctor(int argc, char** argv, const std::vector<std::string>& args);
 int exec_doctor(char** argv);
 int run_eval(const std::vector<std::string>& args);
 int run_export(const std::vector<std::string>& args);
+int run_generate(const std::vector<std::string>& args);
 int run_data(const std::vector<std::string>& args);
 int run_compare(const std::vector<std::string>& args);
 int run_plugins(const std::vector<std::string>& args);

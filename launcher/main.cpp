@@ -27,6 +27,7 @@ void print_usage(std::ostream& out) {
          "  doctor                                           per rank: host, GPU, memory, versions; a verdict\n"
          "  eval --checkpoint FILE --data FILE               accuracy and loss of a checkpoint\n"
          "  export --checkpoint FILE --out MODEL.onnx        a checkpoint's model as ONNX\n"
+         "  generate --checkpoint F --prompt T --tokens N    a language model continues a text prompt\n"
          "  data convert ...                                 IDX or CSV to the HDF5 sample format\n"
          "  data inspect FILE                                what an HDF5 data file holds\n"
          "  compare A.h5 B.h5 [--rtol R] [--params-only]     two checkpoints' state, bitwise or close\n"
@@ -58,14 +59,15 @@ int main(int argc, char** argv) {
     if (command == "doctor") return mgt::cli::exec_doctor(argv);
     if (command == "eval") return mgt::cli::run_eval(args);
     if (command == "export") return mgt::cli::run_export(args);
+    if (command == "generate") return mgt::cli::run_generate(args);
     if (command == "data") return mgt::cli::run_data(args);
     if (command == "plugins") return mgt::cli::run_plugins(args);
     if (command == "compare") return mgt::cli::run_compare(args);
     if (command == "report") return mgt::cli::run_report(args);
     if (command == "config-keys") return mgt::cli::run_config_keys(args);
     std::fprintf(stderr,
-                 "mgtrain: error: [rank %d] unknown command '%s' (expected train, eval, export, data, "
-                 "compare, report, plugins or config-keys; see mgtrain --help)\n",
+                 "mgtrain: error: [rank %d] unknown command '%s' (expected train, eval, export, generate, "
+                 "data, compare, report, plugins or config-keys; see mgtrain --help)\n",
                  mgt::cli::launch_rank(), mgt::printable(command).c_str());
     return 2;
   } catch (const po::error& e) {

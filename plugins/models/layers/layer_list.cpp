@@ -12,7 +12,9 @@
 namespace mgt::layer_list {
 namespace {
 
-const char* const kKinds = "conv, linear, maxpool, avgpool, gap, bn, relu, flatten, dropout, residual";
+const char* const kKinds =
+    "conv, linear, maxpool, avgpool, gap, bn, relu, flatten, dropout, residual, embed, layernorm, attention, gelu, "
+    "tied_head";
 
 struct Token {
   std::string text;  // a word, or one of , { } |
@@ -147,7 +149,16 @@ class Parser {
       const double p = a.size() == 1 ? std::strtod(a[0].c_str(), &end) : -1.0;
       if (a.size() != 1 || *end != '\0' || !(p >= 0.0 && p < 1.0))
         bad("expected dropout P with P a probability in [0, 1)");
-    } else if (e.kind == "gap" || e.kind == "bn" || e.kind == "relu" || e.kind == "flatten") {
+    } else if (e.kind == "embed") {
+      int64_t width = 0;
+      if (a.size() != 2 || !to_integer(a[0], value) || value <= 0 || !to_integer(a[1], width) || width <= 0)
+        bad("expected embed V D with V (vocabulary) and D (width) positive integers");
+    } else if (e.kind == "attention") {
+      if (a.empty() || a.size() > 2 || !to_integer(a[0], value) || value <= 0 ||
+          (a.size() == 2 && a[1] != "causal" && a[1] != "bidirectional"))
+        bad("expected attention H [causal|bidirectional] with H (heads) a positive integer");
+    } else if (e.kind == "gap" || e.kind == "bn" || e.kind == "relu" || e.kind == "flatten" || e.kind == "layernorm" ||
+               e.kind == "gelu" || e.kind == "tied_head") {
       if (!a.empty()) bad(e.kind + " takes no arguments, got '" + a[0] + "'");
     } else {
       throw ConfigError("entry " + e.position + " '" + e.text + "': unknown layer '" + e.kind + "'; expected one of " +
@@ -167,14 +178,31 @@ int64_t integer_after(const std::vector<std::string>& args, char key, int64_t fa
 
 // The name prefix of each kind's layers.
 std::string base_name(const std::string& kind) {
-  static const std::map<std::string, std::string> names = {{"linear", "fc"}, {"maxpool", "pool"}, {"residual", "res"}};
+  static const std::map<std::string, std::string> names = {{"linear", "fc"},      {"maxpool", "pool"},
+                                                           {"residual", "res"},   {"layernorm", "ln"},
+                                                           {"attention", "attn"}, {"tied_head", "head"}};
   const auto it = names.find(kind);
   return it == names.end() ? kind : it->second;
 }
 
+bool contains_kind(const std::vector<Entry>& entries, const std::string& kind) {
+  for (const Entry& e : entries)
+    if (e.kind == kind || contains_kind(e.branch, kind) || contains_kind(e.shortcut, kind)) return true;
+  return false;
+}
+
+// What the layers after an embed entry need of it: a token model's activations are [B, T, features].
+struct Tokens {
+  const Entry* embed = nullptr;  // null: the list reads samples, not tokens
+  std::string embed_name;
+  int64_t vocab = 0, dim = 0;
+  bool table_shared = false;  // a tied_head in the list uses the embed's table
+  std::string head_name;      // the tied head built, if any
+};
+
 // Builds `entries` onto `layers` from `shape` (batch of 1 first); returns the last output shape.
 Shape build_list(const std::vector<Entry>& entries, Shape shape, const std::string& prefix,
-                 std::vector<std::unique_ptr<Layer>>& layers) {
+                 std::vector<std::unique_ptr<Layer>>& layers, Tokens& tokens) {
   std::map<std::string, int> counts;
   for (const Entry& e : entries) {
     const std::string base = base_name(e.kind);
@@ -188,8 +216,8 @@ Shape build_list(const std::vector<Entry>& entries, Shape shape, const std::stri
     std::unique_ptr<Layer> layer;
     if (e.kind == "residual") {
       std::vector<std::unique_ptr<Layer>> branch, shortcut;
-      build_list(e.branch, shape, name + ".", branch);
-      build_list(e.shortcut, shape, name + ".shortcut.", shortcut);
+      build_list(e.branch, shape, name + ".", branch, tokens);
+      build_list(e.shortcut, shape, name + ".shortcut.", shortcut, tokens);
       try {
         layer = make_residual(name, std::move(branch), std::move(shortcut));
       } catch (const ConfigError& error) {
@@ -198,6 +226,9 @@ Shape build_list(const std::vector<Entry>& entries, Shape shape, const std::stri
     } else if (e.kind == "conv") {
       layer = make_conv2d(name, shape[1], std::stoll(a[0]), integer_after(a, 'k', 1), integer_after(a, 's', 1),
                           integer_after(a, 'p', 0));
+    } else if (e.kind == "linear" && tokens.embed && shape.size() == 3) {
+      // On tokens, each token's features alone, initialised as the gpt model's.
+      layer = make_token_linear(name, shape[2], std::stoll(a[0]));
     } else if (e.kind == "linear") {
       int64_t features = 1;
       for (size_t i = 1; i < shape.size(); ++i) features *= shape[i];
@@ -216,6 +247,50 @@ Shape build_list(const std::vector<Entry>& entries, Shape shape, const std::stri
       layer = make_relu(name);
     } else if (e.kind == "flatten") {
       layer = make_flatten(name);
+    } else if (e.kind == "embed") {
+      if (e.position != "1")
+        throw ConfigError(where + ": embed takes the token ids, so it must be the list's first entry, not entry " +
+                          e.position);
+      if (shape.size() != 2)
+        throw ConfigError(where + ": expects token ids [B, T], model.input_shape = T (one integer: the window's " +
+                          "length); got " + shape_string(shape) + " (shapes for a batch of 1)");
+      tokens.embed = &e;
+      tokens.embed_name = name;
+      tokens.vocab = std::stoll(a[0]);
+      tokens.dim = std::stoll(a[1]);
+      layer = make_token_embedding(name, tokens.vocab, shape[1], tokens.dim, tokens.table_shared);
+    } else if (e.kind == "layernorm") {
+      if (shape.size() != 2 && shape.size() != 3)
+        throw ConfigError(where + ": normalises the last dimension of [B, features] or [B, T, features], got " +
+                          shape_string(shape) + " (shapes for a batch of 1)");
+      layer = make_layer_norm(name, shape.back());
+    } else if (e.kind == "gelu") {
+      layer = make_gelu(name);
+    } else if (e.kind == "attention") {
+      if (!tokens.embed || shape.size() != 3)
+        throw ConfigError(where + ": expects token activations [B, T, 3 x dim] after an embed entry, got " +
+                          shape_string(shape) + " (shapes for a batch of 1)");
+      const int64_t heads = std::stoll(a[0]), width = shape[2];
+      if (width % 3 != 0)
+        throw ConfigError(where + ": expects queries, keys and values [B, T, 3 x dim] (a linear of 3 x dim before " +
+                          "it), got " + shape_string(shape) + ": " + std::to_string(width) +
+                          " is not a multiple of 3 (shapes for a batch of 1)");
+      if ((width / 3) % heads != 0)
+        throw ConfigError(where + ": " + std::to_string(heads) +
+                          " heads do not divide dim = " + std::to_string(width / 3) + " (the input's width " +
+                          std::to_string(width) + " / 3); expected a divisor of it (a head's width is dim / heads)");
+      layer = make_attention(name, width / 3, heads, a.size() < 2 || a[1] == "causal");
+    } else if (e.kind == "tied_head") {
+      if (!tokens.embed)
+        throw ConfigError(where + ": uses the table of an embed entry, and no embed entry comes before it");
+      if (!tokens.head_name.empty())
+        throw ConfigError(where + ": the table of entry 1 '" + tokens.embed->text + "' is already tied to " +
+                          tokens.head_name + "; it ties one head");
+      if (shape.size() != 3 || shape[2] != tokens.dim)
+        throw ConfigError(where + ": expects [B, T, " + std::to_string(tokens.dim) + "], the width of entry 1 '" +
+                          tokens.embed->text + "', got " + shape_string(shape) + " (shapes for a batch of 1)");
+      tokens.head_name = name;
+      layer = make_tied_head(name, tokens.embed_name, tokens.vocab, tokens.dim);
     } else {
       layer = make_dropout(name, std::strtof(a[0].c_str(), nullptr));
     }
@@ -237,8 +312,26 @@ std::vector<std::unique_ptr<Layer>> build(const std::vector<Entry>& entries, con
   Shape shape{1};
   shape.insert(shape.end(), sample_shape.begin(), sample_shape.end());
   std::vector<std::unique_ptr<Layer>> layers;
-  build_list(entries, shape, "", layers);
+  Tokens tokens;
+  // The embedding is built before the head that shares its table, so it is told ahead.
+  tokens.table_shared = contains_kind(entries, "tied_head");
+  shape = build_list(entries, shape, "", layers, tokens);
+  // The loss takes logits: per sample, or per token over the vocabulary the embed reads.
+  const std::string last = "the last entry '" + entries.back().text + "' gives " + shape_string(shape) +
+                           " for a batch of 1; expected logits ";
+  if (tokens.embed) {
+    const std::string vocab = std::to_string(tokens.vocab);
+    if (shape.size() != 3 || shape[2] != tokens.vocab)
+      throw ConfigError(last + "[B, T, " + vocab + "], over the vocabulary of entry 1 '" + tokens.embed->text +
+                        "': end with tied_head or linear " + vocab);
+  } else if (shape.size() != 2) {
+    throw ConfigError(last + "[B, classes]: end with linear N");
+  }
   return layers;
+}
+
+int64_t sequence_length(const std::vector<Entry>& entries, const Shape& sample_shape) {
+  return !entries.empty() && entries.front().kind == "embed" && sample_shape.size() == 1 ? sample_shape[0] : 0;
 }
 
 }  // namespace mgt::layer_list

@@ -6,10 +6,13 @@
 //   list  := entry ("," entry)*
 //   entry := KIND ARG* | "residual" "{" list ["|" list] "}"
 //
-// Kinds, with their arguments (C, N, K, S, P integers; the input channels and features are taken
-// from the shape the previous entry gives): conv C kK [sS] [pP], linear N, maxpool K [sS],
+// Kinds, with their arguments (C, N, K, S, P, V, D, H integers; the input channels and features
+// are taken from the shape the previous entry gives): conv C kK [sS] [pP], linear N, maxpool K [sS],
 // avgpool K [sS] (S defaults to K), gap, bn, relu, flatten, dropout P, and residual { BRANCH }
-// or residual { BRANCH | SHORTCUT } (an empty shortcut is the identity).
+// or residual { BRANCH | SHORTCUT } (an empty shortcut is the identity). A language model starts
+// with embed V D (token ids [B, T] -> [B, T, D], T the sample shape's one integer) and may then use
+// layernorm, gelu, attention H [causal|bidirectional] (on [B, T, 3 x dim] from a linear before it)
+// and tied_head (logits over the embed's table); there linear N acts on each token.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,13 +35,21 @@ struct Entry {
 // missing, extra or bad argument.
 std::vector<Entry> parse(const std::string& text);
 
-// Builds the layers for samples of `sample_shape` (no batch dimension: C,H,W or features). Layer
-// names are <name><index>, the index counting that kind within its list from 1: conv1, bn1, fc1
-// (linear), pool1 (maxpool), avgpool1, gap1, relu1, flatten1, dropout1, res1; inside a residual
-// prefixed by its name (res1.conv1), its shortcut's by "<name>.shortcut." (res1.shortcut.conv1).
+// Builds the layers for samples of `sample_shape` (no batch dimension: C,H,W, features, or T
+// token ids when the list starts with embed). Layer names are <name><index>, the index counting
+// that kind within its list from 1: conv1, bn1, fc1 (linear), pool1 (maxpool), avgpool1, gap1,
+// relu1, flatten1, dropout1, res1, embed1, ln1 (layernorm), attn1 (attention), gelu1, head1
+// (tied_head); inside a residual prefixed by its name (res1.conv1), its shortcut's by
+// "<name>.shortcut." (res1.shortcut.conv1).
 // A linear entry that ends the list (the classifier) is initialised fan-in uniform, as PyTorch's
-// nn.Linear and the built-in models' last layer; any other, He-uniform.
+// nn.Linear and the built-in models' last layer; any other, He-uniform; a linear on tokens, as the
+// gpt model's, N(0, 0.02^2).
+// The last entry must give logits: [B, classes], or for a list that starts with embed V D, [B, T, V].
 // Throws ConfigError naming the entry when it cannot take the previous entry's output.
 std::vector<std::unique_ptr<Layer>> build(const std::vector<Entry>& entries, const Shape& sample_shape);
+
+// The window of a list that starts with embed (Model::sequence_length): the sample shape's T; 0
+// for any other list, which reads samples.
+int64_t sequence_length(const std::vector<Entry>& entries, const Shape& sample_shape);
 
 }  // namespace mgt::layer_list

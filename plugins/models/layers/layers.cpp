@@ -1,6 +1,8 @@
 // Model plugin `layers`: a model declared in the config, as a list of SDK layers in model.layers
 // (the grammar and the layer names: layer_list.hpp), checked against model.input_shape before
-// any step.
+// any step. A list that starts with embed is a language model: it reads token files in windows of
+// model.input_shape's one integer T and gives logits [rows, T, vocabulary].
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -10,11 +12,13 @@
 namespace {
 
 const mgt::ConfigKey kKeys[] = {
-    {"model.input_shape", mgt::KeyType::integer_list, "1,28,28", "sample shape C,H,W (taken from data.train if unset)"},
+    {"model.input_shape", mgt::KeyType::integer_list, "1,28,28",
+     "sample shape C,H,W or features (taken from data.train's images if unset); for a list that starts with embed, "
+     "T: the window of token ids"},
     {"model.layers", mgt::KeyType::string, nullptr,
      "the layers, comma-separated: conv C kK [sS] [pP], linear N, maxpool K [sS], avgpool K [sS], gap, bn, relu, "
-     "flatten, dropout P, residual { BRANCH } (a shortcut follows the branch after a bar); README: A model declared "
-     "in the config"},
+     "flatten, dropout P, residual { BRANCH } (a shortcut follows the branch after a bar); for text, embed V D first, "
+     "then layernorm, attention H [causal|bidirectional], gelu, tied_head; README: A model declared in the config"},
 };
 
 class Layers final : public mgt::SequentialModel {
@@ -27,18 +31,17 @@ class Layers final : public mgt::SequentialModel {
     try {
       const auto entries = mgt::layer_list::parse(text);
       auto layers = mgt::layer_list::build(entries, input_shape);
-      // The loss takes [B, classes] logits.
-      mgt::Shape shape{1};
-      for (int64_t d : input_shape) shape.push_back(d);
-      for (const auto& layer : layers) shape = layer->output_shape(shape);
-      if (shape.size() != 2)
-        throw mgt::ConfigError("the last entry '" + entries.back().text + "' gives " + mgt::shape_string(shape) +
-                               " for a batch of 1; expected logits [B, classes]: end with linear N");
+      sequence_length_ = mgt::layer_list::sequence_length(entries, input_shape);
       for (auto& layer : layers) add(std::move(layer));
     } catch (const mgt::ConfigError& error) {
       throw mgt::ConfigError(key + error.what());
     }
   }
+
+  int64_t sequence_length() const override { return sequence_length_; }
+
+ private:
+  int64_t sequence_length_ = 0;
 };
 
 }  // namespace

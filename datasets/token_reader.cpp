@@ -23,7 +23,8 @@ void check_kind(const std::string& path, int64_t context, const std::string& mod
   const std::string model = model_name.empty() ? "the model" : "model '" + model_name + "'";
   if (tokens && context == 0)
     throw DataError("data file '" + path + "' is a token file (/tokens), but " + model +
-                    " reads sample files (/x, /y): train a language model (model.name = gpt) on it");
+                    " reads sample files (/x, /y): train a language model on it (model.name = gpt, or layers "
+                    "whose model.layers starts with embed V D)");
   if (!tokens && context > 0)
     throw DataError("data file '" + path + "' is not a token file (no dataset /tokens), but " + model +
                     " reads token files: write one with `mgtrain data convert --text FILE... --out OUT.h5`");

@@ -3,7 +3,10 @@
 # config trains (the loss falls) and gives the same parameter bits as `model.name = cnn` with the
 # same seed, its layers having the cnn's names; a declared model with batch norm and a residual
 # block gives the same bits at np=1 and np=2 in deterministic mode. Also the ResNet-20 example
-# starts and trains a few steps. Usage: layers_model.sh cnn | deterministic | resnet_example
+# starts and trains a few steps. The GPT example (a list that starts with embed) trains on text:
+# the loss falls, the test loss is per token, its checkpoint generates text, deterministic mode
+# gives the same bits at np=1 and np=2, and a bad entry gets one error line before step 1.
+# Usage: layers_model.sh cnn | deterministic | resnet_example | gpt
 source "$(dirname "$0")/lib.sh"
 data=(--data.train="$DATA_DIR/train.h5" --data.test= --checkpoint.every_steps=0)
 losses() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$1"; }
@@ -40,6 +43,56 @@ case $1 in
       --train.log_every=2 --checkpoint.dir="$WORK/resnet" >resnet.log 2>&1 || { cat resnet.log; fail "resnet example"; }
     [ "$(losses resnet/metrics.jsonl | wc -l)" -eq 2 ] || { cat resnet.log; fail "no metrics for steps 2 and 4"; }
     grep -q '^augment = crop:4,flip' resnet.log || { cat resnet.log; fail "the resolved config lacks data.augment"; }
+    ;;
+  gpt)
+    fortunes=/usr/share/games/fortunes  # Debian's fortunes package (scripts/install_deps.sh)
+    [ -r "$fortunes/cookie" ] || fail "no $fortunes/cookie: install the fortunes package (scripts/install_deps.sh)"
+    head -c 220000 "$fortunes/cookie" >train.txt
+    tail -c +220001 "$fortunes/cookie" >test.txt
+    for split in train test; do
+      "$MGTRAIN" data convert --text $split.txt --out $split.h5 >>convert.log 2>&1 || { cat convert.log; fail "convert"; }
+    done
+    text=(--data.train="$WORK/train.h5" --data.test="$WORK/test.h5" --checkpoint.every_steps=0)
+    # The example as it is, but for a warm-up that fits a short run.
+    run_np 2 600 train --config "$EXAMPLES/text_gpt_layers.ini" "${text[@]}" --train.max_steps=40 \
+      --train.warmup_steps=5 --train.log_every=10 --checkpoint.dir="$WORK/gpt" --json >gpt.json 2>gpt.log ||
+      { cat gpt.log; fail "the declared gpt"; }
+    first=$(losses gpt/metrics.jsonl | head -1)
+    last=$(losses gpt/metrics.jsonl | tail -1)
+    echo "declared gpt at np=2: loss $first (step 10) -> $last (step 40)"
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.85 * a) }' || { cat gpt.log; fail "the loss did not fall"; }
+    test_loss=$(tail -1 gpt.json | json_field test_loss)
+    awk -v l="$test_loss" 'BEGIN { exit !(l > 0.5 && l < 5.0) }' || { tail -1 gpt.json; fail "test_loss '$test_loss'"; }
+    h5ls gpt/step-40.h5/params >names.txt
+    for name in embed1.weight embed1.position res1.ln1.weight res1.fc1.weight res8.fc2.bias ln1.weight; do
+      grep -q "^$name " names.txt || { cat names.txt; fail "no parameter $name"; }
+    done
+    # The tied head has no parameter of its own.
+    ! grep -q "^head" names.txt || { cat names.txt; fail "the tied head has a parameter"; }
+    for run in 1 2; do
+      "$MGTRAIN" generate --checkpoint gpt/step-40.h5 --prompt "The " --tokens 40 --seed 3 >generated$run.txt \
+        2>generate.log || { cat generate.log; fail "generate"; }
+    done
+    [ "$(wc -c <generated1.txt)" -ge 40 ] || fail "generate wrote $(wc -c <generated1.txt) bytes"
+    cmp -s generated1.txt generated2.txt || fail "the same seed generated different text"
+    # Deterministic mode: the embedding's scatter-add and the tied head over micro-shards.
+    small=(--model.input_shape=32 --model.layers="embed 256 32, residual { layernorm, linear 96, attention 2 causal, \
+linear 32 }, residual { layernorm, linear 128, gelu, linear 32 }, layernorm, tied_head" --train.max_steps=8
+      --sync.deterministic=true --sync.micro_shards=4 --train.global_batch=16)
+    for np in 1 2; do
+      run_np $np 600 train --config "$EXAMPLES/text_gpt_layers.ini" "${text[@]}" "${small[@]}" \
+        --checkpoint.dir="$WORK/np$np" >np$np.log 2>&1 || { cat np$np.log; fail "deterministic np=$np"; }
+    done
+    [ "$(group_hash np1/step-8.h5 /params)" = "$(group_hash np2/step-8.h5 /params)" ] ||
+      fail "deterministic declared-gpt parameters differ between np=1 and np=2"
+    # A bad entry: one line, naming it, before step 1.
+    run_np 2 120 train --config "$EXAMPLES/text_gpt_layers.ini" "${text[@]}" --checkpoint.dir="$WORK/bad" \
+      --model.input_shape=32 --model.layers="embed 256 32, linear 96, attention 3, linear 32, tied_head" >bad.log 2>&1 &&
+      fail "a bad attention entry trained"
+    line=$(one_error_line bad.log)
+    [[ $line == *"entry 3 'attention 3' (attn1): 3 heads do not divide dim = 32 (the input's width 96 / 3)"* ]] ||
+      fail "unexpected error line: $line"
+    ! grep -q "step 1/" bad.log || fail "the bad list reached step 1"
     ;;
   *) fail "unknown case $1" ;;
 esac

@@ -30,6 +30,15 @@ void check_kind(const std::string& path, int64_t context, const std::string& mod
                     " reads token files: write one with `mgtrain data convert --text FILE... --out OUT.h5`");
 }
 
+// The keys that set a language model's window and vocabulary: the gpt model's, or for a model
+// declared as a list (model.name = layers) its input shape and its embed entry.
+std::string context_key(const std::string& model_name) {
+  return model_name == "layers" ? "model.input_shape" : "model.context";
+}
+std::string vocab_key(const std::string& model_name) {
+  return model_name == "layers" ? "the V of model.layers' embed V D" : "model.vocab";
+}
+
 DatasetInfo windows_info(const TokenFileInfo& file, int64_t context) {
   DatasetInfo info;
   info.path = file.path;
@@ -59,7 +68,8 @@ DatasetInfo open_data_info(const std::string& path, const std::string& x_name, c
   const TokenFileInfo file = open_token_info(path);
   if (file.tokens < context + 1)
     throw DataError("token file '" + path + "' holds " + std::to_string(file.tokens) +
-                    " tokens, fewer than one window of model.context + 1 = " + std::to_string(context + 1));
+                    " tokens, fewer than one window of " + context_key(model_name) +
+                    " + 1 = " + std::to_string(context + 1));
   return windows_info(file, context);
 }
 
@@ -73,11 +83,13 @@ TokenReader::TokenReader(const ReaderOptions& options) : options_(options) {
   const TokenFileInfo file = open_token_info(options.path);
   if (options.vocab_limit > 0 && file.vocab_size > options.vocab_limit)
     throw DataError("token file '" + options.path + "' has vocab_size " + std::to_string(file.vocab_size) +
-                    ", more than the model's vocabulary of " + std::to_string(options.vocab_limit) +
-                    " (model.vocab): expected a model vocabulary of at least " + std::to_string(file.vocab_size));
+                    ", more than the model's vocabulary of " + std::to_string(options.vocab_limit) + " (" +
+                    vocab_key(options.model_name) + "): expected a model vocabulary of at least " +
+                    std::to_string(file.vocab_size));
   if (file.tokens < options.context + 1)
     throw DataError("token file '" + options.path + "' holds " + std::to_string(file.tokens) +
-                    " tokens, fewer than one window of model.context + 1 = " + std::to_string(options.context + 1));
+                    " tokens, fewer than one window of " + context_key(options.model_name) +
+                    " + 1 = " + std::to_string(options.context + 1));
   tokens_ = read_tokens(file);
   info_ = windows_info(file, options.context);
   local_ = options.global_batch / options.world;

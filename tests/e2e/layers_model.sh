@@ -93,6 +93,13 @@ linear 32 }, residual { layernorm, linear 128, gelu, linear 32 }, layernorm, tie
     [[ $line == *"entry 3 'attention 3' (attn1): 3 heads do not divide dim = 32 (the input's width 96 / 3)"* ]] ||
       fail "unexpected error line: $line"
     ! grep -q "step 1/" bad.log || fail "the bad list reached step 1"
+    # The data against the list: the keys named are the list's.
+    "$MGTRAIN" train --config "$EXAMPLES/text_gpt_layers.ini" "${text[@]}" --checkpoint.dir="$WORK/bad" \
+      --model.input_shape=32 --model.layers="embed 128 32, layernorm, tied_head" >vocab.log 2>&1 &&
+      fail "a vocabulary smaller than the file's trained"
+    line=$(one_error_line vocab.log)
+    [[ $line == *"more than the model's vocabulary of 128 (the V of model.layers' embed V D)"* ]] ||
+      fail "unexpected error line: $line"
     ;;
   *) fail "unknown case $1" ;;
 esac

@@ -5,7 +5,8 @@
 # block gives the same bits at np=1 and np=2 in deterministic mode. Also the ResNet-20 example
 # starts and trains a few steps. The GPT example (a list that starts with embed) trains on text:
 # the loss falls, the test loss is per token, its checkpoint generates text, deterministic mode
-# gives the same bits at np=1 and np=2, and a bad entry gets one error line before step 1.
+# gives the same bits at np=1 and np=2, the step in device memory (the GPU's form) agrees with the
+# step in place, and a bad entry or a file the list cannot read gets one error line before step 1.
 # Usage: layers_model.sh cnn | deterministic | resnet_example | gpt
 source "$(dirname "$0")/lib.sh"
 data=(--data.train="$DATA_DIR/train.h5" --data.test= --checkpoint.every_steps=0)
@@ -78,13 +79,21 @@ case $1 in
     # Deterministic mode: the embedding's scatter-add and the tied head over micro-shards.
     small=(--model.input_shape=32 --model.layers="embed 256 32, residual { layernorm, linear 96, attention 2 causal, \
 linear 32 }, residual { layernorm, linear 128, gelu, linear 32 }, layernorm, tied_head" --train.max_steps=8
-      --sync.deterministic=true --sync.micro_shards=4 --train.global_batch=16)
+      --train.global_batch=16)
+    deterministic=(--sync.deterministic=true --sync.micro_shards=4)
     for np in 1 2; do
-      run_np $np 600 train --config "$EXAMPLES/text_gpt_layers.ini" "${text[@]}" "${small[@]}" \
+      run_np $np 600 train --config "$EXAMPLES/text_gpt_layers.ini" "${text[@]}" "${small[@]}" "${deterministic[@]}" \
         --checkpoint.dir="$WORK/np$np" >np$np.log 2>&1 || { cat np$np.log; fail "deterministic np=$np"; }
     done
     [ "$(group_hash np1/step-8.h5 /params)" = "$(group_hash np2/step-8.h5 /params)" ] ||
       fail "deterministic declared-gpt parameters differ between np=1 and np=2"
+    # The GPU path's program (the step in device memory), checked on the CPU backend.
+    for memory in host device; do
+      in_memory $memory run_np 2 600 train --config "$EXAMPLES/text_gpt_layers.ini" "${text[@]}" "${small[@]}" \
+        --checkpoint.dir="$WORK/$memory" >$memory.log 2>&1 || { cat $memory.log; fail "the step in $memory memory"; }
+    done
+    "$MGTRAIN" compare host/step-8.h5 device/step-8.h5 --rtol 1e-5 >compare.txt 2>&1 ||
+      { cat compare.txt; fail "the parameters with the step in device memory differ from in place"; }
     # A bad entry: one line, naming it, before step 1.
     run_np 2 120 train --config "$EXAMPLES/text_gpt_layers.ini" "${text[@]}" --checkpoint.dir="$WORK/bad" \
       --model.input_shape=32 --model.layers="embed 256 32, linear 96, attention 3, linear 32, tied_head" >bad.log 2>&1 &&

@@ -175,6 +175,18 @@ TEST(Config, ASectionTwiceIsRefusedNamingBothLines) {
   EXPECT_NE(msg.find("run.ini:5: section [optimizer] appears twice (first at run.ini:1)"), std::string::npos) << msg;
 }
 
+// A continued line that would swallow a section header is refused at the backslash's line,
+// rather than its keys landing in the section before it ("model.name is set twice").
+TEST(Config, ABackslashNeverContinuesIntoASectionHeader) {
+  EXPECT_EQ(parse_error("[model]\nname = mlp \\\n[optimizer]\nname = sgd\n"),
+            "run.ini:2: the trailing backslash continues this line into the section header '[optimizer]' on line 3; "
+            "remove the backslash (a section header cannot continue a value)");
+  // After continued lines, the line that ends in the backslash before the header.
+  EXPECT_EQ(parse_error("[model]\nlayers = conv 8 k3, \\\n  relu, \\\n  [train]\nepochs = 1\n"),
+            "run.ini:3: the trailing backslash continues this line into the section header '[train]' on line 4; "
+            "remove the backslash (a section header cannot continue a value)");
+}
+
 TEST(Config, RealsMustFitTheFloatTheyAreUsedAs) {
   for (const char* bad : {"1e300", "3.5e38", "1e-50"}) {
     Config c = Config::from_string("[model]\nname = mlp\n", "run.ini");

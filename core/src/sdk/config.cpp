@@ -227,9 +227,18 @@ Config Config::from_string(const std::string& ini_text, const std::string& sourc
     const std::string where = source_name + ":" + std::to_string(line_no);
     std::string t = trim(line);
     if (t.empty() || t[0] == '#' || t[0] == ';') continue;
-    // A line ending in a backslash goes on with the next one (a long model.layers list).
-    for (std::string next; !t.empty() && t.back() == '\\' && std::getline(in, next); ++line_no)
-      t = trim(t.substr(0, t.size() - 1)) + " " + trim(next);
+    // A line ending in a backslash goes on with the next one (a long model.layers list), but never
+    // into a section header: that would swallow the header, and its keys would land in the section
+    // before it, reported as keys set twice at lines that do not say why.
+    for (std::string next; !t.empty() && t.back() == '\\' && std::getline(in, next); ++line_no) {
+      const std::string continued = trim(next);
+      if (!continued.empty() && continued.front() == '[')
+        throw ConfigError(source_name + ":" + std::to_string(line_no) +
+                          ": the trailing backslash continues this line into the section header '" + continued +
+                          "' on line " + std::to_string(line_no + 1) +
+                          "; remove the backslash (a section header cannot continue a value)");
+      t = trim(t.substr(0, t.size() - 1)) + " " + continued;
+    }
     if (t.front() == '[') {
       if (t.back() != ']' || t.size() < 3)
         throw ConfigError(where + ": expected a section header like [model], got '" + t + "'");

@@ -150,6 +150,17 @@ case $1 in
       one_error_line err.log | grep -qF -- "--plugin-path '$WORK/locked': Permission denied" ||
         fail "mgtrain $command does not say the --plugin-path is not readable"
     done ;;
+  # A tolerance nothing can be within listed every tensor as identical, then said MISMATCH.
+  compare_tolerance)
+    run_np 1 120 train --config run.ini --train.max_steps=1 >train.log 2>&1 || { cat train.log; fail "training failed"; }
+    checkpoint=$(ls "$WORK"/ckpt/step-*.h5 | head -1)
+    for rtol in -1 -0.5 nan inf; do
+      refused "compare: --rtol: expected a finite number >= 0 (0: bit for bit), got $rtol" \
+        compare "$checkpoint" "$checkpoint" --rtol "$rtol"
+      ! grep -q identical out.log || { cat out.log; fail "compare --rtol $rtol compared the tensors"; }
+    done
+    "$MGTRAIN" compare "$checkpoint" "$checkpoint" --rtol 1e-6 >out.log || { cat out.log; fail "compare --rtol 1e-6"; }
+    tail -1 out.log | grep -q '^MATCH' || { cat out.log; fail "a checkpoint does not match itself"; } ;;
   *) fail "unknown case $1" ;;
 esac
 echo PASS

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.hpp"
+#include "mgtrain/error.hpp"
 
 namespace mgt {
 
@@ -102,6 +103,13 @@ std::vector<StoredTensor> sync_arrays(const SyncState& sync) {
 }  // namespace
 
 bool compare_checkpoints(const std::string& a, const std::string& b, double rtol, bool params_only, std::ostream& out) {
+  // A negative or NaN tolerance no difference can be within: every tensor would be listed, then
+  // the verdict would contradict the lines. Refused before anything is read.
+  if (!(rtol >= 0) || !std::isfinite(rtol)) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", rtol);
+    throw ConfigError(std::string("compare: --rtol: expected a finite number >= 0 (0: bit for bit), got ") + got);
+  }
   const CheckpointContents left = read_checkpoint_contents(a);
   const CheckpointContents right = read_checkpoint_contents(b);
   Comparison c(a, b, rtol, out);

@@ -11,7 +11,7 @@ namespace mgt {
 // `params_only`, the model's buffers, the optimizer's state and step count, and the sync
 // strategy's state. Returns true when everything compared matches: bitwise for rtol == 0,
 // otherwise max|a-b| <= rtol * max|a| for each tensor; counters exactly. Differing names or
-// shapes never match.
+// shapes never match. An rtol below 0 or not finite throws ConfigError before anything is read.
 bool compare_checkpoints(const std::string& a, const std::string& b, double rtol, bool params_only, std::ostream& out);
 
 }  // namespace mgt

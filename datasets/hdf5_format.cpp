@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cfloat>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -281,6 +283,29 @@ void for_each_label_block(hid_t y, int64_t n, const std::string& what, F&& f) {
   }
 }
 
+// The reader normalises in float32, (x - mean) x (1 / std): a mean or std that float32 cannot
+// hold, or a std whose inverse it cannot, would turn every sample into Inf or NaN, found only as a
+// non-finite gradient steps later. Each value of the attribute `name` (of `owner`) is checked.
+void require_float32_statistics(const std::string& path, const char* name, const std::string& owner,
+                                const std::vector<double>& values) {
+  const bool is_std = std::strcmp(name, "std") == 0;
+  for (size_t c = 0; c < values.size(); ++c) {
+    const double v = values[c];
+    const bool fits = is_std ? v >= FLT_MIN && v <= FLT_MAX : std::isfinite(v) && std::fabs(v) <= FLT_MAX;
+    if (fits) continue;
+    char text[160];
+    if (is_std)
+      std::snprintf(text, sizeof text,
+                    "%g, expected a number from %g to %g (positive, and its inverse finite, in float32)", v,
+                    static_cast<double>(FLT_MIN), static_cast<double>(FLT_MAX));
+    else
+      std::snprintf(text, sizeof text, "%g, expected a finite number of magnitude at most %g (float32)", v,
+                    static_cast<double>(FLT_MAX));
+    throw DataError(file_prefix(path) + ": attribute '" + name + "' of '" + owner + "'" +
+                    (values.size() > 1 ? " (channel " + std::to_string(c) + ")" : std::string()) + " is " + text);
+  }
+}
+
 }  // namespace
 
 namespace h5 {
@@ -425,21 +450,22 @@ Opened open_validated(const std::string& path, const std::string& x_name, const 
   // [C, ...], as colour images are written); a scalar beside an array applies to every channel.
   // An attribute there that is no number would otherwise leave the samples unnormalised unnoticed.
   std::vector<double> means, sds;
-  auto find_doubles = [&](const char* name, std::vector<double>& v) {
+  std::string mean_owner, sd_owner;  // "/x" or "/": where each was found
+  auto find_doubles = [&](const char* name, std::vector<double>& v, std::string& owner) {
     for (hid_t h : objs) {
       if (!has_attr(h, name)) continue;
+      owner = h == o.x.get() ? object_path(x_name) : std::string("/");
       if (read_attr_doubles(h, name, v)) return true;
       Id a = attr(H5Aopen(h, name, H5P_DEFAULT));
       Id t = type(H5Aget_type(a.get()));
-      throw DataError(file_prefix(path) + ": attribute '" + name + "' of '" +
-                      (h == o.x.get() ? object_path(x_name) : std::string("/")) + "' has type " +
+      throw DataError(file_prefix(path) + ": attribute '" + name + "' of '" + owner + "' has type " +
                       (t ? type_name(t.get()) : std::string("unknown")) +
                       ", expected numbers (one, or one per channel of the samples)");
     }
     return false;
   };
-  const bool has_mean = find_doubles("mean", means);
-  const bool has_sd = find_doubles("std", sds);
+  const bool has_mean = find_doubles("mean", means, mean_owner);
+  const bool has_sd = find_doubles("std", sds, sd_owner);
   if (has_mean != has_sd)
     throw DataError(file_prefix(path) + ": attribute '" + (has_mean ? "mean" : "std") + "' is there but '" +
                     (has_mean ? "std" : "mean") + "' is not, expected both (normalisation) or neither");
@@ -453,13 +479,11 @@ Opened open_validated(const std::string& path, const std::string& x_name, const 
                              ? "1 or " + std::to_string(channels) + " (one per channel of samples " +
                                    shape_of(info.sample_shape) + ")"
                              : "1 (samples " + shape_of(info.sample_shape) + " have no channel axis)"));
+    require_float32_statistics(path, "mean", mean_owner, means);
+    require_float32_statistics(path, "std", sd_owner, sds);
     const size_t n = std::max(means.size(), sds.size());
     for (size_t c = 0; c < n; ++c) {
       const double mean = means[means.size() == 1 ? 0 : c], sd = sds[sds.size() == 1 ? 0 : c];
-      if (!(sd > 0) || !std::isfinite(sd) || !std::isfinite(mean))
-        throw DataError(
-            file_prefix(path) + ": attributes mean = " + std::to_string(mean) + ", std = " + std::to_string(sd) +
-            (n > 1 ? " (channel " + std::to_string(c) + ")" : std::string()) + ", expected finite values with std > 0");
       if (n > 1) {
         info.channel_mean.push_back(static_cast<float>(mean));
         info.channel_std.push_back(static_cast<float>(sd));

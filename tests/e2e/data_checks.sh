@@ -11,6 +11,8 @@
 #   label_range      a label 10 in row 59999 of data.train (num_classes 10): refused before step 1
 #   mean_string      /x's attribute mean a string: refused naming it (train and data inspect)
 #   std_missing      /x's attribute std deleted beside mean: refused naming it
+#   statistics_range /x's attribute mean 1e300 or NaN, std 1e-45 or 0: refused naming the attribute
+#                    (train and data inspect), not left to become a non-finite gradient
 #   csv_overflow     data convert --csv with 1e300 in a feature column: refused naming the line
 #                    and column, no file written
 #   lzf              /x compressed with lzf, which Debian's HDF5 lacks: refused naming the filter
@@ -143,6 +145,22 @@ std_missing)
   expect="data file '$WORK/train.h5': attribute 'mean' is there but 'std' is not, expected both (normalisation) or neither"
   expect_refused "$expect"
   expect_inspect_refused "$WORK/train.h5" "$expect"
+  ;;
+statistics_range)
+  # A mean float32 cannot hold made every sample -inf: blamed on a non-finite gradient in fc1.
+  cp "$DATA_DIR/train.h5" train.h5
+  edit train.h5 'f["x"].attrs["mean"] = np.float64(1e300)'
+  expect="data file '$WORK/train.h5': attribute 'mean' of '/x' is 1e+300, expected a finite number of magnitude at most 3.40282e+38 (float32)"
+  expect_refused "$expect"
+  expect_inspect_refused "$WORK/train.h5" "$expect"
+  edit train.h5 'f["x"].attrs["mean"] = np.float64("nan")'
+  expect_inspect_refused "$WORK/train.h5" "attribute 'mean' of '/x' is nan, expected a finite number"
+  # A std whose inverse float32 cannot hold, and one of 0.
+  for sd in 1e-45 0; do
+    cp "$DATA_DIR/train.h5" train.h5
+    edit train.h5 "f['x'].attrs['std'] = np.float64($sd)"
+    expect_refused "data file '$WORK/train.h5': attribute 'std' of '/x' is $sd, expected a number from 1.17549e-38 to 3.40282e+38"
+  done
   ;;
 csv_overflow)
   printf '0,1,2,3\n1,4,5,6\n2,7,1e300,8\n' >f.csv

@@ -820,8 +820,39 @@ TEST(DataFormat, PerChannelStatisticsMustMatchTheChannels) {
   s = colour_spec(10);
   s.channel_std = {0.5, 0.0, 0.5};
   write_h5(dir.file("zero.h5"), s);
-  expect_data_error([&] { open_dataset_info(dir.file("zero.h5")); },
-                    {dir.file("zero.h5"), "std = 0.000000 (channel 1), expected finite values with std > 0"});
+  expect_data_error(
+      [&] { open_dataset_info(dir.file("zero.h5")); },
+      {dir.file("zero.h5"), "attribute 'std' of '/x' (channel 1) is 0, expected a number from 1.17549e-38"});
+}
+
+// The reader normalises in float32: statistics it cannot hold would make every sample Inf or NaN,
+// seen only as a non-finite gradient steps later. Refused at open, naming the attribute.
+TEST(DataFormat, StatisticsMustFitFloat32) {
+  TempDir dir;
+  H5Spec s = colour_spec(10);
+  s.channel_mean = {0.1, 1e300, 0.3};  // stored as float32 arrays: inf
+  write_h5(dir.file("mean.h5"), s);
+  expect_data_error([&] { open_dataset_info(dir.file("mean.h5")); },
+                    {dir.file("mean.h5"),
+                     "attribute 'mean' of '/x' (channel 1) is inf, expected a finite number "
+                     "of magnitude at most 3.40282e+38 (float32)"});
+  s = colour_spec(10);
+  s.channel_mean.clear();
+  s.channel_std.clear();
+  s.mean = -4e38;
+  s.stddev = 0.5;
+  write_h5(dir.file("scalar.h5"), s);
+  expect_data_error([&] { open_dataset_info(dir.file("scalar.h5")); },
+                    {dir.file("scalar.h5"), "attribute 'mean' of '/x' is -4e+38, expected a finite number"});
+  // A std whose inverse float32 cannot hold, and a negative one.
+  for (const double sd : {1e-40, -0.5, 1e39}) {
+    s.mean = 0.5;
+    s.stddev = sd;
+    write_h5(dir.file("std.h5"), s);
+    char text[64];
+    std::snprintf(text, sizeof text, "attribute 'std' of '/x' is %g, expected a number from", sd);
+    expect_data_error([&] { open_dataset_info(dir.file("std.h5")); }, {dir.file("std.h5"), text});
+  }
 }
 
 // ---------------------------------------------------------------- augmentation

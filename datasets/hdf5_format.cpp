@@ -49,15 +49,6 @@ void check_file(const std::string& path) {
   if (H5Fis_hdf5(path.c_str()) <= 0) throw DataError(file_prefix(path) + " is not an HDF5 file (no HDF5 signature)");
 }
 
-h5::Id open_dataset(hid_t file, const std::string& path, const std::string& name, const char* role, hid_t dapl) {
-  const std::string obj = h5::object_path(name);
-  if (H5Lexists(file, obj.c_str(), H5P_DEFAULT) <= 0)
-    throw DataError(where(path, name) + " does not exist (expected the " + role + ")");
-  h5::Id d = h5::dataset(H5Dopen2(file, obj.c_str(), dapl));
-  if (!d) throw DataError(where(path, name) + " is not a dataset (expected the " + role + ")");
-  return d;
-}
-
 std::string shape_of(const Shape& s) { return shape_string(s); }
 
 // A class count sizes per-class tables (class_counts, the inspect listing, the model's output
@@ -72,21 +63,22 @@ constexpr int64_t kMaxClasses = int64_t{1} << 20;
 // size the layout implies.
 void require_rows_stored(hid_t dset, const std::string& what, int depth = 0);
 
-// Where libhdf5 1.10 looks for a virtual dataset's source file: as given (an absolute path, or
-// relative to the working directory), under each HDF5_VDS_PREFIX entry, and beside the file that
-// maps it. The first that exists, else "".
-std::string find_source_file(const std::string& source, hid_t vds) {
+// Where libhdf5 1.10 looks for a file another one refers to (a virtual dataset's source, with
+// `prefix_variable` HDF5_VDS_PREFIX; an external link's target, HDF5_EXT_PREFIX): as given (an
+// absolute path, or relative to the working directory), under each entry of the prefix variable,
+// and beside the referring file `from` (any object of it). The first that exists, else "".
+std::string find_referred_file(const std::string& source, hid_t from, const char* prefix_variable) {
   namespace fs = std::filesystem;
   std::vector<fs::path> candidates{source};
-  if (const char* prefixes = std::getenv("HDF5_VDS_PREFIX")) {
+  if (const char* prefixes = std::getenv(prefix_variable)) {
     std::stringstream list(prefixes);
     for (std::string prefix; std::getline(list, prefix, ':');)
       if (!prefix.empty()) candidates.push_back(fs::path(prefix) / source);
   }
-  const ssize_t length = H5Fget_name(vds, nullptr, 0);
+  const ssize_t length = H5Fget_name(from, nullptr, 0);
   if (length > 0) {
     std::string own(static_cast<size_t>(length) + 1, '\0');
-    H5Fget_name(vds, own.data(), own.size());
+    H5Fget_name(from, own.data(), own.size());
     own.resize(static_cast<size_t>(length));
     const fs::path beside = fs::path(own).parent_path();
     candidates.push_back(beside / source);
@@ -97,6 +89,51 @@ std::string find_source_file(const std::string& source, hid_t vds) {
     if (fs::is_regular_file(c, ec)) return c.string();
   }
   return "";
+}
+
+// Why the link `obj` of `file`, which exists, leads to no object: a soft link to a path the file
+// lacks, or an external link to a file that is not there or lacks the object, as "a soft link to
+// ..." or "an external link to ...". "" when it leads somewhere (to an object that is no dataset,
+// or one HDF5 cannot open), which the caller says.
+std::string broken_link(hid_t file, const std::string& obj) {
+  H5L_info_t info{};
+  if (H5Lget_info(file, obj.c_str(), &info, H5P_DEFAULT) < 0) return "";
+  if (info.type != H5L_TYPE_SOFT && info.type != H5L_TYPE_EXTERNAL) return "";
+  std::vector<char> value(info.u.val_size + 1, '\0');
+  if (H5Lget_val(file, obj.c_str(), value.data(), info.u.val_size, H5P_DEFAULT) < 0) return "";
+  if (info.type == H5L_TYPE_SOFT) {
+    const std::string target(value.data());
+    if (H5Lexists(file, target.c_str(), H5P_DEFAULT) > 0) return "";
+    return "a soft link to '" + target + "', which the file does not have";
+  }
+  unsigned flags = 0;
+  const char *target_file = nullptr, *target_object = nullptr;
+  if (H5Lunpack_elink_val(value.data(), info.u.val_size, &flags, &target_file, &target_object) < 0 || !target_file ||
+      !target_object)
+    return "";
+  const std::string link =
+      "an external link to '" + h5::object_path(target_object) + "' in '" + std::string(target_file) + "'";
+  const std::string found = find_referred_file(target_file, file, "HDF5_EXT_PREFIX");
+  if (found.empty()) return link + ", a file that does not exist";
+  const std::string as_found = found == target_file ? link : link + " ('" + found + "')";
+  h5::Id target = h5::file(H5Fopen(found.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!target) return as_found + ", which could not be opened: " + h5::error_text();
+  if (H5Lexists(target.get(), h5::object_path(target_object).c_str(), H5P_DEFAULT) <= 0)
+    return as_found + ", which has no object '" + h5::object_path(target_object) + "'";
+  return "";
+}
+
+h5::Id open_dataset(hid_t file, const std::string& path, const std::string& name, const char* role, hid_t dapl) {
+  const std::string obj = h5::object_path(name);
+  if (H5Lexists(file, obj.c_str(), H5P_DEFAULT) <= 0)
+    throw DataError(where(path, name) + " does not exist (expected the " + role + ")");
+  h5::Id d = h5::dataset(H5Dopen2(file, obj.c_str(), dapl));
+  if (!d) {
+    const std::string link = broken_link(file, obj);
+    throw DataError(where(path, name) + " is " + (link.empty() ? "not a dataset" : link) + " (expected the " + role +
+                    ")");
+  }
+  return d;
 }
 
 // A virtual dataset's rows come from datasets in other files; a missing one (or rows no source
@@ -129,7 +166,7 @@ void require_virtual_sources(hid_t dset, hid_t dcpl, const std::string& what, co
     if (source_file == ".") {
       in = dset;
     } else {
-      const std::string found = find_source_file(source_file, dset);
+      const std::string found = find_referred_file(source_file, dset, "HDF5_VDS_PREFIX");
       if (found.empty())
         throw DataError(what + " is virtual and maps its " + mapped + " to " + source +
                         ", a file that does not exist (those rows would read as zeros)");
@@ -316,7 +353,11 @@ void open_row_checksums(Opened& o, const std::string& path, const std::string& x
   const std::string obj = object_path(kRowChecksums);
   if (H5Lexists(o.file.get(), obj.c_str(), H5P_DEFAULT) <= 0) return;
   Id crc = dataset(H5Dopen2(o.file.get(), obj.c_str(), H5P_DEFAULT));
-  if (!crc) throw DataError(where(path, kRowChecksums) + " could not be opened: " + error_text());
+  if (!crc) {
+    const std::string link = broken_link(o.file.get(), obj);
+    throw DataError(where(path, kRowChecksums) +
+                    (link.empty() ? " could not be opened: " + error_text() : " is " + link));
+  }
   std::vector<std::string> covers;
   if (!read_attr_strings(crc.get(), "datasets", covers) || covers.size() != 2 ||
       object_path(covers[0]) != object_path(x_name) || object_path(covers[1]) != object_path(y_name))

@@ -13,6 +13,8 @@
 #   std_missing      /x's attribute std deleted beside mean: refused naming it
 #   statistics_range /x's attribute mean 1e300 or NaN, std 1e-45 or 0: refused naming the attribute
 #                    (train and data inspect), not left to become a non-finite gradient
+#   dangling_link    /x an external link to a missing file (or one lacking /x), /y a soft link to
+#                    nothing: refused naming the link's target; one that leads to /x is read
 #   csv_overflow     data convert --csv with 1e300 in a feature column: refused naming the line
 #                    and column, no file written
 #   lzf              /x compressed with lzf, which Debian's HDF5 lacks: refused naming the filter
@@ -161,6 +163,30 @@ statistics_range)
     edit train.h5 "f['x'].attrs['std'] = np.float64($sd)"
     expect_refused "data file '$WORK/train.h5': attribute 'std' of '/x' is $sd, expected a number from 1.17549e-38 to 3.40282e+38"
   done
+  ;;
+dangling_link)
+  # /x an external link to a file that is not there was "not a dataset".
+  cp "$DATA_DIR/train.h5" train.h5
+  edit train.h5 'del f["x"]; f["x"] = h5py.ExternalLink("missing.h5", "/x")'
+  expect="data file '$WORK/train.h5': dataset '/x' is an external link to '/x' in 'missing.h5', a file that does not exist (expected the samples"
+  expect_refused "$expect"
+  expect_inspect_refused "$WORK/train.h5" "$expect"
+  # To a file that is there but lacks the object; a soft link to a path the file lacks.
+  "$python" -c 'import h5py; h5py.File("other.h5", "w").create_dataset("z", data=[1])'
+  edit train.h5 'del f["x"]; f["x"] = h5py.ExternalLink("other.h5", "/x")'
+  expect_inspect_refused "$WORK/train.h5" "dataset '/x' is an external link to '/x' in 'other.h5', which has no object '/x'"
+  cp "$DATA_DIR/train.h5" train.h5
+  edit train.h5 'del f["y"]; f["y"] = h5py.SoftLink("/labels")'
+  expect_inspect_refused "$WORK/train.h5" "dataset '/y' is a soft link to '/labels', which the file does not have (expected the labels"
+  # A link that leads to its data is read through.
+  "$python" - "$DATA_DIR/train.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as src, h5py.File("x.h5", "w") as xf:
+    src.copy("x", xf)
+PY
+  cp "$DATA_DIR/train.h5" train.h5
+  edit train.h5 'del f["x"]; f["x"] = h5py.ExternalLink("x.h5", "/x")'
+  "$MGTRAIN" data inspect train.h5 >inspect.log 2>&1 || { cat inspect.log; fail "an external link to x.h5 was refused"; }
   ;;
 csv_overflow)
   printf '0,1,2,3\n1,4,5,6\n2,7,1e300,8\n' >f.csv

@@ -19,8 +19,9 @@ namespace mgt::data {
 // called by code that already holds it. The functions of this module lock it themselves.
 std::recursive_mutex& hdf5_mutex();
 
-// `/row_crc32` [N] uint32: row i's CRC-32 (zlib's) over row i of x as stored (little-endian),
-// continued over y[i] as a little-endian int32. Its string-list attribute `datasets` names the x
+// `/row_crc32` [N] uint32: row i's CRC-32 (zlib's) over row i of x as stored (its bytes in the
+// file's byte order, which the reader checks before converting them), continued over y[i] as a
+// little-endian int32. Its string-list attribute `datasets` names the x
 // and y it covers; the reader verifies every row it reads when they are the ones it reads, so a
 // damaged file stops the job with the row instead of training on garbage.
 inline constexpr const char* kRowChecksums = "row_crc32";

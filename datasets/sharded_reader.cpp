@@ -136,6 +136,11 @@ struct ShardedReader::Impl {
 
   // HDF5 state, touched only under hdf5_mutex() (by the constructor, the thread, the destructor).
   h5::Opened file;
+  // x's type as the file stores it, where that is not as memory holds it (big-endian float32):
+  // rows are then read as stored, the bytes the row checksums cover, and converted to native
+  // values once checked (to_native). Unset: rows are read as memory holds them.
+  h5::Id x_stored_type;
+  hid_t x_read_type() const { return x_stored_type ? x_stored_type.get() : u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT; }
   h5::Id x_fspace, x_mspace, y_fspace, y_mspace;
   size_t x_rank = 0;
   // The memory space has the file's rank ([local, sample...]): with equal ranks HDF5 maps the
@@ -195,6 +200,7 @@ struct ShardedReader::Impl {
     x_mspace.reset();
     y_fspace.reset();
     y_mspace.reset();
+    x_stored_type.reset();
     file = h5::Opened{};
   }
 
@@ -299,8 +305,18 @@ struct ShardedReader::Impl {
 
     read_sorted(s.rows, epoch, batch);
 
-    // Scatter back to batch order, normalising (and augmenting) on the way.
+    // Rows read as stored in another layout: each checked as stored, then all made native.
     const size_t elem = u8 ? 1 : 4;
+    const bool checked_as_stored = info.row_checksums && x_stored_type;
+    if (checked_as_stored)
+      for (int64_t j = 0; j < s.rows; ++j) {
+        pause();
+        verify_row(order[static_cast<size_t>(j)].first, raw.data() + static_cast<size_t>(j * numel) * elem,
+                   numel * elem, yraw[static_cast<size_t>(j)], crcraw[static_cast<size_t>(j)], epoch, batch);
+      }
+    if (x_stored_type) to_native(s.rows, epoch, batch);
+
+    // Scatter back to batch order, normalising (and augmenting) on the way.
     const bool augmenting = opt.augment.any();
     for (int64_t j = 0; j < s.rows; ++j) {
       pause();
@@ -308,7 +324,7 @@ struct ShardedReader::Impl {
       float* const slot_row = s.x.data() + pos * numel;
       float* const dst = augmenting ? normalised.data() : slot_row;
       const unsigned char* src = raw.data() + static_cast<size_t>(j * numel) * elem;
-      if (info.row_checksums)
+      if (info.row_checksums && !checked_as_stored)
         verify_row(row, src, numel * elem, yraw[static_cast<size_t>(j)], crcraw[static_cast<size_t>(j)], epoch, batch);
       if (u8) {
         for (int64_t c = 0; c < channels; ++c) {
@@ -380,6 +396,17 @@ struct ShardedReader::Impl {
                     "): the file is damaged, convert or copy it again");
   }
 
+  // The batch's `rows` rows in raw, as stored (x_stored_type), into native values in place.
+  void to_native(int64_t rows, int64_t epoch, int64_t batch) {
+    std::lock_guard lock(hdf5_mutex());
+    h5::silence_errors();
+    if (H5Tconvert(x_stored_type.get(), u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, static_cast<size_t>(rows * numel),
+                   raw.data(), nullptr, H5P_DEFAULT) < 0)
+      throw DataError("data file '" + opt.path + "': converting the rows of batch " + std::to_string(batch) +
+                      " (epoch " + std::to_string(epoch) + ") of '" + h5::object_path(opt.x_name) +
+                      "' from their stored type failed: " + h5::error_text());
+  }
+
   // A NaN or Inf in the samples would surface only as a non-finite gradient on some rank, steps
   // later; this names the row and the element instead.
   [[noreturn]] void nonfinite_error(int64_t row, const float* values, int64_t epoch, int64_t batch) {
@@ -410,8 +437,7 @@ struct ShardedReader::Impl {
     h5::Id fcpl = h5::plist(H5Fget_create_plist(file.file.get()));
     hsize_t user_block = 1;
     if (dcpl.get() < 0 || type.get() < 0 || fcpl.get() < 0 || H5Pget_nfilters(dcpl.get()) != 0 ||
-        H5Tequal(type.get(), u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT) <= 0 ||
-        H5Pget_userblock(fcpl.get(), &user_block) < 0 || user_block != 0)
+        H5Tequal(type.get(), x_read_type()) <= 0 || H5Pget_userblock(fcpl.get(), &user_block) < 0 || user_block != 0)
       return false;
     const H5D_layout_t layout = H5Pget_layout(dcpl.get());
     if (layout == H5D_CONTIGUOUS) {
@@ -461,8 +487,7 @@ struct ShardedReader::Impl {
     const bool same =
         file_space.get() >= 0 && memory_space.get() >= 0 &&
         H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) >= 0 &&
-        H5Dread(x, u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, memory_space.get(), file_space.get(), H5P_DEFAULT,
-                through_hdf5.data()) >= 0 &&
+        H5Dread(x, x_read_type(), memory_space.get(), file_space.get(), H5P_DEFAULT, through_hdf5.data()) >= 0 &&
         read_direct(direct.data(), row_bytes, extent_offset[0]) && through_hdf5 == direct;
     if (!same) close_direct();
     return same;
@@ -538,8 +563,7 @@ struct ShardedReader::Impl {
     std::lock_guard lock(hdf5_mutex());
     h5::silence_errors();
     all_x.resize(static_cast<size_t>(n) * row_bytes());
-    if (H5Dread(file.x.get(), u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, all_x.data()) <
-        0)
+    if (H5Dread(file.x.get(), x_read_type(), H5S_ALL, H5S_ALL, H5P_DEFAULT, all_x.data()) < 0)
       throw DataError(rows_error(0, n - 1, 0, 0, opt.x_name) + " (data.in_memory)");
     load_labels(" (data.in_memory)");
   }
@@ -587,7 +611,7 @@ struct ShardedReader::Impl {
     }
     std::lock_guard lock(hdf5_mutex());
     h5::silence_errors();
-    const hid_t xt = u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
+    const hid_t xt = x_read_type();
     const hid_t fs = x_fspace.get(), ms = x_mspace.get();
     bool first_run = true;
     for (int64_t j = 0; j < rows;) {
@@ -687,6 +711,12 @@ void ShardedReader::init(const ReaderOptions& options) {
                     " samples, fewer than one global batch of " + std::to_string(o.global_batch));
   d.bpe = o.drop_last ? d.n / o.global_batch : (d.n + o.global_batch - 1) / o.global_batch;
   d.u8 = d.info.x_type == "uint8";
+  {
+    std::lock_guard lock(hdf5_mutex());
+    h5::Id stored = h5::type(H5Dget_type(d.file.x.get()));
+    if (stored && H5Tequal(stored.get(), d.u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT) <= 0)
+      d.x_stored_type = std::move(stored);
+  }
   // Per channel when the file gives per-channel statistics, else one channel over the sample.
   std::vector<float> means{d.info.normalized_attrs ? d.info.mean : 0.0f},
       stds{d.info.normalized_attrs ? d.info.stddev : 1.0f};

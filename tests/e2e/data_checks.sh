@@ -15,6 +15,9 @@
 #                    (train and data inspect), not left to become a non-finite gradient
 #   dangling_link    /x an external link to a missing file (or one lacking /x), /y a soft link to
 #                    nothing: refused naming the link's target; one that leads to /x is read
+#   big_endian       the same float32 rows little- and big-endian, checksums over the stored bytes:
+#                    both train to the same bits (read from the file or from memory); a changed
+#                    byte of the big-endian file fails its checksum
 #   csv_overflow     data convert --csv with 1e300 in a feature column: refused naming the line
 #                    and column, no file written
 #   lzf              /x compressed with lzf, which Debian's HDF5 lacks: refused naming the filter
@@ -187,6 +190,46 @@ PY
   cp "$DATA_DIR/train.h5" train.h5
   edit train.h5 'del f["x"]; f["x"] = h5py.ExternalLink("x.h5", "/x")'
   "$MGTRAIN" data inspect train.h5 >inspect.log 2>&1 || { cat inspect.log; fail "an external link to x.h5 was refused"; }
+  ;;
+big_endian)
+  # The same float32 rows stored little- and big-endian, each file's checksums over its stored
+  # bytes: the big-endian one was called damaged. Both train to the same bits.
+  "$python" - "$DATA_DIR/train.h5" <<'PY'
+import sys, struct, zlib, h5py, numpy as np
+with h5py.File(sys.argv[1], "r") as src:
+    x = src["x"][:1024].astype(np.float32)
+    y = src["y"][:1024].astype(np.int32)
+for name, dtype in (("le.h5", "<f4"), ("be.h5", ">f4")):
+    stored = x.astype(dtype)
+    crc = [zlib.crc32(struct.pack("<i", int(label)), zlib.crc32(row.tobytes())) for row, label in zip(stored, y)]
+    with h5py.File(name, "w") as f:
+        f.attrs["num_classes"] = 10
+        xd = f.create_dataset("x", data=stored, chunks=(64,) + x.shape[1:])
+        xd.attrs["mean"] = 72.9
+        xd.attrs["std"] = 90.0
+        f.create_dataset("y", data=y)
+        c = f.create_dataset("row_crc32", data=np.array(crc, dtype="<u4"))
+        c.attrs["datasets"] = np.array([b"x", b"y"])
+    assert h5py.File(name, "r")["x"].dtype.byteorder == dtype[0]
+PY
+  for file in le be; do
+    for in_memory in false true; do
+      run_np 2 180 train --config run.ini --data.train="$WORK/$file.h5" --data.in_memory=$in_memory \
+        --checkpoint.dir="$WORK/ckpt_${file}_$in_memory" >"$file.log" 2>&1 || { cat "$file.log"; fail "training on $file.h5 (data.in_memory = $in_memory)"; }
+    done
+  done
+  for run in be_false le_true be_true; do
+    "$MGTRAIN" compare ckpt_le_false/step-8.h5 "ckpt_$run/step-8.h5" >compare.log ||
+      { cat compare.log; fail "ckpt_$run differs from the little-endian run"; }
+  done
+  # A stored value changed is still damage, found when its row is read.
+  edit be.h5 'x = f["x"]; row = x[5]; row.reshape(-1)[3] += 1; x[5] = row'
+  rc=0
+  run_np 2 180 train --config run.ini --data.train="$WORK/be.h5" --checkpoint.dir="$WORK/ckpt_damaged" \
+    >damaged.log 2>&1 || rc=$?
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || { cat damaged.log; fail "exit $rc"; }
+  one_error_line damaged.log | grep -q "data file '$WORK/be.h5': row 5 of '/x' and '/y' fails its checksum" ||
+    { cat damaged.log; fail "the changed row of be.h5 passed its checksum"; }
   ;;
 csv_overflow)
   printf '0,1,2,3\n1,4,5,6\n2,7,1e300,8\n' >f.csv

@@ -198,8 +198,10 @@ class SampleFileWriter {
 class IdxStream {
  public:
   explicit IdxStream(const std::string& path) : path_(path) {
-    if (!std::filesystem::exists(path)) throw DataError("IDX file '" + path + "' does not exist");
-    if (const std::string kind = non_regular_kind(path); !kind.empty())
+    struct stat info {};
+    if (const std::string why = unreachable_path(path, &info); !why.empty())
+      throw DataError("IDX file '" + path + "' " + why);
+    if (const std::string kind = non_regular_kind(info.st_mode); !kind.empty())
       throw DataError("IDX file '" + path + "' is " + kind +
                       ", not a regular file (expected an IDX file, gzip or plain)");
     std::ifstream probe(path, std::ios::binary);
@@ -395,8 +397,9 @@ void convert_csv(const std::string& csv, const std::string& out, int label_colum
   if (sample_shape.empty() || std::any_of(sample_shape.begin(), sample_shape.end(), [](int64_t d) { return d < 1; }))
     throw DataError(where + ": sample shape " + shape_string(sample_shape) + " is invalid, expected positive sizes");
   const int64_t numel = shape_numel(sample_shape);
-  if (!std::filesystem::exists(csv)) throw DataError(where + " does not exist");
-  if (const std::string kind = non_regular_kind(csv); !kind.empty())
+  struct stat info {};
+  if (const std::string why = unreachable_path(csv, &info); !why.empty()) throw DataError(where + " " + why);
+  if (const std::string kind = non_regular_kind(info.st_mode); !kind.empty())
     throw DataError(where + " is " + kind + ", not a regular file (expected a CSV file)");
 
   // Pass 1: validate every line, count rows, decide uint8 or float32 and compute the moments.
@@ -557,8 +560,9 @@ ImageFolderSummary convert_image_folder(const std::string& dir, const std::strin
   if (options.channels != 0 && options.channels != 1 && options.channels != 3)
     throw DataError(where + ": channels " + std::to_string(options.channels) + " is invalid, expected 1 or 3");
   std::error_code ec;
-  if (!fs::exists(dir, ec)) throw DataError(where + " does not exist");
-  if (!fs::is_directory(dir, ec)) throw DataError(where + " is not a directory");
+  struct stat info {};
+  if (const std::string why = unreachable_path(dir, &info); !why.empty()) throw DataError(where + " " + why);
+  if (!S_ISDIR(info.st_mode)) throw DataError(where + " is not a directory");
 
   ImageFolderSummary summary;
   std::vector<fs::path> class_dirs;

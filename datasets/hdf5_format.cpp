@@ -35,12 +35,11 @@ std::string where(const std::string& path, const std::string& name) {
 // Checks the file is there, readable and HDF5 before asking HDF5 to open it, so the message says
 // which of these is wrong rather than HDF5's generic "unable to open file".
 void check_file(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const auto st = fs::status(path, ec);
-  if (!fs::exists(st)) throw DataError(file_prefix(path) + " does not exist");
-  if (fs::is_directory(st)) throw DataError(file_prefix(path) + " is a directory, expected an HDF5 file");
-  if (const std::string kind = non_regular_kind(path); !kind.empty())
+  struct stat info {};
+  if (const std::string why = unreachable_path(path, &info); !why.empty())
+    throw DataError(file_prefix(path) + " " + why);
+  if (S_ISDIR(info.st_mode)) throw DataError(file_prefix(path) + " is a directory, expected an HDF5 file");
+  if (const std::string kind = non_regular_kind(info.st_mode); !kind.empty())
     throw DataError(file_prefix(path) + " is " + kind + ", not a regular file (expected an HDF5 file)");
   std::ifstream probe(path, std::ios::binary);
   if (!probe) throw DataError(file_prefix(path) + " is not readable: " + std::strerror(errno));

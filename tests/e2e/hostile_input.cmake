@@ -1,6 +1,7 @@
 # Inputs that once crashed, hung or were ignored (tests/e2e/hostile_input.sh): each is refused with
 # one error line naming it.
 foreach(case truncated_plugin special_config special_data model_sizes eval_batch idx_header resume_empty positional
-             plugin_path_unreadable compare_tolerance)
+             plugin_path_unreadable compare_tolerance
+             symlink_loop)
   mgtrain_e2e_test(hostile_input.${case} 300 ${E2E}/hostile_input.sh ${case})
 endforeach()

@@ -75,6 +75,10 @@ case $1 in
       data convert --csv /dev/zero --shape 784 --out x.h5
     refused "CSV file 'fifo' is a FIFO" data convert --csv fifo --shape 784 --out x.h5
     refused "IDX file 'fifo' is a FIFO" data convert --images fifo --labels fifo --out x.h5
+    # A directory has no data rows: it is named as what it is.
+    refused "CSV file '.' is a directory, not a regular file (expected a CSV file)" \
+      data convert --csv . --shape 784 --out x.h5
+    refused "IDX file '$WORK' is a directory, not a regular file" data convert --images fifo --labels "$WORK" --out x.h5
     [ ! -e x.h5 ] || fail "a refused conversion left x.h5" ;;
   # Sizes far beyond memory: refused naming the key, value and limit before anything is allocated.
   model_sizes)
@@ -161,6 +165,31 @@ case $1 in
     done
     "$MGTRAIN" compare "$checkpoint" "$checkpoint" --rtol 1e-6 >out.log || { cat out.log; fail "compare --rtol 1e-6"; }
     tail -1 out.log | grep -q '^MATCH' || { cat out.log; fail "a checkpoint does not match itself"; } ;;
+  # A path stat() cannot look at was said not to exist: a symbolic link loop is named as one, as
+  # is a loop on the way to a path and a link to nothing.
+  symlink_loop)
+    loop="is a symbolic link loop (ELOOP: Too many levels of symbolic links)"
+    ln -s loop loop
+    ln -s nowhere.h5 dangling.h5
+    refused "--resume loop: checkpoint 'loop' $loop" mpi train --config run.ini --resume loop
+    refused "checkpoint 'loop/step-1.h5' cannot be reached: a symbolic link on its way loops (ELOOP" \
+      mpi train --config run.ini --resume loop/step-1.h5
+    refused "data file 'loop' $loop" mpi train --config run.ini --data.train=loop
+    refused "data.test: data file 'loop' $loop" mpi train --config run.ini --data.test=loop
+    refused "data file 'loop' $loop" data inspect loop
+    refused "data file 'dangling.h5' is a symbolic link to 'nowhere.h5', which does not exist" data inspect dangling.h5
+    refused "checkpoint 'loop' $loop" eval --checkpoint loop --data "$DATA_DIR/test.h5"
+    refused "CSV file 'loop' $loop" data convert --csv loop --shape 784 --out x.h5
+    refused "IDX file 'loop' $loop" data convert --images loop --labels loop --out x.h5
+    refused "image folder 'loop' $loop" data convert --image-folder loop --size 8 --out x.h5
+    refused "report: run directory 'loop' $loop" report loop
+    # checkpoint.dir's latest a loop, or naming a checkpoint that is one.
+    mkdir -p ckpt && ln -s latest ckpt/latest
+    refused "'$WORK/ckpt/latest' $loop (expected a file naming the newest checkpoint)" \
+      mpi train --config run.ini --resume latest
+    rm ckpt/latest && echo step-1.h5 >ckpt/latest && ln -s step-1.h5 ckpt/step-1.h5
+    refused "--resume latest: '$WORK/ckpt/latest' points to '$WORK/ckpt/step-1.h5', which $loop" \
+      mpi train --config run.ini --resume latest ;;
   *) fail "unknown case $1" ;;
 esac
 echo PASS

@@ -25,6 +25,7 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,6 +47,7 @@
 #include "datasets/crc32.hpp"
 #include "datasets/hdf5_format.hpp"
 #include "datasets/hdf5_util.hpp"
+#include "datasets/regular_file.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/tensor.hpp"
 #include "runtime/host_name.hpp"
@@ -535,12 +537,11 @@ int64_t read_optimizer_steps(const H5Context& h5, hid_t opt, const FormatInfo& f
 }
 
 h5::Id open_checkpoint(const H5Context& h5) {
-  std::error_code ec;
-  const auto status = fs::status(h5.path, ec);
-  if (ec && ec != std::errc::no_such_file_or_directory)
-    throw IoError("checkpoint " + quote(h5.path) + ": " + ec.message());
-  if (!fs::exists(status)) throw IoError("checkpoint " + quote(h5.path) + " does not exist");
-  if (!fs::is_regular_file(status)) throw IoError("checkpoint " + quote(h5.path) + " is not a regular file");
+  struct stat info {};
+  if (const std::string why = data::unreachable_path(h5.path, &info); !why.empty())
+    throw IoError("checkpoint " + quote(h5.path) + " " + why);
+  if (const std::string kind = data::non_regular_kind(info.st_mode); !kind.empty())
+    throw IoError("checkpoint " + quote(h5.path) + " is " + kind + ", not a regular file");
   if (::access(h5.path.c_str(), R_OK) != 0)
     throw IoError("cannot read checkpoint " + quote(h5.path) + ": " + errno_text(errno));
   return h5.check(H5Fopen(h5.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, "cannot open as HDF5");
@@ -725,8 +726,9 @@ void prune(const std::string& dir, const std::string& just_written, int64_t keep
 // such file. Throws IoError when it exists but cannot be read.
 std::optional<std::string> read_latest_name(const std::string& dir) {
   const std::string latest = (fs::path(dir) / "latest").string();
-  std::error_code ec;
-  if (!fs::exists(latest, ec)) return std::nullopt;
+  const std::string why = data::unreachable_path(latest);
+  if (why == "does not exist") return std::nullopt;
+  if (!why.empty()) throw IoError(quote(latest) + " " + why + " (expected a file naming the newest checkpoint)");
   std::FILE* f = std::fopen(latest.c_str(), "r");
   if (f == nullptr) throw IoError("cannot read " + quote(latest) + ": " + errno_text(errno));
   char buf[4096];
@@ -1058,7 +1060,6 @@ CheckpointMeta load_checkpoint(const std::string& path, ParameterStore& store, O
 }
 
 std::string resolve_resume(const std::string& dir, const std::string& spec) {
-  std::error_code ec;
   if (spec == "latest") {
     const std::string latest = (fs::path(dir) / "latest").string();
     const std::optional<std::string> stored = read_latest_name(dir);
@@ -1068,11 +1069,12 @@ std::string resolve_resume(const std::string& dir, const std::string& spec) {
       throw IoError("--resume latest: " + quote(latest) +
                     " does not name a checkpoint file (expected 'step-<N>.h5', found " + quote(name) + ")");
     const std::string path = (fs::path(dir) / name).string();
-    if (!fs::exists(path, ec))
-      throw IoError("--resume latest: " + quote(latest) + " points to " + quote(path) + ", which does not exist");
+    if (const std::string why = data::unreachable_path(path); !why.empty())
+      throw IoError("--resume latest: " + quote(latest) + " points to " + quote(path) + ", which " + why);
     return path;
   }
-  if (!fs::exists(spec, ec)) throw IoError("--resume " + spec + ": checkpoint " + quote(spec) + " does not exist");
+  if (const std::string why = data::unreachable_path(spec); !why.empty())
+    throw IoError("--resume " + spec + ": checkpoint " + quote(spec) + " " + why);
   return spec;
 }
 

@@ -2,8 +2,10 @@
 #include "tools/report.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -11,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "datasets/regular_file.hpp"
 #include "mgtrain/error.hpp"
 
 namespace mgt {
@@ -94,8 +97,10 @@ JsonLine parse_json_line(const std::string& text, const std::string& file, std::
 std::vector<JsonLine> read_json_lines(const std::string& path, const std::string& required, bool allow_empty) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
+    const int error = errno;
+    const std::string why = data::unreachable_path(path);
     throw IoError("metrics file '" + path + "' " +
-                  (std::filesystem::exists(path) ? "cannot be read" : "does not exist") +
+                  (why.empty() ? std::string("cannot be read: ") + std::strerror(error) : why) +
                   " (expected one JSON object per line, as mgtrain train writes)");
   }
   std::vector<JsonLine> lines;
@@ -467,9 +472,9 @@ std::string render_report_svg(const std::vector<JsonLine>& all_records,
 
 ReportResult write_report(const std::string& run_dir, const std::string& out_path) {
   namespace fs = std::filesystem;
-  if (!fs::is_directory(run_dir)) {
-    throw IoError("report: run directory '" + run_dir + "' " +
-                  (fs::exists(run_dir) ? "is not a directory" : "does not exist") +
+  struct stat info {};
+  if (std::string why = data::unreachable_path(run_dir, &info); !why.empty() || !S_ISDIR(info.st_mode)) {
+    throw IoError("report: run directory '" + run_dir + "' " + (why.empty() ? "is not a directory" : why) +
                   " (expected the checkpoint.dir of a run, holding metrics.jsonl)");
   }
   // A non-finite step's records ("nonfinite": the rank it came from) carry nothing to draw.

@@ -2,10 +2,14 @@
 # Checkpoints under damage. Usage: checkpoint_faults.sh CASE
 #   enospc      checkpoints into a 5 MiB tmpfs that fills up on the third: one error line that says
 #               the previous checkpoint is intact, `latest` still names it, it loads, no temporaries
-#   corrupt     a byte flipped in the newest checkpoint: --resume latest refuses it with its path;
+#   corrupt     a byte flipped in the newest checkpoint: --resume latest refuses it with its path
+#               and says checkpoint.resume_fallback would resume from the one before;
 #               with checkpoint.resume_fallback = true it resumes from the one before and ends
 #               bitwise equal to an uninterrupted run
 #   truncated   the newest checkpoint cut in half: refused with its path
+#   fallback_hint  the refusal suggests checkpoint.resume_fallback only for --resume latest with an
+#               older checkpoint that loads: not for an explicit path, a model no checkpoint fits,
+#               every checkpoint damaged, nor with the fallback already on
 #   two_jobs    a second job started in the directory of a running one is refused, naming the
 #               running job's host and pid; the running job finishes untouched
 #   fresh_over_old  a run that does not resume, in a directory holding another run's checkpoints,
@@ -57,6 +61,8 @@ corrupt | truncated)
   [ $rc -ne 0 ] && [ $rc -ne 124 ] || { cat refused.log; fail "resuming from a damaged checkpoint: exit $rc"; }
   line=$(one_error_line refused.log)
   [[ $line == *"$WORK/ckpt/step-30.h5"* && $line == *"$expect"* ]] || fail "the error does not name the file and '$expect'"
+  [[ $line == *"checkpoint.resume_fallback = true would resume from '$WORK/ckpt/step-20.h5'"* ]] ||
+    fail "the error does not say that checkpoint.resume_fallback would resume from step 20"
   run_np 2 120 train --config run.ini --train.max_steps=40 --resume latest --checkpoint.resume_fallback=true \
     >fallback.log 2>&1 || { cat fallback.log; fail "resume with checkpoint.resume_fallback"; }
   grep "warning" fallback.log
@@ -66,6 +72,40 @@ corrupt | truncated)
   a=$(group_hash straight/step-40.h5 /params) b=$(group_hash ckpt/step-40.h5 /params)
   echo "params: uninterrupted $a, after the fallback $b"
   [ "$a" = "$b" ] || fail "the run resumed from the fallback differs from the uninterrupted one"
+  ;;
+fallback_hint)
+  # checkpoint.resume_fallback is suggested only where it would load an older checkpoint.
+  run_np 2 120 train --config run.ini --train.max_steps=30 >first.log 2>&1 || { cat first.log; fail "the first run"; }
+  corrupt() {  # a byte flipped inside the first layer's weights
+    local byte
+    byte=$(od -An -tu1 -j 400000 -N1 "$1" | tr -d ' ')
+    printf "$(printf '\\%03o' $(( byte ^ 0x10 )))" | dd of="$1" bs=1 seek=400000 conv=notrunc status=none
+  }
+  resume_refused() {  # resume_refused LOG ARGS...: one error line, printed
+    local log=$1 rc=0; shift
+    run_np 2 120 train --config run.ini --train.max_steps=40 "$@" >"$log" 2>&1 || rc=$?
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || { cat "$log"; fail "$*: exit $rc"; }
+    one_error_line "$log"
+  }
+  corrupt ckpt/step-30.h5
+  line=$(resume_refused latest.log --resume latest)
+  [[ $line == *"checkpoint.resume_fallback = true would resume from '$WORK/ckpt/step-20.h5'"* ]] ||
+    fail "--resume latest: no suggestion of checkpoint.resume_fallback, which would load step 20"
+  # An explicit path: the fallback does not apply to it.
+  line=$(resume_refused path.log --resume "$WORK/ckpt/step-30.h5")
+  [[ $line != *resume_fallback* ]] || fail "checkpoint.resume_fallback suggested for an explicit path"
+  # No older checkpoint loads under this config (another model), or none is undamaged.
+  line=$(resume_refused other_model.log --resume latest --model.hidden=64)
+  [[ $line != *resume_fallback* ]] || fail "checkpoint.resume_fallback suggested where no checkpoint fits the model"
+  corrupt ckpt/step-10.h5
+  corrupt ckpt/step-20.h5
+  line=$(resume_refused all_damaged.log --resume latest)
+  [[ $line != *resume_fallback* ]] || fail "checkpoint.resume_fallback suggested where no checkpoint loads"
+  # Already on: the error says it tried each, and suggests nothing.
+  line=$(resume_refused fallback_on.log --resume latest --checkpoint.resume_fallback=true)
+  [[ $line == *"no checkpoint in '$WORK/ckpt' loads (checkpoint.resume_fallback tried each"* ]] ||
+    fail "the fallback's error does not say it tried each checkpoint"
+  [[ $line != *"= true"* ]] || fail "checkpoint.resume_fallback = true suggested while it is on"
   ;;
 two_jobs)
   # The first job: 120 steps with rank 0 slowed to 50 ms a step, checkpoints every 20.

@@ -790,9 +790,12 @@ class Trainer {
   }
 
   // Rank 0: the checkpoint --resume names, or with checkpoint.resume_fallback and "latest", the
-  // newest one in the directory that loads, each refused one named in a warning.
+  // newest one in the directory that loads, each refused one named in a warning. Without the
+  // fallback, its error suggests it only where it would help: resuming from "latest", with an older
+  // checkpoint of the directory that loads.
   void load_resume_checkpoint() {
-    const bool fallback = options_.resume == "latest" && config_.get_bool("checkpoint.resume_fallback");
+    const bool latest = options_.resume == "latest";
+    const bool fallback = latest && config_.get_bool("checkpoint.resume_fallback");
     std::string path;
     try {
       path = resolve_resume(checkpoint_dir_, options_.resume);
@@ -800,25 +803,35 @@ class Trainer {
       resumed_from_ = path;
       return;
     } catch (const Error& e) {
-      if (options_.resume == "latest" && !fallback)
-        throw IoError(std::string(e.what()) +
-                      "; checkpoint.resume_fallback = true resumes from the newest checkpoint that loads");
-      if (!fallback) throw;
+      if (!fallback) {
+        const std::string older = latest ? load_newest_checkpoint_but(path, nullptr) : "";
+        if (older.empty()) throw;
+        throw IoError(std::string(e.what()) + "; checkpoint.resume_fallback = true would resume from '" + older +
+                      "', the newest other checkpoint of '" + checkpoint_dir_ + "' that loads");
+      }
       log_ << "warning: " << e.what() << "\n" << std::flush;
     }
+    const std::string older = load_newest_checkpoint_but(path, &log_);
+    if (older.empty())
+      throw IoError("--resume latest: no checkpoint in '" + checkpoint_dir_ +
+                    "' loads (checkpoint.resume_fallback tried each, newest first; see the warnings above)");
+    log_ << "warning: checkpoint.resume_fallback: resuming from " << older << " instead\n" << std::flush;
+  }
+
+  // Rank 0: loads the newest checkpoint of the directory other than `skipped` that loads and
+  // returns its path, "" when none does; each refused one is a warning on `warnings` where given.
+  std::string load_newest_checkpoint_but(const std::string& skipped, std::ostream* warnings) {
     for (const std::string& older : list_checkpoints(checkpoint_dir_)) {
-      if (older == path) continue;
+      if (older == skipped) continue;
       try {
         meta_ = load_checkpoint(older, store_, resume_optimizer());
         resumed_from_ = older;
-        log_ << "warning: checkpoint.resume_fallback: resuming from " << older << " instead\n" << std::flush;
-        return;
+        return older;
       } catch (const Error& e) {
-        log_ << "warning: " << e.what() << "\n" << std::flush;
+        if (warnings) *warnings << "warning: " << e.what() << "\n" << std::flush;
       }
     }
-    throw IoError("--resume latest: no checkpoint in '" + checkpoint_dir_ +
-                  "' loads (checkpoint.resume_fallback tried each, newest first; see the warnings above)");
+    return "";
   }
 
   void prepare_run() {

@@ -650,8 +650,9 @@ int run_doctor(int argc, char** argv, const std::vector<std::string>& args) {
       "between ranks, a GPU in use by another job, GPUs that CUDA cannot use, a node whose links\n"
       "are much slower than the others'. No GPU at all is\n"
       "the CPU fallback. Given the run's config, GPUs are bound as that run would bind them: a\n"
-      "parameter server's serving ranks take none. Exits 0 when nothing is wrong, 1 when something\n"
-      "is, 2 when the config is.\noptions");
+      "parameter server's serving ranks take none; the config and the data are checked as the run\n"
+      "checks them before step 1. Exits 0 when nothing is wrong, 1 when something is, 2 when the\n"
+      "config or the data is.\noptions");
   desc.add_options()("help", "show this help")(
       "busy-gib", po::value<double>()->default_value(1.0),
       "a GPU with more memory than this in use by other processes counts as busy")(

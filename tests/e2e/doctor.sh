@@ -10,6 +10,9 @@
 #     workers and 1 server fit 2 GPUs (and without the config, 3 ranks do not); 2 workers on 1 GPU
 #     are counted as training ranks, unless the config allows sharing (a note); a run on the CPU
 #     minds no GPU; a bad config is one error line and a failed exit.
+#   config_data: data the run refuses before step 1 (a data.train or data.test that does not exist,
+#     samples the model cannot take, a global batch the ranks do not divide, an augmentation entry it
+#     cannot parse): the doctor's error line and exit status are train's.
 source "$(dirname "$0")/lib.sh"
 host=$(hostname)
 mpi_version=$(mpirun --version | sed -n 's/.*(Open MPI) \([0-9.]*\).*/\1/p' | head -1)
@@ -140,6 +143,28 @@ case $1 in
     [ $rc -ne 0 ] || fail "exit 0 with sync.servers = 2 at np=2"
     one_error_line err.log | grep -qF "'sync.servers' = 2: expected fewer than the 2 ranks" ||
       fail "the error does not name sync.servers"
+    ;;
+  config_data)
+    # Data the run refuses before step 1 is refused by the doctor with the run's line and exit
+    # status: it said OK for a data.train that does not exist.
+    write_config run.ini
+    for override in --data.train="$WORK/missing.h5" --data.test="$WORK/missing.h5" --train.global_batch=127 \
+      --model.inputs=100 --data.augment=crop:x; do
+      for command in train doctor; do
+        set +e
+        run_np 2 60 $command --config run.ini --train.max_steps=1 "$override" >"$command.out" 2>"$command.err"
+        rc=$?
+        set -e
+        [ $rc -eq 2 ] || { cat "$command.out" "$command.err"; fail "$command $override: exit $rc, expected 2"; }
+        one_error_line "$command.err" >/dev/null
+      done
+      [ "$(grep '^mgtrain: error:' doctor.err)" = "$(grep '^mgtrain: error:' train.err)" ] ||
+        fail "$override: the doctor says $(cat doctor.err), train says $(cat train.err)"
+      ! grep -q "^verdict:" doctor.out || fail "$override: the doctor gave a verdict on a run that cannot start"
+    done
+    # Data the run takes: the verdict as before.
+    doctor 2 --config run.ini
+    [ $rc -eq 0 ] || fail "exit $rc for a config whose run starts"
     ;;
   *) fail "unknown case $1" ;;
 esac

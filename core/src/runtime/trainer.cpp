@@ -209,6 +209,97 @@ std::string node_summary(const std::vector<std::string>& rank_hosts) {
   return out + (hosts.size() > kShownHosts ? ", ..." : "");
 }
 
+// A model's input shape (model.input_shape) that the config leaves unset is the training file's
+// image shape, so one model config trains on grey 28x28 and colour 32x32 images alike.
+void take_input_shape_from_data(Config& config) {
+  const auto it = config.values().find("model.input_shape");
+  if (it == config.values().end() || it->second.source != "default") return;
+  // A token file has no image shape: the check of the data against the model names it.
+  if (data::is_token_file(config.get_string("data.train"))) return;
+  const auto info = data::open_dataset_info(config.get_string("data.train"), config.get_string("data.x_name"),
+                                            config.get_string("data.y_name"));
+  // Only images [C, H, W]: other samples do not fit such a model, which the data check names.
+  if (info.sample_shape.size() != 3) return;
+  std::string shape;
+  for (int64_t d : info.sample_shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+  config.set("model.input_shape", shape, "data.train");
+}
+
+// Rows of one micro-batch: the global batch over the training ranks and accumulation steps.
+int64_t micro_batch_rows(int64_t global_batch, int64_t train_world, int64_t accumulation) {
+  if (global_batch % (train_world * accumulation) != 0)
+    throw ConfigError("train.global_batch = " + std::to_string(global_batch) +
+                      " is not divisible by training ranks x accumulation steps = " + std::to_string(train_world) +
+                      " x " + std::to_string(accumulation));
+  return global_batch / (train_world * accumulation);
+}
+
+// What a training rank's reader of data.train takes from the config and the model (`model_name`),
+// as rank `rank` of `world` training ranks; the caller adds what its device and trace need.
+data::ReaderOptions run_reader_options(const Config& config, const Model& model, const std::string& model_name,
+                                       int rank, int world) {
+  data::ReaderOptions ro;
+  ro.path = config.get_string("data.train");
+  ro.x_name = config.get_string("data.x_name");
+  ro.y_name = config.get_string("data.y_name");
+  ro.global_batch = config.get_int("train.global_batch");
+  ro.rank = rank;
+  ro.world = world;
+  ro.seed = static_cast<uint64_t>(config.get_int("train.seed"));
+  ro.prefetch_depth = static_cast<int>(config.get_int("data.prefetch"));
+  ro.chunk_cache_bytes = static_cast<size_t>(config.get_real("data.cache_mb") * 1e6);
+  ro.in_memory = config.get_bool("data.in_memory");
+  try {
+    ro.augment = data::parse_augmentation(config.get_string("data.augment"));
+  } catch (const ConfigError& e) {
+    throw ConfigError("config key 'data.augment' (" + config.values().at("data.augment").source + "): " + e.what());
+  }
+  // A language model reads windows of its context from a token file.
+  ro.context = model.sequence_length();
+  ro.model_name = model_name;
+  if (ro.context > 0) ro.vocab_limit = model.output_shape({1, ro.context}).back();
+  return ro;
+}
+
+// The model takes the samples of data file `info` in micro-batches of shape `micro_shape` and
+// gives logits for every class of the file (a language model: for each token of its window, over
+// the file's vocabulary).
+void check_model_takes(const Model& model, const std::string& model_name, const data::DatasetInfo& info,
+                       const Shape& micro_shape) {
+  Shape logits;
+  try {
+    logits = model.output_shape(micro_shape);
+  } catch (const Error& e) {
+    throw DataError("model '" + model_name + "' cannot take the samples of '" + info.path + "' (shape " +
+                    shape_string(info.sample_shape) + "): " + e.what());
+  }
+  if (info.labels_per_sample > 1) {
+    const int64_t T = info.labels_per_sample, V = info.num_classes;
+    if (logits.size() != 3 || logits[0] != micro_shape[0] || logits[1] != T || logits[2] < V)
+      throw DataError("model '" + model_name + "' produces logits of shape " + shape_string(logits) + " for input " +
+                      shape_string(micro_shape) + ", expected [" + std::to_string(micro_shape[0]) + ", " +
+                      std::to_string(T) + ", " + std::to_string(V) + "] for the vocabulary of '" + info.path + "'");
+    return;
+  }
+  if (logits.size() != 2 || logits[1] < info.num_classes)
+    throw DataError("model '" + model_name + "' produces logits of shape " + shape_string(logits) + " for input " +
+                    shape_string(micro_shape) + ", expected [" + std::to_string(micro_shape[0]) + ", " +
+                    std::to_string(info.num_classes) + "] for the classes of '" + info.path + "'");
+}
+
+// The test file is read at the end, after training (and with train.eval_every_epochs after
+// epochs): a file the model cannot take (its sample shape, its classes, a label out of range) must
+// not wait until then.
+void check_test_data(const Config& config, const Model& model, int64_t micro_batch) {
+  const std::string test_path = config.get_string("data.test");
+  if (test_path.empty()) return;
+  try {
+    check_eval_data(model, test_path, config.get_string("data.x_name"), config.get_string("data.y_name"), micro_batch);
+  } catch (const Error& e) {
+    throw DataError(std::string("data.test: ") + e.what());
+  }
+}
+
 }  // namespace
 
 void agree(Communicator& comm, const std::function<void()>& check) {
@@ -285,12 +376,32 @@ std::unique_ptr<Model> build_model(PluginRegistry& registry, Config& config, Par
 
 RankPlan plan_rank(Communicator& comm, Config config, const std::vector<std::string>& plugin_paths) {
   PluginRegistry registry(plugin_paths);  // outlives the objects its libraries made
+  const PluginChoice choice = plugin_choice(config);
+  config.validate(known_config_keys(registry, choice));
+  take_input_shape_from_data(config);
   ParameterStore store;
   const auto model = build_model(registry, config, store);
-  const auto sync = registry.create_sync(plugin_choice(config).sync, config);
+  const auto sync = registry.create_sync(choice.sync, config);
   sync->setup(comm, store);
   const ServingRole* serving = sync->serving();
-  return {!serving || serving->trains(), config.get_string("train.device"), config.get_bool("gpu.allow_shared")};
+  const bool trains = !serving || serving->trains();
+  // The data as the run's start-up reads it, with its messages: a training rank opens data.train
+  // as its reader (every label, at least one global batch), the model must take its samples, and
+  // data.test must suit the model. A serving rank reads none.
+  if (trains) {
+    const int train_world = serving ? serving->train_world(comm) : comm.size();
+    const int64_t micro_batch =
+        micro_batch_rows(config.get_int("train.global_batch"), train_world, sync->accumulation_steps());
+    data::ReaderOptions ro = run_reader_options(config, *model, choice.model,
+                                                serving ? serving->train_rank(comm) : comm.rank(), train_world);
+    ro.in_memory = false;  // a check: nothing needs the rows in memory
+    const auto reader = data::open_batch_reader(ro);
+    Shape micro_shape = {micro_batch};
+    for (int64_t d : reader->info().sample_shape) micro_shape.push_back(d);
+    check_model_takes(*model, choice.model, reader->info(), micro_shape);
+    check_test_data(config, *model, micro_batch);
+  }
+  return {trains, config.get_string("train.device"), config.get_bool("gpu.allow_shared")};
 }
 
 namespace {
@@ -340,7 +451,7 @@ class Trainer {
       config_.validate(known_config_keys(registry_, choice_));
       check_core_key_ranges(config_);
       fault::configure(comm_.rank());
-      take_input_shape_from_data();
+      take_input_shape_from_data(config_);
     });
     expand_job_id(config_, {"checkpoint.dir", "metrics.file", "metrics.tensorboard_dir", "metrics.trace"});
     comm_.set_timeout_seconds(config_.get_real("comm.timeout_s"));
@@ -359,22 +470,6 @@ class Trainer {
            << "# resolved config\n"
            << config_.to_ini() << std::flush;
     choose_device();
-  }
-
-  // A model's input shape (model.input_shape) that the config leaves unset is the training file's
-  // image shape, so one model config trains on grey 28x28 and colour 32x32 images alike.
-  void take_input_shape_from_data() {
-    const auto it = config_.values().find("model.input_shape");
-    if (it == config_.values().end() || it->second.source != "default") return;
-    // A token file has no image shape: the check of the data against the model names it.
-    if (data::is_token_file(config_.get_string("data.train"))) return;
-    const auto info = data::open_dataset_info(config_.get_string("data.train"), config_.get_string("data.x_name"),
-                                              config_.get_string("data.y_name"));
-    // Only images [C, H, W]: other samples do not fit such a model, which the data check names.
-    if (info.sample_shape.size() != 3) return;
-    std::string shape;
-    for (int64_t d : info.sample_shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
-    config_.set("model.input_shape", shape, "data.train");
   }
 
   // train.threads, at most the cores this rank may use: more only contend for them, and tens of
@@ -510,11 +605,7 @@ class Trainer {
       optimizer_->setup(optimizer_size());
       accum_ = sync_->accumulation_steps();
       const int64_t train_world = this->train_world();
-      if (global_batch_ % (train_world * accum_) != 0)
-        throw ConfigError("train.global_batch = " + std::to_string(global_batch_) +
-                          " is not divisible by training ranks x accumulation steps = " + std::to_string(train_world) +
-                          " x " + std::to_string(accum_));
-      micro_batch_ = global_batch_ / (train_world * accum_);
+      micro_batch_ = micro_batch_rows(global_batch_, train_world, accum_);
       // Deterministic micro-shards through a model of row-wise layers: one pass for all of them
       // (in place on the CPU; a GPU's step runs each micro-shard as its own micro-batch).
       shards_per_pass_ = !device_->own_memory() && accum_ > 1 && sync_->micro_batches_are_shards() &&
@@ -529,7 +620,7 @@ class Trainer {
                          .num_samples /
                      global_batch_;
       } else {
-        open_reader(train_path, static_cast<int>(train_world));
+        open_reader(static_cast<int>(train_world));
       }
       check_training_options();
       check_batch_statistics();
@@ -619,18 +710,11 @@ class Trainer {
                       "set it to false (batch statistics per rank)");
   }
 
-  // The test file is read at the end, after training, by rank 0 (and with train.eval_every_epochs
-  // after epochs, by every training rank): a file the model cannot take (its sample shape, its
-  // classes, a label out of range) must not wait until then.
+  // The test file is read by rank 0 at the end (and with train.eval_every_epochs after epochs, by
+  // every training rank): those ranks check it now.
   void check_test_file() {
-    const std::string test_path = config_.get_string("data.test");
-    if (test_path.empty() || (!leader_ && !(trains() && config_.get_int("train.eval_every_epochs") > 0))) return;
-    try {
-      check_eval_data(*model_, test_path, config_.get_string("data.x_name"), config_.get_string("data.y_name"),
-                      micro_batch_);
-    } catch (const Error& e) {
-      throw DataError(std::string("data.test: ") + e.what());
-    }
+    if (!leader_ && !(trains() && config_.get_int("train.eval_every_epochs") > 0)) return;
+    check_test_data(config_, *model_, micro_batch_);
   }
 
   // Whether the GPU path can run this model and optimizer (it runs every sync strategy). When it
@@ -688,27 +772,12 @@ class Trainer {
     step_ = &device_->compile(*model_, store_, *optimizer_, *sync_, o);
   }
 
-  void open_reader(const std::string& path, int train_world) {
-    data::ReaderOptions ro;
-    ro.path = path;
-    ro.x_name = config_.get_string("data.x_name");
-    ro.y_name = config_.get_string("data.y_name");
-    ro.global_batch = global_batch_;
-    ro.rank = train_rank();
-    ro.world = train_world;
-    ro.seed = seed_;
-    ro.prefetch_depth = static_cast<int>(config_.get_int("data.prefetch"));
-    ro.chunk_cache_bytes = static_cast<size_t>(config_.get_real("data.cache_mb") * 1e6);
-    ro.in_memory = config_.get_bool("data.in_memory");
+  void open_reader(int train_world) {
+    data::ReaderOptions ro = run_reader_options(config_, *model_, choice_.model, train_rank(), train_world);
     // A rank bound to one core (mpirun's default for up to two ranks) reads while its step waits,
     // instead of when the scheduler lets the thread preempt the step. On a GPU the step's thread
     // mostly waits for the device: the reader runs then anyway.
     ro.share_core = device_->kind() == DeviceKind::cpu && kernels::usable_cpu_cores() == 1;
-    try {
-      ro.augment = data::parse_augmentation(config_.get_string("data.augment"));
-    } catch (const ConfigError& e) {
-      throw ConfigError("config key 'data.augment' (" + config_.values().at("data.augment").source + "): " + e.what());
-    }
     if (kernels::Backend* backend = device_->kind() == DeviceKind::gpu ? &device_->backend() : nullptr) {
       // Pinned prefetch slots: the copies to the GPU run asynchronously, beside the step in flight.
       ro.allocate_slot = [backend](size_t bytes) { return backend->allocate_host(bytes); };
@@ -718,33 +787,12 @@ class Trainer {
       ro.on_batch_read = [buffer = trace_->reader_thread()](auto begin, auto end, int64_t batch) {
         buffer->record("read batch", begin, end, "batch", batch);
       };
-    ro.context = model_->sequence_length();
-    ro.model_name = choice_.model;
-    if (ro.context > 0) ro.vocab_limit = model_->output_shape({1, ro.context}).back();
     reader_ = data::open_batch_reader(ro);
     per_epoch_ = reader_->batches_per_epoch();
     labels_per_sample_ = reader_->info().labels_per_sample;
     micro_shape_ = {micro_batch_ * shards_per_pass_};
     for (int64_t d : reader_->info().sample_shape) micro_shape_.push_back(d);
-    Shape logits;
-    try {
-      logits = model_->output_shape(micro_shape_);
-    } catch (const Error& e) {
-      throw DataError("model '" + choice_.model + "' cannot take the samples of '" + path + "' (shape " +
-                      shape_string(reader_->info().sample_shape) + "): " + e.what());
-    }
-    if (labels_per_sample_ > 1) {
-      const int64_t T = labels_per_sample_, V = reader_->info().num_classes;
-      if (logits.size() != 3 || logits[0] != micro_shape_[0] || logits[1] != T || logits[2] < V)
-        throw DataError("model '" + choice_.model + "' produces logits of shape " + shape_string(logits) +
-                        " for input " + shape_string(micro_shape_) + ", expected [" + std::to_string(micro_shape_[0]) +
-                        ", " + std::to_string(T) + ", " + std::to_string(V) + "] for the vocabulary of '" + path + "'");
-      return;
-    }
-    if (logits.size() != 2 || logits[1] < reader_->info().num_classes)
-      throw DataError("model '" + choice_.model + "' produces logits of shape " + shape_string(logits) + " for input " +
-                      shape_string(micro_shape_) + ", expected [" + std::to_string(micro_shape_[0]) + ", " +
-                      std::to_string(reader_->info().num_classes) + "] for the classes of '" + path + "'");
+    check_model_takes(*model_, choice_.model, reader_->info(), micro_shape_);
   }
 
   // 4. Resume: rank 0 reads the checkpoint, every rank receives its state.

@@ -94,9 +94,11 @@ std::vector<ConfigKey> known_config_keys(PluginRegistry& registry, const PluginC
 // model and lays out its parameters in `store` (finalized, not initialized).
 std::unique_ptr<Model> build_model(PluginRegistry& registry, Config& config, ParameterStore& store);
 
-// What this rank would do under `config`: the config checked as a run checks it, and the sync
-// strategy set up on `comm` as a run sets it up (roles and buffers; no data, no device, no
-// message). What `mgtrain doctor --config` binds the GPUs by.
+// What this rank would do under `config`: the config checked as a run checks it, the sync
+// strategy set up on `comm` as a run sets it up (roles and buffers; no device, no message), and
+// the data checked as the run's start-up checks it, with its messages (data.train opened as a
+// training rank's reader opens it, the model taking its samples, data.test). What `mgtrain doctor
+// --config` checks and binds the GPUs by.
 struct RankPlan {
   bool trains = true;             // false on a parameter server's serving ranks: they take no GPU
   std::string device;             // train.device

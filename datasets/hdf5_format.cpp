@@ -617,7 +617,8 @@ struct AttrList {
 herr_t collect_attr(hid_t loc, const char* name, const H5A_info_t*, void* data) {
   auto* list = static_cast<AttrList*>(data);
   h5::Id a = h5::attr(H5Aopen(loc, name, H5P_DEFAULT));
-  list->lines.push_back(std::string(name) + " = " + (a ? h5::attr_to_string(a.get()) : "<unreadable>"));
+  // Names and values are the file's: quoted with their control bytes escaped.
+  list->lines.push_back(printable(name) + " = " + (a ? printable(h5::attr_to_string(a.get())) : "<unreadable>"));
   return 0;
 }
 
@@ -656,15 +657,15 @@ std::string inspect(const std::string& path, const std::string& x_name, const st
   const auto size = std::filesystem::file_size(path, ec);
 
   std::ostringstream out;
-  out << "file:          " << path;
+  out << "file:          " << printable(path);
   if (!ec) out << " (" << human_bytes(size) << ")";
   out << "\n";
   out << "samples:       " << info.num_samples << "\n";
   out << "sample shape:  " << shape_of(info.sample_shape) << " (" << shape_numel(info.sample_shape) << " values)\n";
-  out << "x:             '" << h5::object_path(x_name) << "' " << info.x_type << " " << shape_of(full) << ", "
-      << layout_of(o.x.get()) << "\n";
-  out << "y:             '" << h5::object_path(y_name) << "' " << info.y_type << " [" << info.num_samples << "], "
-      << layout_of(o.y.get()) << "\n";
+  out << "x:             '" << printable(h5::object_path(x_name)) << "' " << info.x_type << " " << shape_of(full)
+      << ", " << layout_of(o.x.get()) << "\n";
+  out << "y:             '" << printable(h5::object_path(y_name)) << "' " << info.y_type << " [" << info.num_samples
+      << "], " << layout_of(o.y.get()) << "\n";
   out << "checksums:     "
       << (info.row_checksums
               ? std::string("'/") + kRowChecksums + "', CRC-32 per row, verified on every read\n"
@@ -687,12 +688,14 @@ std::string inspect(const std::string& path, const std::string& x_name, const st
   else
     out << "normalisation: none" << (info.x_type == "uint8" ? " (the reader scales uint8 to [0, 1])\n" : "\n");
   out << "classes:       " << info.num_classes << "\n";
+  std::vector<std::string> class_names;
+  for (const auto& n : info.class_names) class_names.push_back(printable(n));
   size_t width = 0;
-  for (const auto& n : info.class_names) width = std::max(width, n.size());
+  for (const auto& n : class_names) width = std::max(width, n.size());
   for (size_t c = 0; c < counts.size(); ++c) {
     out << "  " << std::setw(4) << c << "  ";
     if (!info.class_names.empty())
-      out << std::left << std::setw(static_cast<int>(width)) << info.class_names[c] << std::right << "  ";
+      out << std::left << std::setw(static_cast<int>(width)) << class_names[c] << std::right << "  ";
     out << std::setw(10) << counts[c] << "  (" << std::fixed << std::setprecision(2)
         << 100.0 * static_cast<double>(counts[c]) / static_cast<double>(info.num_samples) << "%)\n";
     out.unsetf(std::ios::fixed);
@@ -703,7 +706,7 @@ std::string inspect(const std::string& path, const std::string& x_name, const st
       {"/", o.file.get()}, {h5::object_path(x_name), o.x.get()}, {h5::object_path(y_name), o.y.get()}};
   for (const auto& [name, obj] : owners) {
     h5::Id g = obj == o.file.get() ? h5::group(H5Gopen2(obj, "/", H5P_DEFAULT)) : h5::Id();
-    for (const auto& line : attrs_of(g ? g.get() : obj)) out << "  " << name << ": " << line << "\n";
+    for (const auto& line : attrs_of(g ? g.get() : obj)) out << "  " << printable(name) << ": " << line << "\n";
   }
   return out.str();
 }

@@ -19,6 +19,7 @@
 #include "datasets/hdf5_format.hpp"
 #include "datasets/token_file.hpp"
 #include "io/json_line.hpp"
+#include "io/printable_stream.hpp"
 #include "loader/plugin_loader.hpp"
 #include "mgtrain/error.hpp"
 #include "runtime/core_keys.hpp"
@@ -140,10 +141,10 @@ int run_eval(const std::vector<std::string>& args) {
   else if (r.tokens > 0)
     std::printf("loss %.4f nats/token  perplexity %.3f  bits/byte %.4f  token accuracy %.4f  tokens %lld  (%s on %s)\n",
                 r.loss, std::exp(r.loss), r.loss / std::log(2.0), r.accuracy, static_cast<long long>(r.tokens),
-                checkpoint.c_str(), data.c_str());
+                printable(checkpoint).c_str(), printable(data).c_str());
   else
     std::printf("accuracy %.4f  loss %.4f  samples %lld  (%s on %s)\n", r.accuracy, r.loss,
-                static_cast<long long>(r.samples), checkpoint.c_str(), data.c_str());
+                static_cast<long long>(r.samples), printable(checkpoint).c_str(), printable(data).c_str());
   return 0;
 }
 
@@ -183,8 +184,8 @@ int run_export(const std::vector<std::string>& args) {
   std::printf(
       "wrote %s: model %s, %lld nodes; input \"input\" float32 [N, %s samples of %s, normalised in the "
       "graph: %s; output \"logits\" [N, %lld]\n",
-      out.c_str(), e.model_name.c_str(), static_cast<long long>(e.onnx.nodes),
-      shape_string(e.sample_shape).substr(1).c_str(), e.data_path.c_str(), e.normalisation.text().c_str(),
+      printable(out).c_str(), printable(e.model_name).c_str(), static_cast<long long>(e.onnx.nodes),
+      shape_string(e.sample_shape).substr(1).c_str(), printable(e.data_path).c_str(), e.normalisation.text().c_str(),
       static_cast<long long>(e.onnx.classes));
   return 0;
 }
@@ -366,7 +367,7 @@ int run_data(const std::vector<std::string>& args) {
         std::fprintf(stderr, "mgtrain: warning: skipped %lld bad image%s (named above); wrote %lld\n",
                      static_cast<long long>(summary.skipped), summary.skipped == 1 ? "" : "s",
                      static_cast<long long>(summary.images));
-      std::cout << "wrote " << out << ": " << summary.images << " images of " << summary.channels << "x"
+      std::cout << "wrote " << printable(out) << ": " << summary.images << " images of " << summary.channels << "x"
                 << options.height << "x" << options.width << ", " << summary.class_names.size() << " classes";
       if (summary.ignored > 0)
         std::cout << " (" << summary.ignored << (summary.ignored == 1 ? " file" : " files")
@@ -388,7 +389,7 @@ int run_data(const std::vector<std::string>& args) {
       throw ConfigError(
           "data convert: give --images and --labels (IDX), --csv and --shape (CSV) or --image-folder and --size");
     }
-    std::cout << "wrote " << out << "\n";
+    std::cout << "wrote " << printable(out) << "\n";
     return 0;
   }
   throw ConfigError("data: unknown subcommand '" + sub + "' (expected convert or inspect)");
@@ -405,7 +406,7 @@ int run_plugins(const std::vector<std::string>& args) {
   }
   PluginRegistry registry(plugin_paths(vm));
   std::cout << "search path:\n";
-  for (const auto& d : registry.search_dirs()) std::cout << "  " << d << "\n";
+  for (const auto& d : registry.search_dirs()) std::cout << "  " << printable(d) << "\n";
   std::printf("%-10s %-12s %-8s %s\n", "KIND", "NAME", "VERSION", "PATH");
   std::vector<PluginCandidate> refused;
   for (const auto& c : registry.scan()) {
@@ -413,9 +414,11 @@ int run_plugins(const std::vector<std::string>& args) {
       refused.push_back(c);
       continue;
     }
-    std::printf("%-10s %-12s %-8s %s\n", c.kind.c_str(), c.name.c_str(), c.version.c_str(), c.path.c_str());
+    std::printf("%-10s %-12s %-8s %s\n", printable(c.kind).c_str(), printable(c.name).c_str(),
+                printable(c.version).c_str(), printable(c.path).c_str());
   }
-  for (const auto& c : refused) std::printf("refused: %s: %s\n", c.path.c_str(), c.refusal.c_str());
+  for (const auto& c : refused)
+    std::printf("refused: %s: %s\n", printable(c.path).c_str(), printable(c.refusal).c_str());
   return 0;
 }
 
@@ -433,8 +436,10 @@ int run_compare(const std::vector<std::string>& args) {
     std::cout << desc << "\n";
     return 0;
   }
+  // Its lines quote the checkpoints' paths and tensor names.
+  PrintableStream out(std::cout);
   return compare_checkpoints(require(vm, "a", "compare"), require(vm, "b", "compare"), vm["rtol"].as<double>(),
-                             vm["params-only"].as<bool>(), std::cout)
+                             vm["params-only"].as<bool>(), out)
              ? 0
              : 1;
 }
@@ -454,11 +459,12 @@ int run_config_keys(const std::vector<std::string>& args) {
       type += ": ";
       for (const char* c = k.choices; *c; ++c) type += *c == '|' ? std::string(", ") : std::string(1, *c);
     }
-    std::printf("| `%s` | %s | %s | %s | %s |\n", k.key, type.c_str(),
+    // A plugin's keys come from its file.
+    std::printf("| `%s` | %s | %s | %s | %s |\n", printable(k.key).c_str(), printable(type).c_str(),
                 !k.default_value   ? "required"
-                : *k.default_value ? (std::string("`") + k.default_value + "`").c_str()
+                : *k.default_value ? printable(std::string("`") + k.default_value + "`").c_str()
                                    : "(empty)",
-                owner.c_str(), k.help);
+                printable(owner).c_str(), printable(k.help).c_str());
   };
   std::printf("| key | type | default | from | meaning |\n|---|---|---|---|---|\n");
   for (const auto& k : core_config_keys()) row(k, "core");

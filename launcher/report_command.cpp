@@ -32,7 +32,7 @@ int run_report(const std::vector<std::string>& args) {
   if (!vm.count("run-dir")) throw ConfigError("report: RUN_DIR is required (see mgtrain report --help)");
   const std::string out = vm.count("out") ? vm["out"].as<std::string>() : std::string();
   const ReportResult r = write_report(vm["run-dir"].as<std::string>(), out);
-  std::printf("wrote %s (%zu points)\n", r.path.c_str(), r.points);
+  std::printf("wrote %s (%zu points)\n", printable(r.path).c_str(), r.points);
   return 0;
 }
 

@@ -97,10 +97,10 @@ void print_result(const TrainResult& r, int world_size, bool json) {
     std::printf("%s\n", train_result_json(r, world_size).c_str());
   } else if (r.steps_run == 0) {
     std::printf("done: nothing to train at step %lld, checkpoint %s\n", static_cast<long long>(r.steps),
-                r.checkpoint.c_str());
+                printable(r.checkpoint).c_str());
   } else {
     std::printf("done: %lld steps, %.0f samples/s, final loss %.4f, checkpoint %s\n", static_cast<long long>(r.steps),
-                r.samples_per_s, r.final_loss, r.checkpoint.c_str());
+                r.samples_per_s, r.final_loss, printable(r.checkpoint).c_str());
   }
   std::fflush(stdout);
 }

@@ -2,6 +2,6 @@
 # one error line naming it.
 foreach(case truncated_plugin special_config special_data model_sizes eval_batch idx_header resume_empty positional
              plugin_path_unreadable compare_tolerance
-             symlink_loop)
+             symlink_loop control_output)
   mgtrain_e2e_test(hostile_input.${case} 300 ${E2E}/hostile_input.sh ${case})
 endforeach()

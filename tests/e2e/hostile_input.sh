@@ -190,6 +190,39 @@ case $1 in
     rm ckpt/latest && echo step-1.h5 >ckpt/latest && ln -s step-1.h5 ckpt/step-1.h5
     refused "--resume latest: '$WORK/ckpt/latest' points to '$WORK/ckpt/step-1.h5', which $loop" \
       mpi train --config run.ini --resume latest ;;
+  # Control bytes from a config value or a file were printed raw in the resolved config, the done:
+  # line and data inspect, where they move the cursor or retitle the terminal (error lines escaped them).
+  control_output)
+    esc=$'\e'
+    python=$(h5py_python)
+    dir="$WORK/ck${esc}[31mred"
+    write_config run.ini "[checkpoint]" "dir = $dir"
+    run_np 2 120 train --config run.ini --train.max_steps=2 >out.log 2>err.log || { cat out.log err.log; fail "training"; }
+    no_raw_escape() {  # no_raw_escape LOG WHAT: LOG holds no ESC byte
+      ! grep -q "$esc" "$1" || { sed -n l "$1"; fail "$2 printed an escape sequence raw"; }
+    }
+    no_raw_escape out.log "train"
+    no_raw_escape err.log "train"
+    grep -qF 'dir = '"$WORK"'/ck\x1b[31mred' out.log || { cat out.log; fail "the resolved config does not escape checkpoint.dir"; }
+    grep -qF 'done: 2 steps, ' out.log && grep -qF "checkpoint $WORK/ck\\x1b[31mred/step-2.h5" out.log ||
+      { cat out.log; fail "the done: line does not escape the checkpoint's path"; }
+    "$MGTRAIN" eval --checkpoint "$dir/step-2.h5" --data "$DATA_DIR/test.h5" >out.log 2>&1 || { cat out.log; fail "eval"; }
+    no_raw_escape out.log "eval"
+    "$MGTRAIN" compare "$dir/step-2.h5" "$dir/step-2.h5" >out.log 2>&1 || { cat out.log; fail "compare"; }
+    no_raw_escape out.log "compare"
+    # A data file's attributes and class names.
+    cp "$DATA_DIR/test.h5" test.h5
+    "$python" - <<PY
+import h5py, numpy as np
+with h5py.File("test.h5", "r+") as f:
+    f.attrs["source"] = "\x1b]0;retitled\x07\x1b[2J"
+    f["x"].attrs["class_names"] = np.array([("c%d\x1b[1m" % i).encode() for i in range(10)])
+    f["x"].attrs["note\x1b[5m"] = 1
+PY
+    "$MGTRAIN" data inspect test.h5 >out.log 2>&1 || { cat out.log; fail "data inspect"; }
+    no_raw_escape out.log "data inspect"
+    grep -qF '\x1b]0;retitled\x07\x1b[2J' out.log || { cat out.log; fail "data inspect does not show the escaped source"; }
+    grep -qF 'c3\x1b[1m' out.log || { cat out.log; fail "data inspect does not show the escaped class names"; } ;;
   *) fail "unknown case $1" ;;
 esac
 echo PASS

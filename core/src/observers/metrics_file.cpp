@@ -86,7 +86,7 @@ class MetricsFile final : public TrainingObserver {
   void check(const std::string& failure) {
     if (failure.empty()) return;
     off_ = true;
-    std::cerr << "mgtrain: warning: metrics file '" << out_.path() << "' cannot be written: " << failure
+    std::cerr << "mgtrain: warning: metrics file '" << printable(out_.path()) << "' cannot be written: " << failure
               << "; metrics are off for the rest of the run\n"
               << std::flush;
   }

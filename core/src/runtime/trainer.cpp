@@ -23,6 +23,7 @@
 #include "device/training_device.hpp"
 #include "io/append_file.hpp"
 #include "io/json_line.hpp"
+#include "io/printable_stream.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "loader/plugin_loader.hpp"
 #include "mgtrain/layers.hpp"
@@ -414,7 +415,9 @@ class Trainer {
       : comm_(comm),
         options_(std::move(options)),
         config_(options_.config),
-        log_(options_.quiet ? null_log_ : log),
+        printable_log_(log),
+        drawn_log_(options_.quiet ? null_log_ : log),
+        log_(options_.quiet ? null_log_ : printable_log_),
         registry_(options_.plugin_paths),
         leader_(comm.rank() == 0) {}
   // The communicator outlives the run (mgtrain bench runs several on it).
@@ -1334,7 +1337,7 @@ class Trainer {
   // on the log, then the metrics file and TensorBoard.
   void add_observers() {
     observers_.push_back(make_slow_rank_warning(log_));
-    observers_.push_back(make_progress_observer(log_, config_.get_string("train.progress")));
+    observers_.push_back(make_progress_observer(drawn_log_, config_.get_string("train.progress")));
     observers_.push_back(make_metrics_file(metrics_path(config_, checkpoint_dir_)));
     const std::string tensorboard_dir = config_.get_string("metrics.tensorboard_dir");
     if (!tensorboard_dir.empty()) observers_.push_back(make_tensorboard_observer(tensorboard_dir));
@@ -1566,6 +1569,10 @@ class Trainer {
   TrainOptions options_;
   Config& config_;
   std::ostream null_log_{nullptr};
+  PrintableStream printable_log_;
+  // Rank 0's output: drawn_log_ for the progress bar's own control bytes, log_ for every line,
+  // which quotes config values, paths and file contents with their control bytes escaped.
+  std::ostream& drawn_log_;
   std::ostream& log_;
   PluginRegistry registry_;
   const bool leader_;

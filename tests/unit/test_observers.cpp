@@ -147,17 +147,47 @@ TEST(ProgressObserver, LinesAtIntervalsOnly) {
 TEST(ProgressObserver, BarEndsEachEpochAndTheRunWithANewLine) {
   std::ostringstream out;
   auto progress = make_progress_observer(out, "bar");
-  // 4 steps an epoch, 6 in all: the second epoch ends early, at the run's last step.
+  // 4 steps an epoch, 6 in all: the second epoch ends early, at the run's last step, and its bar
+  // counts the 2 steps it has.
   progress->on_run_start({2, 4, 0, 6});
   run_steps(*progress, 1, 6, 4);
   progress->on_run_end({6, 1, false});
   const std::string text = out.str();
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
   EXPECT_NE(text.find("\repoch 1/2 [##############################] 4/4  ETA"), std::string::npos) << text;
-  EXPECT_NE(text.find("\repoch 2/2 [###############...............] 2/4  ETA 0:00"), std::string::npos) << text;
+  EXPECT_NE(text.find("\repoch 2/2 [##############################] 2/2  ETA 0:00"), std::string::npos) << text;
   EXPECT_EQ(text.back(), '\n');
   // The line for epoch 1's end is drawn once, by the epoch's end.
   EXPECT_EQ(text.find("] 4/4"), text.rfind("] 4/4")) << text;
+}
+
+// train.max_steps ends the run before train.epochs: the bar counts the epochs and steps the run
+// takes, not 10 epochs of 468 steps.
+TEST(ProgressObserver, BarCountsWhatMaxStepsLeaves) {
+  std::ostringstream out;
+  auto progress = make_progress_observer(out, "bar");
+  progress->on_run_start({10, 468, 0, 300});
+  run_steps(*progress, 1, 300, 468);
+  progress->on_run_end({300, 0, false});
+  std::string text = out.str();
+  EXPECT_NE(text.find("\repoch 1/1 [##############################] 300/300  ETA 0:00"), std::string::npos) << text;
+  EXPECT_EQ(text.find("/10 "), std::string::npos) << text;
+  EXPECT_EQ(text.find("/468"), std::string::npos) << text;
+  // Three epochs' worth: two whole, the third of 1000 - 936 = 64 steps.
+  std::ostringstream longer;
+  progress = make_progress_observer(longer, "bar");
+  progress->on_run_start({10, 468, 0, 1000});
+  run_steps(*progress, 1, 1000, 468);
+  progress->on_run_end({1000, 2, false});
+  text = longer.str();
+  EXPECT_NE(text.find("\repoch 2/3 [##############################] 468/468"), std::string::npos) << text;
+  EXPECT_NE(text.find("\repoch 3/3 [##############################] 64/64"), std::string::npos) << text;
+  // In lines mode too.
+  std::ostringstream lines;
+  progress = make_progress_observer(lines, "lines");
+  progress->on_run_start({10, 468, 0, 300});
+  progress->on_interval(figures(100, 0));
+  EXPECT_EQ(lines.str().rfind("epoch 1/1 step 100/300 ", 0), 0u) << lines.str();
 }
 
 TEST(ProgressObserver, StoppedRunClosesAnOpenBar) {

@@ -14,7 +14,7 @@ namespace mgt {
 
 // The run as it starts: what a display needs to place a step.
 struct RunStart {
-  int64_t epochs = 0;
+  int64_t epochs = 0;  // train.epochs; the run may end sooner, at total_steps
   int64_t steps_per_epoch = 0;
   int64_t first_step = 0;   // the step the run starts from (after a resume, not 0)
   int64_t total_steps = 0;  // the step the run ends at

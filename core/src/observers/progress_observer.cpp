@@ -42,8 +42,9 @@ class ProgressObserver final : public TrainingObserver {
   }
 
   void on_run_start(const RunStart& run) override {
-    epochs_ = run.epochs;
     per_epoch_ = std::max<int64_t>(run.steps_per_epoch, 1);
+    // The epochs the run's steps reach: fewer than train.epochs where train.max_steps ends it.
+    epochs_ = std::min(run.epochs, (run.total_steps + per_epoch_ - 1) / per_epoch_);
     first_step_ = run.first_step;
     total_ = run.total_steps;
     start_ = Clock::now();
@@ -90,8 +91,10 @@ class ProgressObserver final : public TrainingObserver {
 
   void draw(int64_t step, int64_t epoch) {
     const int64_t in_epoch = step - epoch * per_epoch_;
+    // The steps of this epoch the run takes: the last one may end early, at train.max_steps.
+    const int64_t epoch_steps = std::clamp<int64_t>(total_ - epoch * per_epoch_, 1, per_epoch_);
     constexpr int kWidth = 30;
-    const auto filled = static_cast<size_t>(kWidth * std::clamp<int64_t>(in_epoch, 0, per_epoch_) / per_epoch_);
+    const auto filled = static_cast<size_t>(kWidth * std::clamp<int64_t>(in_epoch, 0, epoch_steps) / epoch_steps);
     std::string bar(filled, '#');
     bar.resize(kWidth, '.');
     const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
@@ -102,7 +105,7 @@ class ProgressObserver final : public TrainingObserver {
     char line[256];
     std::snprintf(line, sizeof(line), "\repoch %lld/%lld [%s] %lld/%lld  ETA %lld:%02lld  loss %s  %.0f samples/s ",
                   static_cast<long long>(epoch + 1), static_cast<long long>(epochs_), bar.c_str(),
-                  static_cast<long long>(in_epoch), static_cast<long long>(per_epoch_),
+                  static_cast<long long>(in_epoch), static_cast<long long>(epoch_steps),
                   static_cast<long long>(eta / 60), static_cast<long long>(eta % 60), loss, rate_);
     out_ << line << std::flush;
     line_open_ = true;

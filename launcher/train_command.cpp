@@ -13,6 +13,7 @@
 #include "comm/mpi_communicator.hpp"
 #include "command_line_config.hpp"
 #include "commands.hpp"
+#include "io/console.hpp"
 #include "io/json_line.hpp"
 #include "loader/plugin_keys.hpp"
 #include "loader/plugin_loader.hpp"
@@ -70,21 +71,22 @@ int run_under_mpi(int argc, char** argv, const std::string& command, const std::
     body(*comm, options, vm);
     return 0;
   } catch (const StartupError& e) {
-    // Every rank got here together; the one that found the problem says it.
-    if (e.report()) std::fprintf(stderr, "mgtrain: error: [rank %d] %s\n", comm->rank(), e.what());
+    // Every rank got here together; the one that found the problem says it, after the progress
+    // bar's last state (a non-finite gradient mid-run), on a line of its own.
+    if (e.report())
+      console::final_line("mgtrain: error: [rank " + std::to_string(comm->rank()) + "] " + e.what() + "\n");
+    else
+      console::end_status();
     return 2;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr,
-                 "mgtrain: error: [rank %d] out of host memory: lower the micro-batch "
-                 "(sync.name = grad_accum with more sync.accum_steps keeps the global batch) or "
-                 "data.prefetch\n",
-                 comm->rank());
-    std::fflush(stderr);
+    console::final_line("mgtrain: error: [rank " + std::to_string(comm->rank()) +
+                        "] out of host memory: lower the micro-batch (sync.name = grad_accum with more "
+                        "sync.accum_steps keeps the global batch) or data.prefetch\n");
     if (comm->size() > 1) comm->abort(1);
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "mgtrain: error: [rank %d] %s\n", comm->rank(), printable(e.what()).c_str());
-    std::fflush(stderr);
+    // After the progress bar's last state, on a line of its own.
+    console::final_line("mgtrain: error: [rank " + std::to_string(comm->rank()) + "] " + printable(e.what()) + "\n");
     // The other ranks may be waiting on this one: end the whole job now rather than let them hang.
     if (comm->size() > 1) comm->abort(1);
     return 1;

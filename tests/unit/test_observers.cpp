@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "io/printable_stream.hpp"
 #include "mgtrain/error.hpp"
 #include "observers/observer.hpp"
 
@@ -188,6 +189,37 @@ TEST(ProgressObserver, BarCountsWhatMaxStepsLeaves) {
   progress->on_run_start({10, 468, 0, 300});
   progress->on_interval(figures(100, 0));
   EXPECT_EQ(lines.str().rfind("epoch 1/1 step 100/300 ", 0), 0u) << lines.str();
+}
+
+// A line printed while the bar is drawn (the slow-rank warning, through rank 0's log) clears the
+// bar's line first and draws the bar again after it: it never lands in the middle of the bar.
+TEST(ProgressObserver, ALineWhileTheBarIsDrawnGetsALineOfItsOwn) {
+  std::ostringstream out;
+  PrintableStream log(out);
+  auto progress = make_progress_observer(out, "bar");
+  auto slow = make_slow_rank_warning(log);
+  progress->on_run_start({1, 100, 0, 100});
+  run_steps(*progress, 1, 1, 100);
+  IntervalFigures f = figures(1, 0);
+  f.rank_step_ms = {2.0, 20.0};
+  slow->on_interval(f);
+  log << "a log line in two parts, " << std::flush;
+  log << "then its end\n";
+  progress->on_run_end({1, 0, true});
+  const std::string text = out.str();
+  const size_t warning = text.find("warning: rank 1");
+  ASSERT_NE(warning, std::string::npos) << text;
+  // Between the bar's text and the warning: a carriage return, blanks over the bar, another.
+  const size_t bar_end = text.rfind("samples/s", warning);
+  ASSERT_NE(bar_end, std::string::npos) << text;
+  const std::string between = text.substr(bar_end + 10, warning - bar_end - 10);
+  EXPECT_EQ(between.find_first_not_of(" \r"), std::string::npos) << "'" << between << "' in " << text;
+  EXPECT_EQ(between.front(), '\r');
+  EXPECT_EQ(between.back(), '\r');
+  // The bar again after each line, and not in the middle of the one written in two parts.
+  EXPECT_NE(text.find("its pace\nepoch 1/1 ["), std::string::npos) << text;
+  EXPECT_NE(text.find("a log line in two parts, then its end\nepoch 1/1 ["), std::string::npos) << text;
+  EXPECT_EQ(text.back(), '\n');
 }
 
 TEST(ProgressObserver, StoppedRunClosesAnOpenBar) {

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "io/console.hpp"
 #include "kernels/cpu/bf16.hpp"
 #include "mgtrain/error.hpp"
 #include "runtime/host_name.hpp"
@@ -287,11 +288,12 @@ class Watchdog {
                                   where_they_run(silent, hosts_);
         }
         const std::string size = count_ > 0 ? " of " + std::to_string(count_) + " elements" : "";
-        std::fprintf(stderr,
-                     "mgtrain: error: [rank %d] timed out after %.0f s at step %lld in %s%s, waiting "
-                     "for %s (comm.timeout_s)\n",
-                     rank_, timeout_s_, static_cast<long long>(step_), op_, size.c_str(), waiting_for.c_str());
-        std::fflush(stderr);
+        char line[1024];
+        std::snprintf(line, sizeof line,
+                      "mgtrain: error: [rank %d] timed out after %.0f s at step %lld in %s%s, waiting "
+                      "for %s (comm.timeout_s)\n",
+                      rank_, timeout_s_, static_cast<long long>(step_), op_, size.c_str(), waiting_for.c_str());
+        console::final_line(line);
         std::_Exit(1);
       }
     }
@@ -308,13 +310,14 @@ class Watchdog {
     const std::vector<int> silent = silent_ranks(roll_, kSignalGrace, /*withdraw=*/true);
     if (silent.empty()) return;
     const std::string size = count_ > 0 ? " of " + std::to_string(count_) + " elements" : "";
-    std::fprintf(stderr,
-                 "mgtrain: [rank %d] signal %d came after %.0f s waiting at step %lld in %s%s for %s %s, which did not "
-                 "answer a roll call: stuck or gone%s\n",
-                 rank_, stop_signal(), waited_s, static_cast<long long>(step_), op_, size.c_str(),
-                 silent.size() == 1 ? "rank" : "ranks", rank_list(world_ranks(roll_, silent)).c_str(),
-                 where_they_run(silent, hosts_).c_str());
-    std::fflush(stderr);
+    char line[1024];
+    std::snprintf(line, sizeof line,
+                  "mgtrain: [rank %d] signal %d came after %.0f s waiting at step %lld in %s%s for %s %s, which did "
+                  "not answer a roll call: stuck or gone%s\n",
+                  rank_, stop_signal(), waited_s, static_cast<long long>(step_), op_, size.c_str(),
+                  silent.size() == 1 ? "rank" : "ranks", rank_list(world_ranks(roll_, silent)).c_str(),
+                  where_they_run(silent, hosts_).c_str());
+    console::warning(line);
   }
 
   std::mutex mutex_;

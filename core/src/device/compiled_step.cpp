@@ -8,6 +8,7 @@
 #include <string>
 
 #include "device/batch_statistics.hpp"
+#include "io/console.hpp"
 #include "kernels/cpu/softmax.hpp"
 #include "kernels/elementwise.hpp"
 #include "mgtrain/error.hpp"
@@ -371,10 +372,9 @@ void CompiledStep::launch(int64_t step, double lr) {
                     "alike, so this rank cannot go on without graphs alone: set gpu.cuda_graphs = false");
       // A library call that cannot be captured need not end the run: the step runs as it is.
       options_.record = false;
-      std::fprintf(stderr,
-                   "mgtrain: warning: [rank %d] recording the step as a CUDA graph failed (%s); running the "
-                   "steps without graphs (gpu.cuda_graphs = false skips the attempt)\n",
-                   options_.rank, e.what());
+      console::warning("mgtrain: warning: [rank " + std::to_string(options_.rank) +
+                       "] recording the step as a CUDA graph failed (" + e.what() +
+                       "); running the steps without graphs (gpu.cuda_graphs = false skips the attempt)\n");
     }
   }
   if (p.recorded[slot])

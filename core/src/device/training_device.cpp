@@ -8,6 +8,7 @@
 
 #include "comm/staged_communicator.hpp"
 #include "device/gpu_binding.hpp"
+#include "io/console.hpp"
 #include "mgtrain/error.hpp"
 #include "runtime/host_name.hpp"
 #include "testing/fault_injection.hpp"
@@ -202,7 +203,7 @@ CompiledStep& TrainingDevice::compile(Model& model, ParameterStore& host, Optimi
                       rank_, static_cast<long long>(micro_batch), describe().c_str(),
                       static_cast<long long>(options.passes_per_micro_batch),
                       static_cast<long long>(options.pass_rows));
-        std::fputs(line, stderr);
+        console::warning(line);
         continue;
       }
       const bool at_start = options.passes_per_micro_batch == 1;

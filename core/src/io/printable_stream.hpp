@@ -2,14 +2,15 @@
 // An output stream for text that quotes what came from users and files (config values, paths,
 // checkpoint and data file contents): every control byte but the line break is written as \xNN,
 // as printable() writes error lines, so a value can neither move the terminal's cursor nor hide
-// what follows it. Nothing is held back: each write goes on to the wrapped stream at once, so
-// writes to that stream itself keep their order with these.
+// what follows it. Nothing is held back: each write goes on to the wrapped stream at once (around
+// a progress bar drawn there: console.hpp), so writes to that stream itself keep their order.
 #include <algorithm>
 #include <ostream>
 #include <streambuf>
 #include <string>
 #include <string_view>
 
+#include "io/console.hpp"
 #include "mgtrain/error.hpp"
 
 namespace mgt {
@@ -35,12 +36,14 @@ class PrintableBuffer : public std::streambuf {
 
  private:
   void write(std::string_view text) {
+    std::string escaped;
     for (size_t start = 0; start < text.size();) {
       const size_t end = std::min(text.find('\n', start), text.size());
-      out_ << printable(std::string(text.substr(start, end - start)));
-      if (end < text.size()) out_ << '\n';
+      escaped += printable(std::string(text.substr(start, end - start)));
+      if (end < text.size()) escaped += '\n';
       start = end + 1;
     }
+    console::print(out_, escaped);
   }
 
   std::ostream& out_;

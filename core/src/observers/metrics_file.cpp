@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "io/append_file.hpp"
+#include "io/console.hpp"
 #include "io/json_line.hpp"
 #include "mgtrain/error.hpp"
 #include "observers/observer.hpp"
@@ -86,9 +87,8 @@ class MetricsFile final : public TrainingObserver {
   void check(const std::string& failure) {
     if (failure.empty()) return;
     off_ = true;
-    std::cerr << "mgtrain: warning: metrics file '" << printable(out_.path()) << "' cannot be written: " << failure
-              << "; metrics are off for the rest of the run\n"
-              << std::flush;
+    console::warning("mgtrain: warning: metrics file '" + printable(out_.path()) + "' cannot be written: " + failure +
+                     "; metrics are off for the rest of the run\n");
   }
 
   AppendFile out_;

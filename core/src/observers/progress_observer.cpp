@@ -9,6 +9,7 @@
 #include <ostream>
 #include <string>
 
+#include "io/console.hpp"
 #include "mgtrain/error.hpp"
 #include "observers/observer.hpp"
 
@@ -103,16 +104,17 @@ class ProgressObserver final : public TrainingObserver {
     char loss[32] = "-";
     if (has_loss_) std::snprintf(loss, sizeof(loss), "%.4f", loss_);
     char line[256];
-    std::snprintf(line, sizeof(line), "\repoch %lld/%lld [%s] %lld/%lld  ETA %lld:%02lld  loss %s  %.0f samples/s ",
+    std::snprintf(line, sizeof(line), "epoch %lld/%lld [%s] %lld/%lld  ETA %lld:%02lld  loss %s  %.0f samples/s ",
                   static_cast<long long>(epoch + 1), static_cast<long long>(epochs_), bar.c_str(),
                   static_cast<long long>(in_epoch), static_cast<long long>(epoch_steps),
                   static_cast<long long>(eta / 60), static_cast<long long>(eta % 60), loss, rate_);
-    out_ << line << std::flush;
+    // Through the console, which keeps other lines printed meanwhile off the bar's line.
+    console::draw_status(out_, line);
     line_open_ = true;
   }
 
   void end_line() {
-    out_ << "\n" << std::flush;
+    console::end_status();
     line_open_ = false;
   }
 

@@ -2,6 +2,7 @@
 // (tensorboard.cpp writes the file).
 #include <iostream>
 
+#include "io/console.hpp"
 #include "mgtrain/error.hpp"
 #include "observers/observer.hpp"
 #include "observers/tensorboard.hpp"
@@ -46,8 +47,8 @@ class TensorBoardObserver final : public TrainingObserver {
     } catch (const IoError& e) {
       off_ = true;
       writer_.remove_if_empty();
-      std::cerr << "mgtrain: warning: " << e.what() << "; TensorBoard output is off for the rest of the run\n"
-                << std::flush;
+      console::warning(std::string("mgtrain: warning: ") + e.what() +
+                       "; TensorBoard output is off for the rest of the run\n");
     }
   }
 

@@ -88,6 +88,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$MGTRAIN" data c
       awk -v t="$tokens" 'BEGIN { exit !(t > 0) }' || { echo "$done_line"; fail "tokens_per_s '$tokens'"; }
     done
     grep -q "^test loss .* nats/token (perplexity .*, .* bits per byte)" np2.json || { cat np2.json; fail "no test line"; }
+    grep -qE "^epoch 1/1 step 40/40 loss [0-9.]+ tokens/s [0-9]+ " np2.json || { cat np2.json; fail "no tokens/s in the progress line"; }
     grep -q '"tokens_per_s"' np2/metrics.jsonl || fail "the metrics file has no tokens_per_s"
     "$MGTRAIN" eval --checkpoint np2/step-40.h5 --data test.h5 >eval.log 2>&1 || { cat eval.log; fail "eval"; }
     grep -q "nats/token  perplexity" eval.log || { cat eval.log; fail "eval reports no perplexity"; }

@@ -72,13 +72,15 @@ class ProgressObserver final : public TrainingObserver {
   // With the figures agreed over the ranks: the bar's loss and rate, or a line.
   void on_interval(const IntervalFigures& f) override {
     loss_ = f.loss;
-    rate_ = f.samples_per_s;
+    // A language model's rate is in tokens, what its users compare.
+    rate_ = f.tokens_per_s > 0 ? f.tokens_per_s : f.samples_per_s;
+    rate_unit_ = f.tokens_per_s > 0 ? "tokens/s" : "samples/s";
     has_loss_ = true;
     if (bar_) return;
     char line[256];
-    std::snprintf(line, sizeof(line), "epoch %lld/%lld step %lld/%lld loss %.4f samples/s %.0f data-wait %.1f%%\n",
+    std::snprintf(line, sizeof(line), "epoch %lld/%lld step %lld/%lld loss %.4f %s %.0f data-wait %.1f%%\n",
                   static_cast<long long>(f.epoch + 1), static_cast<long long>(epochs_), static_cast<long long>(f.step),
-                  static_cast<long long>(total_), f.loss, f.samples_per_s, 100.0 * f.data_wait_share);
+                  static_cast<long long>(total_), f.loss, rate_unit_, rate_, 100.0 * f.data_wait_share);
     out_ << line << std::flush;
   }
 
@@ -104,10 +106,10 @@ class ProgressObserver final : public TrainingObserver {
     char loss[32] = "-";
     if (has_loss_) std::snprintf(loss, sizeof(loss), "%.4f", loss_);
     char line[256];
-    std::snprintf(line, sizeof(line), "epoch %lld/%lld [%s] %lld/%lld  ETA %lld:%02lld  loss %s  %.0f samples/s ",
+    std::snprintf(line, sizeof(line), "epoch %lld/%lld [%s] %lld/%lld  ETA %lld:%02lld  loss %s  %.0f %s ",
                   static_cast<long long>(epoch + 1), static_cast<long long>(epochs_), bar.c_str(),
                   static_cast<long long>(in_epoch), static_cast<long long>(epoch_steps),
-                  static_cast<long long>(eta / 60), static_cast<long long>(eta % 60), loss, rate_);
+                  static_cast<long long>(eta / 60), static_cast<long long>(eta % 60), loss, rate_, rate_unit_);
     // Through the console, which keeps other lines printed meanwhile off the bar's line.
     console::draw_status(out_, line);
     line_open_ = true;
@@ -122,6 +124,7 @@ class ProgressObserver final : public TrainingObserver {
   bool bar_ = false;
   int64_t epochs_ = 0, per_epoch_ = 1, first_step_ = 0, total_ = 0;
   double loss_ = 0, rate_ = 0;
+  const char* rate_unit_ = "samples/s";
   bool has_loss_ = false, line_open_ = false;
   Clock::time_point start_ = Clock::now(), last_draw_{};
 };

@@ -71,11 +71,13 @@ cut_short)
   for run in 1 2 3 4 5 6 7 8; do
     # Runs 5 to 8 leave the ranks unbound: each rank's reader is then a thread of its own.
     bind=(); [ "$run" -le 4 ] || bind=(--bind-to none)
-    rm -rf ckpt; rc=0
+    # The job's shell opens run.log when it starts, after the loop below may have read it: the
+    # previous run's log must not be there to be read as this run's.
+    rm -rf ckpt run.log; rc=0
     timeout --kill-after=10 180 mpirun -np 2 --oversubscribe "${bind[@]}" "$MGTRAIN" train --config run.ini \
       >run.log 2>&1 &
     job=$!
-    for _ in $(seq 600); do grep -q '^epoch [0-9]*/[0-9]* step ' run.log && break; sleep 0.1; done
+    for _ in $(seq 600); do grep -qs '^epoch [0-9]*/[0-9]* step ' run.log && break; sleep 0.1; done
     grep -q '^epoch [0-9]*/[0-9]* step ' run.log || { kill $job; cat run.log; fail "run $run took no step"; }
     # Cut short and restored over and over, so that some cuts fall between the reader's check of
     # the file's size and its copies out of the mapping: a SIGBUS there, unless the copy is guarded.

@@ -135,7 +135,7 @@ case $1 in
     head -c 20000 $ckpt >truncated.h5
     expect_error "checkpoint 'truncated.h5': cannot open as HDF5: truncated" --checkpoint truncated.h5 \
       --prompt "$PROMPT" --tokens 5
-    expect_error "checkpoint 'ck' is not a regular file" --checkpoint ck --prompt "$PROMPT" --tokens 5
+    expect_error "checkpoint 'ck' is a directory, not a regular file" --checkpoint ck --prompt "$PROMPT" --tokens 5
     if [ "$(id -u)" -ne 0 ]; then  # root reads any file
       cp $ckpt unreadable.h5
       chmod 000 unreadable.h5

@@ -3,7 +3,6 @@
 
 #include <zlib.h>
 
-#include <unistd.h>
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -79,21 +78,11 @@ struct Moments {
   }
 };
 
-// Writes a data file under a temporary name and renames it into place on commit(); the
-// destructor removes the temporary file when commit() was never reached.
+// Writes a data file through an h5::TemporaryOutput: nothing under the final name until commit().
 class SampleFileWriter {
  public:
   SampleFileWriter(const std::string& out, int64_t n, const Shape& sample_shape, bool u8, int64_t chunk_rows)
-      : out_(out), n_(n), numel_(shape_numel(sample_shape)), u8_(u8) {
-    namespace fs = std::filesystem;
-    const fs::path p(out);
-    std::string name(".");
-    name.append(p.filename().string()).append(".tmp-").append(std::to_string(::getpid()));
-    tmp_ = (p.parent_path() / name).string();
-    h5::silence_errors();
-    file_ = h5::file(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-    if (!file_) throw IoError("output file '" + out + "' could not be created (" + tmp_ + "): " + h5::error_text());
-
+      : file_(out), n_(n), numel_(shape_numel(sample_shape)), u8_(u8) {
     std::vector<hsize_t> dims{static_cast<hsize_t>(n)}, chunk{static_cast<hsize_t>(pick_chunk_rows(chunk_rows, n))};
     for (int64_t d : sample_shape) {
       dims.push_back(static_cast<hsize_t>(d));
@@ -115,14 +104,6 @@ class SampleFileWriter {
     if (!x_ || !y_) fail("creating datasets");
     file_space_ = h5::space(H5Dget_space(x_.get()));
     rank_ = dims.size();
-  }
-
-  ~SampleFileWriter() {
-    x_.reset();
-    y_.reset();
-    file_space_.reset();
-    file_.reset();
-    if (!committed_) std::remove(tmp_.c_str());
   }
 
   // Rows [row0, row0+rows) of x from a dense buffer of uint8 or float.
@@ -168,27 +149,18 @@ class SampleFileWriter {
     x_.reset();
     y_.reset();
     file_space_.reset();
-    if (H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) < 0) fail("flushing");
-    file_.reset();
-    std::error_code ec;
-    std::filesystem::rename(tmp_, out_, ec);
-    if (ec)
-      throw IoError("output file '" + out_ + "' could not be written (rename from " + tmp_ + "): " + ec.message());
-    committed_ = true;
+    file_.commit();
   }
 
  private:
-  [[noreturn]] void fail(const std::string& what) {
-    throw IoError("output file '" + out_ + "': " + what + " failed: " + h5::error_text());
-  }
+  [[noreturn]] void fail(const std::string& what) const { file_.fail(what); }
 
-  std::string out_, tmp_;
+  h5::TemporaryOutput file_;  // first: the datasets below close before it
   int64_t n_, numel_;
   bool u8_;
   std::vector<uint32_t> row_crc_ = std::vector<uint32_t>(static_cast<size_t>(n_));
   size_t rank_ = 0;
-  bool committed_ = false;
-  h5::Id file_, x_, y_, file_space_;
+  h5::Id x_, y_, file_space_;
 };
 
 // ---- IDX ----

@@ -1,9 +1,12 @@
 // HDF5 helpers shared by the format, the converters and the reader; callers hold hdf5_mutex().
 #include "datasets/hdf5_util.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 
 namespace mgt::data::h5 {
@@ -35,6 +38,33 @@ Innermost walk_errors() {
   return found;
 }
 }  // namespace
+
+TemporaryOutput::TemporaryOutput(const std::string& out) : out_(out) {
+  const std::filesystem::path p(out);
+  tmp_ = (p.parent_path() / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
+  silence_errors();
+  file_ = file(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  if (!file_) throw IoError("output file '" + out + "' could not be created (" + tmp_ + "): " + error_text());
+}
+
+TemporaryOutput::~TemporaryOutput() {
+  file_.reset();
+  if (!committed_) std::remove(tmp_.c_str());
+}
+
+void TemporaryOutput::commit() {
+  if (H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) < 0) fail("flushing");
+  // A file's close is where buffered data is written: its status counts.
+  if (file_.close() < 0) fail("closing");
+  std::error_code ec;
+  std::filesystem::rename(tmp_, out_, ec);
+  if (ec) throw IoError("output file '" + out_ + "' could not be written (rename from " + tmp_ + "): " + ec.message());
+  committed_ = true;
+}
+
+void TemporaryOutput::fail(const std::string& what) const {
+  throw IoError("output file '" + out_ + "': " + what + " failed: " + error_text());
+}
 
 std::string error_text() {
   const Innermost e = walk_errors();

@@ -59,6 +59,28 @@ inline Id plist(hid_t id) { return Id(id, H5Pclose); }
 inline Id attr(hid_t id) { return Id(id, H5Aclose); }
 inline Id group(hid_t id) { return Id(id, H5Gclose); }
 
+// A new HDF5 file written under a temporary name beside `out` (".NAME.tmp-PID") and renamed into
+// place by commit(), so that a write that fails half way leaves nothing under the final name; the
+// destructor removes the temporary file when commit() was never reached. Declare it before the
+// ids of the file's datasets, which must be closed before it.
+class TemporaryOutput {
+ public:
+  explicit TemporaryOutput(const std::string& out);
+  ~TemporaryOutput();
+  TemporaryOutput(const TemporaryOutput&) = delete;
+  TemporaryOutput& operator=(const TemporaryOutput&) = delete;
+  hid_t get() const { return file_.get(); }
+  // Flushes, closes and renames into place; every other id of the file must be closed first.
+  void commit();
+  // Throws IoError "output file 'OUT': <what> failed: <HDF5's reason>".
+  [[noreturn]] void fail(const std::string& what) const;
+
+ private:
+  std::string out_, tmp_;
+  Id file_;
+  bool committed_ = false;
+};
+
 // Turns off HDF5's automatic printing of its error stack, so errors reach the user only as our
 // one-line messages. Per thread in thread-safe builds, global otherwise: call it at every entry.
 void silence_errors();

@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <sstream>
 
 #include "datasets/crc32.hpp"
@@ -41,16 +40,10 @@ int open_source(const std::string& path) {
   return fd;
 }
 
-// Writes /tokens (extended chunk by chunk) to a temporary file and renames it into place.
+// Writes /tokens (extended chunk by chunk) through an h5::TemporaryOutput.
 class TokenFileWriter {
  public:
-  explicit TokenFileWriter(const std::string& out) : out_(out) {
-    namespace fs = std::filesystem;
-    const fs::path p(out);
-    tmp_ = (p.parent_path() / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
-    h5::silence_errors();
-    file_ = h5::file(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-    if (!file_) throw IoError("output file '" + out + "' could not be created (" + tmp_ + "): " + h5::error_text());
+  explicit TokenFileWriter(const std::string& out) : file_(out) {
     const hsize_t zero = 0, unlimited = H5S_UNLIMITED, chunk = static_cast<hsize_t>(kTokenChunk);
     h5::Id space = h5::space(H5Screate_simple(1, &zero, &unlimited));
     h5::Id plist = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
@@ -60,12 +53,6 @@ class TokenFileWriter {
     tokens_ =
         h5::dataset(H5Dcreate2(file_.get(), kTokens, H5T_STD_U8LE, space.get(), H5P_DEFAULT, plist.get(), H5P_DEFAULT));
     if (!tokens_) fail("creating /tokens");
-  }
-
-  ~TokenFileWriter() {
-    tokens_.reset();
-    file_.reset();
-    if (!committed_) std::remove(tmp_.c_str());
   }
 
   // Appends whole chunks (the last may be short); their checksums go to /tokens_crc32.
@@ -106,25 +93,16 @@ class TokenFileWriter {
     write_attr_array(file_.get(), "source_bytes", H5T_STD_I64LE, H5T_NATIVE_INT64, bytes);
     write_attr_array(file_.get(), "source_crc32", H5T_STD_U32LE, H5T_NATIVE_UINT32, crcs);
     tokens_.reset();
-    if (H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) < 0) fail("flushing");
-    if (file_.close() < 0) fail("closing");
-    std::error_code ec;
-    std::filesystem::rename(tmp_, out_, ec);
-    if (ec)
-      throw IoError("output file '" + out_ + "' could not be written (rename from " + tmp_ + "): " + ec.message());
-    committed_ = true;
+    file_.commit();
   }
 
  private:
-  [[noreturn]] void fail(const std::string& what) {
-    throw IoError("output file '" + out_ + "': " + what + " failed: " + h5::error_text());
-  }
+  [[noreturn]] void fail(const std::string& what) const { file_.fail(what); }
 
-  std::string out_, tmp_;
-  h5::Id file_, tokens_;
+  h5::TemporaryOutput file_;  // first: /tokens closes before it
+  h5::Id tokens_;
   int64_t written_ = 0;
   std::vector<uint32_t> chunk_crc_;
-  bool committed_ = false;
 };
 
 }  // namespace

@@ -6,10 +6,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/backend.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/runtime.hpp"
 
 namespace mgt::test {
@@ -21,6 +24,34 @@ class GpuTest : public ::testing::Test {
     std::string why;
     if (cuda::device_count(&why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
   }
+};
+
+// The GPU backend's operations against the CPU backend's: both backends, and host vectors copied
+// to device memory that lives as long as the test.
+class GpuAgainstCpu : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped()) return;
+    gpu_ = cuda::make_cuda_backend(0);
+    cpu_ = kernels::make_cpu_backend();
+  }
+  void TearDown() override {
+    for (float* p : owned_) gpu_->release(p);
+  }
+  float* upload(const std::vector<float>& host) {
+    auto* p = static_cast<float*>(gpu_->allocate(host.size() * sizeof(float)));
+    gpu_->upload(p, host.data(), host.size() * sizeof(float));
+    owned_.push_back(p);
+    return p;
+  }
+  std::vector<float> download(const float* p, size_t n) {
+    std::vector<float> host(n);
+    gpu_->download(host.data(), p, n * sizeof(float));
+    return host;
+  }
+  std::unique_ptr<kernels::Backend> gpu_, cpu_;
+  std::vector<float*> owned_;
 };
 
 inline std::vector<float> random_floats(size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {

@@ -14,31 +14,7 @@
 namespace mgt::test {
 namespace {
 
-class GpuSequenceOps : public GpuTest {
- protected:
-  void SetUp() override {
-    GpuTest::SetUp();
-    if (IsSkipped()) return;
-    gpu_ = cuda::make_cuda_backend(0);
-    cpu_ = kernels::make_cpu_backend();
-  }
-  float* upload(const std::vector<float>& host) {
-    auto* p = static_cast<float*>(gpu_->allocate(host.size() * sizeof(float)));
-    gpu_->upload(p, host.data(), host.size() * sizeof(float));
-    owned_.push_back(p);
-    return p;
-  }
-  std::vector<float> download(const float* p, size_t n) {
-    std::vector<float> host(n);
-    gpu_->download(host.data(), p, n * sizeof(float));
-    return host;
-  }
-  void TearDown() override {
-    for (float* p : owned_) gpu_->release(p);
-  }
-  std::unique_ptr<kernels::Backend> gpu_, cpu_;
-  std::vector<float*> owned_;
-};
+using GpuSequenceOps = GpuAgainstCpu;
 
 TEST_F(GpuSequenceOps, BatchedGemmMatchesTheCpuInAttentionsLayouts) {
   // Attention's shapes: per head, operands hd columns apart in rows of 3 * dim.

@@ -20,46 +20,8 @@ esac
 steps=${steps:-$default_steps}
 source "$here/setup.sh"
 
-# PyTorch from PyPI. Its Linux wheel is the CUDA build, which runs on the CPU when the libraries it
-# links are found: those of the CUDA toolkit in /usr/local/cuda/lib where there is one, the rest
-# from the nvidia-* wheels torch names (at the versions it pins). Where that is not enough, torch
-# is installed with all its dependencies.
-venv=${MGTRAIN_BENCH_VENV:-$MGTRAIN_BUILD/pytorch-venv}
-torch_env() {
-  local libs=("$venv"/lib/python3*/site-packages/nvidia/*/lib) path=""
-  for d in "${libs[@]}" /usr/local/cuda/lib /usr/local/cuda/lib64; do [ -d "$d" ] && path+="$d:"; done
-  LD_LIBRARY_PATH="$path${LD_LIBRARY_PATH:-}" "$@"
-}
-has_torch() { torch_env "$venv/bin/python" -c "import torch, torch.distributed" >/dev/null 2>&1; }
-if ! has_torch; then
-  # pip's notes on the dependencies left out on purpose go to a log, shown when something fails.
-  pip() { "$venv/bin/pip" install --disable-pip-version-check -q "$@" >>"$venv/pip.log" 2>&1 ||
-    { tail -20 "$venv/pip.log" >&2; echo "compare_pytorch.sh: pip install $* failed (is PyPI reachable?)" >&2; exit 1; }; }
-  [ -x "$venv/bin/pip" ] || "${PYTHON:-python3}" -m venv "$venv" ||
-    { echo "compare_pytorch.sh: '${PYTHON:-python3} -m venv $venv' failed (Debian: python3-venv)" >&2; exit 1; }
-  echo "installing PyTorch from PyPI into $venv"
-  pip --no-deps torch
-  pip numpy typing_extensions sympy networkx jinja2 fsspec filelock
-  # The nvidia-* wheels with the libraries the CUDA toolkit lacks, at torch's pins.
-  mapfile -t nvidia < <("$venv/bin/python" - <<'EOF'
-import importlib.metadata as md, re
-for req in md.requires("torch") or []:
-    spec = req.split(";")[0].replace(" ", "")
-    if re.match(r"nvidia-(cusparselt|nvshmem|nccl)-", spec):
-        print(spec)
-EOF
-  )
-  pip --no-deps nvidia-cufile "${nvidia[@]}"
-  has_torch || pip torch
-  has_torch || {
-    torch_env "$venv/bin/python" -c "import torch, torch.distributed" 2>&1 | tail -3 >&2
-    echo "compare_pytorch.sh: torch installed into $venv but cannot be imported" >&2
-    exit 1
-  }
-fi
+use_pytorch_venv
 pytorch() { torch_env "$venv/bin/python" "$here/pytorch_ddp.py" --model "$model" --steps "$steps" "$@"; }
-echo "torch $(torch_env "$venv/bin/python" -c 'import torch; print(torch.__version__)') from $venv;" \
-  "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
 
 field() { sed -n "s/.*\"$1\": *\([0-9.]*\).*/\1/p" <<<"$2"; }
 ours=() ours_rss=() ours_scaling=() theirs=() theirs_rss=() theirs_scaling=()

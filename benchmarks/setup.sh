@@ -1,5 +1,6 @@
 # Sourced by the benchmark scripts: installs what is missing, builds mgtrain (Release), converts
-# Fashion-MNIST, and leaves the shell in the source tree with $mgtrain naming the binary.
+# Fashion-MNIST, and leaves the shell in the source tree with $mgtrain naming the binary; defines
+# median, and use_pytorch_venv for the scripts that run PyTorch next to mgtrain.
 "$(dirname "${BASH_SOURCE[0]}")/../scripts/install_deps.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 mgtrain_build Release >/dev/null
@@ -9,3 +10,49 @@ cd "$MGTRAIN_ROOT"
 
 # The median of the numbers given.
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# PyTorch from PyPI, as a user installs it today, in a venv made on first use and reused:
+# $MGTRAIN_BENCH_VENV, by default build/pytorch-venv (the wheel is large). Its Linux wheel is the
+# CUDA build, which runs on the CPU when the libraries it links are found: those of the CUDA
+# toolkit in /usr/local/cuda/lib where there is one, the rest from the nvidia-* wheels torch names
+# (at the versions it pins). Where that is not enough, torch is installed with all its
+# dependencies. Leaves $venv set and torch_env (runs a command with torch's libraries found).
+use_pytorch_venv() {
+  local me; me=$(basename "$0")
+  venv=${MGTRAIN_BENCH_VENV:-$MGTRAIN_BUILD/pytorch-venv}
+  has_torch || {
+    # pip's notes on the dependencies left out on purpose go to a log, shown when something fails.
+    pip() { "$venv/bin/pip" install --disable-pip-version-check -q "$@" >>"$venv/pip.log" 2>&1 ||
+      { tail -20 "$venv/pip.log" >&2; echo "$me: pip install $* failed (is PyPI reachable?)" >&2; exit 1; }; }
+    [ -x "$venv/bin/pip" ] || "${PYTHON:-python3}" -m venv "$venv" ||
+      { echo "$me: '${PYTHON:-python3} -m venv $venv' failed (Debian: python3-venv)" >&2; exit 1; }
+    echo "installing PyTorch from PyPI into $venv"
+    pip --no-deps torch
+    pip numpy typing_extensions sympy networkx jinja2 fsspec filelock
+    # The nvidia-* wheels with the libraries the CUDA toolkit lacks, at torch's pins.
+    local nvidia
+    mapfile -t nvidia < <("$venv/bin/python" - <<'EOF'
+import importlib.metadata as md, re
+for req in md.requires("torch") or []:
+    spec = req.split(";")[0].replace(" ", "")
+    if re.match(r"nvidia-(cusparselt|nvshmem|nccl)-", spec):
+        print(spec)
+EOF
+    )
+    pip --no-deps nvidia-cufile "${nvidia[@]}"
+    has_torch || pip torch
+    has_torch || {
+      torch_env "$venv/bin/python" -c "import torch, torch.distributed" 2>&1 | tail -3 >&2
+      echo "$me: torch installed into $venv but cannot be imported" >&2
+      exit 1
+    }
+  }
+  echo "torch $(torch_env "$venv/bin/python" -c 'import torch; print(torch.__version__)') from $venv;" \
+    "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
+}
+torch_env() {
+  local libs=("$venv"/lib/python3*/site-packages/nvidia/*/lib) path="" d
+  for d in "${libs[@]}" /usr/local/cuda/lib /usr/local/cuda/lib64; do [ -d "$d" ] && path+="$d:"; done
+  LD_LIBRARY_PATH="$path${LD_LIBRARY_PATH:-}" "$@"
+}
+has_torch() { [ -x "$venv/bin/python" ] && torch_env "$venv/bin/python" -c "import torch, torch.distributed" >/dev/null 2>&1; }

@@ -56,3 +56,17 @@ torch_env() {
   LD_LIBRARY_PATH="$path${LD_LIBRARY_PATH:-}" "$@"
 }
 has_torch() { [ -x "$venv/bin/python" ] && torch_env "$venv/bin/python" -c "import torch, torch.distributed" >/dev/null 2>&1; }
+
+# The text split examples/text_gpt.ini names, in data/: the first 220,000 bytes of the fortunes
+# file `cookie` (89.8%) to train on, the remaining 25,093 to test on, as text and as token files.
+prepare_cookie() {  # prepare_cookie <mgtrain binary>
+  local mgtrain=$1 cookie=/usr/share/games/fortunes/cookie split
+  [ -r "$cookie" ] || { echo "$(basename "$0"): no $cookie: install Debian's fortunes package" >&2; exit 1; }
+  mkdir -p "$MGTRAIN_ROOT/data"
+  [ -f "$MGTRAIN_ROOT/data/cookie_train.txt" ] || head -c 220000 "$cookie" >"$MGTRAIN_ROOT/data/cookie_train.txt"
+  [ -f "$MGTRAIN_ROOT/data/cookie_test.txt" ] || tail -c +220001 "$cookie" >"$MGTRAIN_ROOT/data/cookie_test.txt"
+  for split in train test; do
+    [ -f "$MGTRAIN_ROOT/data/cookie_$split.h5" ] || "$mgtrain" data convert --text "$MGTRAIN_ROOT/data/cookie_$split.txt" \
+      --out "$MGTRAIN_ROOT/data/cookie_$split.h5" >/dev/null
+  done
+}

@@ -13,6 +13,9 @@
 #    after the warm-up) and report the test loss (nats per token over the contiguous windows of
 #    the test text) and the relative difference. QUALITY_STEPS=0 skips it, REPEAT=0 the first part.
 #
+# Each timed run waits for the machine to be quiet first (setup.sh's wait_for_quiet) and prints the idle
+# share it started at.
+#
 # Usage: benchmarks/compare_gpt.sh [NP=2] [STEPS=100] [REPEAT=3] [QUALITY_STEPS=1000]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -27,17 +30,20 @@ field() { sed -n "s/.*\"$1\": *\([0-9.]*\).*/\1/p" <<<"$2"; }
 
 ours=() ours_rss=() ours_scaling=() theirs=() theirs_rss=() theirs_scaling=()
 for _ in $(seq "$repeat"); do
+  idle=$(wait_for_quiet)
   line=$(mpirun -np "$np" --oversubscribe "$mgtrain" bench --config "$config" --steps "$steps" --json | grep '^{')
-  echo "mgtrain  $line"
+  echo "mgtrain  $line  (idle before: $idle)"
   # bench counts windows; each is `context` tokens of prediction.
   ours+=("$(awk -v s="$(field samples_per_s "$line")" 'BEGIN { print s * 128 }')")
   ours_rss+=("$(field peak_rss_mb "$line")") ours_scaling+=("$(field scaling_efficiency "$line")")
+  idle=$(wait_for_quiet)
   line=$(pytorch --world "$np" --steps "$steps")
-  echo "pytorch  $line"
+  echo "pytorch  $line  (idle before: $idle)"
   theirs+=("$(field tokens_per_s "$line")") theirs_rss+=("$(field peak_rss_mb "$line")")
   if [ "$np" -gt 1 ]; then
+    idle=$(wait_for_quiet)
     alone=$(pytorch --world 1 --steps "$steps")
-    echo "pytorch  $alone"
+    echo "pytorch  $alone  (idle before: $idle)"
     theirs_scaling+=("$(awk -v a="$(field tokens_per_s "$line")" -v s="$(field tokens_per_s "$alone")" -v n="$np" \
       'BEGIN { printf "%.4f", a / (n * s) }')")
   else
@@ -55,9 +61,11 @@ done
 [ "$quality_steps" -gt 0 ] || exit 0
 runs=$MGTRAIN_BUILD/compare_gpt
 mkdir -p "$runs"
+# No wait for quiet here: the losses do not depend on the machine's load. train.epochs: the
+# example's 10 epochs (53 steps each) would end the run first.
 start=$SECONDS
 line=$(mpirun -np "$np" --oversubscribe "$mgtrain" train --config "$config" --json \
-  --train.max_steps="$quality_steps" --train.lr_schedule=constant \
+  --train.max_steps="$quality_steps" --train.epochs=1000000 --train.lr_schedule=constant \
   --checkpoint.dir="$runs/mgtrain" --checkpoint.every_steps=0 --checkpoint.overwrite=true | grep '^{' | tail -1)
 echo "mgtrain  $line  ($((SECONDS - start)) s)"
 ours_loss=$(field test_loss "$line")

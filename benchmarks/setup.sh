@@ -1,6 +1,7 @@
 # Sourced by the benchmark scripts: installs what is missing, builds mgtrain (Release), converts
 # Fashion-MNIST, and leaves the shell in the source tree with $mgtrain naming the binary; defines
-# median, and use_pytorch_venv for the scripts that run PyTorch next to mgtrain.
+# median, wait_for_quiet, prepare_cookie, and use_pytorch_venv for the scripts that run PyTorch
+# next to mgtrain.
 "$(dirname "${BASH_SOURCE[0]}")/../scripts/install_deps.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 mgtrain_build Release >/dev/null
@@ -69,4 +70,30 @@ prepare_cookie() {  # prepare_cookie <mgtrain binary>
     [ -f "$MGTRAIN_ROOT/data/cookie_$split.h5" ] || "$mgtrain" data convert --text "$MGTRAIN_ROOT/data/cookie_$split.txt" \
       --out "$MGTRAIN_ROOT/data/cookie_$split.h5" >/dev/null
   done
+}
+
+# The share of all cores idle over the next SECONDS, from /proc/stat (steal counts as busy).
+idle_share() {  # idle_share <seconds>
+  local before after
+  before=$(head -1 /proc/stat)
+  sleep "$1"
+  after=$(head -1 /proc/stat)
+  awk -v a="$before" -v b="$after" 'BEGIN {
+    split(a, x); split(b, y)
+    for (i = 2; i <= 9; ++i) total += y[i] - x[i]
+    printf "%.2f", (total > 0) ? ((y[5] - x[5]) + (y[6] - x[6])) / total : 1 }'
+}
+
+# On a machine shared with other jobs, their work lands in the figures: waits until the cores have
+# been at least 90% idle over 3 s, at most $MGTRAIN_BENCH_QUIET_WAIT seconds (default 600; 0: no
+# wait). Prints the idle share it went on at, for the record next to each figure.
+wait_for_quiet() {
+  local limit=${MGTRAIN_BENCH_QUIET_WAIT:-600} start=$SECONDS idle
+  while :; do
+    idle=$(idle_share 3)
+    awk -v i="$idle" 'BEGIN { exit !(i >= 0.9) }' && break
+    [ $((SECONDS - start)) -lt "$limit" ] || break
+    sleep 7
+  done
+  echo "$idle"
 }

@@ -13,8 +13,9 @@
 #    after the warm-up) and report the test loss (nats per token over the contiguous windows of
 #    the test text) and the relative difference. QUALITY_STEPS=0 skips it, REPEAT=0 the first part.
 #
-# Each timed run waits for the machine to be quiet first (setup.sh's wait_for_quiet) and prints the idle
-# share it started at.
+# Each timed run waits for the machine to be quiet first (setup.sh's wait_for_quiet) and prints the
+# idle share it started at and the share of the cores other jobs took while it ran; the medians
+# leave out rounds where that passed 5%.
 #
 # Usage: benchmarks/compare_gpt.sh [NP=2] [STEPS=100] [REPEAT=3] [QUALITY_STEPS=1000]
 set -euo pipefail
@@ -28,35 +29,63 @@ config=examples/text_gpt.ini  # model, optimizer, batch and warm-up as above; we
 pytorch() { torch_env "$venv/bin/python" "$here/pytorch_gpt.py" --train data/cookie_train.txt "$@"; }
 field() { sed -n "s/.*\"$1\": *\([0-9.]*\).*/\1/p" <<<"$2"; }
 
-ours=() ours_rss=() ours_scaling=() theirs=() theirs_rss=() theirs_scaling=()
+mgtrain_bench() { mpirun -np "$np" --oversubscribe "$mgtrain" bench --config "$config" --steps "$steps" --json | grep '^{'; }
+# Runs a command once the machine is quiet: its output in $out, the idle share before it in $idle,
+# the share of the cores other jobs took while it ran in $others.
+timed() {
+  local before after
+  idle=$(wait_for_quiet)
+  cpu_mark before
+  out=$("$@")
+  cpu_mark after
+  others=$(others_share "$before" "$after")
+}
+
+# A round is clean when other jobs took at most 5% of the cores during each of its runs; the
+# medians are over the clean rounds (over all of them where none is).
+ours=() ours_rss=() ours_scaling=() theirs=() theirs_rss=() theirs_scaling=() clean=()
 for _ in $(seq "$repeat"); do
-  idle=$(wait_for_quiet)
-  line=$(mpirun -np "$np" --oversubscribe "$mgtrain" bench --config "$config" --steps "$steps" --json | grep '^{')
-  echo "mgtrain  $line  (idle before: $idle)"
+  timed mgtrain_bench
+  echo "mgtrain  $out  (idle before: $idle, others during: $others)"
+  worst=$others
   # bench counts windows; each is `context` tokens of prediction.
-  ours+=("$(awk -v s="$(field samples_per_s "$line")" 'BEGIN { print s * 128 }')")
-  ours_rss+=("$(field peak_rss_mb "$line")") ours_scaling+=("$(field scaling_efficiency "$line")")
-  idle=$(wait_for_quiet)
-  line=$(pytorch --world "$np" --steps "$steps")
-  echo "pytorch  $line  (idle before: $idle)"
+  ours+=("$(awk -v s="$(field samples_per_s "$out")" 'BEGIN { print s * 128 }')")
+  ours_rss+=("$(field peak_rss_mb "$out")") ours_scaling+=("$(field scaling_efficiency "$out")")
+  timed pytorch --world "$np" --steps "$steps"
+  echo "pytorch  $out  (idle before: $idle, others during: $others)"
+  worst=$(awk -v a="$worst" -v b="$others" 'BEGIN { print (a > b) ? a : b }')
+  line=$out
   theirs+=("$(field tokens_per_s "$line")") theirs_rss+=("$(field peak_rss_mb "$line")")
   if [ "$np" -gt 1 ]; then
-    idle=$(wait_for_quiet)
-    alone=$(pytorch --world 1 --steps "$steps")
-    echo "pytorch  $alone  (idle before: $idle)"
-    theirs_scaling+=("$(awk -v a="$(field tokens_per_s "$line")" -v s="$(field tokens_per_s "$alone")" -v n="$np" \
+    timed pytorch --world 1 --steps "$steps"
+    echo "pytorch  $out  (idle before: $idle, others during: $others)"
+    worst=$(awk -v a="$worst" -v b="$others" 'BEGIN { print (a > b) ? a : b }')
+    theirs_scaling+=("$(awk -v a="$(field tokens_per_s "$line")" -v s="$(field tokens_per_s "$out")" -v n="$np" \
       'BEGIN { printf "%.4f", a / (n * s) }')")
   else
     theirs_scaling+=(1)
   fi
+  clean+=("$(awk -v w="$worst" 'BEGIN { print (w <= 0.05) ? 1 : 0 }')")
 done
-[ "$repeat" -eq 0 ] || awk -v a="$(median "${ours[@]}")" -v b="$(median "${theirs[@]}")" -v n="$np" \
-  -v ra="$(median "${ours_rss[@]}")" -v rb="$(median "${theirs_rss[@]}")" \
-  -v sa="$(median "${ours_scaling[@]}")" -v sb="$(median "${theirs_scaling[@]}")" 'BEGIN {
-    printf "gpt np=%s: mgtrain median %.0f tokens/s, PyTorch DDP median %.0f tokens/s, ratio %.2fx\n", n, a, b, a / b
-    printf "gpt np=%s: peak RSS of the largest rank, medians: mgtrain %.0f MB, PyTorch DDP %.0f MB, ratio %.2f\n", n, ra, rb, ra / rb
-    printf "gpt scaling 1 -> %s ranks, medians: mgtrain %.3f, PyTorch DDP %.3f\n", n, sa, sb
-  }'
+# The medians of the named series over the clean rounds, or over all where none is clean.
+clean_median() {
+  local -n series=$1
+  local picked=() i
+  for i in "${!series[@]}"; do [ "${clean[$i]}" = 1 ] && picked+=("${series[$i]}"); done
+  [ ${#picked[@]} -gt 0 ] || picked=("${series[@]}")
+  median "${picked[@]}"
+}
+if [ "$repeat" -gt 0 ]; then
+  clean_rounds=$(printf '%s\n' "${clean[@]}" | grep -c 1 || true)
+  echo "clean rounds (other jobs <= 5% of the cores): $clean_rounds of $repeat$([ "$clean_rounds" -gt 0 ] || echo '; medians over all')"
+  awk -v a="$(clean_median ours)" -v b="$(clean_median theirs)" -v n="$np" \
+    -v ra="$(clean_median ours_rss)" -v rb="$(clean_median theirs_rss)" \
+    -v sa="$(clean_median ours_scaling)" -v sb="$(clean_median theirs_scaling)" 'BEGIN {
+      printf "gpt np=%s: mgtrain median %.0f tokens/s, PyTorch DDP median %.0f tokens/s, ratio %.2fx\n", n, a, b, a / b
+      printf "gpt np=%s: peak RSS of the largest rank, medians: mgtrain %.0f MB, PyTorch DDP %.0f MB, ratio %.2f\n", n, ra, rb, ra / rb
+      printf "gpt scaling 1 -> %s ranks, medians: mgtrain %.3f, PyTorch DDP %.3f\n", n, sa, sb
+    }'
+fi
 
 [ "$quality_steps" -gt 0 ] || exit 0
 runs=$MGTRAIN_BUILD/compare_gpt

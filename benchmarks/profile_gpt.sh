@@ -57,7 +57,9 @@ else
 fi
 
 echo "== 4. oneDNN sgemm alone at the same shapes (one thread, operands warm)"
-rate=$("$here/gemm_rate.sh" "$batch" | tee /dev/stderr | tail -1)
+rates=$("$here/gemm_rate.sh" "$batch")
+echo "$rates"
+rate=$(tail -1 <<<"$rates")
 awk -v f="$(field gemm_gflop "$rate")" -v ms="$step_ms" -v r="$(field gemm_gflops "$rate")" 'BEGIN {
   printf "step: %.3f GFLOP of GEMMs in %.2f ms = %.1f GFLOP/s on one core; sgemm at the same shapes %.1f GFLOP/s (%.0f%% of it)\n",
     f, ms, f / ms * 1e3, r, 100 * f / ms * 1e3 / r }'

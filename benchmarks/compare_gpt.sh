@@ -9,7 +9,7 @@
 #    prints every run's tokens/s, peak RSS of the largest rank, scaling from one rank to NP, and
 #    the ratios of the medians. mgtrain bench runs rank 0 alone at the same global batch before
 #    the NP-rank run; PyTorch runs world 1 after world NP.
-# 2. Quality: both train QUALITY_STEPS steps from seed 42 at NP ranks (learning rate constant
+# 2. Quality: both train QUALITY_STEPS steps from seed SEED at NP ranks (learning rate constant
 #    after the warm-up) and report the test loss (nats per token over the contiguous windows of
 #    the test text) and the relative difference. QUALITY_STEPS=0 skips it, REPEAT=0 the first part.
 #
@@ -17,10 +17,10 @@
 # idle share it started at and the share of the cores other jobs took while it ran; the medians
 # leave out rounds where that passed 5%.
 #
-# Usage: benchmarks/compare_gpt.sh [NP=2] [STEPS=100] [REPEAT=3] [QUALITY_STEPS=1000]
+# Usage: benchmarks/compare_gpt.sh [NP=2] [STEPS=100] [REPEAT=3] [QUALITY_STEPS=1000] [SEED=42]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-np=${1:-2} steps=${2:-100} repeat=${3:-3} quality_steps=${4:-1000}
+np=${1:-2} steps=${2:-100} repeat=${3:-3} quality_steps=${4:-1000} seed=${5:-42}
 source "$here/setup.sh"
 use_pytorch_venv
 
@@ -94,16 +94,16 @@ mkdir -p "$runs"
 # example's 10 epochs (53 steps each) would end the run first.
 start=$SECONDS
 line=$(mpirun -np "$np" --oversubscribe "$mgtrain" train --config "$config" --json \
-  --train.max_steps="$quality_steps" --train.epochs=1000000 --train.lr_schedule=constant \
+  --train.max_steps="$quality_steps" --train.epochs=1000000 --train.lr_schedule=constant --train.seed="$seed" \
   --checkpoint.dir="$runs/mgtrain" --checkpoint.every_steps=0 --checkpoint.overwrite=true | grep '^{' | tail -1)
 echo "mgtrain  $line  ($((SECONDS - start)) s)"
 ours_loss=$(field test_loss "$line")
 start=$SECONDS
 # --warmup 0: every step trains and the first is step 1, as in mgtrain train.
-line=$(pytorch --world "$np" --steps "$quality_steps" --warmup 0 --test data/cookie_test.txt --eval)
+line=$(pytorch --world "$np" --steps "$quality_steps" --warmup 0 --test data/cookie_test.txt --eval --seed "$seed")
 echo "pytorch  $line  ($((SECONDS - start)) s)"
 theirs_loss=$(field test_loss "$line")
-awk -v a="$ours_loss" -v b="$theirs_loss" -v s="$quality_steps" -v n="$np" 'BEGIN {
-  printf "gpt test loss after %s steps at np=%s: mgtrain %.4f, PyTorch DDP %.4f nats/token, relative difference %+.2f%%\n",
-    s, n, a, b, 100 * (a - b) / b
+awk -v a="$ours_loss" -v b="$theirs_loss" -v s="$quality_steps" -v n="$np" -v seed="$seed" 'BEGIN {
+  printf "gpt test loss after %s steps at np=%s, seed %s: mgtrain %.4f, PyTorch DDP %.4f nats/token, relative difference %+.2f%%\n",
+    s, n, seed, a, b, 100 * (a - b) / b
 }'

@@ -100,22 +100,20 @@ wait_for_quiet() {
 
 # Other jobs' share of the cores while a command ran, from a mark before it and one after:
 #   cpu_mark before; line=$(command); cpu_mark after; others_share "$before" "$after"
-# A mark is the time, the busy CPU time of all cores (/proc/stat, steal included) and the CPU time
-# of this shell's finished children (the `times` builtin, which must run in this shell: a
-# subshell starts with none); between two marks, busy time that is not the children's is others'.
-cpu_times_file=$(mktemp)
-trap 'rm -f "$cpu_times_file"' EXIT
+# A mark is the time, the busy time of all cores (/proc/stat, steal included) and the CPU time of
+# this shell's finished children (cutime and cstime in /proc/self/stat; read in this shell, as a
+# subshell starts with none), in clock ticks; between two marks, busy time that is not the
+# children's is others'.
 cpu_mark() {  # cpu_mark VARIABLE
-  local children cpu user nice system idle iowait irq softirq steal rest
-  times >"$cpu_times_file"
-  children=$(awk 'NR == 2 { for (i = 1; i <= 2; ++i) { split($i, p, "m"); sub("s", "", p[2]); t += p[1] * 60 + p[2] }
-    printf "%.3f", t }' "$cpu_times_file")
+  local cpu user nice system idle iowait irq softirq steal rest fields
+  read -r -a fields <"/proc/$BASHPID/stat"
   read -r cpu user nice system idle iowait irq softirq steal rest </proc/stat
-  printf -v "$1" '%s %s %s' "$(date +%s.%N)" "$((user + nice + system + irq + softirq + steal))" "$children"
+  printf -v "$1" '%s %s %s' "$(date +%s.%N)" "$((user + nice + system + irq + softirq + steal))" \
+    "$((fields[15] + fields[16]))"
 }
 others_share() {  # others_share <mark before> <mark after>
   awk -v a="$1" -v b="$2" -v cores="$(nproc)" -v hz="$(getconf CLK_TCK)" 'BEGIN {
     split(a, x); split(b, y)
-    share = ((y[2] - x[2]) / hz - (y[3] - x[3])) / ((y[1] - x[1]) * cores)
+    share = ((y[2] - x[2]) - (y[3] - x[3])) / hz / ((y[1] - x[1]) * cores)
     printf "%.2f", (share < 0) ? 0 : share }'
 }

@@ -8,7 +8,8 @@
 #    the step runs it (operands where the step left them, not warm in cache).
 # 3. perf (Debian: linux-perf), where there is one: the rest of the step by function (oneDNN's
 #    JIT GEMM kernels show as one "[JIT]" figure, their callers cannot be unwound).
-# 4. benchmarks/gemm_rate.sh: oneDNN's single-thread sgemm at the same shapes, operands warm; the
+# 4. The timeline (metrics.trace) of a training run of the same steps: time per layer.
+# 5. benchmarks/gemm_rate.sh: oneDNN's single-thread sgemm at the same shapes, operands warm; the
 #    step's GEMM FLOPs (forward 2mnk per GEMM, backward twice that, attention's full T x T
 #    products per head, the tied head) over the step time, against that rate.
 #
@@ -56,7 +57,28 @@ else
   echo "(no perf: apt-get install linux-perf, and perf_event_paranoid <= 1)"
 fi
 
-echo "== 4. oneDNN sgemm alone at the same shapes (one thread, operands warm)"
+echo "== 4. the step by layer, forward and backward together (the timeline, metrics.trace; ms per step)"
+trace=$MGTRAIN_BUILD/profile_gpt.trace.json
+"$mgtrain" train --config "$config" --train.global_batch="$batch" --train.max_steps="$steps_run" \
+  --train.epochs=1000000 --data.test= --metrics.trace="$trace" --checkpoint.dir="$MGTRAIN_BUILD/profile_gpt.run" \
+  --checkpoint.overwrite=true >/dev/null
+python3 - "$trace" "$warmup" <<'EOF'
+import collections, json, re, sys
+trace, warmup = sys.argv[1], int(sys.argv[2])
+events = [e for e in json.load(open(trace))["traceEvents"] if e.get("ph") == "X"]
+steps = sorted((e for e in events if e["name"] == "step"), key=lambda e: e["ts"])[warmup:]
+start, end = steps[0]["ts"], steps[-1]["ts"] + steps[-1]["dur"]
+# Blocks h0, h1, ... summed by what their layers are (h0.attn and h3.attn: attn).
+ms = collections.defaultdict(float)
+for e in events:
+    if start <= e["ts"] < end and e["name"] not in ("checkpoint", "evaluation"):
+        ms[re.sub(r"^h\d+\.", "", e["name"])] += e["dur"] / 1e3 / len(steps)
+for name, t in sorted(ms.items(), key=lambda kv: -kv[1]):
+    if t >= 0.1:
+        print(f"{t:9.2f}  {name}")
+EOF
+
+echo "== 5. oneDNN sgemm alone at the same shapes (one thread, operands warm)"
 rates=$("$here/gemm_rate.sh" "$batch")
 echo "$rates"
 rate=$(tail -1 <<<"$rates")

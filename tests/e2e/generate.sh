@@ -8,8 +8,7 @@
 # Each bad input gets one error line naming it, a non-zero exit and nothing on standard output.
 # Usage: generate.sh sample|cache|bad_input
 source "$(dirname "$0")/lib.sh"
-FORTUNES=/usr/share/games/fortunes  # Debian's fortunes package (scripts/install_deps.sh)
-[ -r "$FORTUNES/cookie" ] || fail "no $FORTUNES/cookie: install the fortunes package (scripts/install_deps.sh)"
+require_fortunes
 
 # A small gpt (context 32) trained for 40 steps into $WORK/<dir>; extra arguments override keys.
 train_gpt() {  # train_gpt DIR [--key=value ...]

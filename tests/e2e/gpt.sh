@@ -7,8 +7,7 @@
 # resuming mid-epoch gives the straight run's bits; and each bad input gets one line before step 1.
 # Usage: gpt.sh convert|train|sync|deterministic|resume|bad_input
 source "$(dirname "$0")/lib.sh"
-FORTUNES=/usr/share/games/fortunes  # Debian's fortunes package (scripts/install_deps.sh)
-[ -r "$FORTUNES/cookie" ] || fail "no $FORTUNES/cookie: install the fortunes package (scripts/install_deps.sh)"
+require_fortunes
 
 convert_corpus() {
   "$MGTRAIN" data convert --text "$FORTUNES/cookie" "$FORTUNES/computers" --out train.h5 >convert.log 2>&1 ||

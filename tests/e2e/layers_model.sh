@@ -46,10 +46,9 @@ case $1 in
     grep -q '^augment = crop:4,flip' resnet.log || { cat resnet.log; fail "the resolved config lacks data.augment"; }
     ;;
   gpt)
-    fortunes=/usr/share/games/fortunes  # Debian's fortunes package (scripts/install_deps.sh)
-    [ -r "$fortunes/cookie" ] || fail "no $fortunes/cookie: install the fortunes package (scripts/install_deps.sh)"
-    head -c 220000 "$fortunes/cookie" >train.txt
-    tail -c +220001 "$fortunes/cookie" >test.txt
+    require_fortunes
+    head -c 220000 "$FORTUNES/cookie" >train.txt
+    tail -c +220001 "$FORTUNES/cookie" >test.txt
     for split in train test; do
       "$MGTRAIN" data convert --text $split.txt --out $split.h5 >>convert.log 2>&1 || { cat convert.log; fail "convert"; }
     done

@@ -8,6 +8,12 @@ cd "$WORK"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# English text for the language-model tests: Debian's fortunes package (scripts/install_deps.sh).
+FORTUNES=/usr/share/games/fortunes
+require_fortunes() {
+  [ -r "$FORTUNES/cookie" ] || fail "no $FORTUNES/cookie: install the fortunes package (scripts/install_deps.sh)"
+}
+
 # mpirun with a hard outer limit, so a hang is a failure. Usage: run_np NP SECONDS args...
 run_np() {
   local np=$1 limit=$2; shift 2

@@ -81,9 +81,8 @@ train_export_check() {
 
 # Byte tokens of Debian's fortunes (scripts/install_deps.sh): the example's split of `cookie`
 # (examples/text_gpt.ini), 128 windows of 64 held out for the test.
-FORTUNES=/usr/share/games/fortunes
 convert_text() {
-  [[ -r $FORTUNES/cookie ]] || fail "no $FORTUNES/cookie: install the fortunes package (scripts/install_deps.sh)"
+  require_fortunes
   head -c 220000 "$FORTUNES/cookie" >train.txt
   tail -c +220001 "$FORTUNES/cookie" | head -c $((128 * 64 + 1)) >test.txt
   { "$MGTRAIN" data convert --text train.txt --out text_train.h5 &&

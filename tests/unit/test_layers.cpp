@@ -125,6 +125,17 @@ std::vector<int64_t> probe_indices(int64_t n, int64_t max_probes = 48) {
   return idx;
 }
 
+// (loss(v + eps) - loss(v - eps)) / 2 eps for the value v held in `value`, which is restored.
+double central_difference(float& value, float eps, const std::function<double()>& loss) {
+  const float saved = value;
+  value = saved + eps;
+  const double up = loss();
+  value = saved - eps;
+  const double down = loss();
+  value = saved;
+  return (up - down) / (2.0 * eps);
+}
+
 // Checks the input gradient and every parameter gradient of the harness's layer at x.
 void check_gradients(Harness& h, Tensor& x, const StepContext& ctx, bool check_input = true) {
   constexpr float eps = 1e-3f;
@@ -139,30 +150,17 @@ void check_gradients(Harness& h, Tensor& x, const StepContext& ctx, bool check_i
   run_backward(*h.layer, h.store, x, out, r, check_input ? &grad_in : nullptr, ctx);
 
   if (check_input) {
-    for (int64_t i : probe_indices(x.numel())) {
-      const float saved = x.data()[i];
-      x.data()[i] = saved + eps;
-      const double up = h.loss(x, r, ctx);
-      x.data()[i] = saved - eps;
-      const double down = h.loss(x, r, ctx);
-      x.data()[i] = saved;
-      expect_close(grad_in.data()[i], (up - down) / (2.0 * eps),
+    for (int64_t i : probe_indices(x.numel()))
+      expect_close(grad_in.data()[i], central_difference(x.data()[i], eps, [&] { return h.loss(x, r, ctx); }),
                    h.layer->name() + " input gradient at " + std::to_string(i));
-    }
   }
   for (auto handle : h.layer->param_handles()) {
     float* p = h.store.param(handle);
     const float* g = h.store.grad(handle);
     const auto& info = h.store.info(handle);
-    for (int64_t i : probe_indices(static_cast<int64_t>(info.numel))) {
-      const float saved = p[i];
-      p[i] = saved + eps;
-      const double up = h.loss(x, r, ctx);
-      p[i] = saved - eps;
-      const double down = h.loss(x, r, ctx);
-      p[i] = saved;
-      expect_close(g[i], (up - down) / (2.0 * eps), info.name + " gradient at " + std::to_string(i));
-    }
+    for (int64_t i : probe_indices(static_cast<int64_t>(info.numel)))
+      expect_close(g[i], central_difference(p[i], eps, [&] { return h.loss(x, r, ctx); }),
+                   info.name + " gradient at " + std::to_string(i));
   }
 }
 
@@ -975,16 +973,9 @@ TEST(TiedHeadLayer, TableGradientIsTheSumOfBothUses) {
   EXPECT_TRUE(head->param_handles().empty());  // the embedding owns the table
   const auto table = embedding->param_handles()[0];
   constexpr float eps = 1e-3f;
-  for (int64_t i : probe_indices(vocab * dim)) {
-    float& p = store.param(table)[i];
-    const float saved = p;
-    p = saved + eps;
-    const double up = loss();
-    p = saved - eps;
-    const double down = loss();
-    p = saved;
-    expect_close(store.grad(table)[i], (up - down) / (2.0 * eps), "wte.weight gradient at " + std::to_string(i));
-  }
+  for (int64_t i : probe_indices(vocab * dim))
+    expect_close(store.grad(table)[i], central_difference(store.param(table)[i], eps, loss),
+                 "wte.weight gradient at " + std::to_string(i));
   ParameterStore alone;
   auto untied = mgt::make_tied_head("head", "wte", vocab, dim);
   EXPECT_THROW(untied->declare(alone), mgt::ConfigError);  // no table to tie to
@@ -1053,16 +1044,9 @@ TEST(SequentialModel, TinyTransformerBlockLearnsTheGradientOfItsLoss) {
   const std::vector<float> grads(store.grads_data(), store.grads_data() + store.flat_size());
   constexpr float eps = 1e-3f;
   for (const auto& info : store.params())
-    for (int64_t i : probe_indices(static_cast<int64_t>(info.numel), 6)) {
-      float& p = store.params_data()[info.offset + i];
-      const float saved = p;
-      p = saved + eps;
-      const double up = loss();
-      p = saved - eps;
-      const double down = loss();
-      p = saved;
-      expect_close(grads[info.offset + i], (up - down) / (2.0 * eps), info.name + " gradient at " + std::to_string(i));
-    }
+    for (int64_t i : probe_indices(static_cast<int64_t>(info.numel), 6))
+      expect_close(grads[info.offset + i], central_difference(store.params_data()[info.offset + i], eps, loss),
+                   info.name + " gradient at " + std::to_string(i));
 }
 
 }  // namespace

@@ -108,8 +108,12 @@ def worker(rank, args, port):
     T = args.context
     net = Gpt(256, T, args.dim, args.layers, args.heads)
     model = nn.parallel.DistributedDataParallel(net)
-    # No weight decay (mgtrain's adam would decay every parameter, biases and norms included).
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
+    # Weight decay on the matrices and embeddings alone, as examples/text_gpt.ini sets it
+    # (optimizer.weight_decay_on = matrices): two parameter groups, as GPT-2-style training has.
+    decayed = [p for p in model.parameters() if p.dim() >= 2]
+    spared = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decayed, "weight_decay": args.weight_decay}, {"params": spared, "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
     # Linear warm-up from lr / warmup at the first step to lr, then constant: mgtrain's
     # train.warmup_steps with lr_schedule = constant.
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / args.lr_warmup))
@@ -187,6 +191,7 @@ def main():
     p.add_argument("--context", type=int, default=128)
     p.add_argument("--global-batch", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--weight-decay", type=float, default=0.1, help="AdamW's decay of the matrices and embeddings")
     p.add_argument("--lr-warmup", type=int, default=100, help="steps of linear learning-rate warm-up")
     p.add_argument("--clip", type=float, default=1.0, help="gradient norm clipping")
     p.add_argument("--seed", type=int, default=42)

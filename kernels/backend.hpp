@@ -31,10 +31,11 @@ class RecordedStep {
 class UpdateOp {
  public:
   virtual ~UpdateOp() = default;
-  // params, grads, state[k] (k < the update's states()) and the scalars in backend memory, the
-  // array `state` itself on the host; nothing is done when *skip != 0 (a non-finite gradient).
+  // params, grads, state[k] (k < the update's states()), the scalars and `decayed` (n flags, or
+  // null: the weight decay applies to every element) in backend memory, the array `state` itself
+  // on the host; nothing is done when *skip != 0 (a non-finite gradient).
   virtual void run(float* params, const float* grads, float* const* state, const void* scalars, size_t n,
-                   const int32_t* skip) = 0;
+                   const uint8_t* decayed, const int32_t* skip) = 0;
 };
 
 // The layers' operations (mgt::Ops: GEMM, convolution, pooling, pointwise, randomness), and what

@@ -125,9 +125,9 @@ class CpuUpdate final : public UpdateOp {
  public:
   explicit CpuUpdate(const ElementwiseUpdate& update) : update_(update) {}
   void run(float* params, const float* grads, float* const* state, const void* scalars, size_t n,
-           const int32_t* skip) override {
+           const uint8_t* decayed, const int32_t* skip) override {
     if (skip && *skip) return;
-    update_.run(params, grads, state, scalars, n);
+    update_.run(params, grads, state, scalars, n, decayed);
   }
 
  private:
@@ -142,7 +142,7 @@ class EvictingCpuUpdate final : public UpdateOp {
  public:
   explicit EvictingCpuUpdate(const ElementwiseUpdate& update) : update_(update) {}
   void run(float* params, const float* grads, float* const* state, const void* scalars, size_t n,
-           const int32_t* skip) override {
+           const uint8_t* decayed, const int32_t* skip) override {
     if (skip && *skip) return;
     // 4 KB blocks, each evicted two blocks ahead of its update: the evictions then have the time
     // of a block's update to complete (on a 2-core AMD EPYC, this pair of sizes updated fastest).
@@ -155,7 +155,7 @@ class EvictingCpuUpdate final : public UpdateOp {
       const size_t ahead = at + kAhead * kBlock;
       if (ahead < n) evict_lines(params + ahead, std::min(kBlock, n - ahead) * sizeof(float));
       for (int k = 0; k < states; ++k) block_state[k] = state[k] + at;
-      update_.run(params + at, grads + at, block_state, scalars, len);
+      update_.run(params + at, grads + at, block_state, scalars, len, decayed ? decayed + at : nullptr);
     }
   }
 

@@ -32,11 +32,11 @@ const mgt::ConfigKey kSignSgdKeys[] = {
 MGT_UPDATE_SCALARS(SignSgdScalars, float lr; float decay; float keep;)
 MGT_ELEMENT_UPDATE(SignSgdPlain, SignSgdScalars, 0,
                    const float sign = (grad > 0.0f ? 1.0f : 0.0f) - (grad < 0.0f ? 1.0f : 0.0f);
-                   param -= s.lr * sign + s.decay * param;)
+                   param -= s.lr * sign + (decayed ? s.decay * param : 0.0f);)
 MGT_ELEMENT_UPDATE(Signum, SignSgdScalars, 1,
                    state0 = s.keep * state0 + (1.0f - s.keep) * grad;
                    const float sign = (state0 > 0.0f ? 1.0f : 0.0f) - (state0 < 0.0f ? 1.0f : 0.0f);
-                   param -= s.lr * sign + s.decay * param;)
+                   param -= s.lr * sign + (decayed ? s.decay * param : 0.0f);)
 // clang-format on
 
 class SignSgd final : public mgt::Optimizer {
@@ -62,9 +62,9 @@ class SignSgd final : public mgt::Optimizer {
     ++step_count_;  // saved in checkpoints and restored on resume
     float* state[] = {momentum_buf_.data()};
     if (momentum_ == 0.0)
-      mgt::run_element_update<SignSgdPlain>(params, grads, state, scalars(lr_, step_count_), size);
+      mgt::run_element_update<SignSgdPlain>(params, grads, state, scalars(lr_, step_count_), size, decay_mask());
     else
-      mgt::run_element_update<Signum>(params, grads, state, scalars(lr_, step_count_), size);
+      mgt::run_element_update<Signum>(params, grads, state, scalars(lr_, step_count_), size, decay_mask());
   }
 
   // The same update for mgtrain's executors (the GPU path), with the scalars of update number t.

@@ -158,8 +158,8 @@ class CudaUpdate final : public kernels::UpdateOp {
   CudaUpdate(const ElementwiseUpdate& update, int device, cudaStream_t stream)
       : kernel_(update, device), stream_(stream) {}
   void run(float* params, const float* grads, float* const* state, const void* scalars, size_t n,
-           const int32_t* skip) override {
-    kernel_.run(params, grads, state, scalars, n, skip, stream_);
+           const uint8_t* decayed, const int32_t* skip) override {
+    kernel_.run(params, grads, state, scalars, n, decayed, skip, stream_);
   }
 
  private:

@@ -18,14 +18,15 @@ constexpr int kThreads = 256;
 const char* const kKernel = R"(
 extern "C" __global__ void mgt_element_update(float* __restrict__ p, const float* __restrict__ g, float* s0,
                                               float* s1, float* s2, float* s3, const mgt_scalars* __restrict__ sc,
-                                              unsigned long long n, const int* __restrict__ skip) {
+                                              unsigned long long n, const unsigned char* __restrict__ decayed,
+                                              const int* __restrict__ skip) {
   if (skip && *skip) return;
   const mgt_scalars s = *sc;
   float unused[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
   for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
     mgt_apply(p[i], g[i], s0 ? s0[i] : unused[0], s1 ? s1[i] : unused[1], s2 ? s2[i] : unused[2],
-              s3 ? s3[i] : unused[3], s);
+              s3 ? s3[i] : unused[3], decayed ? decayed[i] != 0 : true, s);
 }
 )";
 
@@ -83,12 +84,12 @@ ElementUpdateKernel::~ElementUpdateKernel() {
 }
 
 void ElementUpdateKernel::run(float* params, const float* grads, float* const* state, const void* scalars, size_t n,
-                              const int32_t* skip, Stream stream) {
+                              const uint8_t* decayed, const int32_t* skip, Stream stream) {
   if (n == 0) return;
   float* s[kMaxUpdateStates] = {};
   for (int k = 0; k < impl_->states; ++k) s[k] = state[k];
   unsigned long long count = n;
-  void* args[] = {&params, &grads, &s[0], &s[1], &s[2], &s[3], &scalars, &count, &skip};
+  void* args[] = {&params, &grads, &s[0], &s[1], &s[2], &s[3], &scalars, &count, &decayed, &skip};
   const unsigned blocks = detail::grid_blocks(static_cast<int64_t>(n), kThreads);
   // A kernel handle from a library launches like a kernel symbol.
   MGT_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(impl_->kernel), dim3(blocks), dim3(kThreads), args, 0,

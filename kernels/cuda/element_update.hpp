@@ -20,8 +20,8 @@ class ElementUpdateKernel {
   ElementUpdateKernel(const ElementUpdateKernel&) = delete;
   ElementUpdateKernel& operator=(const ElementUpdateKernel&) = delete;
   // As kernels::UpdateOp::run, on `stream`; recordable.
-  void run(float* params, const float* grads, float* const* state, const void* scalars, size_t n, const int32_t* skip,
-           Stream stream);
+  void run(float* params, const float* grads, float* const* state, const void* scalars, size_t n,
+           const uint8_t* decayed, const int32_t* skip, Stream stream);
 
  private:
   struct Impl;

@@ -65,10 +65,13 @@ class GpuOptimizers : public mgt::test::GpuTest {
 };
 
 // The plugin on the host and its element update on the GPU, from the same start for kSteps steps.
+// With `mask` (optimizer.weight_decay_on = matrices), both sides read it.
 void expect_gpu_update_matches_plugin(const std::string& name, const std::string& ini, const std::vector<float>& start,
-                                      const std::vector<std::vector<float>>& grads) {
+                                      const std::vector<std::vector<float>>& grads,
+                                      const std::vector<uint8_t>& mask = {}) {
   auto host = make_plugin(name, ini);
   host->setup(kSize);
+  if (!mask.empty()) host->set_decay_mask(mask);
   std::vector<float> p = start;
   auto gpu = mgt::cuda::make_cuda_backend(0);
   auto update = make_plugin(name, ini)->element_update();
@@ -76,6 +79,9 @@ void expect_gpu_update_matches_plugin(const std::string& name, const std::string
   auto op = gpu->make_update(*update, false);
   DeviceBuffer<float> d_p(kSize), d_g(kSize), d_scalars(64);
   DeviceBuffer<int32_t> d_skip(1);
+  DeviceBuffer<uint8_t> d_mask(mask.empty() ? 1 : mask.size());
+  if (!mask.empty()) d_mask.upload(mask.data(), mask.size());
+  const uint8_t* decayed = mask.empty() ? nullptr : d_mask.data();
   std::vector<DeviceBuffer<float>> d_state;
   std::vector<float*> state;
   for (int k = 0; k < update->states(); ++k) {
@@ -93,7 +99,7 @@ void expect_gpu_update_matches_plugin(const std::string& name, const std::string
     update->scalars(host->learning_rate(), step + 1, scalars.data());
     gpu->upload(d_scalars.data(), scalars.data(), scalars.size());
     d_skip.upload(&no, 1);
-    op->run(d_p.data(), d_g.data(), state.data(), d_scalars.data(), kSize, d_skip.data());
+    op->run(d_p.data(), d_g.data(), state.data(), d_scalars.data(), kSize, decayed, d_skip.data());
     std::vector<float> got(kSize);
     d_p.download(got.data(), kSize);
     ASSERT_EQ(got, p) << ini << ": parameters differ after step " << step + 1;
@@ -107,7 +113,7 @@ void expect_gpu_update_matches_plugin(const std::string& name, const std::string
   }
   // A non-finite gradient's step is skipped on the device: nothing changes.
   d_skip.upload(&yes, 1);
-  op->run(d_p.data(), d_g.data(), state.data(), d_scalars.data(), kSize, d_skip.data());
+  op->run(d_p.data(), d_g.data(), state.data(), d_scalars.data(), kSize, decayed, d_skip.data());
   std::vector<float> got(kSize);
   d_p.download(got.data(), kSize);
   EXPECT_EQ(got, p) << ini << ": a skipped update changed the parameters";
@@ -121,6 +127,15 @@ TEST_F(GpuOptimizers, SgdMatchesPluginBitForBit) {
 
 TEST_F(GpuOptimizers, AdamWMatchesPluginBitForBit) {
   expect_gpu_update_matches_plugin("adam", "[optimizer]\nlr = 0.001\nweight_decay = 0.01\n", params_, grads_);
+}
+
+// optimizer.weight_decay_on = matrices: the kernel reads the mask as the plugin's loop does.
+TEST_F(GpuOptimizers, DecayMaskMatchesPluginBitForBit) {
+  std::vector<uint8_t> mask(kSize);
+  for (size_t i = 0; i < kSize; ++i) mask[i] = (i / 7) % 2 == 0 ? 1 : 0;
+  expect_gpu_update_matches_plugin("adam", "[optimizer]\nlr = 0.001\nweight_decay = 0.1\n", params_, grads_, mask);
+  expect_gpu_update_matches_plugin("sgd", "[optimizer]\nlr = 0.05\nmomentum = 0.9\nweight_decay = 0.01\n", params_,
+                                   grads_, mask);
 }
 
 }  // namespace

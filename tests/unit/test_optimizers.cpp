@@ -241,7 +241,8 @@ TEST(OptimizerAdam, SgdKeysAreNotAdamKeys) {
 
 // The element update a plugin states once (Optimizer::element_update), run by the CPU backend as
 // the compiled step runs it, against the plugin's own step(): the same bits, the same state, and a
-// set skip flag changes nothing.
+// set skip flag changes nothing. With a decay mask (optimizer.weight_decay_on = matrices) as
+// without: both sides read it.
 TEST(OptimizerElementUpdate, CpuBackendRunsThePluginsUpdateBitForBit) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"sgd", "[optimizer]\nlr = 0.1\n"},
@@ -250,32 +251,60 @@ TEST(OptimizerElementUpdate, CpuBackendRunsThePluginsUpdateBitForBit) {
       {"sgd", "[optimizer]\nlr = 0.1\nmomentum = 0.9\nnesterov = true\nweight_decay = 0.001\n"},
       {"adam", "[optimizer]\nlr = 0.01\nweight_decay = 0.1\n"}};
   auto backend = mgt::kernels::make_cpu_backend();
-  for (const auto& [name, ini] : cases) {
-    auto host = make(name, ini);
-    auto update = make(name, ini)->element_update();
-    ASSERT_NE(update, nullptr) << ini;
-    auto op = backend->make_update(*update, false);
-    std::vector<float> p = kP0, q = kP0;
-    host->setup(p.size());
-    std::vector<std::vector<float>> state(update->states(), std::vector<float>(q.size(), 0.0f));
-    std::vector<float*> state_ptrs;
-    for (auto& b : state) state_ptrs.push_back(b.data());
-    std::vector<unsigned char> scalars(update->scalars_bytes());
-    const int32_t no = 0, yes = 1;
-    for (int step = 0; step < 3; ++step) {
-      host->step(p.data(), kGrads[step].data(), p.size());
-      update->scalars(host->learning_rate(), step + 1, scalars.data());
-      op->run(q.data(), kGrads[step].data(), state_ptrs.data(), scalars.data(), q.size(), &no);
-      ASSERT_EQ(q, p) << ini << " step " << step + 1;
-      const auto buffers = host->state_buffers();
-      ASSERT_EQ(buffers.size(), state.size()) << ini;
-      for (size_t k = 0; k < buffers.size(); ++k)
-        EXPECT_EQ(state[k], std::vector<float>(buffers[k].data, buffers[k].data + p.size())) << ini;
+  const std::vector<uint8_t> mask = {1, 0, 1};
+  for (const bool masked : {false, true}) {
+    for (const auto& [name, ini] : cases) {
+      auto host = make(name, ini);
+      auto update = make(name, ini)->element_update();
+      ASSERT_NE(update, nullptr) << ini;
+      auto op = backend->make_update(*update, false);
+      std::vector<float> p = kP0, q = kP0;
+      host->setup(p.size());
+      if (masked) host->set_decay_mask(mask);
+      const uint8_t* decayed = masked ? mask.data() : nullptr;
+      std::vector<std::vector<float>> state(update->states(), std::vector<float>(q.size(), 0.0f));
+      std::vector<float*> state_ptrs;
+      for (auto& b : state) state_ptrs.push_back(b.data());
+      std::vector<unsigned char> scalars(update->scalars_bytes());
+      const int32_t no = 0, yes = 1;
+      for (int step = 0; step < 3; ++step) {
+        host->step(p.data(), kGrads[step].data(), p.size());
+        update->scalars(host->learning_rate(), step + 1, scalars.data());
+        op->run(q.data(), kGrads[step].data(), state_ptrs.data(), scalars.data(), q.size(), decayed, &no);
+        ASSERT_EQ(q, p) << ini << " step " << step + 1 << (masked ? " (masked)" : "");
+        const auto buffers = host->state_buffers();
+        ASSERT_EQ(buffers.size(), state.size()) << ini;
+        for (size_t k = 0; k < buffers.size(); ++k)
+          EXPECT_EQ(state[k], std::vector<float>(buffers[k].data, buffers[k].data + p.size())) << ini;
+      }
+      op->run(q.data(), kGrads[0].data(), state_ptrs.data(), scalars.data(), q.size(), decayed, &yes);
+      EXPECT_EQ(q, p) << ini << ": a skipped update changed the parameters";
+      // The device's source holds the same text as the host's loop.
+      EXPECT_NE(update->device_source().find("mgt_apply"), std::string::npos);
     }
-    op->run(q.data(), kGrads[0].data(), state_ptrs.data(), scalars.data(), q.size(), &yes);
-    EXPECT_EQ(q, p) << ini << ": a skipped update changed the parameters";
-    // The device's source holds the same text as the host's loop.
-    EXPECT_NE(update->device_source().find("mgt_apply"), std::string::npos);
+  }
+}
+
+// optimizer.weight_decay_on = matrices: with a zero gradient AdamW moves a parameter by its weight
+// decay alone, so the masked-in elements shrink by 1 - lr * weight_decay and the others stay; SGD's
+// L2 term likewise. Without a mask every element decays.
+TEST(OptimizerElementUpdate, DecayMaskSparesTheElementsItLeavesOut) {
+  for (const auto& [name, ini] :
+       std::vector<std::pair<std::string, std::string>>{{"adam", "[optimizer]\nlr = 0.1\nweight_decay = 0.5\n"},
+                                                        {"sgd", "[optimizer]\nlr = 0.1\nweight_decay = 0.5\n"}}) {
+    const std::vector<float> zeros(kP0.size(), 0.0f);
+    auto all = make(name, ini), some = make(name, ini);
+    all->setup(kP0.size());
+    some->setup(kP0.size());
+    some->set_decay_mask({1, 0, 0});
+    std::vector<float> p_all = kP0, p_some = kP0;
+    all->step(p_all.data(), zeros.data(), kP0.size());
+    some->step(p_some.data(), zeros.data(), kP0.size());
+    const float shrink = 1.0f - 0.1f * 0.5f;
+    for (size_t i = 0; i < kP0.size(); ++i) EXPECT_FLOAT_EQ(p_all[i], kP0[i] * shrink) << name << " element " << i;
+    EXPECT_FLOAT_EQ(p_some[0], kP0[0] * shrink) << name;
+    EXPECT_EQ(p_some[1], kP0[1]) << name << ": an element outside the mask decayed";
+    EXPECT_EQ(p_some[2], kP0[2]) << name << ": an element outside the mask decayed";
   }
 }
 
@@ -314,13 +343,13 @@ TEST(OptimizerElementUpdate, SharedParametersUpdateHasTheBitsOfThePlainOne) {
     for (int step = 0; step < 3; ++step) {
       for (auto& g : grads) g = normal(random);
       update->scalars(host->learning_rate(), step + 1, scalars.data());
-      plain->run(p.data(), grads.data(), p_ptrs.data(), scalars.data(), kSize, &no);
-      shared->run(q, grads.data(), q_ptrs.data(), scalars.data(), kSize, &no);
+      plain->run(p.data(), grads.data(), p_ptrs.data(), scalars.data(), kSize, nullptr, &no);
+      shared->run(q, grads.data(), q_ptrs.data(), scalars.data(), kSize, nullptr, &no);
       ASSERT_EQ(std::vector<float>(q, q + kSize), p) << ini << " step " << step + 1;
       ASSERT_EQ(q_state, p_state) << ini << " step " << step + 1;
     }
     EXPECT_NE(p, start) << ini << ": the update changed nothing, so the comparison proves nothing";
-    shared->run(q, grads.data(), q_ptrs.data(), scalars.data(), kSize, &yes);
+    shared->run(q, grads.data(), q_ptrs.data(), scalars.data(), kSize, nullptr, &yes);
     EXPECT_EQ(std::vector<float>(q, q + kSize), p) << ini << ": a skipped update changed the parameters";
     EXPECT_EQ(std::vector<float>(q_storage.begin(), q_storage.begin() + kOffset), std::vector<float>(kOffset, 0.0f))
         << ini << ": the update wrote before its first parameter";

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mgtrain/export.hpp"
@@ -34,12 +35,20 @@ class MGT_API Optimizer {
   // (the GPU path), with its state buffers in the order state_buffers() lists them; null: only
   // this plugin's step() on the host can update.
   virtual std::unique_ptr<ElementwiseUpdate> element_update() const { return nullptr; }
+  // Which elements of the range the weight decay applies to (optimizer.weight_decay_on =
+  // matrices: the weights of rank 2 and more, not biases or normalisation scales and shifts),
+  // given by the core after setup(): decay_mask()[i] != 0 for a decayed element i; null when the
+  // decay applies to every element. A step() passes it to run_element_update, as executors pass
+  // it to the element update.
+  void set_decay_mask(std::vector<uint8_t> mask) { decay_mask_ = std::move(mask); }
+  const uint8_t* decay_mask() const { return decay_mask_.empty() ? nullptr : decay_mask_.data(); }
   // Number of updates done so far (Adam's bias correction depends on it); restored on resume.
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t n) { step_count_ = n; }
 
  protected:
   int64_t step_count_ = 0;
+  std::vector<uint8_t> decay_mask_;
 };
 
 }  // namespace mgt

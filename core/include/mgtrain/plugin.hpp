@@ -46,7 +46,9 @@
 //     parameters and split the optimizer step); ParameterStore::place_params.
 // 15: Model::sequence_length() (language models on token files); the transformer's operations in
 //     Ops and its layers.
-#define MGTRAIN_PLUGIN_ABI_VERSION 15u
+// 16: the element update's `decayed` flag and Optimizer::decay_mask() (optimizer.weight_decay_on);
+//     ServingRole::serve_offset().
+#define MGTRAIN_PLUGIN_ABI_VERSION 16u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
 namespace mgt {

@@ -55,6 +55,10 @@ class MGT_API ServingRole {
   // serve_size() floats and updates this rank's shard.
   virtual void serve(Optimizer& optimizer, const ServeContext& context) = 0;
   virtual size_t serve_size() const = 0;
+  // Where this serving rank's range starts in the flat buffer: its optimizer updates floats
+  // [serve_offset(), serve_offset() + serve_size()). SIZE_MAX: not one contiguous range, which
+  // optimizer.weight_decay_on = matrices then refuses (its mask follows the store's layout).
+  virtual size_t serve_offset() const { return SIZE_MAX; }
   // True when the training ranks take every step together (the trainer may then combine their
   // figures each logging interval); false for asynchronous strategies.
   virtual bool lockstep() const { return true; }

@@ -158,6 +158,7 @@ struct CompiledStep::Program {
   std::vector<float*> state;                  // the optimizer's state buffers, in state_buffers() order
   std::unique_ptr<ElementwiseUpdate> update;  // null: Optimizer::step on the host (in place only)
   std::unique_ptr<kernels::UpdateOp> update_op;
+  const uint8_t* decayed = nullptr;  // the optimizer's decay mask where it runs, or null: every element
   std::unique_ptr<kernels::RecordedStep> recorded[2];
   std::unique_ptr<BatchStatistics> batch_statistics;  // null: each pass its own
   std::vector<float> buffers_before;                  // in place: the store's buffers before the step
@@ -246,6 +247,17 @@ CompiledStep::CompiledStep(Backend& backend, Model& model, ParameterStore& store
     // Parameters in memory the node's ranks share (GradientBuckets' shared update): the other
     // ranks' cores read them next.
     p.update_op = backend.make_update(*p.update, options.in_place && store.params_placed());
+    // The weight decay's mask over the optimizer's range (the store, or a sharded optimizer's
+    // shard in place), set by the trainer after the optimizer's setup.
+    if (const uint8_t* mask = optimizer.decay_mask()) {
+      if (options.in_place) {
+        p.decayed = mask;
+      } else {
+        auto* on_device = p.memory.device<uint8_t>(flat);
+        backend.upload(on_device, mask, flat);
+        p.decayed = on_device;
+      }
+    }
   }
 }
 
@@ -498,7 +510,7 @@ bool CompiledStep::enqueue_program(int slot) {
   const float* grads = shard ? shard->shard_grads() : store_.grads_data();
   const size_t size = shard ? shard->shard_size() : flat;
   if (p.update_op) {
-    p.update_op->run(params, grads, p.state.data(), p.scalars->update, size, &p.totals->nonfinite);
+    p.update_op->run(params, grads, p.state.data(), p.scalars->update, size, p.decayed, &p.totals->nonfinite);
   } else if (p.totals->nonfinite == 0) {
     // An optimizer with no element update, in place: its own step on the host (the flag is
     // current, the CPU backend having run the check at once).

@@ -59,6 +59,11 @@ const std::vector<ConfigKey>& core_config_keys() {
        "clip the reduced gradient to this global L2 norm (scaled by clip_norm / norm when its norm is "
        "above it, as torch.nn.utils.clip_grad_norm_) before the update; 0: no clipping. The norm "
        "before clipping is in each metrics record (grad_norm)"},
+      {"optimizer.weight_decay_on", KeyType::choice, "all",
+       "the parameters the optimizer's weight decay applies to: all, as torch.optim.AdamW(model.parameters()) "
+       "does, or matrices: the weights of rank 2 and more (linear and convolution weights, embeddings) and "
+       "not the biases or normalisation scales and shifts, as transformers are usually trained",
+       "all|matrices"},
       {"optimizer.lr_scaling", KeyType::choice, "none",
        "none, or linear: the learning rate is optimizer.lr x train.global_batch / "
        "optimizer.lr_base_batch (Goyal et al., 2017), said once at the start",

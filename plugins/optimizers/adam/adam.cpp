@@ -39,7 +39,7 @@ MGT_ELEMENT_UPDATE(AdamWUpdate, AdamWScalars, 2,
                    const float vi = s.b2 * state1 + s.one_minus_b2 * grad * grad;
                    state0 = mi;
                    state1 = vi;
-                   param = param * s.decay - s.step_size * mi / (sqrtf(vi) * s.inv_sqrt_bc2 + s.eps);)
+                   param = (decayed ? param * s.decay : param) - s.step_size * mi / (sqrtf(vi) * s.inv_sqrt_bc2 + s.eps);)
 // clang-format on
 
 struct AdamWHyper {
@@ -78,7 +78,7 @@ class AdamW final : public mgt::Optimizer {
               "adam: step over " + std::to_string(size) + " floats, set up for " + std::to_string(size_));
     ++step_count_;
     float* state[] = {exp_avg_.data(), exp_avg_sq_.data()};
-    mgt::run_element_update<AdamWUpdate>(params, grads, state, hyper_.at(lr_, step_count_), size);
+    mgt::run_element_update<AdamWUpdate>(params, grads, state, hyper_.at(lr_, step_count_), size, decay_mask());
   }
 
   std::unique_ptr<mgt::ElementwiseUpdate> element_update() const override {

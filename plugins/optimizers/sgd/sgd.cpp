@@ -27,14 +27,14 @@ const mgt::ConfigKey kSgdKeys[] = {
 // clang-format off
 MGT_UPDATE_SCALARS(SgdScalars, float lr; float wd; float mu; float keep;)
 MGT_ELEMENT_UPDATE(SgdPlain, SgdScalars, 0, param -= s.lr * grad;)
-MGT_ELEMENT_UPDATE(SgdWeightDecay, SgdScalars, 0, param -= s.lr * (grad + s.wd * param);)
+MGT_ELEMENT_UPDATE(SgdWeightDecay, SgdScalars, 0, param -= s.lr * (decayed ? grad + s.wd * param : grad);)
 MGT_ELEMENT_UPDATE(SgdMomentum, SgdScalars, 1,
-                   const float g = grad + s.wd * param;
+                   const float g = decayed ? grad + s.wd * param : grad;
                    const float b = s.keep * state0 + g;
                    state0 = b;
                    param -= s.lr * b;)
 MGT_ELEMENT_UPDATE(SgdNesterov, SgdScalars, 1,
-                   const float g = grad + s.wd * param;
+                   const float g = decayed ? grad + s.wd * param : grad;
                    const float b = s.keep * state0 + g;
                    state0 = b;
                    param -= s.lr * (g + s.mu * b);)
@@ -65,13 +65,13 @@ class Sgd final : public mgt::Optimizer {
     const SgdScalars s = scalars(lr_, step_count_);
     switch (form()) {
       case Form::plain:
-        return mgt::run_element_update<SgdPlain>(params, grads, state, s, size);
+        return mgt::run_element_update<SgdPlain>(params, grads, state, s, size, decay_mask());
       case Form::weight_decay:
-        return mgt::run_element_update<SgdWeightDecay>(params, grads, state, s, size);
+        return mgt::run_element_update<SgdWeightDecay>(params, grads, state, s, size, decay_mask());
       case Form::momentum:
-        return mgt::run_element_update<SgdMomentum>(params, grads, state, s, size);
+        return mgt::run_element_update<SgdMomentum>(params, grads, state, s, size, decay_mask());
       case Form::nesterov:
-        return mgt::run_element_update<SgdNesterov>(params, grads, state, s, size);
+        return mgt::run_element_update<SgdNesterov>(params, grads, state, s, size, decay_mask());
     }
   }
 

@@ -167,6 +167,7 @@ class ParamServer final : public mgt::SyncStrategy, public mgt::ServingRole {
   bool trains() const override { return comm_->rank() < workers_; }
   int train_world(const mgt::Communicator&) const override { return workers_; }
   size_t serve_size() const override { return shard_size(server_index()); }
+  size_t serve_offset() const override { return bounds_[server_index()]; }
   bool finished() const override { return finished_; }
   std::vector<int> lost_ranks() const override { return lost_; }
 

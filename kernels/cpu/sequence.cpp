@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/pointwise.hpp"  // MGT_TARGET_CLONES
 
@@ -126,28 +127,27 @@ void layer_norm_backward(const float* x, const float* gamma, const float* dy, fl
     std::memset(dbeta, 0, static_cast<size_t>(dim) * sizeof(float));
   }
   const float inv_dim = 1.0f / static_cast<float>(dim);
+  // A row's x_hat and dxh = dy * gamma, each in a pass of its own: every loop below is a plain
+  // pass over memory the compiler vectorizes (one loop doing all of it, with a sum per lane and
+  // the dgamma updates, stayed scalar). The sums' lanes are those of one loop: the same bits.
+  thread_local std::vector<float> scratch;
+  scratch.resize(2 * static_cast<size_t>(dim));
+  float* xh = scratch.data();
+  float* dxh = xh + dim;
   for (int64_t r = 0; r < rows; ++r) {
     const float* in = x + r * dim;
     const float* g = dy + r * dim;
     float mean, rstd;
     row_statistics(in, dim, eps, &mean, &rstd);
-    // dx = rstd * (dxh - mean(dxh) - x_hat * mean(dxh * x_hat)), dxh = dy * gamma
-    float acc_dxh[kLanes] = {}, acc_dxh_xh[kLanes] = {};
-    for (int64_t i = 0; i < dim; ++i) {
-      const float xh = (in[i] - mean) * rstd;
-      const float dxh = g[i] * gamma[i];
-      acc_dxh[i % kLanes] += dxh;
-      acc_dxh_xh[i % kLanes] += dxh * xh;
-      dgamma[i] += g[i] * xh;
-      dbeta[i] += g[i];
-    }
+    for (int64_t i = 0; i < dim; ++i) xh[i] = (in[i] - mean) * rstd;
+    for (int64_t i = 0; i < dim; ++i) dxh[i] = g[i] * gamma[i];
+    for (int64_t i = 0; i < dim; ++i) dgamma[i] += g[i] * xh[i];
+    for (int64_t i = 0; i < dim; ++i) dbeta[i] += g[i];
     if (!dx) continue;
+    // dx = rstd * (dxh - mean(dxh) - x_hat * mean(dxh * x_hat))
     float* out = dx + r * dim;
-    const float a = combine(acc_dxh) * inv_dim, b = combine(acc_dxh_xh) * inv_dim;
-    for (int64_t i = 0; i < dim; ++i) {
-      const float xh = (in[i] - mean) * rstd;
-      out[i] = rstd * (g[i] * gamma[i] - a - xh * b);
-    }
+    const float a = lane_sum(dxh, dim) * inv_dim, b = lane_dot(dxh, xh, dim) * inv_dim;
+    for (int64_t i = 0; i < dim; ++i) out[i] = rstd * (dxh[i] - a - xh[i] * b);
   }
 }
 

@@ -228,39 +228,99 @@ TokenFileInfo open_token_info(const std::string& path) {
   return info;
 }
 
-std::vector<uint8_t> read_tokens(const TokenFileInfo& expected) {
-  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
-  TokenFileInfo info;
+namespace {
+
+// Opens the file again for reading and checks it is the one `expected` describes.
+OpenedTokens reopen_tokens(const TokenFileInfo& expected, TokenFileInfo& info) {
   OpenedTokens o = open_tokens(expected.path, info);
-  const auto fail = [&](const std::string& what) { throw DataError("token file '" + info.path + "': " + what); };
   if (info.tokens != expected.tokens)
-    fail("holds " + std::to_string(info.tokens) + " tokens, expected " + std::to_string(expected.tokens) +
-         " (changed while open)");
-  std::vector<uint8_t> tokens(static_cast<size_t>(info.tokens));
-  if (H5Dread(o.tokens.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()) < 0)
-    fail("reading '/tokens' failed: " + h5::error_text());
+    throw DataError("token file '" + info.path + "': holds " + std::to_string(info.tokens) + " tokens, expected " +
+                    std::to_string(expected.tokens) + " (changed while open)");
+  return o;
+}
+
+// Reads /tokens a chunk at a time, each to buffer_at(first token of the chunk) (room for
+// kTokenChunk), and checks each chunk's CRC-32 against /tokens_crc32 and its tokens against
+// vocab_size.
+template <typename BufferAt>
+void check_chunks(const OpenedTokens& o, const TokenFileInfo& info, BufferAt buffer_at) {
+  const auto fail = [&](const std::string& what) { throw DataError("token file '" + info.path + "': " + what); };
   std::vector<uint32_t> crc(static_cast<size_t>((info.tokens + kTokenChunk - 1) / kTokenChunk));
   if (H5Dread(o.crc.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, crc.data()) < 0)
     fail("reading '/tokens_crc32' failed: " + h5::error_text());
+  h5::Id file_space = h5::space(H5Dget_space(o.tokens.get()));
   for (size_t c = 0; c < crc.size(); ++c) {
-    const size_t begin = c * static_cast<size_t>(kTokenChunk);
-    const size_t n = std::min(tokens.size() - begin, static_cast<size_t>(kTokenChunk));
-    const uint32_t got = crc32_update(0, tokens.data() + begin, n);
+    const auto begin = static_cast<hsize_t>(c) * static_cast<hsize_t>(kTokenChunk);
+    const hsize_t n = std::min(static_cast<hsize_t>(info.tokens) - begin, static_cast<hsize_t>(kTokenChunk));
+    uint8_t* buffer = buffer_at(static_cast<size_t>(begin));
+    h5::Id memory_space = h5::space(H5Screate_simple(1, &n, nullptr));
+    if (H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &begin, nullptr, &n, nullptr) < 0 ||
+        H5Dread(o.tokens.get(), H5T_NATIVE_UINT8, memory_space.get(), file_space.get(), H5P_DEFAULT, buffer) < 0)
+      fail("reading '/tokens' failed: " + h5::error_text());
+    const uint32_t got = crc32_update(0, buffer, static_cast<size_t>(n));
     if (got != crc[c]) {
       char text[160];
-      std::snprintf(text, sizeof text,
-                    "tokens %zu..%zu have CRC-32 %08x, '/tokens_crc32'[%zu] says %08x: the file is damaged", begin,
-                    begin + n - 1, got, c, crc[c]);
+      std::snprintf(
+          text, sizeof text, "tokens %llu..%llu have CRC-32 %08x, '/tokens_crc32'[%zu] says %08x: the file is damaged",
+          static_cast<unsigned long long>(begin), static_cast<unsigned long long>(begin + n - 1), got, c, crc[c]);
       fail(text);
     }
+    if (info.vocab_size < 256) {
+      const uint8_t* bad = std::find_if(buffer, buffer + n, [&](uint8_t t) { return t >= info.vocab_size; });
+      if (bad != buffer + n)
+        fail("token " + std::to_string(begin + static_cast<hsize_t>(bad - buffer)) + " is " + std::to_string(*bad) +
+             ", expected below vocab_size " + std::to_string(info.vocab_size));
+    }
   }
-  if (info.vocab_size < 256) {
-    const auto bad = std::find_if(tokens.begin(), tokens.end(), [&](uint8_t t) { return t >= info.vocab_size; });
-    if (bad != tokens.end())
-      fail("token " + std::to_string(bad - tokens.begin()) + " is " + std::to_string(*bad) +
-           ", expected below vocab_size " + std::to_string(info.vocab_size));
-  }
+}
+
+}  // namespace
+
+std::vector<uint8_t> read_tokens(const TokenFileInfo& expected) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  TokenFileInfo info;
+  const OpenedTokens o = reopen_tokens(expected, info);
+  std::vector<uint8_t> tokens(static_cast<size_t>(info.tokens));
+  check_chunks(o, info, [&](size_t begin) { return tokens.data() + begin; });
   return tokens;
+}
+
+struct TokenWindows::Impl {
+  TokenFileInfo info;
+  OpenedTokens opened;
+  h5::Id direct;  // /tokens without a chunk cache: a window's read fetches its bytes, not its chunk
+  h5::Id file_space;
+};
+
+TokenWindows::TokenWindows(const TokenFileInfo& expected) : impl_(std::make_unique<Impl>()) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  impl_->opened = reopen_tokens(expected, impl_->info);
+  std::vector<uint8_t> buffer(static_cast<size_t>(kTokenChunk));
+  check_chunks(impl_->opened, impl_->info, [&](size_t) { return buffer.data(); });
+  h5::Id access = h5::plist(H5Pcreate(H5P_DATASET_ACCESS));
+  if (!access || H5Pset_chunk_cache(access.get(), 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT) < 0)
+    throw DataError("token file '" + impl_->info.path + "': setting up reads failed: " + h5::error_text());
+  impl_->direct = h5::dataset(H5Dopen2(impl_->opened.file.get(), kTokens, access.get()));
+  if (!impl_->direct) throw DataError("token file '" + impl_->info.path + "': reopening '/tokens' failed");
+  impl_->file_space = h5::space(H5Dget_space(impl_->direct.get()));
+}
+
+TokenWindows::~TokenWindows() {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  impl_.reset();
+}
+
+void TokenWindows::read(int64_t offset, int64_t count, uint8_t* out) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  MGT_CHECK(offset >= 0 && count > 0 && offset + count <= impl_->info.tokens, Error,
+            "token file '" + impl_->info.path + "': window " + std::to_string(offset) + " + " + std::to_string(count) +
+                " outside its " + std::to_string(impl_->info.tokens) + " tokens");
+  const auto begin = static_cast<hsize_t>(offset), n = static_cast<hsize_t>(count);
+  h5::Id memory_space = h5::space(H5Screate_simple(1, &n, nullptr));
+  if (H5Sselect_hyperslab(impl_->file_space.get(), H5S_SELECT_SET, &begin, nullptr, &n, nullptr) < 0 ||
+      H5Dread(impl_->direct.get(), H5T_NATIVE_UINT8, memory_space.get(), impl_->file_space.get(), H5P_DEFAULT, out) < 0)
+    throw DataError("token file '" + impl_->info.path + "': reading tokens " + std::to_string(offset) + ".." +
+                    std::to_string(offset + count - 1) + " failed: " + h5::error_text());
 }
 
 std::string inspect_tokens(const std::string& path) {

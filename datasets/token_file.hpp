@@ -5,6 +5,7 @@
 // and `/tokens_crc32` [chunks] uint32: the CRC-32 of each run of kTokenChunk tokens, checked when
 // the tokens are read. README.md, "Language models", describes it for users.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,25 @@ TokenFileInfo open_token_info(const std::string& path);
 // Every token of the file, each chunk checked against /tokens_crc32 and every token against
 // vocab_size. Throws DataError naming the file and the first bad chunk or token.
 std::vector<uint8_t> read_tokens(const TokenFileInfo& info);
+
+// A token file read a window at a time, for a corpus that need not fit in memory: opening it
+// checks every chunk against /tokens_crc32 and every token against vocab_size, streaming one chunk
+// at a time (so damage is found before training starts, in memory of one chunk whatever the file's
+// size); read() then fetches the bytes of one window from the file. Throws DataError as
+// read_tokens does. Locks hdf5_mutex() itself.
+class TokenWindows {
+ public:
+  explicit TokenWindows(const TokenFileInfo& info);
+  ~TokenWindows();
+  TokenWindows(const TokenWindows&) = delete;
+  TokenWindows& operator=(const TokenWindows&) = delete;
+  // Tokens [offset, offset + count) into out; DataError naming the file on a failed read.
+  void read(int64_t offset, int64_t count, uint8_t* out);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // Multi-line summary for `mgtrain data inspect`.
 std::string inspect_tokens(const std::string& path);

@@ -90,7 +90,11 @@ TokenReader::TokenReader(const ReaderOptions& options) : options_(options) {
     throw DataError("token file '" + options.path + "' holds " + std::to_string(file.tokens) +
                     " tokens, fewer than one window of " + context_key(options.model_name) +
                     " + 1 = " + std::to_string(options.context + 1));
-  tokens_ = read_tokens(file);
+  if (options.in_memory)
+    tokens_ = read_tokens(file);
+  else
+    windows_ = std::make_unique<TokenWindows>(file);
+  window_.resize(static_cast<size_t>(options.context + 1));
   info_ = windows_info(file, options.context);
   local_ = options.global_batch / options.world;
   if (options.drop_last && info_.num_samples < options.global_batch)
@@ -127,6 +131,10 @@ Batch TokenReader::next() {
     const int64_t offset =
         options_.shuffle ? window_offset(options_.seed, epoch_, sample, info_.tokens, T) : sample * T;
     const uint8_t* window = tokens_.data() + offset;
+    if (windows_) {
+      windows_->read(offset, T + 1, window_.data());
+      window = window_.data();
+    }
     float* xi = x.data() + i * T;
     int32_t* yi = y.data() + i * T;
     for (int64_t t = 0; t < T; ++t) {

@@ -1,6 +1,7 @@
 #pragma once
 // The window reader of token files (datasets/token_file.hpp): a sample is `context` token ids,
-// its labels the `context` tokens that follow each, read from the tokens held in memory.
+// its labels the `context` tokens that follow each, read from the file a window at a time, or
+// from the whole file held in memory with data.in_memory.
 //
 // Sampling (a pure function of seed, epoch and the global sample index, as the image permutation
 // is): an epoch is floor((tokens - 1) / context) windows; training window s of epoch e starts at
@@ -48,7 +49,11 @@ class TokenReader final : public BatchReader {
  private:
   ReaderOptions options_;
   DatasetInfo info_;
+  // The whole file (options.in_memory), or a reader of one window at a time for a corpus of any
+  // size; both checked against the file's checksums when opened.
   std::vector<uint8_t> tokens_;
+  std::unique_ptr<TokenWindows> windows_;
+  std::vector<uint8_t> window_;  // one window's tokens, read from windows_
   int64_t local_ = 0, batches_per_epoch_ = 0;
   int64_t epoch_ = 0, batch_ = 0;
   int slot_ = 0;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The gpt model plugin on text, end to end under mpirun: `data convert --text` writes byte tokens
-# and streams (bounded memory on a file far larger than its buffer); training at np=1, 2 and 4
+# and streams (bounded memory on a file far larger than its buffer), and training reads such a
+# file a window at a time (bounded memory again; data.in_memory gives the same bits); training at np=1, 2 and 4
 # lowers the loss and reports test_loss and tokens_per_s; every sync strategy trains it; the step
 # in device memory (the GPU's form, in_memory in lib.sh) gives the in-place bits; deterministic
 # mode gives the same parameter bits at np=1, 2 and 4 and across accumulation splits; stopping and
@@ -72,6 +73,13 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$MGTRAIN" data c
       fail "data convert --text on 400 MB"
     echo "converting $(stat -c %s big.txt) bytes: peak RSS $peak_kib KiB"
     [ "$peak_kib" -lt 150000 ] || fail "the converter held $peak_kib KiB for a 400 MB file: it does not stream"
+    # Training reads such a corpus a window at a time: a rank's memory does not hold the file.
+    write_gpt_config
+    "$MGTRAIN" train --config run.ini --data.train="$WORK/big.h5" --data.test= --train.max_steps=2 \
+      --checkpoint.dir="$WORK/big" --json >big.json 2>big.log || { cat big.log; fail "training on the 400 MB corpus"; }
+    peak_mb=$(json_field peak_rss_mb <<<"$(tail -1 big.json)")
+    echo "training on $(stat -c %s big.txt) bytes of text: peak RSS $peak_mb MB"
+    [ "${peak_mb%.*}" -lt 200 ] || fail "training held $peak_mb MB for a 400 MB corpus: it reads the whole file"
     ;;
   train)
     convert_corpus
@@ -87,6 +95,10 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$MGTRAIN" data c
       awk -v l="$test_loss" 'BEGIN { exit !(l > 0.5 && l < 5.0) }' || { echo "$done_line"; fail "test_loss '$test_loss'"; }
       awk -v t="$tokens" 'BEGIN { exit !(t > 0) }' || { echo "$done_line"; fail "tokens_per_s '$tokens'"; }
     done
+    # The file held in memory (data.in_memory) gives the windows read from the file one at a time.
+    run_np 1 600 train --config run.ini --data.in_memory=true --checkpoint.dir="$WORK/in_memory" >in_memory.log 2>&1 ||
+      { cat in_memory.log; fail "gpt with data.in_memory"; }
+    "$MGTRAIN" compare np1/step-40.h5 in_memory/step-40.h5 || fail "data.in_memory = true changed the parameters"
     grep -q "^test loss .* nats/token (perplexity .*, .* bits per byte)" np2.json || { cat np2.json; fail "no test line"; }
     grep -qE "^epoch 1/1 step 40/40 loss [0-9.]+ tokens/s [0-9]+ " np2.json || { cat np2.json; fail "no tokens/s in the progress line"; }
     grep -q '"tokens_per_s"' np2/metrics.jsonl || fail "the metrics file has no tokens_per_s"

@@ -22,8 +22,8 @@ const std::vector<ConfigKey>& core_config_keys() {
        "page cache still caches it) and keeps the rank's memory small"},
       {"data.in_memory", KeyType::boolean, "false",
        "read the whole training file into each rank's memory once and take the batches from there, "
-       "instead of reading each batch's rows from the file: for datasets that fit, when the reader "
-       "cannot keep up with a GPU"},
+       "instead of reading each batch's rows (a token file's windows) from the file: for datasets that "
+       "fit, when the reader cannot keep up with a GPU"},
       {"data.augment", KeyType::string, "",
        "random augmentation of the training samples ([C, H, W] only; never the test data), a "
        "comma-separated list: crop:P (pad each side by P zero pixels, then take a random window of "

@@ -4,7 +4,8 @@
 # connection) and an optimizer with no element update (tests/plugins/plain_sgd.cpp: its own
 # step() on the host). Both train; plain_sgd gives sgd's parameters (no momentum) bit for bit; and
 # the step in device memory (the GPU's form, in_memory in lib.sh), which cannot run them, falls
-# back to running them in place.
+# back to running them in place. An optimizer whose step() and element update differ is refused
+# before step 1 under every strategy.
 source "$(dirname "$0")/lib.sh"
 : "${TEST_PLUGIN_DIR:?}"
 write_config run.ini
@@ -31,4 +32,27 @@ for optimizer in plain_sgd sgd; do
 done
 [ "$(group_hash plain_sgd/step-60.h5 /params)" = "$(group_hash sgd/step-60.h5 /params)" ] ||
   fail "plain_sgd's step() and sgd's element update gave different parameters"
+
+# An optimizer whose step() and element update differ would train another algorithm under
+# param_server (step()) than under allreduce or zero (the element update): refused before step 1
+# under every strategy, naming the plugin; the two written as one rule train.
+for sync in allreduce zero param_server; do
+  np=2
+  [ $sync = param_server ] && np=3
+  for form in other throws; do
+    run_np $np 120 train "${common[@]}" --optimizer.name=two_updates --optimizer.step_form=$form --sync.name=$sync \
+      --checkpoint.dir="$WORK/two-$form" >two-$form.log 2>&1 && { cat two-$form.log; fail "$sync accepted step_form = $form"; }
+    line=$(one_error_line two-$form.log)
+    case $form in
+      other) pattern="optimizer 'two_updates': step\(\) and element_update\(\) give different updates: after update 1 of a probe, parameter element 0 is" ;;
+      throws) pattern="optimizer 'two_updates': step\(\) failed on a probe of 37 parameters \(this step\(\) is not written yet\)" ;;
+    esac
+    grep -qE "$pattern" <<<"$line" || { cat two-$form.log; fail "$sync, step_form = $form: expected /$pattern/"; }
+    [ ! -e "$WORK/two-$form/latest" ] || fail "$sync, step_form = $form left a checkpoint"
+    no_ranks_left
+  done
+  run_np $np 300 train "${common[@]}" --optimizer.name=two_updates --sync.name=$sync --train.max_steps=10 \
+    --checkpoint.dir="$WORK/two-same-$sync" >two-same.log 2>&1 || { cat two-same.log; fail "$sync refused step_form = same"; }
+done
+echo "an optimizer whose step() and element update differ is refused under allreduce, zero and param_server"
 echo "PASS"

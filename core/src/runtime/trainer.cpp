@@ -35,6 +35,7 @@
 #include "runtime/evaluate.hpp"
 #include "runtime/job_checks.hpp"
 #include "runtime/lr_schedule.hpp"
+#include "runtime/optimizer_check.hpp"
 #include "runtime/resident_memory.hpp"
 #include "runtime/stop_signal.hpp"
 #include "testing/fault_injection.hpp"
@@ -572,6 +573,8 @@ class Trainer {
     agree(comm_, [&] {
       model_ = registry_.create_model(choice_.model, config_);
       optimizer_ = registry_.create_optimizer(choice_.optimizer, config_);
+      check_step_matches_element_update(*registry_.create_optimizer(choice_.optimizer, config_),
+                                        *registry_.create_optimizer(choice_.optimizer, config_), choice_.optimizer);
       sync_ = registry_.create_sync(choice_.sync, config_);
       serving_ = sync_->serving();
       model_->declare(store_);

@@ -6,6 +6,7 @@
 
 #include "mgtrain/layers.hpp"
 #include "mgtrain/plugin.hpp"
+#include "swish.hpp"
 
 namespace {
 
@@ -13,46 +14,6 @@ const mgt::ConfigKey kKeys[] = {
     {"model.inputs", mgt::KeyType::positive_integer, "784", "input features (the sample's size)"},
     {"model.hidden", mgt::KeyType::integer_list, "256,128", "hidden layer sizes, comma-separated"},
     {"model.classes", mgt::KeyType::positive_integer, "10", "output classes"},
-};
-
-// y = x * s with s = sigmoid(x); dy/dx = s * (1 + x * (1 - s)).
-class SwishLayer final : public mgt::Layer {
- public:
-  explicit SwishLayer(const std::string& name) : Layer(name) {}
-  mgt::Shape output_shape(const mgt::Shape& input) const override { return input; }
-
-  // Buffers on the executor's device for the gate (kept from forward for backward) and the
-  // derivative, sized once per input shape.
-  void plan(mgt::LayerPlanner& planner, const mgt::Shape& input) override {
-    const auto n = static_cast<size_t>(mgt::shape_numel(input));
-    gate_ = planner.allocate_array<float>(n);
-    slope_ = planner.allocate_array<float>(n);
-  }
-
-  void forward(const mgt::LayerRun& run, const mgt::Tensor& in, mgt::Tensor& out) override {
-    const int64_t n = in.numel();
-    run.ops.unary(mgt::UnaryOp::sigmoid, in.data(), gate_, n);
-    run.ops.binary(mgt::BinaryOp::multiply, in.data(), gate_, out.data(), n);
-  }
-
-  void backward(const mgt::LayerRun& run, const mgt::Tensor& in, const mgt::Tensor&, const mgt::Tensor& grad_out,
-                mgt::Tensor* grad_in) override {
-    if (!grad_in) return;
-    const int64_t n = in.numel();
-    mgt::Ops& ops = run.ops;
-    ops.affine(gate_, slope_, n, -1.0f, 1.0f);                          // 1 - s
-    ops.binary(mgt::BinaryOp::multiply, in.data(), slope_, slope_, n);  // x (1 - s)
-    ops.affine(slope_, slope_, n, 1.0f, 1.0f);                          // 1 + x (1 - s)
-    ops.binary(mgt::BinaryOp::multiply, gate_, slope_, slope_, n);      // s (1 + x (1 - s))
-    ops.binary(mgt::BinaryOp::multiply, grad_out.data(), slope_, grad_in->data(), n);
-  }
-
-  // Each element on its own: deterministic micro-shards may share one pass.
-  bool row_wise(const mgt::Ops&, int64_t, int64_t) const override { return true; }
-
- private:
-  float* gate_ = nullptr;
-  float* slope_ = nullptr;
 };
 
 class SwishMlp final : public mgt::SequentialModel {

@@ -64,5 +64,4 @@ class Lion final : public mgt::Optimizer {
 
 }  // namespace
 
-MGT_OPTIMIZER_PLUGIN("two_updates", "1.0.0", "test: Lion whose step() may differ from its element update", kKeys,
-                     Lion)
+MGT_OPTIMIZER_PLUGIN("two_updates", "1.0.0", "test: Lion whose step() may differ from its element update", kKeys, Lion)

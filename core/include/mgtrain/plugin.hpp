@@ -10,6 +10,7 @@
 #include "mgtrain/build_fingerprint.hpp"
 #include "mgtrain/config.hpp"
 #include "mgtrain/error.hpp"
+#include "mgtrain/layer_plugin.hpp"
 #include "mgtrain/model.hpp"
 #include "mgtrain/optimizer.hpp"
 #include "mgtrain/sync.hpp"
@@ -47,7 +48,7 @@
 // 15: Model::sequence_length() (language models on token files); the transformer's operations in
 //     Ops and its layers.
 // 16: the element update's `decayed` flag and Optimizer::decay_mask() (optimizer.weight_decay_on);
-//     ServingRole::serve_offset().
+//     ServingRole::serve_offset(); layer plugins (kind "layer", mgtrain/layer_plugin.hpp).
 #define MGTRAIN_PLUGIN_ABI_VERSION 16u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
@@ -56,14 +57,15 @@ namespace mgt {
 extern "C" {
 struct PluginDescriptor {
   uint32_t abi_version;  // MGTRAIN_PLUGIN_ABI_VERSION at the plugin's build
-  const char* kind;      // "model", "optimizer" or "sync"
+  const char* kind;      // "model", "optimizer", "sync" or "layer"
   const char* name;
   const char* version;
   const char* description;        // one line
   const char* build_fingerprint;  // MGT_BUILD_FINGERPRINT: "<compiler>/<standard library>"
   const ConfigKey* config_keys;   // the plugin's keys, full "section.key" names
   size_t config_key_count;
-  // Returns a new Model*, Optimizer* or SyncStrategy* (by kind) built from the plugin's section.
+  // Returns a new Model*, Optimizer*, SyncStrategy* or LayerFactory* (by kind) built from the
+  // plugin's section (a layer plugin's: none, its layers take their arguments from their entry).
   void* (*create)(const ConfigSection* section);
 };
 }
@@ -90,3 +92,17 @@ struct PluginDescriptor {
   MGT_PLUGIN_IMPL("optimizer", ::mgt::Optimizer, NAME, VERSION, DESCRIPTION, KEYS, TYPE)
 #define MGT_SYNC_PLUGIN(NAME, VERSION, DESCRIPTION, KEYS, TYPE) \
   MGT_PLUGIN_IMPL("sync", ::mgt::SyncStrategy, NAME, VERSION, DESCRIPTION, KEYS, TYPE)
+
+// A layer plugin (mgtrain/layer_plugin.hpp): TYPE, an mgt::LayerFactory constructible with no
+// arguments, makes the layers of model.layers' entries `NAME ARG...`. No config keys.
+#define MGT_LAYER_PLUGIN(NAME, VERSION, DESCRIPTION, TYPE)                                                      \
+  extern "C" __attribute__((visibility("default"))) const ::mgt::PluginDescriptor mgtrain_plugin_descriptor = { \
+      MGTRAIN_PLUGIN_ABI_VERSION,                                                                               \
+      "layer",                                                                                                  \
+      NAME,                                                                                                     \
+      VERSION,                                                                                                  \
+      DESCRIPTION,                                                                                              \
+      MGT_BUILD_FINGERPRINT,                                                                                    \
+      nullptr,                                                                                                  \
+      0,                                                                                                        \
+      [](const ::mgt::ConfigSection*) -> void* { return static_cast<::mgt::LayerFactory*>(new TYPE()); }};

@@ -306,7 +306,40 @@ void* PluginRegistry::create(const std::string& kind, const std::string& name, c
 }
 
 std::unique_ptr<Model> PluginRegistry::create_model(const std::string& name, const Config& config) {
+  // A model that declares its layers by name (the `layers` model) finds layer plugins through this
+  // registry, while it is built and no longer.
+  struct LookupWhileBuilding {
+    explicit LookupWhileBuilding(PluginRegistry& registry) {
+      set_layer_plugin_lookup([&registry](const std::string& kind) { return registry.find_layer(kind); });
+    }
+    ~LookupWhileBuilding() { set_layer_plugin_lookup(nullptr); }
+  } lookup(*this);
   return std::unique_ptr<Model>(static_cast<Model*>(create("model", name, config)));
+}
+
+std::string PluginRegistry::locate(const std::string& kind, const std::string& name) {
+  for (const auto& dir : dirs_) {
+    const fs::path path = fs::path(dir) / file_name_for(kind, name);
+    std::error_code ec;
+    if (fs::exists(path, ec)) return path.string();
+  }
+  for (const auto& [plugin, path] : recorded_) {
+    std::error_code ec;
+    if (plugin == kind + ":" + name && fs::exists(path, ec)) return path;
+  }
+  return "";
+}
+
+std::unique_ptr<LayerFactory> PluginRegistry::find_layer(const std::string& kind) {
+  const bool loaded = std::any_of(loaded_.begin(), loaded_.end(), [&](const auto& l) {
+    return std::string(l->descriptor->kind) == "layer" && l->descriptor->name == kind;
+  });
+  if (!loaded && locate("layer", kind).empty()) return nullptr;
+  static const Config no_keys;  // a layer plugin takes its arguments from its entry, not the config
+  const ConfigSection none(no_keys, "layer");
+  void* object = load("layer", kind).create(&none);
+  if (!object) throw PluginError("layer plugin '" + kind + "' returned no object");
+  return std::unique_ptr<LayerFactory>(static_cast<LayerFactory*>(object));
 }
 
 std::unique_ptr<Optimizer> PluginRegistry::create_optimizer(const std::string& name, const Config& config) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mgtrain/config.hpp"
+#include "mgtrain/layer_plugin.hpp"
 #include "mgtrain/model.hpp"
 #include "mgtrain/optimizer.hpp"
 #include "mgtrain/plugin.hpp"
@@ -36,10 +37,15 @@ class PluginRegistry {
   // Config keys the loaded plugin declares.
   std::vector<ConfigKey> config_keys(const std::string& kind, const std::string& name);
 
-  // Plugins must already be loaded; config must be validated (defaults filled).
+  // Plugins must already be loaded; config must be validated (defaults filled). While the model is
+  // built, a layer kind it does not know is looked up as a layer plugin (find_layer).
   std::unique_ptr<Model> create_model(const std::string& name, const Config& config);
   std::unique_ptr<Optimizer> create_optimizer(const std::string& name, const Config& config);
   std::unique_ptr<SyncStrategy> create_sync(const std::string& name, const Config& config);
+
+  // The layer plugin libmgtrain-layer-<kind>.so, loaded and checked, or null when the search path
+  // (and a checkpoint's recorded paths) has no file of that name.
+  std::unique_ptr<LayerFactory> find_layer(const std::string& kind);
 
   // "kind:name@version;..." of every loaded plugin, in load order; compared across ranks and
   // stored in checkpoints.
@@ -58,6 +64,8 @@ class PluginRegistry {
   struct Loaded;
   void* create(const std::string& kind, const std::string& name, const Config& config);
   const PluginDescriptor& load_from(const std::string& path, const std::string& kind, const std::string& name);
+  // The library of plugin kind:name in the search path, then in the recorded paths; "" if none.
+  std::string locate(const std::string& kind, const std::string& name);
   std::vector<std::string> dirs_;
   std::vector<std::shared_ptr<Loaded>> loaded_;
   std::vector<std::pair<std::string, std::string>> recorded_;  // "kind:name", library path

@@ -52,8 +52,9 @@ void check_step_matches_element_update(Optimizer& by_step, Optimizer& by_rule, c
   by_rule.set_decay_mask(mask);
   auto rule_buffers = by_rule.state_buffers();
   MGT_CHECK(rule_buffers.size() == static_cast<size_t>(update->states()), ConfigError,
-            plugin + ": element_update() reads " + std::to_string(update->states()) + " state buffers, state_buffers() " +
-                "lists " + std::to_string(rule_buffers.size()) + "; they must be the same buffers, in that order");
+            plugin + ": element_update() reads " + std::to_string(update->states()) +
+                " state buffers, state_buffers() " + "lists " + std::to_string(rule_buffers.size()) +
+                "; they must be the same buffers, in that order");
   std::vector<float*> state;
   for (auto& b : rule_buffers) state.push_back(b.data);
   std::vector<float> p_step = probe_values(1), p_rule = p_step;

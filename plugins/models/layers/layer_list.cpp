@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "mgtrain/error.hpp"
+#include "mgtrain/layer_plugin.hpp"
 
 namespace mgt::layer_list {
 namespace {
@@ -160,9 +161,10 @@ class Parser {
     } else if (e.kind == "gap" || e.kind == "bn" || e.kind == "relu" || e.kind == "flatten" || e.kind == "layernorm" ||
                e.kind == "gelu" || e.kind == "tied_head") {
       if (!a.empty()) bad(e.kind + " takes no arguments, got '" + a[0] + "'");
-    } else {
+    } else if (!find_layer_plugin(e.kind)) {
       throw ConfigError("entry " + e.position + " '" + e.text + "': unknown layer '" + e.kind + "'; expected one of " +
-                        kKinds);
+                        kKinds + ", or a layer plugin of that name (libmgtrain-layer-" + e.kind +
+                        ".so in the plugin path)");
     }
   }
 
@@ -291,8 +293,16 @@ Shape build_list(const std::vector<Entry>& entries, Shape shape, const std::stri
                           tokens.embed->text + "', got " + shape_string(shape) + " (shapes for a batch of 1)");
       tokens.head_name = name;
       layer = make_tied_head(name, tokens.embed_name, tokens.vocab, tokens.dim);
-    } else {
+    } else if (e.kind == "dropout") {
       layer = make_dropout(name, std::strtof(a[0].c_str(), nullptr));
+    } else {
+      // A layer plugin's kind (the parser found it): its factory checks its arguments.
+      try {
+        layer = find_layer_plugin(e.kind)->make(LayerEntry{name, a, shape});
+      } catch (const ConfigError& error) {
+        throw ConfigError(where + ": " + error.what());
+      }
+      if (!layer) throw ConfigError(where + ": layer plugin '" + e.kind + "' made no layer");
     }
     try {
       shape = layer->output_shape(shape);

@@ -12,7 +12,9 @@
 // or residual { BRANCH | SHORTCUT } (an empty shortcut is the identity). A language model starts
 // with embed V D (token ids [B, T] -> [B, T, D], T the sample shape's one integer) and may then use
 // layernorm, gelu, attention H [causal|bidirectional] (on [B, T, 3 x dim] from a linear before it)
-// and tied_head (logits over the embed's table); there linear N acts on each token.
+// and tied_head (logits over the embed's table); there linear N acts on each token. Any other kind
+// is a layer plugin's (libmgtrain-layer-<kind>.so in the plugin path, mgtrain/layer_plugin.hpp),
+// which takes the entry's arguments and input shape.
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -345,8 +345,10 @@ struct Verdict {
 Verdict judge(const std::vector<RankReport>& reports, double busy_gib, const std::optional<RankPlan>& plan) {
   Verdict v;
   // A run on the CPU leaves the GPUs alone, so how they are shared or used is not its problem.
-  const bool on_cpu = plan && plan->device == "cpu";
-  if (on_cpu) v.notes.push_back("the config trains on the CPU (train.device = cpu): the run uses none of the GPUs");
+  const bool on_cpu = plan && (plan->device == "cpu" || plan->device == "emulated_gpu");
+  if (on_cpu)
+    v.notes.push_back("the config trains on the CPU (train.device = " + plan->device +
+                      "): the run uses none of the GPUs");
   std::map<std::string, std::vector<const RankReport*>> by_host;
   std::vector<std::string> hosts;
   for (const auto& r : reports) {

@@ -12,13 +12,11 @@ namespace {
 class SwishFactory final : public mgt::LayerFactory {
  public:
   std::unique_ptr<mgt::Layer> make(const mgt::LayerEntry& entry) const override {
-    if (!entry.args.empty())
-      throw mgt::ConfigError("swish takes no arguments, got '" + entry.args.front() + "'");
+    if (!entry.args.empty()) throw mgt::ConfigError("swish takes no arguments, got '" + entry.args.front() + "'");
     return std::make_unique<SwishLayer>(entry.name);
   }
 };
 
 }  // namespace
 
-MGT_LAYER_PLUGIN("swish", "1.0.0", "Swish (x * sigmoid(x)) for model.layers, written once over mgt::Ops",
-                 SwishFactory)
+MGT_LAYER_PLUGIN("swish", "1.0.0", "Swish (x * sigmoid(x)) for model.layers, written once over mgt::Ops", SwishFactory)

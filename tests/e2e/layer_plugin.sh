@@ -3,7 +3,7 @@
 # examples/plugin's swish (libmgtrain-layer-swish.so, built out of tree against the installed
 # SDK) in `model.layers = flatten, linear 64, swish, linear 10` trains at np=2 to the parameters
 # of swish_mlp (the same layer in a model plugin of its own) bit for bit, runs through the GPU
-# path's program on the CPU backend, keeps deterministic mode's bits at np=1 and np=2, is listed by
+# path's program on the CPU backend (train.device = emulated_gpu, in the installed build), keeps deterministic mode's bits at np=1 and np=2, is listed by
 # `mgtrain plugins`, evaluates from its checkpoint without --plugin-path (the recorded path), and
 # each mistake gets one line: an unknown kind names the file it looked for, a bad argument the
 # entry and the plugin's words, export the layer with no ONNX form.
@@ -24,8 +24,11 @@ run_np 2 300 train "${common[@]}" --model.name=swish_mlp --model.hidden=64 --che
   fail "the swish layer plugin in model.layers trained differently from swish_mlp's own swish"
 echo "model.layers with the swish layer plugin: swish_mlp's parameters bit for bit"
 
-in_memory device run_np 2 300 train "${common[@]}" "${list[@]}" --checkpoint.dir="$WORK/device" >device.log 2>&1 ||
-  { cat device.log; fail "the swish layer plugin with the step in device memory"; }
+# The GPU path's program on the CPU, as a plugin author checks it without a GPU, in the installed build.
+run_np 2 300 train "${common[@]}" "${list[@]}" --train.device=emulated_gpu --checkpoint.dir="$WORK/device" \
+  >device.log 2>&1 || { cat device.log; fail "the swish layer plugin with train.device = emulated_gpu"; }
+grep -q "^device: cpu (the CPU backend, in memory of the step's own: the GPU path's program" device.log ||
+  { cat device.log; fail "train.device = emulated_gpu did not run the GPU path's program"; }
 "$MGTRAIN" compare list/step-40.h5 device/step-40.h5 --rtol 1e-5 ||
   fail "the swish layer plugin: the step in device memory differs from in place"
 

@@ -55,8 +55,9 @@ const char* device_kind_name(DeviceKind kind) {
 
 TrainingDevice::TrainingDevice(Communicator& comm, const Config& config) : config_(config), rank_(comm.rank()) {
   const std::string asked = config.get_string("train.device");
-  if (asked == "cpu") {
+  if (asked == "cpu" || asked == "emulated_gpu") {
     use_cpu();
+    if (asked == "emulated_gpu") own_memory_ = true;
     return;
   }
   std::string why;
@@ -144,7 +145,9 @@ std::string TrainingDevice::describe() const {
                   info.total_mb);
     return text;
   }
-  return own_memory_ ? "the CPU backend, in memory of the step's own (MGTRAIN_TEST_STEP_IN_DEVICE_MEMORY)" : "cpu";
+  return own_memory_ ? "the CPU backend, in memory of the step's own: the GPU path's program, as train.device = "
+                       "emulated_gpu runs it"
+                     : "cpu";
 }
 
 kernels::Backend& TrainingDevice::backend() { return gpu_ ? gpu_->backend() : *cpu_backend_; }

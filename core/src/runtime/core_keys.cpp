@@ -74,9 +74,11 @@ const std::vector<ConfigKey>& core_config_keys() {
        "compute threads per rank; more than the cores the rank may use (its CPU affinity) are lowered "
        "to them, with a warning"},
       {"train.device", KeyType::choice, "auto",
-       "where each rank trains: gpu (one GPU per rank, local rank % visible GPUs), cpu, or auto (gpu "
-       "when every rank sees one, else cpu)",
-       "auto|cpu|gpu"},
+       "where each rank trains: gpu (one GPU per rank, local rank % visible GPUs), cpu, auto (gpu "
+       "when every rank sees one, else cpu), or emulated_gpu: the GPU path's program (the step in memory "
+       "of its own, the optimizer's element update, the layers' plans) run by the CPU's kernels, so a "
+       "plugin is checked on the GPU path without a GPU (slower than cpu)",
+       "auto|cpu|gpu|emulated_gpu"},
       {"gpu.allow_shared", KeyType::boolean, "false",
        "allow more ranks on a node than GPUs, several ranks sharing one GPU (a warning instead of "
        "a refusal); NCCL cannot have two ranks of one job on one GPU, so the ranks then reduce "

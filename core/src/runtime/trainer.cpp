@@ -733,7 +733,7 @@ class Trainer {
       return true;
     } catch (const ConfigError& e) {
       const std::string asked = config_.get_string("train.device");
-      if (asked == "gpu") throw;
+      if (asked == "gpu" || asked == "emulated_gpu") throw;
       if (leader_ && asked == "auto" && device_->kind() == DeviceKind::gpu)
         log_ << "warning: training on the CPU (train.device = auto): " << e.what() << "\n" << std::flush;
       return false;
@@ -1494,6 +1494,10 @@ class Trainer {
   // A sharded optimizer updates its shard on the host between MPI collectives: the CPU path, in
   // place. Asked for the GPU it is refused; under train.device = auto the job trains on the CPU.
   void keep_sharded_optimizer_on_cpu() {
+    if (config_.get_string("train.device") == "emulated_gpu")
+      throw ConfigError("sync.name = " + choice_.sync +
+                        " shards the optimizer state on the CPU path only, and train.device = emulated_gpu runs the "
+                        "GPU path's program: set train.device = cpu, or sync.name = allreduce");
     if (device_->kind() == DeviceKind::gpu) {
       const std::string why = "sync.name = " + choice_.sync +
                               " shards the optimizer state on the CPU path only (its shard is updated on the host "

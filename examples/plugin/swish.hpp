@@ -43,6 +43,14 @@ class SwishLayer final : public mgt::Layer {
   // Each element on its own: deterministic micro-shards may share one pass.
   bool row_wise(const mgt::Ops&, int64_t, int64_t) const override { return true; }
 
+  // For `mgtrain export`: two ONNX operators, x * Sigmoid(x).
+  mgt::LayerDescription describe() const override {
+    mgt::LayerDescription d;
+    d.kind = mgt::LayerKind::onnx_nodes;
+    d.nodes = {{"Sigmoid", {"x"}, "gate"}, {"Mul", {"x", "gate"}, "y"}};
+    return d;
+  }
+
  private:
   float* gate_ = nullptr;
   float* slope_ = nullptr;

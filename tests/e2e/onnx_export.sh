@@ -12,7 +12,7 @@
 # The checker needs python3 with the venv module (Debian: python3-venv) and PyPI for onnxruntime,
 # onnx, numpy and h5py, installed into "$WORK/../onnx-venv" (ONNX_VENV overrides) on first use and
 # reused; exits 77 (skip) when PyPI cannot be reached.
-# Usage: onnx_export.sh mlp|cnn|resnet|layers|plugin_operator|gpt|gpt_untied|errors
+# Usage: onnx_export.sh mlp|cnn|resnet|layers|plugin_operator|plugin_nodes|gpt|gpt_untied|errors
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/lib.sh"
 : "${TEST_PLUGIN_DIR:?}"
@@ -168,6 +168,15 @@ case $case_name in
     prepare_venv
     plugin_args=(--plugin-path "$TEST_PLUGIN_DIR/hand-written")
     train_export_check tanh_mlp --model.name=tanh_mlp "${plugin_args[@]}"
+    ;;
+  plugin_nodes)
+    # The same layer described as four operators with scalar constants, 2 sigmoid(2x) - 1.
+    prepare_venv
+    plugin_args=(--plugin-path "$TEST_PLUGIN_DIR/hand-written")
+    train_export_check tanh_nodes --model.name=tanh_mlp --model.export_nodes=true "${plugin_args[@]}"
+    grep -q "tanh1.two_x" <("$venv/bin/python" -c 'import onnx, sys
+print("\n".join(n.name for n in onnx.load(sys.argv[1]).graph.node))' tanh_nodes.onnx) ||
+      fail "the composition's nodes are not in the graph"
     ;;
   gpt)
     prepare_venv

@@ -34,6 +34,22 @@ enum class LayerKind {
   tied_head,          // params {the embedding's weight [vocab, dim]}: x weight^T, no bias
   token_linear,       // linear over the last dimension: params {weight [out, in], bias [out]}
   onnx_operator,      // one ONNX operator, op_type (below)
+  onnx_nodes,         // several ONNX operators, nodes (below): a layer that is a composition
+};
+
+// One operator of an onnx_nodes description. An input is the layer's input "x", a parameter
+// "param:K" or buffer "buffer:K" (K indexes params or buffers), a float32 scalar "scalar:V"
+// ("scalar:0.5"), or the `output` of an earlier node of the layer. Swish, x * sigmoid(x):
+//   {{"Sigmoid", {"x"}, "gate"}, {"Mul", {"x", "gate"}, "y"}}
+// and GELU's erf form, x * 0.5 * (1 + erf(x / sqrt 2)):
+//   {{"Div", {"x", "scalar:1.41421356"}, "u"}, {"Erf", {"u"}, "e"}, {"Add", {"e", "scalar:1"}, "one_plus"},
+//    {"Mul", {"x", "one_plus"}, "x_one_plus"}, {"Mul", {"x_one_plus", "scalar:0.5"}, "y"}}
+struct OnnxNode {
+  std::string op_type;                                // default domain, opset 17
+  std::vector<std::string> inputs;                    // as above
+  std::string output;                                 // its name for later nodes; the last node's is the layer's
+  std::vector<std::pair<std::string, int64_t>> ints;  // named integer attributes
+  std::vector<std::pair<std::string, float>> floats;  // named real attributes
 };
 
 // onnx_operator: the ONNX operator `op_type` (default domain, opset 17) over (input, params...,
@@ -48,6 +64,7 @@ struct LayerDescription {
   std::vector<ParamHandle> params;                    // in the order the kind lists them
   std::vector<BufferHandle> buffers;                  // in the order the kind lists them
   std::vector<const Layer*> branch, shortcut;         // residual
+  std::vector<OnnxNode> nodes;                        // onnx_nodes, in order
 };
 
 }  // namespace mgt

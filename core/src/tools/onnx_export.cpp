@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <utility>
@@ -72,6 +73,8 @@ const char* kind_name(LayerKind kind) {
       return "residual";
     case LayerKind::onnx_operator:
       return "onnx_operator";
+    case LayerKind::onnx_nodes:
+      return "onnx_nodes";
     case LayerKind::token_embedding:
       return "token_embedding";
     case LayerKind::layer_norm:
@@ -294,6 +297,56 @@ class GraphBuilder {
     return node("Mul", {node("Mul", {scalar("gelu_half", 0.5f), x}, name + ".half_x"), one_plus_tanh}, name);
   }
 
+  // A layer described as several operators: each node's inputs resolved to the graph's names, the
+  // last node's output named after the layer.
+  std::string composition(const Layer& layer, const LayerDescription& d, const std::string& x) {
+    if (d.nodes.empty()) no_form(layer, "describes itself as onnx_nodes but lists no node");
+    const std::string& name = layer.name();
+    std::map<std::string, std::string> outputs{{"x", x}};
+    std::string y;
+    for (size_t i = 0; i < d.nodes.size(); ++i) {
+      const OnnxNode& n = d.nodes[i];
+      const std::string which = "node " + std::to_string(i) + " (" + (n.op_type.empty() ? "?" : n.op_type) + ")";
+      if (n.op_type.empty()) no_form(layer, "describes " + which + " with no op_type");
+      std::vector<std::string> inputs;
+      for (const std::string& in : n.inputs) inputs.push_back(node_input(layer, d, outputs, in, which));
+      std::vector<onnx::AttributeProto> attributes;
+      for (const auto& [key, v] : n.ints) attributes.push_back(int_attr(key, v));
+      for (const auto& [key, v] : n.floats) attributes.push_back(float_attr(key, v));
+      const bool last = i + 1 == d.nodes.size();
+      y = node(n.op_type, inputs, last ? name : name + "." + (n.output.empty() ? std::to_string(i) : n.output),
+               attributes);
+      if (!n.output.empty() && !outputs.emplace(n.output, y).second)
+        no_form(layer,
+                "describes " + which + " with the output '" + n.output + "', a name an earlier input or node has");
+    }
+    return y;
+  }
+
+  std::string node_input(const Layer& layer, const LayerDescription& d,
+                         const std::map<std::string, std::string>& outputs, const std::string& in,
+                         const std::string& which) {
+    const auto index = [&](const std::string& prefix) {
+      char* end = nullptr;
+      const unsigned long long k = std::strtoull(in.c_str() + prefix.size(), &end, 10);
+      if (end == in.c_str() + prefix.size() || *end != '\0')
+        no_form(layer, "describes " + which + " reading '" + in + "': expected " + prefix + "K, K an index");
+      return static_cast<size_t>(k);
+    };
+    if (auto it = outputs.find(in); it != outputs.end()) return it->second;
+    if (in.rfind("param:", 0) == 0) return param(layer, d, index("param:"));
+    if (in.rfind("buffer:", 0) == 0) return buffer(layer, d, index("buffer:"));
+    if (in.rfind("scalar:", 0) == 0) {
+      char* end = nullptr;
+      const float value = std::strtof(in.c_str() + 7, &end);
+      if (end == in.c_str() + 7 || *end != '\0' || !std::isfinite(value))
+        no_form(layer, "describes " + which + " reading '" + in + "': expected scalar:V with V a finite number");
+      return scalar("scalar_" + in.substr(7), value);
+    }
+    no_form(layer, "describes " + which + " reading '" + in +
+                       "', which is not x, param:K, buffer:K, scalar:V or an earlier node's output");
+  }
+
   int64_t int_attribute(const Layer& layer, const LayerDescription& d, const std::string& key) const {
     for (const auto& [name, value] : d.ints)
       if (name == key) return value;
@@ -387,6 +440,9 @@ class GraphBuilder {
         y = node("Add", {branch, shortcut}, name);
         break;
       }
+      case LayerKind::onnx_nodes:
+        y = composition(layer, d, x);
+        break;
       case LayerKind::onnx_operator: {
         if (d.op_type.empty()) no_form(layer, "describes itself as an ONNX operator but names none (op_type)");
         std::vector<std::string> inputs{x};

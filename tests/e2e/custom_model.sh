@@ -5,7 +5,7 @@
 # step() on the host). Both train; plain_sgd gives sgd's parameters (no momentum) bit for bit; and
 # the step in device memory (the GPU's form, in_memory in lib.sh), which cannot run them, falls
 # back to running them in place. An optimizer whose step() and element update differ is refused
-# before step 1 under every strategy.
+# before step 1 under every strategy, and one that reads a key it never declared is told so.
 source "$(dirname "$0")/lib.sh"
 : "${TEST_PLUGIN_DIR:?}"
 write_config run.ini
@@ -55,4 +55,14 @@ for sync in allreduce zero param_server; do
     --checkpoint.dir="$WORK/two-same-$sync" >two-same.log 2>&1 || { cat two-same.log; fail "$sync refused step_form = same"; }
 done
 echo "an optimizer whose step() and element update differ is refused under allreduce, zero and param_server"
+
+# A key the plugin reads but never declared: the error names the plugin and says so, also when a
+# value was given for the key (which is dropped, with a note, as no chosen plugin's).
+for given in "" --optimizer.eps=1e-8; do
+  run_np 2 120 train "${common[@]}" --optimizer.name=undeclared_key $given --checkpoint.dir="$WORK/undeclared" \
+    >undeclared.log 2>&1 && { cat undeclared.log; fail "a plugin reading an undeclared key trained"; }
+  one_error_line undeclared.log | grep -qF "config key 'optimizer.eps' is read by optimizer plugin 'undeclared_key', which does not declare it" ||
+    { cat undeclared.log; fail "reading an undeclared key ${given:-(no value given)}: unclear error"; }
+  no_ranks_left
+done
 echo "PASS"

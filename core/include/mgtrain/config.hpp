@@ -75,6 +75,9 @@ class MGT_API Config {
  private:
   const ConfigValue& lookup(const std::string& key) const;
   std::map<std::string, ConfigValue> values_;
+  // After validate() every key the core and the chosen plugins declare is set, so a key missing
+  // then is one that whoever reads it never declared.
+  bool validated_ = false;
 };
 
 // The largest width, channel count or input size a model key may ask for: beyond any real layer,

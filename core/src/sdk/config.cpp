@@ -319,12 +319,23 @@ void Config::validate(const std::vector<ConfigKey>& known_keys) {
       throw ConfigError("config key '" + std::string(k.key) + "' (" + v.source + "): expected " + expected + ", got '" +
                         v.value + "'");
   }
+  validated_ = true;
 }
 
 const ConfigValue& Config::lookup(const std::string& key) const {
   const auto it = values_.find(key);
-  if (it == values_.end()) throw ConfigError("config key '" + key + "' is not set");
-  return it->second;
+  if (it != values_.end()) return it->second;
+  if (!validated_) throw ConfigError("config key '" + key + "' is not set");
+  // Declared keys all have values by now: this one is read by a plugin (or the core) that does not
+  // declare it, and a value given for it was dropped as no chosen plugin's.
+  const std::string section = key.substr(0, key.find('.'));
+  const auto plugin = values_.find(section + ".name");
+  const std::string reader =
+      plugin != values_.end() ? section + " plugin '" + plugin->second.value + "'" : "a plugin of [" + section + "]";
+  throw ConfigError("config key '" + key + "' is read by " + reader +
+                    ", which does not declare it: a plugin must declare every key it reads in its ConfigKey "
+                    "table, with a default or as required (docs/plugins.md, \"Config keys\"); until it does, a "
+                    "value given for the key is dropped as no chosen plugin's");
 }
 
 std::string Config::get_string(const std::string& key) const { return lookup(key).value; }

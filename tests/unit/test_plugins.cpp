@@ -158,6 +158,17 @@ TEST(Plugins, RefusesAnotherStandardLibraryNamingBoth) {
   EXPECT_NE(msg.find(std::string("this mgtrain against ") + MGT_STDLIB_ID), std::string::npos) << msg;
 }
 
+// Built for real with -D_GLIBCXX_USE_CXX11_ABI=0: the dynamic loader fails on an undefined symbol
+// of the old ABI before the descriptor is read, and the refusal must still be the fingerprint's.
+TEST(Plugins, RefusesTheOtherLibstdcxxAbiByItsFingerprint) {
+  PluginRegistry registry({kTestPlugins + "/old-abi"});
+  const auto msg = load_error(registry, "model", "oldabi");
+  EXPECT_NE(msg.find("libmgtrain-model-oldabi.so"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("-cxx11abi0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::string("this mgtrain against ") + MGT_STDLIB_ID), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("undefined symbol"), std::string::npos) << msg;
+}
+
 TEST(Plugins, ARecordedPathIsTriedLastAndSaidSo) {
   const std::string path = kTestPlugins + "/fingerprint/libmgtrain-model-othercompiler.so";
   PluginRegistry registry;

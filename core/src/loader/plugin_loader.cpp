@@ -119,7 +119,22 @@ std::string open_and_check(const std::string& path, boost::dll::shared_library& 
   try {
     library.load(path, boost::dll::load_mode::rtld_now);
   } catch (const std::exception& e) {
-    return "cannot be loaded: " + std::string(e.what());
+    // A plugin built against another standard library ABI fails here, on the symbols of ours it
+    // cannot find. Bound lazily, nothing of it runs and its descriptor can be read: its build
+    // fingerprint then says what is wrong in words, not in a mangled name.
+    std::string refusal = "cannot be loaded: " + std::string(e.what());
+    try {
+      boost::dll::shared_library lazy(path, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
+      if (lazy.has(MGTRAIN_PLUGIN_SYMBOL)) {
+        const auto& d = lazy.get<const PluginDescriptor>(MGTRAIN_PLUGIN_SYMBOL);
+        if (d.abi_version == MGTRAIN_PLUGIN_ABI_VERSION) {
+          const std::string mismatch = fingerprint_mismatch(d.build_fingerprint);
+          if (!mismatch.empty()) refusal = mismatch;
+        }
+      }
+    } catch (const std::exception&) {
+    }
+    return refusal;
   }
   if (!library.has(MGTRAIN_PLUGIN_SYMBOL))
     return "does not export the symbol " MGTRAIN_PLUGIN_SYMBOL " (not an mgtrain plugin?)";

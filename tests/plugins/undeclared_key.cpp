@@ -14,8 +14,7 @@ const mgt::ConfigKey kKeys[] = {
 
 class UndeclaredKey final : public mgt::Optimizer {
  public:
-  explicit UndeclaredKey(const mgt::ConfigSection& config)
-      : lr_(config.get_real("lr")), eps_(config.get_real("eps")) {}
+  explicit UndeclaredKey(const mgt::ConfigSection& config) : lr_(config.get_real("lr")), eps_(config.get_real("eps")) {}
   void setup(size_t) override {}
   void step(float* params, const float* grads, size_t size) override {
     ++step_count_;

@@ -1049,4 +1049,54 @@ TEST(SequentialModel, TinyTransformerBlockLearnsTheGradientOfItsLoss) {
                    info.name + " gradient at " + std::to_string(i));
 }
 
+// A layer of a plugin's own whose output_shape() says it widens its input: the layer after it
+// refuses the shape, and the message names the layer that gave it too.
+class WideningLayer final : public mgt::Layer {
+ public:
+  WideningLayer() : Layer("widen1") {}
+  mgt::Shape output_shape(const mgt::Shape& input) const override { return {input[0], 2 * input[1]}; }
+  void forward(const mgt::LayerRun&, const mgt::Tensor&, mgt::Tensor&) override {}
+  void backward(const mgt::LayerRun&, const mgt::Tensor&, const mgt::Tensor&, const mgt::Tensor&,
+                mgt::Tensor*) override {}
+};
+
+TEST(SequentialModel, AShapeRefusedNamesTheLayerThatGaveIt) {
+  mgt::SequentialModel model;
+  model.add(mgt::make_linear("fc1", 8, 16));
+  model.add(std::make_unique<WideningLayer>());
+  model.add(mgt::make_linear("fc2", 16, 4));
+  std::string message;
+  try {
+    model.output_shape({2, 8});
+  } catch (const mgt::ConfigError& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("layer 'fc2' expects input [B, 16]"), std::string::npos) << message;
+  EXPECT_NE(message.find("that input is what layer 'widen1' before it gives ([2, 32], by its output_shape())"),
+            std::string::npos)
+      << message;
+}
+
+// Two residual blocks whose inner layers were named without the block's prefix declare the same
+// parameter names: the message names the block and the layer, and says how to name them.
+TEST(SequentialModel, ABlockLayerNamedWithoutItsPrefixIsNamed) {
+  mgt::SequentialModel model;
+  for (const char* block : {"res1", "res2"}) {
+    std::vector<std::unique_ptr<mgt::Layer>> branch;
+    branch.push_back(mgt::make_linear("fc1", 8, 8));
+    model.add(mgt::make_residual(block, std::move(branch), {}));
+  }
+  mgt::ParameterStore store;
+  std::string message;
+  try {
+    model.declare(store);
+  } catch (const mgt::Error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("residual block 'res2', layer 'fc1': parameter name 'fc1.weight' declared twice"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("name a block's layers inside it ('res2.fc1')"), std::string::npos) << message;
+}
+
 }  // namespace

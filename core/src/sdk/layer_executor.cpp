@@ -37,6 +37,16 @@ LayerExecutor::LayerExecutor(kernels::Backend& backend, const std::vector<std::u
   while (first_with_params_ < layers_.size() && handles_[first_with_params_].empty()) ++first_with_params_;
 }
 
+Shape next_output_shape(const Layer* before, const Layer& layer, const Shape& input) {
+  try {
+    return layer.output_shape(input);
+  } catch (const ConfigError& e) {
+    if (!before) throw;
+    throw ConfigError(std::string(e.what()) + "; that input is what layer '" + before->name() + "' before it gives (" +
+                      shape_string(input) + ", by its output_shape())");
+  }
+}
+
 LayerExecutor::~LayerExecutor() = default;
 
 void LayerExecutor::plan(const Shape& input, int64_t shards) {
@@ -45,7 +55,11 @@ void LayerExecutor::plan(const Shape& input, int64_t shards) {
   // Shapes first, so a layer that does not fit is named before anything is allocated.
   std::vector<Shape> shapes;
   Shape s = input;
-  for (Layer* layer : layers_) shapes.push_back(s = layer->output_shape(s));
+  const Layer* before = nullptr;
+  for (Layer* layer : layers_) {
+    shapes.push_back(s = next_output_shape(before, *layer, s));
+    before = layer;
+  }
   acts_.clear();
   grads_.clear();
   input_shape_.clear();

@@ -15,6 +15,12 @@
 
 namespace mgt {
 
+// `layer`'s output for `input`, the output of `before` (null: the model's input). A layer that
+// refuses its input is named by its own message; the layer whose output_shape() gave that input
+// is named after it, since the mistake is as often there (a plugin layer that says it gives what
+// it does not).
+Shape next_output_shape(const Layer* before, const Layer& layer, const Shape& input);
+
 class LayerExecutor {
  public:
   // The layers (a SequentialModel's) outlive the executor. counted: as BackendMemory's.

@@ -35,7 +35,16 @@ void SequentialModel::declare(ParameterStore& store) {
   // layer declares but does not list would never reach the sync strategy.
   for (auto& layer : layers_) {
     const size_t before = store.params().size();
-    layer->declare(store);
+    try {
+      layer->declare(store);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      // Name the layer, unless the message already starts with it (a residual block names itself).
+      if (what.find("'" + layer->name() + "'") != std::string::npos) throw;
+      throw Error("layer '" + layer->name() + "': " + what);
+    }
     std::vector<char> listed(store.params().size() - before, 0);
     for (ParamHandle h : layer->param_handles()) {
       MGT_CHECK(h >= before && h < store.params().size(), Error,
@@ -54,7 +63,11 @@ void SequentialModel::declare(ParameterStore& store) {
 
 Shape SequentialModel::output_shape(const Shape& input) const {
   Shape s = input;
-  for (const auto& layer : layers_) s = layer->output_shape(s);
+  const Layer* before = nullptr;
+  for (const auto& layer : layers_) {
+    s = next_output_shape(before, *layer, s);
+    before = layer.get();
+  }
   return s;
 }
 

@@ -117,7 +117,19 @@ class ResidualLayer final : public Layer {
 
   void declare(ParameterStore& store) override {
     for (Chain* chain : {&branch_, &shortcut_})
-      for (auto& layer : chain->layers) layer->declare(store);
+      for (auto& layer : chain->layers) {
+        try {
+          layer->declare(store);
+        } catch (const Error& e) {
+          // Two blocks whose inner layers have the same names declare the same parameters: the
+          // usual cause is a layer named without its block's prefix.
+          const bool prefixed = layer->name().rfind(name() + ".", 0) == 0;
+          throw Error("residual block '" + name() + "', layer '" + layer->name() + "': " + e.what() +
+                      (prefixed ? ""
+                                : "; name a block's layers inside it ('" + name() + "." + layer->name() +
+                                      "'), so that each block's parameters have names of their own"));
+        }
+      }
   }
 
   Shape output_shape(const Shape& input) const override {

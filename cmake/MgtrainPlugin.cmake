@@ -61,7 +61,8 @@ function(_mgtrain_check_stdlib)
 endfunction()
 
 function(mgtrain_add_plugin kind name)
-  cmake_parse_arguments(ARG "NO_INSTALL" "OUTPUT_DIRECTORY;INSTALL_DESTINATION;TARGET" "SOURCES;LIBRARIES" ${ARGN})
+  cmake_parse_arguments(ARG "NO_INSTALL;NO_DESCRIPTOR_CHECK" "OUTPUT_DIRECTORY;INSTALL_DESTINATION;TARGET"
+                        "SOURCES;LIBRARIES" ${ARGN})
   if(NOT kind MATCHES "^(model|optimizer|sync|layer)$")
     message(FATAL_ERROR "mgtrain_add_plugin: kind must be model, optimizer, sync or layer, not '${kind}'")
   endif()
@@ -118,6 +119,15 @@ function(mgtrain_add_plugin kind name)
     set(output_dir ${CMAKE_BINARY_DIR}/plugins)
   endif()
   set_target_properties(${target} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${output_dir})
+  # A source without an MGT_*_PLUGIN macro links into a library the loader would refuse at run
+  # time; refuse it here instead (and remove it, so the next build checks again).
+  if(NOT ARG_NO_DESCRIPTOR_CHECK AND CMAKE_NM)
+    add_custom_command(TARGET ${target} POST_BUILD VERBATIM
+      COMMAND sh -c "\"$1\" -D --defined-only \"$2\" | grep -q ' mgtrain_plugin_descriptor$' || { echo \"$2: \
+exports no mgtrain_plugin_descriptor: declare the plugin with MGT_MODEL_PLUGIN, MGT_OPTIMIZER_PLUGIN, \
+MGT_SYNC_PLUGIN or MGT_LAYER_PLUGIN in one of its sources (mgtrain/plugin.hpp)\" >&2; rm -f \"$2\"; exit 1; }"
+              check "${CMAKE_NM}" "$<TARGET_FILE:${target}>")
+  endif()
 
   if(ARG_NO_INSTALL)
     return()

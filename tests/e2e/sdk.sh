@@ -137,6 +137,26 @@ timeout --kill-after=10 300 mpirun -np 2 --oversubscribe "$PREFIX/bin/mgtrain" t
   --checkpoint.dir="$WORK/ckpt-other" >train-other.log 2>&1 || { cat train-other.log; fail "training with the $CXX_OTHER plugin"; }
 echo "plugin built by $CXX_OTHER: accepted and trained"
 
+# 4d. A plugin source with no MGT_*_PLUGIN macro: the build fails, saying what is missing, and
+# leaves no library for the loader to refuse at run time.
+mkdir -p nomacro-src
+cat >nomacro-src/tiny.cpp <<'CPP'
+#include "mgtrain/layers.hpp"
+std::unique_ptr<mgt::Layer> tiny() { return mgt::make_relu("relu"); }
+CPP
+cat >nomacro-src/CMakeLists.txt <<CMAKE
+cmake_minimum_required(VERSION 3.20)
+project(no_macro_plugin LANGUAGES CXX)
+find_package(mgtrain 0.1 REQUIRED)
+mgtrain_add_plugin(model tiny SOURCES tiny.cpp)
+CMAKE
+cmake -S nomacro-src -B nomacro-build -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_BUILD_TYPE=Release >nomacro-configure.log 2>&1 ||
+  { cat nomacro-configure.log; fail "configure a plugin with no macro"; }
+cmake --build nomacro-build >nomacro-build.log 2>&1 && { cat nomacro-build.log; fail "a plugin with no macro built"; }
+grep -q "libmgtrain-model-tiny.so: exports no mgtrain_plugin_descriptor: declare the plugin with MGT_MODEL_PLUGIN" \
+  nomacro-build.log || { cat nomacro-build.log; fail "the build of a plugin with no macro did not say why it failed"; }
+[[ ! -e nomacro-build/plugins/libmgtrain-model-tiny.so ]] || fail "the refused plugin library was left behind"
+
 # 5. Installed into mgtrain's own prefix, the plugin is found with no --plugin-path.
 cmake --install "$PLUGIN_BUILD" --prefix "$PREFIX" >install-plugin.log 2>&1 || { cat install-plugin.log; fail "install examples/plugin"; }
 "$PREFIX/bin/mgtrain" plugins >plugins-installed.txt 2>&1 || { cat plugins-installed.txt; fail "mgtrain plugins"; }

@@ -63,7 +63,26 @@ TEST(Plugins, RefusesAnotherAbiVersionNamingFileAndBothVersions) {
 TEST(Plugins, RefusesKindMismatchAndMissingSymbol) {
   PluginRegistry registry({kTestPlugins});
   auto msg = load_error(registry, "model", "wrongkind");
-  EXPECT_NE(msg.find("is a 'sync' plugin, expected 'model'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("is the sync plugin 'wrongkind' by its descriptor, so its file must be named "
+                     "libmgtrain-sync-wrongkind.so"),
+            std::string::npos)
+      << msg;
+  // `mgtrain plugins` says the same of it.
+  bool listed = false;
+  for (const auto& c : registry.scan())
+    if (c.path.find("libmgtrain-model-wrongkind.so") != std::string::npos) {
+      listed = true;
+      EXPECT_EQ(c.refusal,
+                "is the sync plugin 'wrongkind' by its descriptor, so its file must be named "
+                "libmgtrain-sync-wrongkind.so");
+    }
+  EXPECT_TRUE(listed);
+  // Asked for by the name in its descriptor, the unknown plugin's line points at the file.
+  msg = load_error(registry, "sync", "wrongkind");
+  EXPECT_NE(msg.find("unknown sync plugin 'wrongkind'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("libmgtrain-model-wrongkind.so is the sync plugin 'wrongkind' by its descriptor"),
+            std::string::npos)
+      << msg;
   msg = load_error(registry, "model", "nosymbol");
   EXPECT_NE(msg.find("does not export the symbol mgtrain_plugin_descriptor"), std::string::npos) << msg;
 }
@@ -85,7 +104,7 @@ TEST(Plugins, ScanReportsEveryCandidateAndWhyItWasRefused) {
       ++refused;
     if (c.path.find("badabi") != std::string::npos) EXPECT_NE(c.refusal.find("999"), std::string::npos);
     if (c.path.find("wrongkind") != std::string::npos)
-      EXPECT_NE(c.refusal.find("does not match"), std::string::npos) << c.refusal;
+      EXPECT_NE(c.refusal.find("by its descriptor, so its file must be named"), std::string::npos) << c.refusal;
   }
   EXPECT_EQ(refused, 3);
   EXPECT_GE(usable, 5);

@@ -112,6 +112,14 @@ std::string elf_file_problem(const std::string& path) {
   return problem;
 }
 
+// Why a plugin whose descriptor names kind:name is refused in `file`, or "": the file name must be
+// libmgtrain-<kind>-<name>.so of its descriptor. One wording for train's load and for `plugins`.
+std::string descriptor_mismatch(const std::string& file, const std::string& kind, const std::string& name) {
+  const std::string expected = file_name_for(kind, name);
+  if (file == expected) return "";
+  return "is the " + kind + " plugin '" + name + "' by its descriptor, so its file must be named " + expected;
+}
+
 // Opens a candidate and checks it; returns the reason it is refused, or "" when usable.
 std::string open_and_check(const std::string& path, boost::dll::shared_library& library,
                            const PluginDescriptor** descriptor) {
@@ -217,13 +225,16 @@ const PluginDescriptor& PluginRegistry::load(const std::string& kind, const std:
     return d;
   }
 
-  std::string available;
-  for (const auto& c : scan())
+  std::string available, misnamed;
+  for (const auto& c : scan()) {
     if (c.usable && c.kind == kind) available += (available.empty() ? "" : ", ") + c.name;
+    // A file whose descriptor is the plugin asked for, under another name.
+    if (!c.usable && c.kind == kind && c.name == name) misnamed += "; " + c.path + " " + c.refusal;
+  }
   std::string searched;
   for (const auto& d : dirs_) searched += (searched.empty() ? "" : ":") + d;
   throw PluginError("unknown " + kind + " plugin '" + name + "': no " + file + " in " + searched + recorded_missing +
-                    "; available " + kind + " plugins: " + (available.empty() ? "none" : available));
+                    misnamed + "; available " + kind + " plugins: " + (available.empty() ? "none" : available));
 }
 
 // Opens the library at `path`, checks it is the plugin asked for and keeps it loaded.
@@ -232,10 +243,8 @@ const PluginDescriptor& PluginRegistry::load_from(const std::string& path, const
   auto loaded = std::make_shared<Loaded>();
   loaded->path = path;
   std::string refusal = open_and_check(loaded->path, loaded->library, &loaded->descriptor);
-  if (refusal.empty() && loaded->descriptor->kind != kind)
-    refusal = "is a '" + std::string(loaded->descriptor->kind) + "' plugin, expected '" + kind + "'";
-  if (refusal.empty() && loaded->descriptor->name != name)
-    refusal = "names itself '" + std::string(loaded->descriptor->name) + "', expected '" + name + "'";
+  if (refusal.empty())
+    refusal = descriptor_mismatch(file_name_for(kind, name), loaded->descriptor->kind, loaded->descriptor->name);
   if (!refusal.empty()) throw PluginError("plugin '" + loaded->path + "' " + refusal);
   pin_for_process_lifetime(loaded->library);
   loaded_.push_back(loaded);
@@ -291,8 +300,7 @@ std::vector<PluginCandidate> PluginRegistry::scan() {
         c.name = d->name;
         c.version = d->version;
         c.description = d->description;
-        if (c.refusal.empty() && file != file_name_for(c.kind, c.name))
-          c.refusal = "file name does not match its descriptor (" + c.kind + " '" + c.name + "')";
+        if (c.refusal.empty()) c.refusal = descriptor_mismatch(file, c.kind, c.name);
       }
       if (c.refusal.empty() && shadowed) {
         c.refusal = "shadowed by an earlier directory in the search path";

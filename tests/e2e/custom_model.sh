@@ -5,7 +5,8 @@
 # step() on the host). Both train; plain_sgd gives sgd's parameters (no momentum) bit for bit; and
 # the step in device memory (the GPU's form, in_memory in lib.sh), which cannot run them, falls
 # back to running them in place. An optimizer whose step() and element update differ is refused
-# before step 1 under every strategy, and one that reads a key it never declared is told so.
+# before step 1 under every strategy, one that reads a key it never declared is told so, and checked
+# mode (MGTRAIN_CHECKED=1) names a layer that writes past its output.
 source "$(dirname "$0")/lib.sh"
 : "${TEST_PLUGIN_DIR:?}"
 write_config run.ini
@@ -55,6 +56,23 @@ for sync in allreduce zero param_server; do
     --checkpoint.dir="$WORK/two-same-$sync" >two-same.log 2>&1 || { cat two-same.log; fail "$sync refused step_form = same"; }
 done
 echo "an optimizer whose step() and element update differ is refused under allreduce, zero and param_server"
+
+# A layer that writes past its output: checked mode names it, the layer and the memory, on the
+# first step, on every rank's path (in place, and the GPU path's program on the CPU).
+for device in cpu emulated_gpu; do
+  MGTRAIN_CHECKED=1 run_np 2 120 train "${common[@]}" --model.name=overrun_mlp --train.device=$device \
+    --checkpoint.dir="$WORK/overrun" >overrun.log 2>&1 && { cat overrun.log; fail "a layer writing past its output trained"; }
+  # Each rank finds it in its own step: one line per rank, each naming the layer.
+  grep -F "checked mode (MGTRAIN_CHECKED=1): layer 'overrun1' wrote past the memory it was given, in forward: the output of layer 'overrun1' [" overrun.log |
+    grep -qE "bytes 0\.\.31 after its end changed" ||
+    { cat overrun.log; fail "checked mode on $device did not name the layer writing past its output and how far"; }
+  ! grep "^mgtrain: error:" overrun.log | grep -qv "layer 'overrun1' wrote past" ||
+    { cat overrun.log; fail "checked mode on $device: another error than the layer's"; }
+  no_ranks_left
+done
+# Nothing to find in a correct model: the SDK's layers under checked mode.
+MGTRAIN_CHECKED=1 run_np 2 120 train "${common[@]}" --model.name=overrun_mlp --model.overrun=0 --train.max_steps=5 \
+  --checkpoint.dir="$WORK/no-overrun" >no-overrun.log 2>&1 || { cat no-overrun.log; fail "checked mode refused a correct layer"; }
 
 # A key the plugin reads but never declared: the error names the plugin and says so, also when a
 # value was given for the key (which is dropped, with a note, as no chosen plugin's).

@@ -1,5 +1,6 @@
 #include "backend_memory.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +43,44 @@ void check_test_cap(size_t) {}
 
 }  // namespace
 
+namespace {
+constexpr unsigned char kGuardPattern = 0xA5;
+}  // namespace
+
+bool checked_mode() {
+  static const bool on = [] {
+    const char* text = std::getenv("MGTRAIN_CHECKED");
+    return text && std::strcmp(text, "1") == 0;
+  }();
+  return on;
+}
+
+void* BackendMemory::device_bytes(size_t bytes, std::string label) {
+  if (!guarded_ || bytes == 0) return device_bytes(bytes);
+  auto* p = static_cast<unsigned char*>(device_bytes(bytes + kGuardBytes));
+  std::memset(p + bytes, kGuardPattern, kGuardBytes);
+  guarded_regions_.push_back({p, bytes, std::move(label)});
+  return p;
+}
+
+std::string BackendMemory::damaged_guard() const {
+  for (const Guarded& g : guarded_regions_) {
+    const unsigned char* guard = g.begin + g.bytes;
+    size_t first = kGuardBytes, last = 0;
+    for (size_t i = 0; i < kGuardBytes; ++i)
+      if (guard[i] != kGuardPattern) {
+        first = std::min(first, i);
+        last = i;
+      }
+    if (first == kGuardBytes) continue;
+    return g.label + " (" + std::to_string(g.bytes) + " bytes): bytes " + std::to_string(first) + ".." +
+           std::to_string(last) + " after its end changed" +
+           (last + 1 == kGuardBytes ? " (and perhaps more: the guard is " + std::to_string(kGuardBytes) + " bytes)"
+                                    : "");
+  }
+  return "";
+}
+
 void BackendMemory::release_all() noexcept {
   for (const auto& [p, bytes] : device_) {
     backend_.release(p);
@@ -50,6 +89,7 @@ void BackendMemory::release_all() noexcept {
   for (void* p : host_) backend_.release_host(p);
   device_.clear();
   host_.clear();
+  guarded_regions_.clear();
 }
 
 void* BackendMemory::device_bytes(size_t bytes) {

@@ -13,7 +13,10 @@ class LayerExecutor::Planner final : public LayerPlanner {
  public:
   Planner(BackendMemory& memory, bool bf16, int64_t shards) : memory_(memory), bf16_(bf16), shards_(shards) {}
   Ops& ops() override { return memory_.backend(); }
-  void* allocate(size_t bytes) override { return memory_.device_bytes(bytes); }
+  void* allocate(size_t bytes) override {
+    return memory_.device_bytes(bytes, "a buffer layer '" + planning_ + "' planned");
+  }
+  void planning(const std::string& layer) { planning_ = layer; }
   bool bf16() const override { return bf16_; }
   int64_t shards() const override { return shards_; }
 
@@ -21,6 +24,7 @@ class LayerExecutor::Planner final : public LayerPlanner {
   BackendMemory& memory_;
   bool bf16_;
   int64_t shards_;
+  std::string planning_;  // the layer whose plan() runs
 };
 
 LayerExecutor::LayerExecutor(kernels::Backend& backend, const std::vector<std::unique_ptr<Layer>>& layers, bool bf16,
@@ -64,6 +68,7 @@ void LayerExecutor::plan(const Shape& input, int64_t shards) {
   grads_.clear();
   input_shape_.clear();
   memory_->release_all();
+  memory_->guard(checked_mode());
   Planner planner(*memory_, bf16_, shards);
   shards_ = shards;
   whole_.assign(n, 1);
@@ -78,11 +83,14 @@ void LayerExecutor::plan(const Shape& input, int64_t shards) {
   Shape in = input;
   for (size_t i = 0; i < n; ++i) {
     whole_[i] = shard_passes::whole(*layers_[i], backend_, in, shards);
+    planner.planning(layers_[i]->name());
     layers_[i]->plan(planner, shard_passes::plan_shape(in, shards, whole_[i]));
     // An aliasing layer's view is pointed at its input on each forward.
     float* out = alias_[i]      ? nullptr
                  : in_place_[i] ? acts_[i - 1].data()
-                                : memory_->device<float>(static_cast<size_t>(shape_numel(shapes[i])));
+                                : static_cast<float*>(memory_->device_bytes(
+                                      static_cast<size_t>(shape_numel(shapes[i])) * sizeof(float),
+                                      "the output of layer '" + layers_[i]->name() + "' " + shape_string(shapes[i])));
     acts_[i] = Tensor::view(out, shapes[i]);
     in = shapes[i];
   }
@@ -101,7 +109,11 @@ void LayerExecutor::plan(const Shape& input, int64_t shards) {
       slot[i] = 1 - slot[i + 1];
     if (slot[i] >= 0) slot_numel[slot[i]] = std::max(slot_numel[slot[i]], static_cast<size_t>(shape_numel(shapes[i])));
   }
-  float* const slot_memory[2] = {memory_->device<float>(slot_numel[0]), memory_->device<float>(slot_numel[1])};
+  float* slot_memory[2];
+  for (int k = 0; k < 2; ++k)
+    slot_memory[k] = static_cast<float*>(
+        memory_->device_bytes(slot_numel[k] * sizeof(float),
+                              "a gradient buffer between layers (" + std::to_string(slot_numel[k]) + " floats)"));
   for (size_t i = 0; i < n; ++i) grads_[i] = Tensor::view(slot[i] >= 0 ? slot_memory[slot[i]] : nullptr, shapes[i]);
   input_ = Tensor::view(nullptr, input);
   input_shape_ = input;
@@ -122,6 +134,7 @@ const Tensor& LayerExecutor::forward(const float* input, ParameterStore& store, 
       acts_[i].rebind(const_cast<float*>(x->data()));
     else
       shard_passes::forward(*layers_[i], run, *x, acts_[i], whole_[i]);
+    if (checked_mode()) check_guards(*layers_[i], "forward");
     x = &acts_[i];
   }
   forwarded_ = true;
@@ -144,9 +157,18 @@ void LayerExecutor::backward(ParameterStore& store, const StepContext& ctx,
       // leading Flatten would be a wasted GEMM).
       Tensor* dx = i > first_with_params_ ? &grads_[i - 1] : nullptr;
       shard_passes::backward(*layers_[i], run, in, acts_[i], grads_[i], dx, whole_[i]);
+      if (checked_mode()) check_guards(*layers_[i], "backward");
     }
     if (ready && !handles_[i].empty()) ready(handles_[i]);
   }
+}
+
+void LayerExecutor::check_guards(const Layer& layer, const char* pass) const {
+  const std::string damage = memory_->damaged_guard();
+  if (damage.empty()) return;
+  throw Error("checked mode (MGTRAIN_CHECKED=1): layer '" + layer.name() + "' wrote past the memory it was given, in " +
+              pass + ": " + damage +
+              "; a layer writes its output's numel() floats and the bytes its plan() allocated, no more");
 }
 
 }  // namespace mgt

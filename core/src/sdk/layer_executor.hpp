@@ -52,6 +52,8 @@ class LayerExecutor {
 
  private:
   class Planner;
+  // Checked mode: throws naming `layer` when a guard of the executor's memory changed in `pass`.
+  void check_guards(const Layer& layer, const char* pass) const;
   kernels::Backend& backend_;
   std::vector<Layer*> layers_;
   bool bf16_;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -836,6 +837,94 @@ TEST(SequentialModel, HandlesBatchSizeChange) {
     EXPECT_EQ(y.shape(), (Shape{batch, 2}));
     const Tensor dy = random_tensor({batch, 2}, 51);
     model.backward(dy, training_ctx(), {});
+  }
+}
+
+// What linear layers hand deterministic mode's reducer (mgt::WeightGradientSink): per weight,
+// the rows of dy and x in the order they came, from which the reducer forms dW and db.
+class RecordingSink final : public mgt::WeightGradientSink {
+ public:
+  struct Factors {
+    std::vector<float> dy, x;
+  };
+  void add_linear(mgt::ParamHandle weight, mgt::ParamHandle, const float* dy, const float* x, int64_t rows, int64_t out,
+                  int64_t in, int64_t) override {
+    Factors& f = factors[weight];
+    f.dy.insert(f.dy.end(), dy, dy + rows * out);
+    f.x.insert(f.x.end(), x, x + rows * in);
+  }
+  // Only for a layer the executor runs one shard at a time, which a linear layer must not be.
+  Tensor& shard_gradients(int64_t shard) override {
+    ADD_FAILURE() << "the executor ran a layer shard by shard (shard " << shard << "): a linear layer, not whole";
+    shard_buffers.resize(std::max<size_t>(shard_buffers.size(), static_cast<size_t>(shard) + 1));
+    Tensor& buffer = shard_buffers[static_cast<size_t>(shard)];
+    if (buffer.numel() != flat_size) buffer = Tensor({flat_size});
+    return buffer;
+  }
+  int64_t flat_size = 0;
+  std::map<mgt::ParamHandle, Factors> factors;
+  std::vector<Tensor> shard_buffers;
+};
+
+// Deterministic mode runs a rank's micro-shards through the model in one pass and promises each
+// row the bits of a pass of one shard (what a GPU's step and a rank of a larger world run), on
+// every CPU: whether oneDNN's sgemm gives a row the same bits in a call of 8 x 16 rows as in one
+// of 16 depends on its kernels (with AVX2 kernels it does not, for these sizes; ctest runs this
+// again under DNNL_MAX_CPU_ISA=AVX2). The logits and every factor of the weight gradients (dy,
+// from the layer above's input gradient, and x) must match bit for bit.
+TEST(SequentialModel, MicroShardsInOnePassGiveEachRowTheBitsOfOneShardPasses) {
+  const int64_t shards = 8, rows = 16, in = 16, classes = 10;
+  struct Run {
+    mgt::SequentialModel model;
+    ParameterStore store;
+    RecordingSink sink;
+    Run() {
+      model.add(mgt::make_linear("fc1", in, 32));
+      model.add(mgt::make_relu("relu1"));
+      model.add(mgt::make_linear("fc2", 32, 32));
+      model.add(mgt::make_relu("relu2"));
+      model.add(mgt::make_linear("fc3", 32, classes));
+      model.declare(store);
+      store.finalize();
+      store.initialize(5);
+      sink.flat_size = static_cast<int64_t>(store.flat_size());
+      store.set_weight_gradient_sink(&sink);
+    }
+  };
+  const Tensor x = random_tensor({shards * rows, in}, 60);
+  const Tensor dlogits = random_tensor({shards * rows, classes}, 61);
+  StepContext ctx = training_ctx();
+  ctx.overwrite_grads = true;
+
+  Run batched;
+  ctx.shards = shards;
+  const Tensor& logits = batched.model.forward(x, ctx);
+  const std::vector<float> batched_logits(logits.data(), logits.data() + logits.numel());
+  batched.model.backward(dlogits, ctx, {});
+
+  Run one_by_one;
+  ctx.shards = 1;
+  std::vector<float> shard_logits;
+  for (int64_t s = 0; s < shards; ++s) {
+    const Tensor xs = Tensor::view(const_cast<float*>(x.data()) + s * rows * in, {rows, in});
+    const Tensor dys = Tensor::view(const_cast<float*>(dlogits.data()) + s * rows * classes, {rows, classes});
+    ctx.first_sample = s * rows;
+    const Tensor& y = one_by_one.model.forward(xs, ctx);
+    shard_logits.insert(shard_logits.end(), y.data(), y.data() + y.numel());
+    one_by_one.model.backward(dys, ctx, {});
+  }
+
+  ASSERT_EQ(batched_logits.size(), shard_logits.size());
+  EXPECT_EQ(std::memcmp(batched_logits.data(), shard_logits.data(), batched_logits.size() * sizeof(float)), 0)
+      << "the logits of a pass of " << shards << " shards differ from those of passes of one";
+  ASSERT_EQ(batched.sink.factors.size(), 3u) << "a linear layer's gradient did not reach the sink";
+  for (const auto& [weight, f] : one_by_one.sink.factors) {
+    const auto& b = batched.sink.factors.at(weight);
+    const std::string name = one_by_one.store.info(weight).name;
+    ASSERT_EQ(b.dy.size(), f.dy.size()) << name;
+    ASSERT_EQ(b.x.size(), f.x.size()) << name;
+    EXPECT_EQ(std::memcmp(b.dy.data(), f.dy.data(), f.dy.size() * sizeof(float)), 0) << name << ": dy";
+    EXPECT_EQ(std::memcmp(b.x.data(), f.x.data(), f.x.size() * sizeof(float)), 0) << name << ": x";
   }
 }
 

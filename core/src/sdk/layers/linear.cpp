@@ -1,6 +1,7 @@
 // Linear: y = x W^T + b over GEMMs, on rows of a batch (the input flattened) or on each token of a
 // sequence (the last dimension: make_token_linear). Deterministic mode hands the weight gradient's factors to the
-// store's WeightGradientSink instead (its tree sums do not depend on how ranks split the batch).
+// store's WeightGradientSink instead (its tree sums do not depend on how ranks split the batch), and
+// gives every row the bits of a pass of one micro-shard (below, gemm_shards_).
 #include <string>
 
 #include "layer_checks.hpp"
@@ -27,7 +28,6 @@ class LinearLayer final : public Layer {
       MGT_CHECK(input.size() >= 2 && input.back() == in_, ConfigError,
                 "layer '" + name() + "' expects input [..., " + std::to_string(in_) + "] (" + std::to_string(in_) +
                     " features per token), got " + shape_string(input));
-      rows_per_sample_ = shape_numel(input) / (input[0] * in_);
       Shape out = input;
       out.back() = out_;
       return out;
@@ -42,7 +42,18 @@ class LinearLayer final : public Layer {
     output_shape(input);
     planned_ = input;
     x_bf16_ = dy_bf16_ = w_bf16_ = nullptr;
-    if (!planner.bf16()) return;
+    gemm_shards_ = 1;
+    if (!planner.bf16()) {
+      // A pass of several deterministic micro-shards: whether a row's bits depend on how many rows
+      // share a GEMM call depends on the CPU's kernels (oneDNN's AVX2 sgemm blocks a call of 128
+      // rows otherwise than one of 16), so it is measured here, once per shape; where they do, the
+      // forward and input-gradient GEMMs run once per shard, as in a pass of one shard.
+      const int64_t shards = planner.shards();
+      const int64_t rows = shape_numel(input) / in_;
+      if (shards > 1 && rows % shards == 0 && !planner.ops().gemm_rows_independent(rows / shards, shards, out_, in_))
+        gemm_shards_ = shards;
+      return;
+    }
     const auto rows = static_cast<size_t>(shape_numel(input) / in_);
     x_bf16_ = planner.allocate_array<uint16_t>(rows * static_cast<size_t>(in_));
     dy_bf16_ = planner.allocate_array<uint16_t>(rows * static_cast<size_t>(out_));
@@ -62,8 +73,10 @@ class LinearLayer final : public Layer {
       ops.gemm_bf16(false, true, batch, out_, in_, 1.0f, x_bf16_, in_, w_bf16_, in_, 1.0f, out.data(), out_);
       return;
     }
-    ops.gemm(false, true, batch, out_, in_, 1.0f, in.data(), in_, run.store.param(weight_), in_, 1.0f, out.data(),
-             out_);
+    const int64_t rows = batch / gemm_shards_;
+    for (int64_t s = 0; s < gemm_shards_; ++s)
+      ops.gemm(false, true, rows, out_, in_, 1.0f, in.data() + s * rows * in_, in_, run.store.param(weight_), in_, 1.0f,
+               out.data() + s * rows * out_, out_);
   }
 
   void backward(const LayerRun& run, const Tensor& in, const Tensor&, const Tensor& grad_out,
@@ -94,16 +107,18 @@ class LinearLayer final : public Layer {
       if (overwrite) ops.zero(db, static_cast<size_t>(out_) * sizeof(float));
       ops.add_column_sums(grad_out.data(), db, batch, out_);
     }
-    if (grad_in)
-      ops.gemm(false, false, batch, in_, out_, 1.0f, grad_out.data(), out_, run.store.param(weight_), in_, 0.0f,
-               grad_in->data(), in_);
+    if (!grad_in) return;
+    const int64_t rows = batch / gemm_shards_;
+    for (int64_t s = 0; s < gemm_shards_; ++s)
+      ops.gemm(false, false, rows, in_, out_, 1.0f, grad_out.data() + s * rows * out_, out_, run.store.param(weight_),
+               in_, 0.0f, grad_in->data() + s * rows * in_, in_);
   }
 
   std::vector<ParamHandle> param_handles() const override { return {weight_, bias_}; }
   bool backward_reads_output() const override { return false; }
-  bool row_wise(const Ops& ops, int64_t shard_rows, int64_t shards) const override {
-    return ops.gemm_rows_independent(shard_rows * rows_per_sample_, shards, out_, in_);
-  }
+  // On every CPU: the weight gradient goes to the sink, and plan() splits the GEMMs by shard
+  // wherever batching them would change a row's bits.
+  bool row_wise(const Ops&, int64_t, int64_t) const override { return true; }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = per_token_ ? LayerKind::token_linear : LayerKind::linear;
@@ -115,11 +130,9 @@ class LinearLayer final : public Layer {
   int64_t in_, out_;
   Init init_;
   bool per_token_;
-  // GEMM rows per sample (tokens per sequence), from the latest output_shape: what row_wise asks
-  // oneDNN about.
-  mutable int64_t rows_per_sample_ = 1;
   ParamHandle weight_ = 0, bias_ = 0;
   Shape planned_;
+  int64_t gemm_shards_ = 1;     // GEMM calls a forward and an input gradient make: one a shard, or one
   uint16_t* x_bf16_ = nullptr;  // bf16: the input, the output gradient and the weight as operands
   uint16_t* dy_bf16_ = nullptr;
   uint16_t* w_bf16_ = nullptr;

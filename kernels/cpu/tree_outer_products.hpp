@@ -22,8 +22,16 @@ void tree_outer_products(const float* dy, const float* x, int64_t shards, int64_
 void tree_column_sums(const float* dy, int64_t shards, int64_t rows, int64_t cols, float* dst);
 
 // The same sum written plainly (one output at a time, std::fma), for tests and for CPUs without
-// AVX-512, where tree_outer_products uses it.
+// AVX2 and FMA, where tree_outer_products uses it.
 void tree_outer_products_reference(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out,
                                    int64_t in, float* dst);
+
+// The vector forms tree_outer_products picks from (AVX-512 first, then AVX2 with FMA), callable
+// one by one so that tests compare each with the reference on any CPU that has it: false, with
+// nothing written, where this CPU (or build) lacks the instructions.
+bool tree_outer_products_avx512(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out, int64_t in,
+                                float* dst);
+bool tree_outer_products_avx2(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out, int64_t in,
+                              float* dst);
 
 }  // namespace mgt::kernels

@@ -12,6 +12,7 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.hpp"
@@ -504,6 +505,28 @@ TEST_P(KernelTreeOuterProducts, BitwiseEqualToReferenceAndSplitsLikeRanks) {
       for (int64_t r = 0; r < c.shards * c.rows; ++r) sum += static_cast<double>(dy[r * c.out + o]) * x[r * c.in + i];
       ASSERT_NEAR(fast[o * c.in + i], sum, 1e-4 * (1.0 + std::fabs(sum))) << o << ", " << i;
     }
+}
+
+// tree_outer_products takes the widest vector form the CPU has; each form on its own (AVX-512,
+// AVX2 with FMA) gives the reference's bits, so a rank on either kind of CPU sums alike.
+TEST_P(KernelTreeOuterProducts, EveryVectorFormBitwiseEqualToReference) {
+  const TreeCase c = GetParam();
+  const auto dy = random_vector(static_cast<size_t>(c.shards * c.rows * c.out), 14);
+  const auto x = random_vector(static_cast<size_t>(c.shards * c.rows * c.in), 15);
+  const auto n = static_cast<size_t>(c.out * c.in);
+  std::vector<float> reference(n, 7.0f);
+  mgt::kernels::tree_outer_products_reference(dy.data(), x.data(), c.shards, c.rows, c.out, c.in, reference.data());
+  using Form = bool (*)(const float*, const float*, int64_t, int64_t, int64_t, int64_t, float*);
+  const std::pair<const char*, Form> forms[] = {{"avx512", mgt::kernels::tree_outer_products_avx512},
+                                                {"avx2", mgt::kernels::tree_outer_products_avx2}};
+  int ran = 0;
+  for (const auto& [name, form] : forms) {
+    std::vector<float> out(n, -7.0f);
+    if (!form(dy.data(), x.data(), c.shards, c.rows, c.out, c.in, out.data())) continue;
+    ++ran;
+    for (size_t k = 0; k < n; ++k) ASSERT_EQ(out[k], reference[k]) << name << ", output " << k;
+  }
+  if (ran == 0) GTEST_SKIP() << "this CPU has neither AVX-512 nor AVX2 with FMA";
 }
 
 TEST_P(KernelTreeOuterProducts, ColumnSumsBitwiseEqualToPlainTreeAndSplitLikeRanks) {

@@ -3,3 +3,4 @@
 foreach(case convert train sync deterministic weight_decay resume bad_input)
   mgtrain_e2e_test(gpt.${case} 900 ${E2E}/gpt.sh ${case})
 endforeach()
+mgtrain_e2e_avx2_test(gpt.deterministic 900 ${E2E}/gpt.sh deterministic)

@@ -3,3 +3,4 @@
 foreach(case parity_mlp parity_cnn deterministic resume memory device_memory nonfinite bad_config)
   mgtrain_e2e_test(zero.${case} 1200 ${E2E}/zero.sh ${case})
 endforeach()
+mgtrain_e2e_avx2_test(zero.deterministic 1200 ${E2E}/zero.sh deterministic)

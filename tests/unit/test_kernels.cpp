@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <ostream>
@@ -25,6 +26,7 @@
 #include "kernels/cpu/softmax.hpp"
 #include "kernels/cpu/tree_outer_products.hpp"
 #include "kernels/elementwise.hpp"
+#include "oneapi/dnnl/dnnl.h"
 
 namespace {
 
@@ -570,6 +572,17 @@ TEST(KernelGemm, RowsIndependentCheckAgreesWithDirectComparison) {
               claimed ? "yes" : "no");
   // Asked again, the answer comes from the cache and does not change.
   EXPECT_EQ(mgt::kernels::sgemm_rows_independent(shard_rows, shards, out, in), claimed);
+}
+
+// ctest runs deterministic mode's checks again with oneDNN held to its AVX2 kernels
+// (DNNL_MAX_CPU_ISA=AVX2, read once, at the library's first dispatch): on an AVX-512 machine they
+// prove something only if the library honours the cap.
+TEST(KernelGemm, OneDnnHonoursAnAvx2CapFromTheEnvironment) {
+  const char* cap = std::getenv("DNNL_MAX_CPU_ISA");
+  if (!cap || std::string(cap) != "AVX2") GTEST_SKIP() << "run without DNNL_MAX_CPU_ISA=AVX2";
+  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  EXPECT_EQ(static_cast<int>(isa) & ~static_cast<int>(dnnl_cpu_isa_avx2), 0)
+      << "oneDNN runs ISA 0x" << std::hex << static_cast<int>(isa) << " under DNNL_MAX_CPU_ISA=AVX2";
 }
 
 // bf16 as the GPU rounds it: to nearest, ties to even; exact values survive; NaN stays NaN.

@@ -7,6 +7,7 @@ Usage: h5edit.py FILE OP ARGS...
   setfloat DATASET INDEX VALUE [keep-crc]  writes one float32 element ("inf", "nan" too) and the
                                dataset's crc32 attribute to match, as a writer would have (keep-crc:
                                the old checksum stays, as after damage)
+  fill DATASET VALUE           writes VALUE into every float32 element, the crc32 attribute to match
   unlink PATH                  removes the link PATH (a group or dataset)
 """
 import sys
@@ -32,6 +33,11 @@ def main():
             dataset[...] = values.reshape(dataset.shape)
             if args[3:] != ["keep-crc"]:
                 dataset.attrs.modify("crc32", numpy.uint32(zlib.crc32(values.tobytes())))
+        elif op == "fill":
+            dataset = f[args[0]]
+            values = numpy.full(dataset.shape, float(args[1]), dtype="<f4")
+            dataset[...] = values
+            dataset.attrs.modify("crc32", numpy.uint32(zlib.crc32(values.tobytes())))
         elif op == "unlink":
             del f[args[0]]
         else:

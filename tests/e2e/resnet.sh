@@ -49,10 +49,24 @@ case $1 in
       fail "the parameters in device memory differ from in place"
     [ "$(group_hash host/step-60.h5 /buffers)" = "$(group_hash device/step-60.h5 /buffers)" ] ||
       fail "the running statistics in device memory differ from in place"
-    accuracy=$("$MGTRAIN" eval --checkpoint host/step-60.h5 --data "$DATA_DIR/test.h5" --json | json_field accuracy)
-    echo "test accuracy after 60 steps, with the running statistics: $accuracy"
-    # Chance is 0.1; running statistics that were not kept or not used give about that.
-    awk -v a="$accuracy" 'BEGIN { exit !(a > 0.35) }' || fail "test accuracy $accuracy: the running statistics are off"
+    # mgtrain eval normalises by the running statistics the checkpoint kept: the same weights with
+    # them reset to their initial values (mean 0, variance 1: statistics never kept) give chance,
+    # 0.1, and eval must do far better with the kept ones (statistics not used: the same figure).
+    # The accuracy itself is no yardstick: after 60 steps at this rate the running statistics trail
+    # the weights, and the last bits of a CPU's kernels move it between 0.34 and 0.55 (measured).
+    python=$(h5py_python)
+    cp host/step-60.h5 reset.h5
+    for name in $(h5ls reset.h5/buffers | awk '{print $1}'); do
+      case $name in
+        *.running_mean) "$python" "$(dirname "$0")/h5edit.py" reset.h5 fill "/buffers/$name" 0 ;;
+        *.running_var) "$python" "$(dirname "$0")/h5edit.py" reset.h5 fill "/buffers/$name" 1 ;;
+      esac || fail "resetting /buffers/$name"
+    done
+    kept=$("$MGTRAIN" eval --checkpoint host/step-60.h5 --data "$DATA_DIR/test.h5" --json | json_field accuracy)
+    reset=$("$MGTRAIN" eval --checkpoint reset.h5 --data "$DATA_DIR/test.h5" --json | json_field accuracy)
+    echo "test accuracy after 60 steps: $kept with the running statistics, $reset with them reset"
+    awk -v a="$kept" -v b="$reset" 'BEGIN { exit !(a >= b + 0.1) }' ||
+      fail "test accuracy $kept, $reset with the statistics reset: the running statistics are off"
     ;;
   resume)
     run_np 2 600 train "${common[@]}" --checkpoint.dir="$WORK/straight" >straight.log 2>&1 ||

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The all-reduce through the node's shared memory (sync.shared_memory, the default on one node),
 # in a mount namespace of its own with a private /dev/shm, so that only this test's files are
-# there (root only: exit 77 otherwise):
+# there (root and mount namespaces only: a skip otherwise, lib.sh's namespaces_unavailable):
 #   clean: at np=2 it trains to the bits of Open MPI's all-reduce (a sum of two is the same in
 #     either order, and the ranks' shared update of their parts is the whole update's, element by
 #     element), with grad_accum's accumulated micro-batches too, and its memory has no name in
@@ -12,11 +12,13 @@
 #     two: the job still trains through shared memory, without a note, to the bits of MPI's.
 # Usage: shared_memory.sh clean|full|one_set
 source "$(dirname "$0")/lib.sh"
-skip() { echo "SKIP: $*" >&2; exit 77; }
 
 if [ -z "${MGTRAIN_TEST_PRIVATE_SHM:-}" ]; then
-  [ "$(id -u)" = 0 ] || skip "a private /dev/shm needs root"
-  command -v unshare >/dev/null || skip "no unshare"
+  [ "$(id -u)" = 0 ] || namespaces_unavailable "a private /dev/shm needs root"
+  command -v unshare >/dev/null || namespaces_unavailable "no unshare"
+  # A chroot's root is no mount point, whose propagation cannot change: no namespace of our own.
+  err=$(unshare --mount --propagation private true 2>&1) ||
+    namespaces_unavailable "this machine cannot make a mount namespace for a private /dev/shm: ${err//$'\n'/ }"
   size=256m
   # Room for Open MPI's own segments (4 MB a rank), not for this model's two gradient slots (46 MB).
   [ "$1" = full ] && size=16m
@@ -24,7 +26,8 @@ if [ -z "${MGTRAIN_TEST_PRIVATE_SHM:-}" ]; then
   [ "$1" = one_set ] && size=32m
   exec unshare --mount --propagation private -- env MGTRAIN_TEST_PRIVATE_SHM=$size "$0" "$@"
 fi
-mount -t tmpfs -o size="$MGTRAIN_TEST_PRIVATE_SHM" tmpfs /dev/shm || skip "cannot mount a tmpfs on /dev/shm"
+mount -t tmpfs -o size="$MGTRAIN_TEST_PRIVATE_SHM" tmpfs /dev/shm ||
+  namespaces_unavailable "cannot mount a tmpfs on /dev/shm in a mount namespace"
 ours() { find /dev/shm -maxdepth 1 -name 'mgtrain-*'; }
 
 write_config run.ini

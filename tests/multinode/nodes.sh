@@ -21,6 +21,14 @@ sim_fail() {
   exit 1
 }
 
+# Where this machine cannot make the nodes (not root, no network or mount namespaces): the
+# caller's namespaces_unavailable when it has one (the tests, tests/e2e/lib.sh: a skip, or a
+# failure with MGTRAIN_REQUIRE_NAMESPACES=1), else a failure.
+sim_unavailable() {
+  if declare -F namespaces_unavailable >/dev/null; then namespaces_unavailable "$@"; fi
+  sim_fail "$@"
+}
+
 # Runs a command on node NODE: in its network namespace, with its host name and its /etc/hosts.
 node_run() {  # node_run NODE COMMAND...
   local node=$1
@@ -91,7 +99,8 @@ nodes_down() {
 }
 
 # Brings up nodes n1..nN; --rate RATE limits each node's link in both directions (tc tbf).
-# Fails with one line when the machine cannot make namespaces (not root, or a kernel that refuses).
+# Ends with one line (sim_unavailable) where the machine cannot make namespaces (not root, a chroot,
+# a kernel or container that refuses).
 nodes_up() {  # nodes_up N [--rate RATE]
   local n=$1 rate="" i ns veth
   shift
@@ -101,13 +110,19 @@ nodes_up() {  # nodes_up N [--rate RATE]
       *) sim_fail "nodes_up: unknown option $1" ;;
     esac
   done
-  [ "$(id -u)" -eq 0 ] || sim_fail "simulated nodes need root (network namespaces, a bridge); running as uid $(id -u)"
+  [ "$(id -u)" -eq 0 ] ||
+    sim_unavailable "simulated nodes need root (network namespaces, a bridge); running as uid $(id -u)"
   sim_claim
   trap nodes_down EXIT
   sim_remove_nodes
+  # What the nodes and their agent (nsrsh) use: a network namespace, entered with a host name and,
+  # for a node's private directories, a mount namespace of its own.
   local probe=$SIM_PREFIX-probe err
-  err=$( { ip netns add "$probe" && ip netns exec "$probe" unshare --uts true; } 2>&1) ||
-    { ip netns delete "$probe" 2>/dev/null; sim_fail "this machine cannot make network namespaces: ${err//$'\n'/ }"; }
+  err=$( { ip netns add "$probe" && ip netns exec "$probe" unshare --uts --mount --propagation private true; } 2>&1) ||
+    {
+      ip netns delete "$probe" 2>/dev/null || true
+      sim_unavailable "this machine cannot make network and mount namespaces: ${err//$'\n'/ }"
+    }
   ip netns delete "$probe"
   ip link add "$SIM_BRIDGE" type bridge
   ip addr add 10.77.0.254/24 dev "$SIM_BRIDGE"

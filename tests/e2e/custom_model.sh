@@ -5,7 +5,8 @@
 # step() on the host). Both train; plain_sgd gives sgd's parameters (no momentum) bit for bit; and
 # the step in device memory (the GPU's form, in_memory in lib.sh), which cannot run them, falls
 # back to running them in place. An optimizer whose step() and element update differ is refused
-# before step 1 under every strategy, one that reads a key it never declared is told so, and checked
+# before step 1 under every strategy, one that reads a key it never declared is told so, a layer
+# that keeps forward state is right in deterministic mode with or without row_wise(), and checked
 # mode (MGTRAIN_CHECKED=1) names a layer that writes past its output.
 source "$(dirname "$0")/lib.sh"
 : "${TEST_PLUGIN_DIR:?}"
@@ -56,6 +57,23 @@ for sync in allreduce zero param_server; do
     --checkpoint.dir="$WORK/two-same-$sync" >two-same.log 2>&1 || { cat two-same.log; fail "$sync refused step_form = same"; }
 done
 echo "an optimizer whose step() and element update differ is refused under allreduce, zero and param_server"
+
+# A layer that keeps forward state in its planned memory is right in deterministic mode whether it
+# declares row_wise() (one pass for the micro-shards) or not (one shard at a time, its planned
+# memory kept per shard): the same bits at np=1 and np=2, and the same as the declared form.
+for form in true false; do
+  for np in 1 2; do
+    run_np $np 300 train "${common[@]}" --model.name=stateful_mlp --model.row_wise=$form --sync.deterministic=true \
+      --train.max_steps=20 --checkpoint.dir="$WORK/stateful-$form-$np" >stateful.log 2>&1 ||
+      { cat stateful.log; fail "stateful_mlp, row_wise $form, np=$np"; }
+  done
+done
+reference=$(group_hash stateful-true-1/step-20.h5 /params)
+for run in stateful-true-2 stateful-false-1 stateful-false-2; do
+  [ "$(group_hash $run/step-20.h5 /params)" = "$reference" ] ||
+    fail "deterministic: a layer keeping forward state, $run, differs from the row-wise form at np=1"
+done
+echo "a layer keeping forward state: the same bits declared row-wise or not, at np=1 and np=2"
 
 # A layer that writes past its output: checked mode names it, the layer and the memory, on the
 # first step, on every rank's path (in place, and the GPU path's program on the CPU).

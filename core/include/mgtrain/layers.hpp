@@ -157,9 +157,15 @@ class MGT_API Layer {
   // into WeightGradientSink::shard_gradients), or runs layers of its own by the executor's rule (a
   // residual block). The executor runs any other layer that is not row_wise one shard at a time,
   // on a slice of the pass, its parameter gradients going to that shard's buffer: every shard's
-  // forward, later every shard's backward, so such a layer's backward must need nothing from its
-  // forward but its input and output (a convolution; not a pooling op that records its maxima).
+  // forward, later every shard's backward; what its plan() allocated is kept per shard between
+  // the two (planned_memory_is_scratch).
   virtual bool handles_shards() const { return false; }
+  // True when what plan() allocated holds nothing a backward needs from its forward (constants set
+  // in plan, scratch of one call). Only an optimisation: a layer run one micro-shard at a time (not
+  // row_wise, not handles_shards) gets its planned memory saved after each shard's forward and
+  // put back before that shard's backward, so a layer may keep there what its backward reads
+  // (Swish's gate, a pooling's maxima); true skips those copies.
+  virtual bool planned_memory_is_scratch() const { return false; }
   // What the layer computes, for `mgtrain export` (mgtrain/layer_description.hpp); the default,
   // LayerKind::none, says it has no export form.
   virtual LayerDescription describe() const { return {}; }

@@ -72,6 +72,7 @@ void LayerExecutor::plan(const Shape& input, int64_t shards) {
   Planner planner(*memory_, bf16_, shards);
   shards_ = shards;
   whole_.assign(n, 1);
+  planned_.assign(n, shard_passes::PlannedState());
   acts_.resize(n);
   grads_.resize(n);
   // A layer runs in place over the output of the one before when that output is a buffer of its
@@ -82,9 +83,8 @@ void LayerExecutor::plan(const Shape& input, int64_t shards) {
                    !layers_[i - 1]->backward_reads_output();
   Shape in = input;
   for (size_t i = 0; i < n; ++i) {
-    whole_[i] = shard_passes::whole(*layers_[i], backend_, in, shards);
     planner.planning(layers_[i]->name());
-    layers_[i]->plan(planner, shard_passes::plan_shape(in, shards, whole_[i]));
+    whole_[i] = shard_passes::plan(*layers_[i], planner, in, planned_[i]);
     // An aliasing layer's view is pointed at its input on each forward.
     float* out = alias_[i]      ? nullptr
                  : in_place_[i] ? acts_[i - 1].data()
@@ -133,7 +133,7 @@ const Tensor& LayerExecutor::forward(const float* input, ParameterStore& store, 
     if (alias_[i])
       acts_[i].rebind(const_cast<float*>(x->data()));
     else
-      shard_passes::forward(*layers_[i], run, *x, acts_[i], whole_[i]);
+      shard_passes::forward(*layers_[i], run, *x, acts_[i], whole_[i], planned_[i]);
     if (checked_mode()) check_guards(*layers_[i], "forward");
     x = &acts_[i];
   }
@@ -156,7 +156,7 @@ void LayerExecutor::backward(ParameterStore& store, const StepContext& ctx,
       // Below the first layer with parameters no input gradient is needed (e.g. fc1's dx after a
       // leading Flatten would be a wasted GEMM).
       Tensor* dx = i > first_with_params_ ? &grads_[i - 1] : nullptr;
-      shard_passes::backward(*layers_[i], run, in, acts_[i], grads_[i], dx, whole_[i]);
+      shard_passes::backward(*layers_[i], run, in, acts_[i], grads_[i], dx, whole_[i], planned_[i]);
       if (checked_mode()) check_guards(*layers_[i], "backward");
     }
     if (ready && !handles_[i].empty()) ready(handles_[i]);

@@ -12,6 +12,7 @@
 #include "backend_memory.hpp"
 #include "kernels/backend.hpp"
 #include "mgtrain/layers.hpp"
+#include "shard_passes.hpp"
 
 namespace mgt {
 
@@ -61,13 +62,14 @@ class LayerExecutor {
   Shape input_shape_, output_shape_;
   std::vector<std::vector<ParamHandle>> handles_;
   int64_t shards_ = 1;
-  std::vector<char> whole_;       // layer i takes a pass of several shards whole (shard_passes::whole)
-  std::vector<char> alias_;       // layer i's output is its input's memory
-  std::vector<char> in_place_;    // layer i runs in place over layer i - 1's output
-  std::vector<Tensor> acts_;      // acts_[i]: output of layer i (a view of backend memory)
-  std::vector<Tensor> grads_;     // grads_[i]: gradient w.r.t. the output of layer i
-  Tensor input_;                  // a view of the latest forward's input
-  size_t first_with_params_ = 0;  // layers before it need no input gradient
+  std::vector<char> whole_;  // layer i takes a pass of several shards whole (shard_passes::whole)
+  std::vector<shard_passes::PlannedState> planned_;  // layer i's planned memory, kept per shard
+  std::vector<char> alias_;                          // layer i's output is its input's memory
+  std::vector<char> in_place_;                       // layer i runs in place over layer i - 1's output
+  std::vector<Tensor> acts_;                         // acts_[i]: output of layer i (a view of backend memory)
+  std::vector<Tensor> grads_;                        // grads_[i]: gradient w.r.t. the output of layer i
+  Tensor input_;                                     // a view of the latest forward's input
+  size_t first_with_params_ = 0;                     // layers before it need no input gradient
   bool forwarded_ = false;
 };
 

@@ -73,6 +73,47 @@ bool whole(const Layer& layer, const Ops& ops, const Shape& input, int64_t shard
   return layer.row_wise(ops, input[0] / shards, shards);
 }
 
+void* PlannedState::Recorder::allocate(size_t bytes) {
+  void* p = inner_.allocate(bytes);
+  if (p && bytes > 0) {
+    state_.regions_.emplace_back(static_cast<unsigned char*>(p), bytes);
+    state_.bytes_ += bytes;
+  }
+  return p;
+}
+
+void PlannedState::keep_per_shard(LayerPlanner& planner, const Layer& layer, bool whole, int64_t shards) {
+  copies_ = nullptr;
+  if (whole || shards <= 1 || bytes_ == 0 || layer.planned_memory_is_scratch()) return;
+  copies_ = static_cast<unsigned char*>(planner.allocate(bytes_ * static_cast<size_t>(shards)));
+}
+
+void PlannedState::save(Ops& ops, int64_t shard) const {
+  unsigned char* to = copies_ + static_cast<size_t>(shard) * bytes_;
+  for (const auto& [p, bytes] : regions_) {
+    ops.copy(to, p, bytes);
+    to += bytes;
+  }
+}
+
+void PlannedState::restore(Ops& ops, int64_t shard) const {
+  const unsigned char* from = copies_ + static_cast<size_t>(shard) * bytes_;
+  for (const auto& [p, bytes] : regions_) {
+    ops.copy(p, from, bytes);
+    from += bytes;
+  }
+}
+
+bool plan(Layer& layer, LayerPlanner& planner, const Shape& input, PlannedState& state) {
+  state = PlannedState();
+  const int64_t shards = planner.shards();
+  const bool taken_whole = whole(layer, planner.ops(), input, shards);
+  PlannedState::Recorder recorder(planner, state);
+  layer.plan(recorder, plan_shape(input, shards, taken_whole));
+  state.keep_per_shard(planner, layer, taken_whole, shards);
+  return taken_whole;
+}
+
 Shape plan_shape(const Shape& input, int64_t shards, bool whole) {
   if (whole || shards <= 1) return input;
   Shape shape = input;
@@ -80,7 +121,7 @@ Shape plan_shape(const Shape& input, int64_t shards, bool whole) {
   return shape;
 }
 
-void forward(Layer& layer, const LayerRun& run, const Tensor& in, Tensor& out, bool whole) {
+void forward(Layer& layer, const LayerRun& run, const Tensor& in, Tensor& out, bool whole, const PlannedState& state) {
   const int64_t shards = run.step.shards;
   const Timed timed(layer, run.step);
   if (whole || shards <= 1) {
@@ -91,13 +132,14 @@ void forward(Layer& layer, const LayerRun& run, const Tensor& in, Tensor& out, b
       const StepContext ctx = shard_context(run.step, rows, s);
       Tensor out_s = slice(out, shards, s);
       layer.forward(LayerRun{run.ops, run.store, ctx}, slice(in, shards, s), out_s);
+      if (state.active()) state.save(run.ops, s);
     }
   }
   if (run.step.after_layer) (*run.step.after_layer)(layer, out);
 }
 
 void backward(Layer& layer, const LayerRun& run, const Tensor& in, const Tensor& out, const Tensor& grad_out,
-              Tensor* grad_in, bool whole) {
+              Tensor* grad_in, bool whole, const PlannedState& state) {
   const int64_t shards = run.step.shards;
   const Timed timed(layer, run.step);
   if (whole || shards <= 1) {
@@ -108,6 +150,7 @@ void backward(Layer& layer, const LayerRun& run, const Tensor& in, const Tensor&
   WeightGradientSink* sink = run.store.weight_gradient_sink();
   for (int64_t s = 0; s < shards; ++s) {
     StepContext ctx = shard_context(run.step, rows, s);
+    if (state.active()) state.restore(run.ops, s);  // what this shard's forward left in the planned memory
     Tensor dx_s = grad_in ? slice(*grad_in, shards, s) : Tensor();
     const LayerRun shard_run{run.ops, run.store, ctx};
     if (sink) {

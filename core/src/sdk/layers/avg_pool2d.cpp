@@ -49,6 +49,8 @@ class AvgPool2dLayer final : public Layer {
   }
 
   bool backward_reads_output() const override { return false; }
+  // Its planned memory holds the window weights, constants set in plan().
+  bool planned_memory_is_scratch() const override { return true; }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = LayerKind::avg_pool2d;

@@ -43,6 +43,8 @@ class GlobalAvgPool2dLayer final : public Layer {
   }
 
   bool backward_reads_output() const override { return false; }
+  // Its planned memory holds the plane weights, constants set in plan().
+  bool planned_memory_is_scratch() const override { return true; }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = LayerKind::global_avg_pool2d;

@@ -22,13 +22,14 @@ namespace {
 // A chain of layers run one after another, with the activations and gradients between them.
 struct Chain {
   std::vector<std::unique_ptr<Layer>> layers;
-  std::vector<Tensor> acts;          // acts[i]: output of layers[i]
-  std::vector<Tensor> grads;         // grads[i]: gradient of acts[i], i + 1 < layers.size() (the last is the block's)
-  std::vector<int> grad_slot;        // which of the block's two gradient buffers holds grads[i]
-  std::vector<Shape> shapes;         // shapes[i]: of acts[i]
-  std::vector<char> whole;           // layers[i] takes a pass of several shards whole
-  bool writes_block_output = false;  // acts.back() is the block's output, bound on each forward
-  Tensor dx;                         // the shortcut's input gradient (the branch writes the block's)
+  std::vector<Tensor> acts;    // acts[i]: output of layers[i]
+  std::vector<Tensor> grads;   // grads[i]: gradient of acts[i], i + 1 < layers.size() (the last is the block's)
+  std::vector<int> grad_slot;  // which of the block's two gradient buffers holds grads[i]
+  std::vector<Shape> shapes;   // shapes[i]: of acts[i]
+  std::vector<char> whole;     // layers[i] takes a pass of several shards whole
+  std::vector<shard_passes::PlannedState> planned;  // layers[i]'s planned memory, kept per shard
+  bool writes_block_output = false;                 // acts.back() is the block's output, bound on each forward
+  Tensor dx;                                        // the shortcut's input gradient (the branch writes the block's)
 
   Shape output_shape(Shape s) const {
     for (const auto& layer : layers) s = layer->output_shape(s);
@@ -42,11 +43,11 @@ struct Chain {
     acts.clear();
     shapes.clear();
     whole.clear();
+    planned.assign(n, shard_passes::PlannedState());
     std::vector<char> in_place(n, 0);
     Shape s = input;
     for (size_t i = 0; i < n; ++i) {
-      whole.push_back(shard_passes::whole(*layers[i], planner.ops(), s, planner.shards()));
-      layers[i]->plan(planner, shard_passes::plan_shape(s, planner.shards(), whole.back()));
+      whole.push_back(shard_passes::plan(*layers[i], planner, s, planned[i]));
       shapes.push_back(s = layers[i]->output_shape(s));
       in_place[i] = i > 0 && !in_place[i - 1] && layers[i]->runs_in_place() && !layers[i - 1]->backward_reads_output();
     }
@@ -81,7 +82,7 @@ struct Chain {
   const Tensor& forward(const LayerRun& run, const Tensor& in) {
     const Tensor* x = &in;
     for (size_t i = 0; i < layers.size(); ++i) {
-      shard_passes::forward(*layers[i], run, *x, acts[i], whole[i]);
+      shard_passes::forward(*layers[i], run, *x, acts[i], whole[i], planned[i]);
       x = &acts[i];
     }
     return *x;
@@ -93,7 +94,7 @@ struct Chain {
       const Tensor& x = i == 0 ? in : acts[i - 1];
       const Tensor& dy = i + 1 == layers.size() ? grad_out : grads[i];
       Tensor* dxi = i > 0 ? &grads[i - 1] : grad_in;
-      shard_passes::backward(*layers[i], run, x, acts[i], dy, dxi, whole[i]);
+      shard_passes::backward(*layers[i], run, x, acts[i], dy, dxi, whole[i], planned[i]);
     }
   }
 };

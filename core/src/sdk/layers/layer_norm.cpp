@@ -1,7 +1,10 @@
 // Layer normalisation over the last dimension (each token's features), as PyTorch's LayerNorm:
 // parameters "<name>.weight" (1) and "<name>.bias" (0). Its backward forms the row statistics
-// again from the input, so it keeps nothing from forward; the parameter gradients are sums over
-// rows, so deterministic mode runs it a micro-shard at a time.
+// again from the input, so it keeps nothing from forward. Each row is normalised on its own, but
+// the parameter gradients are sums over rows: a deterministic pass of several micro-shards goes
+// through it whole, each shard's parameter gradients summed into that shard's buffer of the
+// WeightGradientSink (the bits of a shard taken alone).
+#include <algorithm>
 #include <string>
 
 #include "layer_checks.hpp"
@@ -34,15 +37,37 @@ class LayerNormLayer final : public Layer {
                                in.numel() / dim_, dim_, eps_);
   }
 
+  void plan(LayerPlanner& planner, const Shape&) override { shards_ = std::max<int64_t>(planner.shards(), 1); }
+
   void backward(const LayerRun& run, const Tensor& in, const Tensor&, const Tensor& grad_out,
                 Tensor* grad_in) override {
+    const int64_t rows = in.numel() / dim_;
+    WeightGradientSink* sink = run.store.weight_gradient_sink();
+    if (shards_ > 1 && sink) {
+      // Per micro-shard, its rows' sums written to its own buffer (the reducer's tree adds them).
+      MGT_CHECK(rows % shards_ == 0, Error,
+                "layer '" + name() + "': " + std::to_string(rows) + " rows are not " + std::to_string(shards_) +
+                    " equal micro-shards");
+      const int64_t shard_rows = rows / shards_, shard_numel = shard_rows * dim_;
+      for (int64_t k = 0; k < shards_; ++k) {
+        float* flat = sink->shard_gradients(k).data();
+        run.ops.layer_norm_backward(
+            in.data() + k * shard_numel, run.store.param(weight_), grad_out.data() + k * shard_numel,
+            grad_in ? grad_in->data() + k * shard_numel : nullptr, flat + run.store.info(weight_).offset,
+            flat + run.store.info(bias_).offset, shard_rows, dim_, eps_, /*accumulate=*/false);
+      }
+      return;
+    }
+    // The rows in order: the same sums as the shards one after another.
     run.ops.layer_norm_backward(in.data(), run.store.param(weight_), grad_out.data(),
                                 grad_in ? grad_in->data() : nullptr, run.store.grad(weight_), run.store.grad(bias_),
-                                in.numel() / dim_, dim_, eps_, !run.step.overwrite_grads);
+                                rows, dim_, eps_, !run.step.overwrite_grads);
   }
 
   std::vector<ParamHandle> param_handles() const override { return {weight_, bias_}; }
   bool backward_reads_output() const override { return false; }
+  // Rows on their own; the parameter gradients per micro-shard (backward).
+  bool handles_shards() const override { return true; }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = LayerKind::layer_norm;
@@ -55,6 +80,7 @@ class LayerNormLayer final : public Layer {
   int64_t dim_;
   float eps_;
   ParamHandle weight_ = 0, bias_ = 0;
+  int64_t shards_ = 1;
 };
 
 }  // namespace

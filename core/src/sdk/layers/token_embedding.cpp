@@ -1,8 +1,10 @@
 // Token embedding: [B, T] token ids (held as floats) -> [B, T, dim], the id's row of the table
 // plus the position's row of a learned position table. Its backward is a scatter-add in row order
-// (Ops::embedding_backward), so the same batch gives the same bits on every run; it is not
-// row-wise (rows with the same token meet in one gradient row), and deterministic mode runs it a
-// micro-shard at a time.
+// (Ops::embedding_backward), so the same batch gives the same bits on every run. Rows with the
+// same token meet in one gradient row, so a deterministic pass of several micro-shards scatters
+// each shard into its own buffer of the WeightGradientSink (the bits of a shard taken alone);
+// forward takes the pass whole.
+#include <algorithm>
 #include <string>
 
 #include "layer_checks.hpp"
@@ -32,7 +34,10 @@ class TokenEmbeddingLayer final : public Layer {
     return {input[0], input[1], dim_};
   }
 
-  void plan(LayerPlanner&, const Shape& input) override { planned_ = input; }
+  void plan(LayerPlanner& planner, const Shape& input) override {
+    planned_ = input;
+    shards_ = std::max<int64_t>(planner.shards(), 1);
+  }
 
   void forward(const LayerRun& run, const Tensor& in, Tensor& out) override {
     layers::check_planned(name(), planned_, in.shape());
@@ -41,20 +46,27 @@ class TokenEmbeddingLayer final : public Layer {
   }
 
   void backward(const LayerRun& run, const Tensor& in, const Tensor&, const Tensor& grad_out, Tensor*) override {
-    Ops& ops = run.ops;
-    const bool overwrite = run.step.overwrite_grads;
-    float* dtable = run.store.grad(table_);
-    float* dposition = run.store.grad(position_);
-    // A head that shares the table ran its backward first and wrote (or added) its part.
-    if (overwrite && !table_shared_) ops.zero(dtable, static_cast<size_t>(vocab_ * dim_) * sizeof(float));
-    ops.embedding_backward(in.data(), grad_out.data(), dtable, in.numel(), dim_);
-    if (overwrite) ops.zero(dposition, static_cast<size_t>(positions_ * dim_) * sizeof(float));
-    // Position t's gradient is the sum over the batch of row t: column sums of [B, T * dim].
-    ops.add_column_sums(grad_out.data(), dposition, in.dim(0), in.dim(1) * dim_);
+    WeightGradientSink* sink = run.store.weight_gradient_sink();
+    if (shards_ > 1 && sink) {
+      MGT_CHECK(in.dim(0) % shards_ == 0, Error,
+                "layer '" + name() + "': " + std::to_string(in.dim(0)) + " rows are not " + std::to_string(shards_) +
+                    " equal micro-shards");
+      const int64_t rows = in.dim(0) / shards_, t = in.dim(1);
+      for (int64_t k = 0; k < shards_; ++k) {
+        float* flat = sink->shard_gradients(k).data();
+        scatter(run.ops, in.data() + k * rows * t, grad_out.data() + k * rows * t * dim_, rows, t,
+                flat + run.store.info(table_).offset, flat + run.store.info(position_).offset, true);
+      }
+      return;
+    }
+    scatter(run.ops, in.data(), grad_out.data(), in.dim(0), t_of(in), run.store.grad(table_), run.store.grad(position_),
+            run.step.overwrite_grads);
   }
 
   std::vector<ParamHandle> param_handles() const override { return {table_, position_}; }
   bool backward_reads_output() const override { return false; }
+  // Forward row by row; the parameter gradients per micro-shard (backward).
+  bool handles_shards() const override { return true; }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = LayerKind::token_embedding;
@@ -63,10 +75,25 @@ class TokenEmbeddingLayer final : public Layer {
   }
 
  private:
+  static int64_t t_of(const Tensor& in) { return in.dim(1); }
+
+  // The gradients of `rows` windows of t ids into dtable and dposition: written when `overwrite`,
+  // else added.
+  void scatter(Ops& ops, const float* ids, const float* grad_out, int64_t rows, int64_t t, float* dtable,
+               float* dposition, bool overwrite) const {
+    // A head that shares the table ran its backward first and wrote (or added) its part.
+    if (overwrite && !table_shared_) ops.zero(dtable, static_cast<size_t>(vocab_ * dim_) * sizeof(float));
+    ops.embedding_backward(ids, grad_out, dtable, rows * t, dim_);
+    if (overwrite) ops.zero(dposition, static_cast<size_t>(positions_ * dim_) * sizeof(float));
+    // Position t's gradient is the sum over the batch of row t: column sums of [B, T * dim].
+    ops.add_column_sums(grad_out, dposition, rows, t * dim_);
+  }
+
   int64_t vocab_, positions_, dim_;
   bool table_shared_;
   ParamHandle table_ = 0, position_ = 0;
   Shape planned_;
+  int64_t shards_ = 1;
 };
 
 }  // namespace

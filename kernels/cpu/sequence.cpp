@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cpu/pointwise.hpp"  // MGT_TARGET_CLONES
+#include "kernels/cpu/vector_math.hpp"
 
 namespace mgt::kernels {
 namespace {
@@ -14,56 +15,6 @@ namespace {
 // The GELU's tanh form (GPT-2, PyTorch's approximate='tanh').
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
-
-// Sums in kLanes interleaved partial sums combined in a fixed order: the compiler vectorizes the
-// loop (a plain running sum it must keep in order), and the bits depend on the length alone.
-constexpr int64_t kLanes = 16;
-
-inline float combine(const float (&acc)[kLanes]) {
-  float s = 0.0f;
-  for (int64_t l = 0; l < kLanes; ++l) s += acc[l];
-  return s;
-}
-
-inline float lane_sum(const float* x, int64_t n) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) acc[l] += x[i + l];
-  for (; i < n; ++i) acc[i % kLanes] += x[i];
-  return combine(acc);
-}
-
-inline float lane_dot(const float* x, const float* y, int64_t n) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) acc[l] += x[i + l] * y[i + l];
-  for (; i < n; ++i) acc[i % kLanes] += x[i] * y[i];
-  return combine(acc);
-}
-
-// e^x for x in float's range, within 2 ulp, in operations the compiler vectorizes (libm's expf
-// is a call per element): x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor polynomial,
-// 2^n put into the exponent bits. Below -87 it gives 2^-126 times e^r rather than denormals.
-inline float exp_vectorizable(float x) {
-  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float n = (x * 1.44269504088896341f + kRound) - kRound;
-  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
 
 // tanh(u) = 1 - 2 / (e^(2u) + 1): saturates to +-1 where e^(2u) does.
 inline float tanh_vectorizable(float u) { return 1.0f - 2.0f / (exp_vectorizable(2.0f * u) + 1.0f); }

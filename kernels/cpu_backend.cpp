@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/bf16.hpp"
 #include "kernels/cpu/cache_lines.hpp"
 #include "kernels/cpu/conv2d.hpp"
@@ -247,6 +248,16 @@ class CpuBackend final : public Backend {
   void softmax_rows_backward(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols,
                              float scale) override {
     kernels::softmax_rows_backward(y, dy, dx, rows, cols, scale);
+  }
+  size_t attention_workspace(const AttentionShape& shape) const override { return kernels::attention_workspace(shape); }
+  void attention_forward(const AttentionShape& shape, const float* q, const float* k, const float* v, float* out,
+                         float* row_lse, void* workspace) override {
+    kernels::attention_forward(shape, q, k, v, out, row_lse, workspace);
+  }
+  void attention_backward(const AttentionShape& shape, const float* q, const float* k, const float* v, const float* out,
+                          const float* dout, const float* row_lse, float* dq, float* dk, float* dv,
+                          void* workspace) override {
+    kernels::attention_backward(shape, q, k, v, out, dout, row_lse, dq, dk, dv, workspace);
   }
   void gelu_forward(const float* x, float* y, int64_t n) override { kernels::gelu_forward(x, y, n); }
   void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) override {

@@ -313,6 +313,49 @@ class CudaBackend final : public kernels::Backend {
                              float scale) override {
     cuda::softmax_rows_backward(y, dy, dx, rows, cols, scale, compute_);
   }
+  // Attention per sample: the scores of its heads by cuBLAS into the workspace, the row kernels,
+  // then the products with V (and in backward the gradients' products) by cuBLAS again. The
+  // workspace holds one sample's [heads, tokens, tokens] scores and, for backward, their gradients.
+  size_t attention_workspace(const AttentionShape& s) const override {
+    return 2 * static_cast<size_t>(s.heads * s.tokens * s.tokens) * sizeof(float);
+  }
+  void attention_forward(const AttentionShape& s, const float* q, const float* k, const float* v, float* out,
+                         float* row_lse, void* workspace) override {
+    const int64_t t = s.tokens, hd = s.head_dim, square = t * t;
+    auto* scores = static_cast<float*>(workspace);
+    for (int64_t b = 0; b < s.batch; ++b) {
+      const int64_t in = b * t * s.ld;
+      sgemm_strided_batched(*blas_, false, true, t, t, hd, 1.0f, q + in, s.ld, hd, k + in, s.ld, hd, 0.0f, scores, t,
+                            square, s.heads);
+      cuda::attention_softmax(scores, scores, row_lse + b * s.heads * t, s.heads * t, t, s.scale, s.causal, compute_);
+      sgemm_strided_batched(*blas_, false, false, t, hd, t, 1.0f, scores, t, square, v + in, s.ld, hd, 0.0f,
+                            out + b * t * s.ld_out, s.ld_out, hd, s.heads);
+    }
+  }
+  void attention_backward(const AttentionShape& s, const float* q, const float* k, const float* v, const float* out,
+                          const float* dout, const float* row_lse, float* dq, float* dk, float* dv,
+                          void* workspace) override {
+    const int64_t t = s.tokens, hd = s.head_dim, square = t * t;
+    auto* probs = static_cast<float*>(workspace);
+    float* dscores = probs + s.heads * square;
+    for (int64_t b = 0; b < s.batch; ++b) {
+      const int64_t in = b * t * s.ld, o = b * t * s.ld_out;
+      sgemm_strided_batched(*blas_, false, true, t, t, hd, 1.0f, q + in, s.ld, hd, k + in, s.ld, hd, 0.0f, probs, t,
+                            square, s.heads);
+      cuda::attention_probabilities(probs, row_lse + b * s.heads * t, s.heads * t, t, s.scale, s.causal, compute_);
+      // dV = P^T dO; dP = dO V^T, then dS; dQ = dS K; dK = dS^T Q.
+      sgemm_strided_batched(*blas_, true, false, t, hd, t, 1.0f, probs, t, square, dout + o, s.ld_out, hd, 0.0f,
+                            dv + in, s.ld, hd, s.heads);
+      sgemm_strided_batched(*blas_, false, true, t, t, hd, 1.0f, dout + o, s.ld_out, hd, v + in, s.ld, hd, 0.0f,
+                            dscores, t, square, s.heads);
+      cuda::attention_score_gradients(probs, dscores, out + o, dout + o, s.ld_out, hd, s.heads * t, t, s.scale,
+                                      compute_);
+      sgemm_strided_batched(*blas_, false, false, t, hd, t, 1.0f, dscores, t, square, k + in, s.ld, hd, 0.0f, dq + in,
+                            s.ld, hd, s.heads);
+      sgemm_strided_batched(*blas_, true, false, t, hd, t, 1.0f, dscores, t, square, q + in, s.ld, hd, 0.0f, dk + in,
+                            s.ld, hd, s.heads);
+    }
+  }
   void gelu_forward(const float* x, float* y, int64_t n) override { cuda::gelu_forward(x, y, n, compute_); }
   void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) override {
     cuda::gelu_backward(x, dy, dx, n, compute_);

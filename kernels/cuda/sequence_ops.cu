@@ -161,6 +161,59 @@ __global__ void softmax_rows_backward_kernel(const float* __restrict__ y, const 
   for (int64_t c = lane; c < cols; c += kWarp) dx[r * cols + c] = scale * p[c] * (dy[r * cols + c] - dot);
 }
 
+// A warp per row of one sample's [heads, tokens, tokens] scores: the row's maximum and sum over
+// the keys it sees in the warp's fixed order.
+__global__ void attention_softmax_kernel(const float* s, float* p, float* __restrict__ row_lse, int64_t rows,
+                                         int64_t tokens, float scale, bool causal) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (r >= rows) return;
+  const float* in = s + r * tokens;
+  float* out = p + r * tokens;
+  const int64_t kept = causal ? r % tokens + 1 : tokens;
+  float m = -INFINITY;
+  for (int64_t c = lane; c < kept; c += kWarp) m = fmaxf(m, in[c] * scale);
+  m = warp_max(m);
+  float sum = 0.0f;
+  for (int64_t c = lane; c < kept; c += kWarp) {
+    const float e = expf(in[c] * scale - m);
+    out[c] = e;
+    sum += e;
+  }
+  sum = warp_sum(sum);
+  const float inv = 1.0f / sum;
+  for (int64_t c = lane; c < tokens; c += kWarp) out[c] = c < kept ? out[c] * inv : 0.0f;
+  if (lane == 0) row_lse[r] = m + logf(sum);
+}
+
+__global__ void attention_probabilities_kernel(float* __restrict__ s, const float* __restrict__ row_lse, int64_t rows,
+                                               int64_t tokens, float scale, bool causal) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (r >= rows) return;
+  float* row = s + r * tokens;
+  const int64_t kept = causal ? r % tokens + 1 : tokens;
+  const float lse = row_lse[r];
+  for (int64_t c = lane; c < tokens; c += kWarp) row[c] = c < kept ? expf(row[c] * scale - lse) : 0.0f;
+}
+
+__global__ void attention_score_gradients_kernel(const float* __restrict__ p, float* dp, const float* __restrict__ out,
+                                                 const float* __restrict__ dout, int64_t ld_out, int64_t head_dim,
+                                                 int64_t rows, int64_t tokens, float scale) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (r >= rows) return;
+  const int64_t head = r / tokens, token = r % tokens;
+  const float* o = out + token * ld_out + head * head_dim;
+  const float* g = dout + token * ld_out + head * head_dim;
+  float d = 0.0f;
+  for (int64_t c = lane; c < head_dim; c += kWarp) d += o[c] * g[c];
+  d = warp_sum(d);
+  const float* pr = p + r * tokens;
+  float* row = dp + r * tokens;
+  for (int64_t c = lane; c < tokens; c += kWarp) row[c] = scale * pr[c] * (row[c] - d);
+}
+
 __global__ void gelu_forward_kernel(const float* x, float* y, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -226,6 +279,28 @@ void softmax_rows_backward(const float* y, const float* dy, float* dx, int64_t r
   if (rows <= 0 || cols <= 0) return;
   softmax_rows_backward_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(y, dy, dx, rows, cols, scale);
   MGT_CUDA_CHECK_LAUNCH("softmax_rows_backward");
+}
+
+void attention_softmax(const float* s, float* p, float* row_lse, int64_t rows, int64_t tokens, float scale, bool causal,
+                       Stream stream) {
+  if (rows <= 0 || tokens <= 0) return;
+  attention_softmax_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(s, p, row_lse, rows, tokens, scale, causal);
+  MGT_CUDA_CHECK_LAUNCH("attention_softmax");
+}
+
+void attention_probabilities(float* s, const float* row_lse, int64_t rows, int64_t tokens, float scale, bool causal,
+                             Stream stream) {
+  if (rows <= 0 || tokens <= 0) return;
+  attention_probabilities_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(s, row_lse, rows, tokens, scale, causal);
+  MGT_CUDA_CHECK_LAUNCH("attention_probabilities");
+}
+
+void attention_score_gradients(const float* p, float* dp, const float* out, const float* dout, int64_t ld_out,
+                               int64_t head_dim, int64_t rows, int64_t tokens, float scale, Stream stream) {
+  if (rows <= 0 || tokens <= 0) return;
+  attention_score_gradients_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(p, dp, out, dout, ld_out, head_dim, rows,
+                                                                              tokens, scale);
+  MGT_CUDA_CHECK_LAUNCH("attention_score_gradients");
 }
 
 void gelu_forward(const float* x, float* y, int64_t n, Stream stream) {

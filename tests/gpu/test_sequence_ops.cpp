@@ -1,7 +1,8 @@
 // mgt::Ops' sequence operations (a transformer's layers) on the GPU against the CPU backend:
 // batched GEMMs, embedding and its scatter-add (the same order, so the same bits), layer
-// normalisation and its backward, attention's causal row softmax and its backward, GELU; and each
-// repeating bit for bit on the GPU.
+// normalisation and its backward, attention's causal row softmax and its backward, the fused
+// attention and its backward, GELU; and each repeating bit for bit on the GPU.
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -111,6 +112,56 @@ TEST_F(GpuSequenceOps, CausalSoftmaxRowsAndTheirBackwardMatchTheCpu) {
       cpu_->softmax_rows_backward(p.data(), dp.data(), ds.data(), rows, t, 0.25f);
       gpu_->softmax_rows_backward(gp, gdp, gds, rows, t, 0.25f);
       expect_close(download(gds, ds.size()), ds, 1e-5, "softmax backward, T = " + std::to_string(t));
+    }
+  }
+}
+
+TEST_F(GpuSequenceOps, AttentionAndItsBackwardMatchTheCpusFusedForm) {
+  // The GPU forms the scores with cuBLAS and keeps the row statistics as the CPU's tiles do:
+  // outputs, log-sum-exp and gradients agree to rounding, for lengths across the CPU's tiles,
+  // heads of several widths, rows wider than q, k and v, causal and not.
+  struct Case {
+    int64_t batch, tokens, heads, head_dim;
+  };
+  for (const Case c : {Case{2, 1, 1, 4}, Case{2, 37, 3, 16}, Case{3, 128, 4, 32}, Case{1, 200, 2, 24}}) {
+    for (bool causal : {true, false}) {
+      AttentionShape s;
+      s.batch = c.batch;
+      s.tokens = c.tokens;
+      s.heads = c.heads;
+      s.head_dim = c.head_dim;
+      const int64_t dim = c.heads * c.head_dim;
+      s.ld = 3 * dim + 2;
+      s.ld_out = dim + 3;
+      s.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      s.causal = causal;
+      const std::string what = "T = " + std::to_string(c.tokens) + ", head_dim = " + std::to_string(c.head_dim) +
+                               (causal ? ", causal" : ", bidirectional");
+      const auto qkv = random_floats(static_cast<size_t>(s.batch * s.tokens * s.ld), 17, -2.0f, 2.0f);
+      const auto dout = random_floats(static_cast<size_t>(s.batch * s.tokens * s.ld_out), 18);
+      const size_t lse_n = static_cast<size_t>(s.batch * s.heads * s.tokens);
+      std::vector<float> out(dout.size(), 0.0f), lse(lse_n), grad(qkv.size(), 0.0f);
+      std::vector<char> cpu_work(cpu_->attention_workspace(s));
+      const float* q = qkv.data();
+      cpu_->attention_forward(s, q, q + dim, q + 2 * dim, out.data(), lse.data(), cpu_work.data());
+      cpu_->attention_backward(s, q, q + dim, q + 2 * dim, out.data(), dout.data(), lse.data(), grad.data(),
+                               grad.data() + dim, grad.data() + 2 * dim, cpu_work.data());
+
+      float *g_qkv = upload(qkv), *g_dout = upload(dout), *g_out = upload(std::vector<float>(out.size(), 0.0f));
+      float *g_lse = upload(std::vector<float>(lse_n)), *g_grad = upload(std::vector<float>(grad.size(), 0.0f));
+      float* g_work = upload(std::vector<float>(gpu_->attention_workspace(s) / sizeof(float) + 1));
+      gpu_->attention_forward(s, g_qkv, g_qkv + dim, g_qkv + 2 * dim, g_out, g_lse, g_work);
+      expect_close(download(g_out, out.size()), out, 1e-5, "attention output, " + what);
+      expect_close(download(g_lse, lse_n), lse, 1e-5, "attention log-sum-exp, " + what);
+      // Backward from the CPU's output, so that only the backward's own rounding is compared.
+      float* g_cpu_out = upload(out);
+      gpu_->attention_backward(s, g_qkv, g_qkv + dim, g_qkv + 2 * dim, g_cpu_out, g_dout, g_lse, g_grad, g_grad + dim,
+                               g_grad + 2 * dim, g_work);
+      const auto got = download(g_grad, grad.size());
+      expect_close(got, grad, 1e-5, "attention dQ, dK, dV, " + what);
+      gpu_->attention_backward(s, g_qkv, g_qkv + dim, g_qkv + 2 * dim, g_cpu_out, g_dout, g_lse, g_grad, g_grad + dim,
+                               g_grad + 2 * dim, g_work);
+      EXPECT_EQ(download(g_grad, grad.size()), got) << "the GPU's attention backward repeats bit for bit, " << what;
     }
   }
 }

@@ -1096,6 +1096,158 @@ TEST(SequenceOps, CausalSoftmaxRowsSumToOneOverTheirPast) {
   }
 }
 
+// Attention as the unfused composition of Ops (per sample: S = Q K^T for all heads, the row
+// softmax over [heads, T, T], O = P V; backward from the kept P) and each query's log-sum-exp in
+// double: what the fused operation must compute, up to rounding.
+struct UnfusedAttention {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
+UnfusedAttention unfused_attention(const mgt::AttentionShape& s, const std::vector<float>& qkv,
+                                   const std::vector<float>& dout) {
+  mgt::Ops& ops = mgt::host_ops();
+  const int64_t t = s.tokens, hd = s.head_dim, dim = s.heads * hd, square = t * t;
+  UnfusedAttention r;
+  r.out.assign(static_cast<size_t>(s.batch * t * s.ld_out), 0.0f);
+  r.lse.assign(static_cast<size_t>(s.batch * s.heads * t), 0.0f);
+  r.dq.assign(qkv.size(), 0.0f);
+  r.dk = r.dv = r.dq;
+  std::vector<float> p(static_cast<size_t>(s.heads * square)), ds(p.size());
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const float* q = qkv.data() + b * t * s.ld;
+    const float* k = q + dim;
+    const float* v = q + 2 * dim;
+    ops.gemm_batched(false, true, t, t, hd, 1.0f, q, s.ld, hd, k, s.ld, hd, 0.0f, p.data(), t, square, s.heads);
+    for (int64_t row = 0; row < s.heads * t; ++row) {
+      const float* sr = p.data() + row * t;
+      const int64_t kept = s.causal ? row % t + 1 : t;
+      double m = -1e300, sum = 0;
+      for (int64_t c = 0; c < kept; ++c) m = std::max(m, double(s.scale) * sr[c]);
+      for (int64_t c = 0; c < kept; ++c) sum += std::exp(double(s.scale) * sr[c] - m);
+      r.lse[static_cast<size_t>(b * s.heads * t + row)] = static_cast<float>(m + std::log(sum));
+    }
+    ops.softmax_rows(p.data(), p.data(), s.heads * t, t, s.scale, s.causal);
+    float* o = r.out.data() + b * t * s.ld_out;
+    ops.gemm_batched(false, false, t, hd, t, 1.0f, p.data(), t, square, v, s.ld, hd, 0.0f, o, s.ld_out, hd, s.heads);
+    const float* g = dout.data() + b * t * s.ld_out;
+    float* dq = r.dq.data() + b * t * s.ld;
+    float* dk = r.dk.data() + b * t * s.ld + dim;
+    float* dv = r.dv.data() + b * t * s.ld + 2 * dim;
+    ops.gemm_batched(false, true, t, t, hd, 1.0f, g, s.ld_out, hd, v, s.ld, hd, 0.0f, ds.data(), t, square, s.heads);
+    ops.gemm_batched(true, false, t, hd, t, 1.0f, p.data(), t, square, g, s.ld_out, hd, 0.0f, dv, s.ld, hd, s.heads);
+    ops.softmax_rows_backward(p.data(), ds.data(), ds.data(), s.heads * t, t, s.scale);
+    ops.gemm_batched(false, false, t, hd, t, 1.0f, ds.data(), t, square, k, s.ld, hd, 0.0f, dq, s.ld, hd, s.heads);
+    ops.gemm_batched(true, false, t, hd, t, 1.0f, ds.data(), t, square, q, s.ld, hd, 0.0f, dk, s.ld, hd, s.heads);
+  }
+  return r;
+}
+
+// |got - want| within 2e-5 (relative to the largest |want|, at least 1) over the elements where
+// `take` says the fused operation writes.
+void expect_all_close(const std::vector<float>& got, const std::vector<float>& want,
+                      const std::function<bool(size_t)>& take, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double largest = 1.0;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (take(i)) largest = std::max(largest, std::fabs(double(want[i])));
+  for (size_t i = 0; i < want.size(); ++i)
+    if (take(i)) ASSERT_NEAR(got[i], want[i], 2e-5 * largest) << what << " at " << i;
+}
+
+TEST(SequenceOps, FusedAttentionMatchesTheUnfusedComposition) {
+  struct Case {
+    int64_t tokens, head_dim, heads;
+  };
+  // Lengths below, at and across the tiles (32 queries, up to 128 keys: past 128 the online
+  // softmax rescales), head widths that are and are not multiples of the vector width.
+  for (const Case c :
+       {Case{1, 4, 1}, Case{5, 8, 2}, Case{32, 16, 2}, Case{64, 32, 1}, Case{65, 12, 2}, Case{100, 32, 2},
+        Case{130, 24, 1}, Case{67, 40, 1}, Case{129, 64, 1}, Case{33, 1, 3}, Case{128, 128, 1}, Case{300, 20, 1}}) {
+    for (bool causal : {true, false}) {
+      mgt::AttentionShape s;
+      s.batch = 2;
+      s.tokens = c.tokens;
+      s.heads = c.heads;
+      s.head_dim = c.head_dim;
+      const int64_t dim = c.heads * c.head_dim;
+      s.ld = 3 * dim + 3;  // rows wider than q, k and v: the strides are the shape's, not implied
+      s.ld_out = dim + 5;
+      s.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      s.causal = causal;
+      const std::string what = "T = " + std::to_string(c.tokens) + ", head_dim = " + std::to_string(c.head_dim) +
+                               ", heads = " + std::to_string(c.heads) + (causal ? ", causal" : ", bidirectional");
+      std::vector<float> qkv(static_cast<size_t>(s.batch * s.tokens * s.ld));
+      fill_random(qkv.data(), static_cast<int64_t>(qkv.size()), 20, -2.0f, 2.0f);
+      std::vector<float> dout(static_cast<size_t>(s.batch * s.tokens * s.ld_out));
+      fill_random(dout.data(), static_cast<int64_t>(dout.size()), 21);
+      const UnfusedAttention want = unfused_attention(s, qkv, dout);
+
+      mgt::Ops& ops = mgt::host_ops();
+      std::vector<char> workspace(ops.attention_workspace(s));
+      std::vector<float> out(want.out.size(), 0.0f), lse(want.lse.size()), grad(qkv.size(), 0.0f);
+      const float* q = qkv.data();
+      ops.attention_forward(s, q, q + dim, q + 2 * dim, out.data(), lse.data(), workspace.data());
+      ops.attention_backward(s, q, q + dim, q + 2 * dim, out.data(), dout.data(), lse.data(), grad.data(),
+                             grad.data() + dim, grad.data() + 2 * dim, workspace.data());
+      const auto in_out = [&](size_t i) { return static_cast<int64_t>(i) % s.ld_out < dim; };
+      const auto column = [&](int64_t part) {
+        return [&, part](size_t i) { return static_cast<int64_t>(i) % s.ld / dim == part; };
+      };
+      expect_all_close(out, want.out, in_out, "output, " + what);
+      expect_all_close(
+          lse, want.lse, [](size_t) { return true; }, "log-sum-exp, " + what);
+      expect_all_close(grad, want.dq, column(0), "dQ, " + what);
+      expect_all_close(grad, want.dk, column(1), "dK, " + what);
+      expect_all_close(grad, want.dv, column(2), "dV, " + what);
+      // Nothing outside the heads' columns is written.
+      for (size_t i = 0; i < out.size(); ++i)
+        if (!in_out(i)) ASSERT_EQ(out[i], 0.0f) << "output padding at " << i << ", " << what;
+      for (size_t i = 0; i < grad.size(); ++i)
+        if (static_cast<int64_t>(i) % s.ld >= 3 * dim) ASSERT_EQ(grad[i], 0.0f) << "gradient padding, " << what;
+    }
+  }
+}
+
+TEST(SequenceOps, FusedAttentionGivesASampleTheSameBitsInAnyBatch) {
+  mgt::AttentionShape s;
+  s.batch = 3;
+  s.tokens = 77;
+  s.heads = 2;
+  s.head_dim = 16;
+  s.ld = 3 * 32;
+  s.ld_out = 32;
+  s.scale = 0.25f;
+  s.causal = true;
+  std::vector<float> qkv(static_cast<size_t>(s.batch * s.tokens * s.ld)),
+      dout(static_cast<size_t>(s.batch * s.tokens * 32));
+  fill_random(qkv.data(), static_cast<int64_t>(qkv.size()), 22, -2.0f, 2.0f);
+  fill_random(dout.data(), static_cast<int64_t>(dout.size()), 23);
+  mgt::Ops& ops = mgt::host_ops();
+  const auto run = [&](const mgt::AttentionShape& shape, const float* x, const float* g) {
+    std::vector<char> workspace(ops.attention_workspace(shape));
+    std::vector<float> out(static_cast<size_t>(shape.batch * shape.tokens * 32)),
+        lse(static_cast<size_t>(shape.batch * shape.heads * shape.tokens)),
+        grad(static_cast<size_t>(shape.batch * shape.tokens * s.ld));
+    ops.attention_forward(shape, x, x + 32, x + 64, out.data(), lse.data(), workspace.data());
+    ops.attention_backward(shape, x, x + 32, x + 64, out.data(), g, lse.data(), grad.data(), grad.data() + 32,
+                           grad.data() + 64, workspace.data());
+    out.insert(out.end(), grad.begin(), grad.end());
+    return out;
+  };
+  const std::vector<float> all = run(s, qkv.data(), dout.data());
+  mgt::AttentionShape one = s;
+  one.batch = 1;
+  const int64_t out_n = s.tokens * 32, in_n = s.tokens * s.ld;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const std::vector<float> alone = run(one, qkv.data() + b * in_n, dout.data() + b * out_n);
+    for (int64_t i = 0; i < out_n; ++i)
+      ASSERT_EQ(alone[static_cast<size_t>(i)], all[static_cast<size_t>(b * out_n + i)]) << "output of sample " << b;
+    for (int64_t i = 0; i < in_n; ++i)
+      ASSERT_EQ(alone[static_cast<size_t>(out_n + i)], all[static_cast<size_t>(s.batch * out_n + b * in_n + i)])
+          << "input gradient of sample " << b;
+  }
+}
+
 TEST(SequentialModel, TinyTransformerBlockLearnsTheGradientOfItsLoss) {
   // The GPT-2 block as the gpt plugin composes it, checked end to end by finite differences.
   constexpr int64_t vocab = 11, t = 4, dim = 8;

@@ -53,6 +53,22 @@ class MGT_API MaxPoolOp {
   virtual void backward(const float* x, const float* y, const float* dy, float* dx) = 0;
 };
 
+// Scaled dot-product attention over `batch` samples of `tokens` tokens, each token's queries,
+// keys and values split into `heads` heads of `head_dim` (head h in columns h * head_dim of each
+// row): per sample and head, O = softmax(scale * Q K^T) V, where with `causal` a query sees only
+// the keys at its position and before it.
+struct AttentionShape {
+  int64_t batch = 0, tokens = 0, heads = 0, head_dim = 0;
+  int64_t ld = 0;      // floats from one token's row of q, k, v (and of their gradients) to the next
+  int64_t ld_out = 0;  // the same for the output and its gradient
+  float scale = 1.0f;
+  bool causal = false;
+  bool operator==(const AttentionShape& o) const {
+    return batch == o.batch && tokens == o.tokens && heads == o.heads && head_dim == o.head_dim && ld == o.ld &&
+           ld_out == o.ld_out && scale == o.scale && causal == o.causal;
+  }
+};
+
 // Element-wise functions of one tensor, for layers of a plugin's own (an activation and its
 // derivative are compositions of these with binary() and affine()).
 enum class UnaryOp { relu, sigmoid, tanh, exp, log, sqrt, reciprocal, square, abs, erf };
@@ -152,6 +168,22 @@ class MGT_API Ops {
   // Its backward from the output y: dx = scale * y * (dy - sum over the row of dy * y); dx may be dy.
   virtual void softmax_rows_backward(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols,
                                      float scale) = 0;
+  // Attention (AttentionShape) without the [batch, heads, tokens, tokens] probabilities: sample b's
+  // token t has its row at q + (b * tokens + t) * ld (k, v likewise) and its output row at
+  // out + (b * tokens + t) * ld_out. row_lse [batch, heads, tokens] receives each query's
+  // log-sum-exp of its scaled scores over the keys it sees, which is what backward keeps of the
+  // softmax. Each sample is computed on its own, in an order fixed by the shape, so a sample gets
+  // the same bits in any batch. `workspace` holds attention_workspace(shape) bytes of the
+  // executor's memory (planned with the layer: no operation allocates).
+  virtual size_t attention_workspace(const AttentionShape& shape) const = 0;
+  virtual void attention_forward(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                                 float* out, float* row_lse, void* workspace) = 0;
+  // Its backward from the forward's inputs, output and row_lse (the probabilities are formed
+  // again): dq, dk and dv written, in rows of ld as q, k and v (they may be the columns of one
+  // buffer, as q, k and v may).
+  virtual void attention_backward(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                                  const float* out, const float* dout, const float* row_lse, float* dq, float* dk,
+                                  float* dv, void* workspace) = 0;
   // GELU, tanh form (GPT-2's): y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); y may be x.
   virtual void gelu_forward(const float* x, float* y, int64_t n) = 0;
   // dx = dy * GELU'(x); dx may be dy.

@@ -49,7 +49,9 @@
 //     Ops and its layers.
 // 16: the element update's `decayed` flag and Optimizer::decay_mask() (optimizer.weight_decay_on);
 //     ServingRole::serve_offset(); layer plugins (kind "layer", mgtrain/layer_plugin.hpp).
-#define MGTRAIN_PLUGIN_ABI_VERSION 16u
+// 17: Ops::attention_workspace, attention_forward and attention_backward (AttentionShape): fused
+//     attention that keeps each query's log-sum-exp instead of the probabilities.
+#define MGTRAIN_PLUGIN_ABI_VERSION 17u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
 namespace mgt {

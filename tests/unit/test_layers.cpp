@@ -1012,6 +1012,15 @@ TEST(AttentionLayer, BidirectionalGradientsMatchFiniteDifferences) {
   check_gradients(h, x, training_ctx());
 }
 
+TEST(AttentionLayer, GradientsMatchFiniteDifferencesOverSeveralTiles) {
+  // 140 tokens: five blocks of queries and two of keys, the last ones partly filled.
+  for (bool causal : {true, false}) {
+    Harness h(mgt::make_attention("attn", 12, 2, causal));
+    Tensor x = random_tensor({1, 140, 36}, 24);
+    check_gradients(h, x, training_ctx());
+  }
+}
+
 TEST(AttentionLayer, CausalTokensSeeOnlyThemselvesAndTheirPast) {
   Harness h(mgt::make_attention("attn", 4, 2, /*causal=*/true));
   Tensor x = random_tensor({1, 6, 12}, 14);

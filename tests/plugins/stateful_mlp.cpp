@@ -50,5 +50,4 @@ class StatefulMlp final : public mgt::SequentialModel {
 
 }  // namespace
 
-MGT_MODEL_PLUGIN("stateful_mlp", "1.0.0", "test: a layer keeping forward state, row_wise by a key", kKeys,
-                 StatefulMlp)
+MGT_MODEL_PLUGIN("stateful_mlp", "1.0.0", "test: a layer keeping forward state, row_wise by a key", kKeys, StatefulMlp)

@@ -98,7 +98,8 @@ TEST(LayerList, AFlatSampleTakesLinearLayers) {
 TEST(LayerList, EveryErrorNamesTheEntryExpectedAndActual) {
   EXPECT_EQ(error_of("conv 32 k3, relu, conv2d 64"),
             "entry 3 'conv2d 64': unknown layer 'conv2d'; expected one of conv, linear, maxpool, avgpool, gap, bn, "
-            "relu, flatten, dropout, residual, embed, layernorm, attention, gelu, tied_head");
+            "relu, flatten, dropout, residual, embed, layernorm, attention, gelu, tied_head, or a layer plugin of that "
+            "name (libmgtrain-layer-conv2d.so in the plugin path)");
   EXPECT_EQ(error_of("conv 32"), "entry 1 'conv 32': missing argument kK, the kernel size (conv C kK [sS] [pP])");
   EXPECT_EQ(error_of("conv k3"),
             "entry 1 'conv k3': expected conv C kK [sS] [pP] with C output channels a positive integer, got 'k3'");
@@ -135,7 +136,8 @@ TEST(LayerList, EveryErrorNamesTheEntryExpectedAndActual) {
   // Errors inside a residual name the entry's place in it.
   EXPECT_EQ(error_of("residual { relu, bogus }"),
             "entry 1.2 'bogus': unknown layer 'bogus'; expected one of conv, linear, maxpool, avgpool, gap, bn, relu, "
-            "flatten, dropout, residual, embed, layernorm, attention, gelu, tied_head");
+            "flatten, dropout, residual, embed, layernorm, attention, gelu, tied_head, or a layer plugin of that name "
+            "(libmgtrain-layer-bogus.so in the plugin path)");
   EXPECT_EQ(error_of("residual { relu | gap, conv 8 k3 }"),
             "entry 1.shortcut.2 'conv 8 k3' (res1.shortcut.conv1): expects an input [B, C, H, W], got [1, 1] (shapes "
             "for a batch of 1)");

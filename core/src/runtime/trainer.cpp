@@ -32,6 +32,7 @@
 #include "observers/observer.hpp"
 #include "observers/trace.hpp"
 #include "runtime/core_keys.hpp"
+#include "runtime/decay_mask.hpp"
 #include "runtime/evaluate.hpp"
 #include "runtime/job_checks.hpp"
 #include "runtime/lr_schedule.hpp"
@@ -609,7 +610,8 @@ class Trainer {
         sync_->setup(device_->communicator(), device_->step_store(store_));
       }
       optimizer_->setup(optimizer_size());
-      if (config_.get_string("optimizer.weight_decay_on") == "matrices") optimizer_->set_decay_mask(matrices_mask());
+      if (config_.get_string("optimizer.weight_decay_on") == "matrices")
+        optimizer_->set_decay_mask(matrices_decay_mask(store_, *sync_, trains(), choice_.sync));
       accum_ = sync_->accumulation_steps();
       const int64_t train_world = this->train_world();
       micro_batch_ = micro_batch_rows(global_batch_, train_world, accum_);
@@ -1462,33 +1464,6 @@ class Trainer {
   size_t optimizer_size() const {
     if (OptimizerSharding* sharding = sync_->sharding()) return sharding->shard_size();
     return trains() ? store_.flat_size() : serving_->serve_size();
-  }
-
-  // optimizer.weight_decay_on = matrices: 1 for the elements of parameters of rank 2 and more,
-  // over the range the optimizer updates. A shard's part is cut from the store's by the strategy
-  // that shards (as the optimizer state is on a resume), a server's by its offset.
-  std::vector<uint8_t> matrices_mask() {
-    std::vector<float> whole(store_.flat_size(), 0.0f);
-    for (const ParamInfo& p : store_.params())
-      if (p.shape.size() >= 2) std::fill_n(whole.begin() + static_cast<std::ptrdiff_t>(p.offset), p.numel, 1.0f);
-    std::vector<float> range;
-    if (OptimizerSharding* sharding = sync_->sharding()) {
-      range.resize(sharding->shard_size());
-      sharding->scatter_state(whole.data(), range.data());  // collective: every rank shards alike
-    } else if (trains()) {
-      range = std::move(whole);
-    } else {
-      const size_t offset = serving_->serve_offset(), size = serving_->serve_size();
-      MGT_CHECK(offset != SIZE_MAX && offset + size <= whole.size(), ConfigError,
-                "optimizer.weight_decay_on = matrices: sync.name = " + choice_.sync +
-                    " does not say which range of the parameters a serving rank updates "
-                    "(ServingRole::serve_offset); set optimizer.weight_decay_on = all");
-      range.assign(whole.begin() + static_cast<std::ptrdiff_t>(offset),
-                   whole.begin() + static_cast<std::ptrdiff_t>(offset + size));
-    }
-    std::vector<uint8_t> mask(range.size());
-    std::transform(range.begin(), range.end(), mask.begin(), [](float v) { return v != 0.0f ? 1 : 0; });
-    return mask;
   }
 
   // A sharded optimizer updates its shard on the host between MPI collectives: the CPU path, in

@@ -77,195 +77,78 @@ void tree_column_sums(const float* dy, int64_t shards, int64_t rows, int64_t col
 #ifdef MGT_HAVE_SIMD_KERNELS
 namespace {
 
-constexpr int64_t kBlockRows = 4;  // output rows (o) per block
+// A pass of at most this many rows (all shards together) has the whole tree summed in registers,
+// block by block; more rows are summed into leaves in memory a chunk at a time, which keeps the
+// rows a block reads in L1 (measured at the gpt's and the MLP's shapes on AVX-512 and AVX2: the
+// register tree is the faster up to about 512 rows, the chunks from about 1,024).
+constexpr int64_t kRegisterTreeMaxRows = 512;
 
-// Each shard's dy transposed ([shard][out][rows]), so that a block's factors are adjacent.
-const float* transposed(const float* dy, int64_t shards, int64_t rows, int64_t out) {
-  thread_local std::vector<float> dy_t;
-  dy_t.resize(static_cast<size_t>(shards * rows * out));
-  for (int64_t s = 0; s < shards; ++s)
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t o = 0; o < out; ++o) dy_t[(s * out + o) * rows + r] = dy[(s * rows + r) * out + o];
-  return dy_t.data();
+// The leaves-in-memory strategy's workspace, kept between calls (this runs every step).
+float* workspace(int64_t floats) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < static_cast<size_t>(floats)) buffer.resize(static_cast<size_t>(floats));
+  return buffer.data();
 }
 
+#pragma GCC push_options
+#pragma GCC target("avx512f")
 namespace avx512 {
 
-constexpr int64_t kBlockVectors = 4;  // 16-float vectors of output columns (i) per block
-
-// One block of the output: `Rows` rows (o0 ..) by 64 columns (i0 ..); with Tail, the columns
-// past `in` are masked off. The same operations as the reference, 16 outputs per instruction.
-// dy_t holds each shard's dy transposed ([shard][out][rows]), so a block's factors are adjacent.
-template <int Rows, bool Tail>
-__attribute__((target("avx512f"))) void tree_block(const float* dy_t, const float* x, int64_t shards, int64_t rows,
-                                                   int64_t out, int64_t in, int64_t o0, int64_t i0, float* dst) {
-  __mmask16 mask[kBlockVectors];
-  for (int v = 0; v < kBlockVectors; ++v) {
-    const int64_t left = in - i0 - 16 * v;
-    mask[v] = left >= 16 ? __mmask16(0xffff) : left > 0 ? __mmask16((1u << left) - 1) : __mmask16(0);
-  }
-  __m512 level_sum[kMaxLevels][Rows][kBlockVectors];
-  bool occupied[kMaxLevels] = {};
-  for (int64_t s = 0; s < shards; ++s) {
-    const float* g_s = dy_t + (s * out + o0) * rows;
-    const float* x_s = x + s * rows * in + i0;
-    __m512 sum[Rows][kBlockVectors];
-    for (int k = 0; k < Rows; ++k)
-      for (int v = 0; v < kBlockVectors; ++v) sum[k][v] = _mm512_setzero_ps();
-    for (int64_t r = 0; r < rows; ++r) {
-      __m512 xv[kBlockVectors];
-      for (int v = 0; v < kBlockVectors; ++v)
-        xv[v] = Tail ? _mm512_maskz_loadu_ps(mask[v], x_s + r * in + 16 * v) : _mm512_loadu_ps(x_s + r * in + 16 * v);
-      for (int k = 0; k < Rows; ++k) {
-        const __m512 g = _mm512_set1_ps(g_s[k * rows + r]);
-        for (int v = 0; v < kBlockVectors; ++v) sum[k][v] = _mm512_fmadd_ps(g, xv[v], sum[k][v]);
-      }
-    }
-    int level = 0;
-    for (; occupied[level]; ++level) {
-      for (int k = 0; k < Rows; ++k)
-        for (int v = 0; v < kBlockVectors; ++v) sum[k][v] = _mm512_add_ps(level_sum[level][k][v], sum[k][v]);
-      occupied[level] = false;
-    }
-    for (int k = 0; k < Rows; ++k)
-      for (int v = 0; v < kBlockVectors; ++v) level_sum[level][k][v] = sum[k][v];
-    occupied[level] = true;
-  }
-  int top = 0;
-  while (!occupied[top]) ++top;
-  for (int k = 0; k < Rows; ++k)
-    for (int v = 0; v < kBlockVectors; ++v) {
-      float* d = dst + (o0 + k) * in + i0 + 16 * v;
-      if (Tail)
-        _mm512_mask_storeu_ps(d, mask[v], level_sum[top][k][v]);
-      else
-        _mm512_storeu_ps(d, level_sum[top][k][v]);
-    }
-}
-
-template <bool Tail>
-__attribute__((target("avx512f"))) void tree_stripe(const float* dy_t, const float* x, int64_t shards, int64_t rows,
-                                                    int64_t out, int64_t in, int64_t i0, float* dst) {
-  int64_t o0 = 0;
-  for (; o0 + kBlockRows <= out; o0 += kBlockRows)
-    tree_block<kBlockRows, Tail>(dy_t, x, shards, rows, out, in, o0, i0, dst);
-  switch (out - o0) {
-    case 3:
-      tree_block<3, Tail>(dy_t, x, shards, rows, out, in, o0, i0, dst);
-      break;
-    case 2:
-      tree_block<2, Tail>(dy_t, x, shards, rows, out, in, o0, i0, dst);
-      break;
-    case 1:
-      tree_block<1, Tail>(dy_t, x, shards, rows, out, in, o0, i0, dst);
-      break;
-    default:
-      break;
-  }
-}
-
-__attribute__((target("avx512f"))) void run(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out,
-                                            int64_t in, float* dst) {
-  const float* dy_t = transposed(dy, shards, rows, out);
-  // Column stripes outside, so that the stripe of x (rows x 64 floats per shard) stays in L1
-  // while every block of output rows uses it.
-  constexpr int64_t kStripe = 16 * kBlockVectors;
-  int64_t i0 = 0;
-  for (; i0 + kStripe <= in; i0 += kStripe) tree_stripe<false>(dy_t, x, shards, rows, out, in, i0, dst);
-  if (i0 < in) tree_stripe<true>(dy_t, x, shards, rows, out, in, i0, dst);
-}
+struct Vec {
+  static constexpr int W = 16;
+  using V = __m512;
+  using M = __mmask16;
+  static M mask(int64_t lanes) { return lanes >= 16 ? M(0xffff) : lanes > 0 ? M((1u << lanes) - 1) : M(0); }
+  static V zero() { return _mm512_setzero_ps(); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V load(const float* p, M m) { return _mm512_maskz_loadu_ps(m, p); }
+  static V broadcast(const float* p) { return _mm512_set1_ps(*p); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static void store(float* p, V v, M m) { _mm512_mask_storeu_ps(p, m, v); }
+};
+// 24 accumulators, a row's three vectors of x and a factor in the 32 registers.
+constexpr int kBlockRows = 8;
+constexpr int kBlockVectors = 3;
+#include "kernels/cpu/tree_outer_products_simd.hpp"
 
 }  // namespace avx512
+#pragma GCC pop_options
 
-// The same with 8-float vectors (AVX2 and FMA, which CPUs without AVX-512 have: AMD's Zen 1-3,
-// Intel's before Skylake-SP), two vectors a block: 8 accumulators, a row's two vectors of x and a
-// factor fit in the 16 registers. Identical bits, operation for operation, to the reference.
+// AVX2 and FMA, which CPUs without AVX-512 have (AMD's Zen 1-3, Intel's before Skylake-SP).
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
 namespace avx2 {
 
-constexpr int64_t kBlockVectors = 2;  // 8-float vectors of output columns (i) per block
-
-template <int Rows, bool Tail>
-__attribute__((target("avx2,fma"))) void tree_block(const float* dy_t, const float* x, int64_t shards, int64_t rows,
-                                                    int64_t out, int64_t in, int64_t o0, int64_t i0, float* dst) {
-  __m256i mask[kBlockVectors];
-  for (int v = 0; v < kBlockVectors; ++v) {
-    const int64_t left = in - i0 - 8 * v;
-    const int lanes = left >= 8 ? 8 : left > 0 ? static_cast<int>(left) : 0;
-    // Lane j is loaded and stored when its sign bit is set: j < lanes.
-    mask[v] = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+struct Vec {
+  static constexpr int W = 8;
+  using V = __m256;
+  using M = __m256i;
+  // Lane j is loaded and stored when its sign bit is set: j < lanes.
+  static M mask(int64_t lanes) {
+    const int n = lanes >= 8 ? 8 : lanes > 0 ? static_cast<int>(lanes) : 0;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   }
-  __m256 level_sum[kMaxLevels][Rows][kBlockVectors];
-  bool occupied[kMaxLevels] = {};
-  for (int64_t s = 0; s < shards; ++s) {
-    const float* g_s = dy_t + (s * out + o0) * rows;
-    const float* x_s = x + s * rows * in + i0;
-    __m256 sum[Rows][kBlockVectors];
-    for (int k = 0; k < Rows; ++k)
-      for (int v = 0; v < kBlockVectors; ++v) sum[k][v] = _mm256_setzero_ps();
-    for (int64_t r = 0; r < rows; ++r) {
-      __m256 xv[kBlockVectors];
-      for (int v = 0; v < kBlockVectors; ++v)
-        xv[v] = Tail ? _mm256_maskload_ps(x_s + r * in + 8 * v, mask[v]) : _mm256_loadu_ps(x_s + r * in + 8 * v);
-      for (int k = 0; k < Rows; ++k) {
-        const __m256 g = _mm256_broadcast_ss(g_s + k * rows + r);
-        for (int v = 0; v < kBlockVectors; ++v) sum[k][v] = _mm256_fmadd_ps(g, xv[v], sum[k][v]);
-      }
-    }
-    int level = 0;
-    for (; occupied[level]; ++level) {
-      for (int k = 0; k < Rows; ++k)
-        for (int v = 0; v < kBlockVectors; ++v) sum[k][v] = _mm256_add_ps(level_sum[level][k][v], sum[k][v]);
-      occupied[level] = false;
-    }
-    for (int k = 0; k < Rows; ++k)
-      for (int v = 0; v < kBlockVectors; ++v) level_sum[level][k][v] = sum[k][v];
-    occupied[level] = true;
-  }
-  int top = 0;
-  while (!occupied[top]) ++top;
-  for (int k = 0; k < Rows; ++k)
-    for (int v = 0; v < kBlockVectors; ++v) {
-      float* d = dst + (o0 + k) * in + i0 + 8 * v;
-      if (Tail)
-        _mm256_maskstore_ps(d, mask[v], level_sum[top][k][v]);
-      else
-        _mm256_storeu_ps(d, level_sum[top][k][v]);
-    }
-}
-
-template <bool Tail>
-__attribute__((target("avx2,fma"))) void tree_stripe(const float* dy_t, const float* x, int64_t shards, int64_t rows,
-                                                     int64_t out, int64_t in, int64_t i0, float* dst) {
-  int64_t o0 = 0;
-  for (; o0 + kBlockRows <= out; o0 += kBlockRows)
-    tree_block<kBlockRows, Tail>(dy_t, x, shards, rows, out, in, o0, i0, dst);
-  switch (out - o0) {
-    case 3:
-      tree_block<3, Tail>(dy_t, x, shards, rows, out, in, o0, i0, dst);
-      break;
-    case 2:
-      tree_block<2, Tail>(dy_t, x, shards, rows, out, in, o0, i0, dst);
-      break;
-    case 1:
-      tree_block<1, Tail>(dy_t, x, shards, rows, out, in, o0, i0, dst);
-      break;
-    default:
-      break;
-  }
-}
-
-__attribute__((target("avx2,fma"))) void run(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out,
-                                             int64_t in, float* dst) {
-  const float* dy_t = transposed(dy, shards, rows, out);
-  constexpr int64_t kStripe = 8 * kBlockVectors;
-  int64_t i0 = 0;
-  for (; i0 + kStripe <= in; i0 += kStripe) tree_stripe<false>(dy_t, x, shards, rows, out, in, i0, dst);
-  if (i0 < in) tree_stripe<true>(dy_t, x, shards, rows, out, in, i0, dst);
-}
+  static V zero() { return _mm256_setzero_ps(); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static V load(const float* p, M m) { return _mm256_maskload_ps(p, m); }
+  static V broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static void store(float* p, V v, M m) { _mm256_maskstore_ps(p, m, v); }
+};
+// 12 accumulators, a row's two vectors of x and a factor in the 16 registers.
+constexpr int kBlockRows = 6;
+constexpr int kBlockVectors = 2;
+#include "kernels/cpu/tree_outer_products_simd.hpp"
 
 }  // namespace avx2
+#pragma GCC pop_options
 
 }  // namespace
+
 #endif
 
 bool tree_outer_products_avx512(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out, int64_t in,

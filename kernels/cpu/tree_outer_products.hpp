@@ -26,7 +26,8 @@ void tree_column_sums(const float* dy, int64_t shards, int64_t rows, int64_t col
 void tree_outer_products_reference(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out,
                                    int64_t in, float* dst);
 
-// The vector forms tree_outer_products picks from (AVX-512 first, then AVX2 with FMA), callable
+// The vector forms tree_outer_products picks from (AVX-512 first, then AVX2 with FMA; one
+// template, tree_outer_products_simd.hpp, compiled for each), callable
 // one by one so that tests compare each with the reference on any CPU that has it: false, with
 // nothing written, where this CPU (or build) lacks the instructions.
 bool tree_outer_products_avx512(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out, int64_t in,

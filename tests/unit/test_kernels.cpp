@@ -550,7 +550,11 @@ TEST_P(KernelTreeOuterProducts, ColumnSumsBitwiseEqualToPlainTreeAndSplitLikeRan
 
 INSTANTIATE_TEST_SUITE_P(Shapes, KernelTreeOuterProducts,
                          ::testing::Values(TreeCase{1, 16, 4, 32}, TreeCase{4, 16, 256, 784}, TreeCase{8, 3, 10, 17},
-                                           TreeCase{2, 5, 7, 48}, TreeCase{16, 2, 5, 33}, TreeCase{4, 0, 3, 20}));
+                                           TreeCase{2, 5, 7, 48}, TreeCase{16, 2, 5, 33}, TreeCase{4, 0, 3, 20},
+                                           // Passes of many rows, summed in leaves a chunk at a time:
+                                           // chunks with a tail, row and column tails of both forms.
+                                           TreeCase{4, 300, 19, 70}, TreeCase{2, 700, 9, 50},
+                                           TreeCase{1, 1030, 8, 48}));
 
 // The check deterministic mode makes before batching micro-shards agrees with comparing the rows
 // of one batched forward GEMM with those of per-shard ones, done here directly.

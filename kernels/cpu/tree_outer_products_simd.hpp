@@ -21,33 +21,33 @@ constexpr int64_t kBlockColumns = Vec::W * kBlockVectors;
 // Per block of kBlockRows x kBlockColumns outputs, every shard's leaf is summed in registers and
 // merged into the tree at once; the shards' rows of a column stripe of x are read once per block.
 
-template <int Rows, bool Tail>
+template <int Rows, int Vectors, bool Tail>
 void register_tree_block(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out, int64_t in,
                          int64_t o0, int64_t i0, float* dst) {
   using V = typename Vec::V;
-  typename Vec::M mask[kBlockVectors];
+  typename Vec::M mask[Vectors];
 #pragma GCC unroll 8
-  for (int v = 0; v < kBlockVectors; ++v) mask[v] = Vec::mask(in - i0 - Vec::W * v);
-  V level_sum[kMaxLevels][Rows][kBlockVectors];
+  for (int v = 0; v < Vectors; ++v) mask[v] = Vec::mask(in - i0 - Vec::W * v);
+  V level_sum[kMaxLevels][Rows][Vectors];
   bool occupied[kMaxLevels] = {};
   for (int64_t s = 0; s < shards; ++s) {
     const float* g = dy + s * rows * out + o0;  // dy_s[r, o0 ..]: the block's factors of row r
     const float* x_r = x + s * rows * in + i0;
-    V sum[Rows][kBlockVectors];
+    V sum[Rows][Vectors];
 #pragma GCC unroll 8
     for (int k = 0; k < Rows; ++k)
 #pragma GCC unroll 8
-      for (int v = 0; v < kBlockVectors; ++v) sum[k][v] = Vec::zero();
+      for (int v = 0; v < Vectors; ++v) sum[k][v] = Vec::zero();
     for (int64_t r = 0; r < rows; ++r, g += out, x_r += in) {
-      V xv[kBlockVectors];
+      V xv[Vectors];
 #pragma GCC unroll 8
-      for (int v = 0; v < kBlockVectors; ++v)
+      for (int v = 0; v < Vectors; ++v)
         xv[v] = Tail ? Vec::load(x_r + Vec::W * v, mask[v]) : Vec::load(x_r + Vec::W * v);
 #pragma GCC unroll 8
       for (int k = 0; k < Rows; ++k) {
         const V factor = Vec::broadcast(g + k);
 #pragma GCC unroll 8
-        for (int v = 0; v < kBlockVectors; ++v) sum[k][v] = Vec::fma(factor, xv[v], sum[k][v]);
+        for (int v = 0; v < Vectors; ++v) sum[k][v] = Vec::fma(factor, xv[v], sum[k][v]);
       }
     }
     // A finished subtree merges with the earlier sibling of its size: left + right.
@@ -56,19 +56,19 @@ void register_tree_block(const float* dy, const float* x, int64_t shards, int64_
 #pragma GCC unroll 8
       for (int k = 0; k < Rows; ++k)
 #pragma GCC unroll 8
-        for (int v = 0; v < kBlockVectors; ++v) sum[k][v] = Vec::add(level_sum[level][k][v], sum[k][v]);
+        for (int v = 0; v < Vectors; ++v) sum[k][v] = Vec::add(level_sum[level][k][v], sum[k][v]);
       occupied[level] = false;
     }
 #pragma GCC unroll 8
     for (int k = 0; k < Rows; ++k)
 #pragma GCC unroll 8
-      for (int v = 0; v < kBlockVectors; ++v) level_sum[level][k][v] = sum[k][v];
+      for (int v = 0; v < Vectors; ++v) level_sum[level][k][v] = sum[k][v];
     occupied[level] = true;
   }
   int top = 0;
   while (!occupied[top]) ++top;
   for (int k = 0; k < Rows; ++k)
-    for (int v = 0; v < kBlockVectors; ++v) {
+    for (int v = 0; v < Vectors; ++v) {
       float* d = dst + (o0 + k) * in + i0 + Vec::W * v;
       if (Tail)
         Vec::store(d, level_sum[top][k][v], mask[v]);
@@ -78,34 +78,40 @@ void register_tree_block(const float* dy, const float* x, int64_t shards, int64_
 }
 
 // The rows o0 .. out-1 that do not fill a block: one block of exactly that many rows.
-template <int Rows, bool Tail>
+template <int Rows, int Vectors, bool Tail>
 void register_tree_rest(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out, int64_t in,
                         int64_t o0, int64_t i0, float* dst) {
   if constexpr (Rows > 0) {
     if (out - o0 == Rows)
-      register_tree_block<Rows, Tail>(dy, x, shards, rows, out, in, o0, i0, dst);
+      register_tree_block<Rows, Vectors, Tail>(dy, x, shards, rows, out, in, o0, i0, dst);
     else
-      register_tree_rest<Rows - 1, Tail>(dy, x, shards, rows, out, in, o0, i0, dst);
+      register_tree_rest<Rows - 1, Vectors, Tail>(dy, x, shards, rows, out, in, o0, i0, dst);
   }
 }
 
-template <bool Tail>
+// A stripe of Vectors vectors of columns (the last stripe of a row may need fewer than a block's).
+template <int Vectors, bool Tail>
 void register_tree_stripe(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out, int64_t in,
                           int64_t i0, float* dst) {
+  if constexpr (Vectors > 1) {
+    if (in - i0 <= (Vectors - 1) * Vec::W) {
+      register_tree_stripe<Vectors - 1, Tail>(dy, x, shards, rows, out, in, i0, dst);
+      return;
+    }
+  }
   int64_t o0 = 0;
   for (; o0 + kBlockRows <= out; o0 += kBlockRows)
-    register_tree_block<kBlockRows, Tail>(dy, x, shards, rows, out, in, o0, i0, dst);
-  register_tree_rest<kBlockRows - 1, Tail>(dy, x, shards, rows, out, in, o0, i0, dst);
+    register_tree_block<kBlockRows, Vectors, Tail>(dy, x, shards, rows, out, in, o0, i0, dst);
+  register_tree_rest<kBlockRows - 1, Vectors, Tail>(dy, x, shards, rows, out, in, o0, i0, dst);
 }
 
-void register_tree(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out, int64_t in,
-                   float* dst) {
+void register_tree(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out, int64_t in, float* dst) {
   // Column stripes outside, so that the stripe of x stays in cache while every block of output
   // rows uses it.
   int64_t i0 = 0;
   for (; i0 + kBlockColumns <= in; i0 += kBlockColumns)
-    register_tree_stripe<false>(dy, x, shards, rows, out, in, i0, dst);
-  if (i0 < in) register_tree_stripe<true>(dy, x, shards, rows, out, in, i0, dst);
+    register_tree_stripe<kBlockVectors, false>(dy, x, shards, rows, out, in, i0, dst);
+  if (i0 < in) register_tree_stripe<kBlockVectors, true>(dy, x, shards, rows, out, in, i0, dst);
 }
 
 // ---- Strategy 2: leaves in memory, a chunk of rows at a time, for passes of many rows -----------
@@ -117,35 +123,50 @@ constexpr int64_t kChunkRows = 128;
 
 // leaf[Rows x kBlockColumns, row stride ld] = (first ? +0 : leaf) + the chunk's rows in order;
 // packed holds the chunk's factors of this block, kBlockRows per row (zero past `out`).
-template <bool Tail>
+template <int Vectors, bool Tail>
 void leaf_tile(const float* packed, const float* x, int64_t chunk, int64_t in, int64_t i0, bool first, float* leaf,
                int64_t ld) {
   using V = typename Vec::V;
-  typename Vec::M mask[kBlockVectors];
+  typename Vec::M mask[Vectors];
 #pragma GCC unroll 8
-  for (int v = 0; v < kBlockVectors; ++v) mask[v] = Vec::mask(in - i0 - Vec::W * v);
-  V sum[kBlockRows][kBlockVectors];
+  for (int v = 0; v < Vectors; ++v) mask[v] = Vec::mask(in - i0 - Vec::W * v);
+  V sum[kBlockRows][Vectors];
 #pragma GCC unroll 8
   for (int k = 0; k < kBlockRows; ++k)
 #pragma GCC unroll 8
-    for (int v = 0; v < kBlockVectors; ++v) sum[k][v] = first ? Vec::zero() : Vec::load(leaf + k * ld + Vec::W * v);
+    for (int v = 0; v < Vectors; ++v) sum[k][v] = first ? Vec::zero() : Vec::load(leaf + k * ld + Vec::W * v);
   const float* x_r = x + i0;
   for (int64_t r = 0; r < chunk; ++r, x_r += in, packed += kBlockRows) {
-    V xv[kBlockVectors];
+    V xv[Vectors];
 #pragma GCC unroll 8
-    for (int v = 0; v < kBlockVectors; ++v)
-      xv[v] = Tail ? Vec::load(x_r + Vec::W * v, mask[v]) : Vec::load(x_r + Vec::W * v);
+    for (int v = 0; v < Vectors; ++v) xv[v] = Tail ? Vec::load(x_r + Vec::W * v, mask[v]) : Vec::load(x_r + Vec::W * v);
 #pragma GCC unroll 8
     for (int k = 0; k < kBlockRows; ++k) {
       const V factor = Vec::broadcast(packed + k);
 #pragma GCC unroll 8
-      for (int v = 0; v < kBlockVectors; ++v) sum[k][v] = Vec::fma(factor, xv[v], sum[k][v]);
+      for (int v = 0; v < Vectors; ++v) sum[k][v] = Vec::fma(factor, xv[v], sum[k][v]);
     }
   }
 #pragma GCC unroll 8
   for (int k = 0; k < kBlockRows; ++k)
 #pragma GCC unroll 8
-    for (int v = 0; v < kBlockVectors; ++v) Vec::store(leaf + k * ld + Vec::W * v, sum[k][v]);
+    for (int v = 0; v < Vectors; ++v) Vec::store(leaf + k * ld + Vec::W * v, sum[k][v]);
+}
+
+// Every block of output rows over one stripe of columns, Vectors vectors wide (the last stripe of
+// a row may need fewer than a block's).
+template <int Vectors, bool Tail>
+void leaf_stripe(const float* packed, const float* x, int64_t chunk, int64_t in, int64_t i0, bool first, float* leaf,
+                 int64_t ld, int64_t blocks) {
+  if constexpr (Vectors > 1) {
+    if (in - i0 <= (Vectors - 1) * Vec::W) {
+      leaf_stripe<Vectors - 1, Tail>(packed, x, chunk, in, i0, first, leaf, ld, blocks);
+      return;
+    }
+  }
+  for (int64_t b = 0; b < blocks; ++b)
+    leaf_tile<Vectors, Tail>(packed + b * kChunkRows * kBlockRows, x, chunk, in, i0, first,
+                             leaf + b * kBlockRows * ld + i0, ld);
 }
 
 // The workspace leaves_in_memory needs, in floats: the packed factors of one chunk, one leaf, and
@@ -169,49 +190,55 @@ void leaves_in_memory(const float* dy, const float* x, int64_t shards, int64_t r
   const LeafLayout layout(shards, out, in);
   const int64_t n = layout.leaf_floats(), ld = layout.in_padded;
   float* packed = workspace;
-  float* leaf = packed + layout.packed_floats();
-  float* level_sum = leaf + n;  // level l at level_sum + l * n
+  // levels + 1 leaf buffers: the one being summed and one per occupied level of the tree; a merge
+  // frees the left sibling's buffer, and a finished subtree takes its level by pointer.
+  float* free_buffers[kMaxLevels + 1];
+  int free_count = 0;
+  for (int64_t l = 0; l <= layout.levels; ++l) free_buffers[free_count++] = packed + layout.packed_floats() + l * n;
+  float* level_sum[kMaxLevels];
   bool occupied[kMaxLevels] = {};
   for (int64_t s = 0; s < shards; ++s) {
+    float* leaf = free_buffers[--free_count];
     const float* dy_s = dy + s * rows * out;
     const float* x_s = x + s * rows * in;
     if (rows == 0)
       for (int64_t j = 0; j < n; ++j) leaf[j] = 0.0f;
     for (int64_t c0 = 0; c0 < rows; c0 += kChunkRows) {
       const int64_t chunk = rows - c0 < kChunkRows ? rows - c0 : kChunkRows;
-      // The chunk's dy by blocks of output rows: block b's factors of row r at (b * kChunkRows + r) * kBlockRows.
-      for (int64_t r = 0; r < chunk; ++r) {
-        const float* d = dy_s + (c0 + r) * out;
-        for (int64_t b = 0; b < layout.blocks; ++b)
-          for (int64_t k = 0; k < kBlockRows; ++k) {
-            const int64_t o = b * kBlockRows + k;
-            packed[(b * kChunkRows + r) * kBlockRows + k] = o < out ? d[o] : 0.0f;
+      // The chunk's dy by blocks of output rows: block b's factors of row r at (b * kChunkRows + r) *
+      // kBlockRows, written in order (a block at a time: writing a row at a time strides 4 KB).
+      for (int64_t b = 0; b < layout.blocks; ++b) {
+        const int64_t o0 = b * kBlockRows, width = out - o0 < kBlockRows ? out - o0 : kBlockRows;
+        const float* d = dy_s + c0 * out + o0;
+        float* p = packed + b * kChunkRows * kBlockRows;
+        for (int64_t r = 0; r < chunk; ++r, d += out, p += kBlockRows) {
+          if (width == kBlockRows) {
+#pragma GCC unroll 8
+            for (int64_t k = 0; k < kBlockRows; ++k) p[k] = d[k];
+          } else {
+            for (int64_t k = 0; k < kBlockRows; ++k) p[k] = k < width ? d[k] : 0.0f;
           }
+        }
       }
       const float* x_c = x_s + c0 * in;
       int64_t i0 = 0;
       for (; i0 + kBlockColumns <= in; i0 += kBlockColumns)
-        for (int64_t b = 0; b < layout.blocks; ++b)
-          leaf_tile<false>(packed + b * kChunkRows * kBlockRows, x_c, chunk, in, i0, c0 == 0,
-                           leaf + b * kBlockRows * ld + i0, ld);
-      if (i0 < in)
-        for (int64_t b = 0; b < layout.blocks; ++b)
-          leaf_tile<true>(packed + b * kChunkRows * kBlockRows, x_c, chunk, in, i0, c0 == 0,
-                          leaf + b * kBlockRows * ld + i0, ld);
+        leaf_stripe<kBlockVectors, false>(packed, x_c, chunk, in, i0, c0 == 0, leaf, ld, layout.blocks);
+      if (i0 < in) leaf_stripe<kBlockVectors, true>(packed, x_c, chunk, in, i0, c0 == 0, leaf, ld, layout.blocks);
     }
     int level = 0;
     for (; occupied[level]; ++level) {
-      const float* left = level_sum + level * n;
+      const float* left = level_sum[level];
       for (int64_t j = 0; j < n; ++j) leaf[j] = left[j] + leaf[j];
+      free_buffers[free_count++] = level_sum[level];
       occupied[level] = false;
     }
-    float* keep = level_sum + level * n;
-    for (int64_t j = 0; j < n; ++j) keep[j] = leaf[j];
+    level_sum[level] = leaf;
     occupied[level] = true;
   }
   int top = 0;
   while (!occupied[top]) ++top;
-  const float* sum = level_sum + top * n;
+  const float* sum = level_sum[top];
   for (int64_t o = 0; o < out; ++o)
     for (int64_t i = 0; i < in; ++i) dst[o * in + i] = sum[o * ld + i];
 }

@@ -134,6 +134,50 @@ dnnl::primitive_attr user_scratchpad() {
   return a;
 }
 
+// The three primitive descriptors, built as the oneDNN at hand builds them: 3.x directly, 2.x
+// (Debian 12's 2.6) through an operation descriptor. bias null: none.
+using ForwardPd = dnnl::convolution_forward::primitive_desc;
+using BackwardDataPd = dnnl::convolution_backward_data::primitive_desc;
+using BackwardWeightsPd = dnnl::convolution_backward_weights::primitive_desc;
+constexpr auto kDirect = dnnl::algorithm::convolution_direct;
+
+ForwardPd forward_pd(const memory::desc& src, const memory::desc& w, const memory::desc* bias, const memory::desc& dst,
+                     const memory::dims& strides, const memory::dims& pad) {
+  const auto kind = dnnl::prop_kind::forward_training;
+#if DNNL_VERSION_MAJOR >= 3
+  if (bias) return ForwardPd(cpu_engine(), kind, kDirect, src, w, *bias, dst, strides, pad, pad, user_scratchpad());
+  return ForwardPd(cpu_engine(), kind, kDirect, src, w, dst, strides, pad, pad, user_scratchpad());
+#else
+  return ForwardPd(
+      dnnl::convolution_forward::desc(kind, kDirect, src, w, bias ? *bias : memory::desc(), dst, strides, pad, pad),
+      user_scratchpad(), cpu_engine());
+#endif
+}
+
+BackwardDataPd backward_data_pd(const memory::desc& src, const memory::desc& w, const memory::desc& dst,
+                                const memory::dims& strides, const memory::dims& pad, const ForwardPd& hint) {
+#if DNNL_VERSION_MAJOR >= 3
+  return BackwardDataPd(cpu_engine(), kDirect, src, w, dst, strides, pad, pad, hint, user_scratchpad());
+#else
+  return BackwardDataPd(dnnl::convolution_backward_data::desc(kDirect, src, w, dst, strides, pad, pad),
+                        user_scratchpad(), cpu_engine(), hint);
+#endif
+}
+
+BackwardWeightsPd backward_weights_pd(const memory::desc& src, const memory::desc& w, const memory::desc* bias,
+                                      const memory::desc& dst, const memory::dims& strides, const memory::dims& pad,
+                                      const ForwardPd& hint) {
+#if DNNL_VERSION_MAJOR >= 3
+  if (bias)
+    return BackwardWeightsPd(cpu_engine(), kDirect, src, w, *bias, dst, strides, pad, pad, hint, user_scratchpad());
+  return BackwardWeightsPd(cpu_engine(), kDirect, src, w, dst, strides, pad, pad, hint, user_scratchpad());
+#else
+  return BackwardWeightsPd(
+      dnnl::convolution_backward_weights::desc(kDirect, src, w, bias ? *bias : memory::desc(), dst, strides, pad, pad),
+      user_scratchpad(), cpu_engine(), hint);
+#endif
+}
+
 }  // namespace
 
 struct Conv2d::Impl {
@@ -144,7 +188,7 @@ struct Conv2d::Impl {
   memory::desc src, weights, bias, dst;        // plain, as the caller stores them
   memory::desc src_any, weights_any, dst_any;  // let oneDNN choose
   memory::dims strides, pad;
-  dnnl::convolution_forward::primitive_desc fwd_pd;
+  ForwardPd fwd_pd;
 
   Bound fwd, bwd_data, bwd_weights;
   Port f_src, f_w, f_dst;
@@ -182,9 +226,7 @@ struct Conv2d::Impl {
     strides = {s.stride, s.stride};
     pad = {s.padding, s.padding};
     auto& eng = cpu_engine();
-    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src_any,
-                                      weights_any, with_bias ? bias : memory::desc(), dst_any, strides, pad, pad);
-    fwd_pd = dnnl::convolution_forward::primitive_desc(d, user_scratchpad(), eng);
+    fwd_pd = forward_pd(src_any, weights_any, with_bias ? &bias : nullptr, dst_any, strides, pad);
     // x's blocked copy is kept for backward-weights; y's is pushed to the caller at once.
     f_src.init(src, fwd_pd.src_desc());
     f_w.init(weights, fwd_pd.weights_desc());
@@ -214,10 +256,7 @@ struct Conv2d::Impl {
 
   void ensure_bwd_data() {
     if (bwd_data.ready) return;
-    auto& eng = cpu_engine();
-    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, src_any, weights_any, dst_any, strides,
-                                            pad, pad);
-    dnnl::convolution_backward_data::primitive_desc pd(d, user_scratchpad(), eng, fwd_pd);
+    const BackwardDataPd pd = backward_data_pd(src_any, weights_any, dst_any, strides, pad, fwd_pd);
     d_dst.init(dst, pd.diff_dst_desc(), false, bwd_weights.ready ? &w_ddst : nullptr, Workspace::output_side);
     d_w.init(weights, pd.weights_desc());
     d_src.init(src, pd.diff_src_desc(), false, nullptr, Workspace::input_side);
@@ -228,10 +267,8 @@ struct Conv2d::Impl {
 
   void ensure_bwd_weights(bool with_bias) {
     if (bwd_weights.ready && bwd_has_bias == with_bias) return;
-    auto& eng = cpu_engine();
-    dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, src_any, weights_any,
-                                               with_bias ? bias : memory::desc(), dst_any, strides, pad, pad);
-    dnnl::convolution_backward_weights::primitive_desc pd(d, user_scratchpad(), eng, fwd_pd);
+    const BackwardWeightsPd pd =
+        backward_weights_pd(src_any, weights_any, with_bias ? &bias : nullptr, dst_any, strides, pad, fwd_pd);
     w_src.init(src, pd.src_desc(), false, &f_src);
     w_ddst.init(dst, pd.diff_dst_desc(), false, bwd_data.ready ? &d_dst : nullptr, Workspace::output_side);
     // oneDNN overwrites diff_weights while ours accumulate: it writes an owned plain buffer that
@@ -241,7 +278,7 @@ struct Conv2d::Impl {
         bind(dnnl::convolution_backward_weights(pd), pd.scratchpad_desc(),
              {{DNNL_ARG_SRC, w_src.inner}, {DNNL_ARG_DIFF_DST, w_ddst.inner}, {DNNL_ARG_DIFF_WEIGHTS, w_dw.inner}});
     if (with_bias) {
-      w_dbias = memory(bias, eng);
+      w_dbias = memory(bias, cpu_engine());
       bwd_weights.args.emplace(DNNL_ARG_DIFF_BIAS, w_dbias);
     }
     bwd_has_bias = with_bias;

@@ -117,10 +117,9 @@ double onednn_best(const mgt::Conv2dShape& s, int64_t batch) {
   return median_seconds([&] {
     fwd.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}});
     bwd_d.execute(stream, {{DNNL_ARG_DIFF_DST, ddst_d}, {DNNL_ARG_WEIGHTS, w_d}, {DNNL_ARG_DIFF_SRC, dsrc}});
-    bwd_w.execute(stream, {{DNNL_ARG_SRC, src_w},
-                           {DNNL_ARG_DIFF_DST, ddst_w},
-                           {DNNL_ARG_DIFF_WEIGHTS, dw},
-                           {DNNL_ARG_DIFF_BIAS, db}});
+    const std::unordered_map<int, memory> weights_args = {
+        {DNNL_ARG_SRC, src_w}, {DNNL_ARG_DIFF_DST, ddst_w}, {DNNL_ARG_DIFF_WEIGHTS, dw}, {DNNL_ARG_DIFF_BIAS, db}};
+    bwd_w.execute(stream, weights_args);
     stream.wait();
   });
 }
@@ -171,8 +170,9 @@ int main(int argc, char** argv) {
   }
   std::printf("%-24s %5s %12.3f %12.3f %6.2fx\n", "step", "", 1e3 * best_total, 1e3 * ours_total,
               ours_total / best_total);
-  std::printf("{\"model\":\"%s\",\"batch\":%lld,\"onednn\":\"%d.%d.%d\",\"onednn_ms\":%.4f,\"mgtrain_ms\":%.4f,"
-              "\"worst_ratio\":%.3f}\n",
-              model.c_str(), static_cast<long long>(batch), v->major, v->minor, v->patch, 1e3 * best_total,
-              1e3 * ours_total, worst);
+  std::printf(
+      "{\"model\":\"%s\",\"batch\":%lld,\"onednn\":\"%d.%d.%d\",\"onednn_ms\":%.4f,\"mgtrain_ms\":%.4f,"
+      "\"worst_ratio\":%.3f}\n",
+      model.c_str(), static_cast<long long>(batch), v->major, v->minor, v->patch, 1e3 * best_total, 1e3 * ours_total,
+      worst);
 }

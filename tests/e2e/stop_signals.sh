@@ -8,6 +8,8 @@
 #           ranks, then kills them odls_base_sigkill_timeout seconds later)
 #   random: SIGTERM, SIGINT or SIGUSR1 to mpirun or to the ranks at a random moment from start-up
 #           on; before training starts the job may end without a checkpoint, never with a crash
+#   one_rank: SIGTERM to rank 1 alone (as when scancel reaches one node's tasks before another's):
+#           every rank stops after the same step, and rank 0's log names the signal rank 1 got
 source "$(dirname "$0")/lib.sh"
 mode=$1 tries=${2:-3}
 
@@ -55,6 +57,15 @@ for try in $(seq "$tries"); do
       [ "$signal" = USR1 ] && target=$(ranks_of "$mpirun_pid")
       kill -"$signal" $target 2>/dev/null || true
       ;;
+    one_rank)
+      wait_for_training "$log"
+      rank1=
+      for pid in $(ranks_of "$mpirun_pid"); do
+        tr '\0' '\n' <"/proc/$pid/environ" | grep -qx OMPI_COMM_WORLD_RANK=1 && rank1=$pid
+      done
+      [ -n "$rank1" ] || fail "try $try: no process of rank 1 under mpirun"
+      kill -TERM "$rank1"
+      ;;
     *) fail "unknown mode $mode" ;;
   esac
   set +e
@@ -74,6 +85,9 @@ for try in $(seq "$tries"); do
   elif [ "$expect_checkpoint" = 1 ] && grep -q "^training " "$log"; then
     cat "$log"
     fail "try $try ($mode): stopped during training (rc $rc) without a final checkpoint"
+  fi
+  if [ "$mode" = one_rank ]; then
+    grep -q "stopped by signal 15 at step" "$log" || { cat "$log"; fail "try $try: the log does not name rank 1's SIGTERM"; }
   fi
   echo "try $try ($mode): rc $rc, $(grep -o 'stopped by signal [0-9]* at step [0-9]*' "$log" || echo 'ended before training')"
 done

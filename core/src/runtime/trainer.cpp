@@ -1171,7 +1171,8 @@ class Trainer {
     download_step_state();
     for (auto& o : observers_) o->on_run_end({step, epoch, stopped});
     if (stopped && leader_)
-      log_ << "stopped by signal " << stop_signal() << " at step " << step
+      log_ << "stopped by signal " << (agreed_stop_signal_ != 0 ? agreed_stop_signal_ : stop_signal()) << " at step "
+           << step
            << (lockstep() ? ": writing a final checkpoint"
                           : " of rank 0: writing the servers' state as a final checkpoint")
            << "; resubmit with --resume latest to continue\n"
@@ -1240,13 +1241,17 @@ class Trainer {
 
   // Whether the run should stop now because some rank was asked to (scancel, a time limit).
   // Lock-step ranks agree every few steps, so they all stop after the same step.
+  // The ranks agree on the signal too (the largest any was sent), so the log names it even where
+  // rank 0's own copy of it had not arrived yet (scancel signals each node's tasks separately).
   bool stop_agreed(int64_t step) {
     if (!lockstep()) return stop_requested();
     if (step % kStopCheckEvery != 0) return false;
-    int64_t flag = stop_requested() ? 1 : 0;
-    train_comm_->allreduce_max(&flag, 1);
-    return flag != 0;
+    int64_t signal = stop_signal();
+    train_comm_->allreduce_max(&signal, 1);
+    agreed_stop_signal_ = static_cast<int>(signal);
+    return signal != 0;
   }
+  int agreed_stop_signal_ = 0;
   static constexpr int64_t kStopCheckEvery = 10;
 
   // The step: stage this step's rows, take the previous step's figures (on a GPU while the copy

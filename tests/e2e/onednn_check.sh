@@ -6,9 +6,9 @@
 # and what is needed. Usage: onednn_check.sh SOURCE_DIR
 source "$(dirname "$0")/lib.sh"
 src=$1
-real=$(dirname "$(dirname "$(dirname "$(find /usr/include /usr/local/include -path '*/oneapi/dnnl/dnnl.hpp' | head -1)")")")
+real=$(dirname "$(dirname "$(dirname "$(find /usr/include /usr/local/include -path '*/oneapi/dnnl/dnnl.hpp' -print -quit)")")")
 [ -f "$real/oneapi/dnnl/dnnl_version.h" ] || fail "no oneDNN headers found under /usr/include or /usr/local/include"
-library=$(find /usr/lib /usr/local/lib -name 'libdnnl.so*' | head -1)
+library=$(find /usr/lib /usr/local/lib -name 'libdnnl.so*' -print -quit)
 [ -n "$library" ] || fail "no libdnnl.so found under /usr/lib or /usr/local/lib"
 
 mkdir project

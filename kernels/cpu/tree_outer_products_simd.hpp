@@ -120,6 +120,7 @@ void register_tree(const float* dy, const float* x, int64_t shards, int64_t rows
 // the leaf between chunks. Finished leaves merge into the tree in memory.
 
 constexpr int64_t kChunkRows = 128;
+constexpr int64_t kPanelRows = 512;  // output rows whose leaves are summed together
 
 // leaf[Rows x kBlockColumns, row stride ld] = (first ? +0 : leaf) + the chunk's rows in order;
 // packed holds the chunk's factors of this block, kBlockRows per row (zero past `out`).
@@ -185,8 +186,9 @@ struct LeafLayout {
   int64_t workspace_floats() const { return packed_floats() + (levels + 1) * leaf_floats(); }
 };
 
-void leaves_in_memory(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out, int64_t in,
-                      float* dst, float* workspace) {
+// Output rows out of dy's ld_dy columns (a panel of the whole layer: dy points at its first).
+void leaves_in_memory(const float* dy, int64_t ld_dy, const float* x, int64_t shards, int64_t rows, int64_t out,
+                      int64_t in, float* dst, float* workspace) {
   const LeafLayout layout(shards, out, in);
   const int64_t n = layout.leaf_floats(), ld = layout.in_padded;
   float* packed = workspace;
@@ -199,7 +201,7 @@ void leaves_in_memory(const float* dy, const float* x, int64_t shards, int64_t r
   bool occupied[kMaxLevels] = {};
   for (int64_t s = 0; s < shards; ++s) {
     float* leaf = free_buffers[--free_count];
-    const float* dy_s = dy + s * rows * out;
+    const float* dy_s = dy + s * rows * ld_dy;
     const float* x_s = x + s * rows * in;
     if (rows == 0)
       for (int64_t j = 0; j < n; ++j) leaf[j] = 0.0f;
@@ -209,9 +211,9 @@ void leaves_in_memory(const float* dy, const float* x, int64_t shards, int64_t r
       // kBlockRows, written in order (a block at a time: writing a row at a time strides 4 KB).
       for (int64_t b = 0; b < layout.blocks; ++b) {
         const int64_t o0 = b * kBlockRows, width = out - o0 < kBlockRows ? out - o0 : kBlockRows;
-        const float* d = dy_s + c0 * out + o0;
+        const float* d = dy_s + c0 * ld_dy + o0;
         float* p = packed + b * kChunkRows * kBlockRows;
-        for (int64_t r = 0; r < chunk; ++r, d += out, p += kBlockRows) {
+        for (int64_t r = 0; r < chunk; ++r, d += ld_dy, p += kBlockRows) {
           if (width == kBlockRows) {
 #pragma GCC unroll 8
             for (int64_t k = 0; k < kBlockRows; ++k) p[k] = d[k];
@@ -244,8 +246,16 @@ void leaves_in_memory(const float* dy, const float* x, int64_t shards, int64_t r
 }
 
 void run(const float* dy, const float* x, int64_t shards, int64_t rows, int64_t out, int64_t in, float* dst) {
-  if (shards * rows <= kRegisterTreeMaxRows)
+  if (shards * rows <= kRegisterTreeMaxRows) {
     register_tree(dy, x, shards, rows, out, in, dst);
-  else
-    leaves_in_memory(dy, x, shards, rows, out, in, dst, workspace(LeafLayout(shards, out, in).workspace_floats()));
+    return;
+  }
+  // Panels of output rows bound the leaves' memory (one per level of the tree, plus one) for a
+  // wide layer: a vocabulary's head would otherwise hold several copies of its gradient.
+  const int64_t panel = out < kPanelRows ? out : kPanelRows;
+  float* buffer = workspace(LeafLayout(shards, panel, in).workspace_floats());
+  for (int64_t o0 = 0; o0 < out; o0 += panel) {
+    const int64_t rows_here = out - o0 < panel ? out - o0 : panel;
+    leaves_in_memory(dy + o0, out, x, shards, rows, rows_here, in, dst + o0 * in, buffer);
+  }
 }

@@ -553,8 +553,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, KernelTreeOuterProducts,
                                            TreeCase{2, 5, 7, 48}, TreeCase{16, 2, 5, 33}, TreeCase{4, 0, 3, 20},
                                            // Passes of many rows, summed in leaves a chunk at a time:
                                            // chunks with a tail, row and column tails of both forms.
-                                           TreeCase{4, 300, 19, 70}, TreeCase{2, 700, 9, 50},
-                                           TreeCase{1, 1030, 8, 48}));
+                                           TreeCase{4, 300, 19, 70}, TreeCase{2, 700, 9, 50}, TreeCase{1, 1030, 8, 48},
+                                           // Wider than a panel of 512 output rows, with a row tail.
+                                           TreeCase{2, 300, 530, 20}));
 
 // The check deterministic mode makes before batching micro-shards agrees with comparing the rows
 // of one batched forward GEMM with those of per-shard ones, done here directly.

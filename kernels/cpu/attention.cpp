@@ -286,6 +286,28 @@ class NextSample {
   int64_t offset_ = 0, per_call_ = 0;
 };
 
+// S^T = K (scale Q)^T for the tile of keys j0.. and queries i0.., masked: forward computes it, and
+// backward again instead of keeping the probabilities.
+MGT_ALWAYS_INLINE void tile_scores(const AttentionShape& s, const HeadScratch& h, int64_t i0, int64_t j0, int64_t keys,
+                                   float* st) {
+  product(keys, kQueryBlock, h.width, h.k + j0 * h.width, h.width, 1, h.qt + i0, h.padded_tokens, st, kQueryBlock,
+          false);
+  mask_scores(s, i0, j0, keys, st);
+}
+
+// The tile's scores in place become exp(score - m) per query, masked ones 0; with `sums`, each
+// query's values are added to its sum in key order.
+MGT_ALWAYS_INLINE void exponentiate(float* st, int64_t keys, const float* m, float* sums) {
+  for (int64_t j = 0; j < keys; ++j) {
+    float* p = st + j * kQueryBlock;
+    for (int64_t i = 0; i < kQueryBlock; ++i) {
+      const float e = exp_fused(p[i] - m[i]);
+      p[i] = p[i] == kMinusInfinity ? 0.0f : e;
+      if (sums) sums[i] += p[i];
+    }
+  }
+}
+
 // One (sample, head): q, k, v point at the head's first column of the sample's first row.
 MGT_ALWAYS_INLINE void forward_head(const AttentionShape& s, const float* q, const float* k, const float* v, float* out,
                                     float* lse, const HeadScratch& h, NextSample& next) {
@@ -304,8 +326,7 @@ MGT_ALWAYS_INLINE void forward_head(const AttentionShape& s, const float* q, con
       const int64_t keys = tile_keys(end, j0);
       float* st = h.scores;
       next.fetch();
-      product(keys, kQueryBlock, w, h.k + j0 * w, w, 1, h.qt + i0, tp, st, kQueryBlock, false);
-      mask_scores(s, i0, j0, keys, st);
+      tile_scores(s, h, i0, j0, keys, st);
       for (int64_t i = 0; i < kQueryBlock; ++i) mb[i] = st[i];
       for (int64_t j = 1; j < keys; ++j)
         for (int64_t i = 0; i < kQueryBlock; ++i)
@@ -317,14 +338,7 @@ MGT_ALWAYS_INLINE void forward_head(const AttentionShape& s, const float* q, con
         m[i] = grown;
         l[i] = first ? 0.0f : l[i] * alpha[i];
       }
-      for (int64_t j = 0; j < keys; ++j) {
-        float* p = st + j * kQueryBlock;
-        for (int64_t i = 0; i < kQueryBlock; ++i) {
-          const float e = exp_fused(p[i] - m[i]);
-          p[i] = p[i] == kMinusInfinity ? 0.0f : e;
-          l[i] += p[i];
-        }
-      }
+      exponentiate(st, keys, m, l);
       if (!first)
         for (int64_t i = 0; i < kQueryBlock; ++i) {
           float* o = h.o + i * w;
@@ -368,16 +382,8 @@ MGT_ALWAYS_INLINE void backward_head(const AttentionShape& s, const float* q, co
       // P^T = exp(S^T - lse) for the tile, from the saved statistics.
       float* pt = h.scores;
       next.fetch();
-      product(keys, kQueryBlock, w, h.k + j0 * w, w, 1, h.qt + i0, tp, pt, kQueryBlock, false);
-      mask_scores(s, i0, j0, keys, pt);
-      const float* m = row_lse + i0;
-      for (int64_t j = 0; j < keys; ++j) {
-        float* p = pt + j * kQueryBlock;
-        for (int64_t i = 0; i < kQueryBlock; ++i) {
-          const float e = exp_fused(p[i] - m[i]);
-          p[i] = p[i] == kMinusInfinity ? 0.0f : e;
-        }
-      }
+      tile_scores(s, h, i0, j0, keys, pt);
+      exponentiate(pt, keys, row_lse + i0, nullptr);
       // dV_j += P^T dO_i
       next.fetch();
       product(keys, w, kQueryBlock, pt, kQueryBlock, 1, h.dout + i0 * w, w, h.dv + j0 * w, w, true);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "kernels/backend.hpp"
@@ -20,6 +21,7 @@
 #include "kernels/cpu/sequence.hpp"
 #include "kernels/cpu/softmax.hpp"
 #include "kernels/elementwise.hpp"
+#include "mgtrain/error.hpp"
 
 namespace mgt::kernels {
 
@@ -27,7 +29,8 @@ namespace {
 
 class CpuConv final : public ConvOp {
  public:
-  CpuConv(const Conv2dShape& shape, int64_t batch) : shape_(shape), batch_(batch) {}
+  CpuConv(const Conv2dShape& shape, int64_t batch, int64_t input_block, int64_t output_block)
+      : shape_(shape), batch_(batch), conv_(input_block, output_block) {}
   void forward(const float* x, const float* w, const float* bias, float* y) override {
     conv_.forward(shape_, batch_, x, w, bias, y);
   }
@@ -102,22 +105,28 @@ class CpuConvBf16 final : public ConvOp {
 
 class CpuMaxPool final : public MaxPoolOp {
  public:
-  CpuMaxPool(int64_t planes, int64_t h, int64_t w, int64_t kernel, int64_t stride)
-      : planes_(planes),
+  // planes: batch * channels; block: the activations' channel block.
+  CpuMaxPool(int64_t planes, int64_t h, int64_t w, int64_t kernel, int64_t stride, int64_t block)
+      : block_(block),
+        planes_(planes),
         h_(h),
         w_(w),
         kernel_(kernel),
         stride_(stride),
         argmax_(static_cast<size_t>(planes * ((h - kernel) / stride + 1) * ((w - kernel) / stride + 1))) {}
   void forward(const float* x, float* y) override {
+    if (block_ > 1)
+      return max_pool2d_forward_blocked(x, y, argmax_.data(), planes_ / block_, h_, w_, kernel_, stride_, block_);
     max_pool2d_forward(x, y, argmax_.data(), planes_, h_, w_, kernel_, stride_);
   }
   void backward(const float*, const float*, const float* dy, float* dx) override {
+    if (block_ > 1)
+      return max_pool2d_backward_blocked(dy, argmax_.data(), dx, planes_ / block_, h_, w_, kernel_, stride_, block_);
     max_pool2d_backward(dy, argmax_.data(), dx, planes_, h_, w_, kernel_, stride_);
   }
 
  private:
-  int64_t planes_, h_, w_, kernel_, stride_;
+  int64_t block_, planes_, h_, w_, kernel_, stride_;
   std::vector<int32_t> argmax_;
 };
 
@@ -163,6 +172,12 @@ class EvictingCpuUpdate final : public UpdateOp {
  private:
   const ElementwiseUpdate& update_;
 };
+
+int64_t activation_channel_block() {
+  const char* env = std::getenv("MGTRAIN_CPU_BLOCKED_ACTIVATIONS");
+  if (env && std::string(env) == "0") return 1;
+  return preferred_channel_block();
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -216,12 +231,12 @@ class CpuBackend final : public Backend {
     kernels::affine(x, y, n, scale, shift);
   }
   void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels, int64_t plane,
-                    float* sum_a, float* sum_ab) override {
-    kernels::channel_sums(a, b, center, batch, channels, plane, sum_a, sum_ab);
+                    float* sum_a, float* sum_ab, int64_t block) override {
+    kernels::channel_sums(a, b, center, batch, channels, plane, sum_a, sum_ab, block);
   }
   void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b, const float* shift,
-                      float* y, int64_t batch, int64_t channels, int64_t plane) override {
-    kernels::channel_affine(a, scale_a, b, scale_b, shift, y, batch, channels, plane);
+                      float* y, int64_t batch, int64_t channels, int64_t plane, int64_t block) override {
+    kernels::channel_affine(a, scale_a, b, scale_b, shift, y, batch, channels, plane, block);
   }
   void uniform(float* y, size_t n, uint64_t key, uint64_t first_index) override {
     kernels::philox_fill_uniform(y, n, key, static_cast<uint64_t>(*step_), first_index);
@@ -267,14 +282,24 @@ class CpuBackend final : public Backend {
   bool gemm_rows_independent(int64_t shard_rows, int64_t shards, int64_t n, int64_t k) const override {
     return sgemm_rows_independent(shard_rows, shards, n, k);
   }
-  std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch, bool bf16) override {
-    if (bf16) return std::make_unique<CpuConvBf16>(shape, batch);
-    return std::make_unique<CpuConv>(shape, batch);
+  std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch, bool bf16, int64_t input_block,
+                                    int64_t output_block) override {
+    if (bf16) {
+      MGT_CHECK(input_block == 1 && output_block == 1, Error, "a bf16 convolution takes NCHW activations only");
+      return std::make_unique<CpuConvBf16>(shape, batch);
+    }
+    return std::make_unique<CpuConv>(shape, batch, input_block, output_block);
   }
   std::unique_ptr<MaxPoolOp> make_max_pool(int64_t batch, int64_t channels, int64_t height, int64_t width,
-                                           int64_t kernel, int64_t stride) override {
-    return std::make_unique<CpuMaxPool>(batch * channels, height, width, kernel, stride);
+                                           int64_t kernel, int64_t stride, int64_t block) override {
+    MGT_CHECK(
+        block >= 1 && channels % block == 0, Error,
+        "max_pool2d: a channel block of " + std::to_string(block) + " over " + std::to_string(channels) + " channels");
+    return std::make_unique<CpuMaxPool>(batch * channels, height, width, kernel, stride, block);
   }
+  // What oneDNN's convolutions want on this CPU, unless MGTRAIN_CPU_BLOCKED_ACTIVATIONS=0 keeps
+  // every activation NCHW (to compare the two).
+  int64_t channel_block() const override { return channel_block_; }
   void softmax_xent(const float* logits, const int32_t* labels, float* grad, double*, int64_t rows, int64_t classes,
                     float grad_scale, float label_smoothing, double* loss_sum, int64_t* correct) override {
     *loss_sum += softmax_cross_entropy(logits, labels, grad, rows, classes, grad_scale, label_smoothing);
@@ -295,6 +320,7 @@ class CpuBackend final : public Backend {
  private:
   const int64_t no_step_ = 0;
   const int64_t* step_ = &no_step_;
+  const int64_t channel_block_ = activation_channel_block();
   static void* aligned(size_t bytes) {
     if (bytes == 0) return nullptr;
     void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);

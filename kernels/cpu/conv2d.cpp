@@ -64,9 +64,10 @@ Workspace& thread_workspace() {
 
 std::atomic<int64_t> live_convolutions{0};
 
-// One tensor argument of a primitive. The caller's data is plain NCHW/OIHW; the primitive is
-// created with format_tag::any so oneDNN picks its fast (blocked) layout, and when that differs
-// from plain the port has a buffer in that layout and a cached reorder. The buffer is its own
+// One tensor argument of a primitive. The caller's data is NCHW or channel-blocked (activations)
+// and OIHW (weights); the primitive is created with format_tag::any so oneDNN picks its fast
+// (blocked) layout, and when that differs from the caller's the port has a buffer in that layout
+// and a cached reorder. The buffer is its own
 // (allocated once) when its content outlives the call, else a part of the thread's workspace,
 // bound before each use.
 struct Port {
@@ -178,14 +179,41 @@ BackwardWeightsPd backward_weights_pd(const memory::desc& src, const memory::des
 #endif
 }
 
+// The activation layout of a channel block (mgtrain/ops.hpp).
+tag activation_tag(int64_t block) {
+  switch (block) {
+    case 1:
+      return tag::nchw;
+    case 8:
+      return tag::nChw8c;
+    case 16:
+      return tag::nChw16c;
+    default:
+      throw Error("conv2d: no activation layout with a channel block of " + std::to_string(block));
+  }
+}
+
 }  // namespace
 
+int64_t preferred_channel_block() {
+  // What oneDNN picks for a typical layer's input and output when left free (tag::any).
+  const memory::dims src{2, 32, 8, 8}, w{32, 32, 3, 3};
+  const ForwardPd pd = forward_pd(memory::desc(src, dt::f32, tag::any), memory::desc(w, dt::f32, tag::any), nullptr,
+                                  memory::desc(src, dt::f32, tag::any), {1, 1}, {1, 1});
+  for (const int64_t block : {16, 8})
+    if (pd.src_desc() == memory::desc(src, dt::f32, activation_tag(block)) &&
+        pd.dst_desc() == memory::desc(src, dt::f32, activation_tag(block)))
+      return block;
+  return 1;
+}
+
 struct Conv2d::Impl {
+  int64_t input_block = 1, output_block = 1;
   Conv2dShape shape;
   int64_t batch = -1;
   bool has_bias = false;
 
-  memory::desc src, weights, bias, dst;        // plain, as the caller stores them
+  memory::desc src, weights, bias, dst;        // as the caller stores them
   memory::desc src_any, weights_any, dst_any;  // let oneDNN choose
   memory::dims strides, pad;
   ForwardPd fwd_pd;
@@ -216,10 +244,10 @@ struct Conv2d::Impl {
     const memory::dims src_dims{b, s.in_channels, s.height, s.width};
     const memory::dims w_dims{s.out_channels, s.in_channels, s.kernel, s.kernel};
     const memory::dims dst_dims{b, s.out_channels, s.out_height(), s.out_width()};
-    src = memory::desc(src_dims, dt::f32, tag::nchw);
+    src = memory::desc(src_dims, dt::f32, activation_tag(input_block));
     weights = memory::desc(w_dims, dt::f32, tag::oihw);
     bias = memory::desc({s.out_channels}, dt::f32, tag::x);
-    dst = memory::desc(dst_dims, dt::f32, tag::nchw);
+    dst = memory::desc(dst_dims, dt::f32, activation_tag(output_block));
     src_any = memory::desc(src_dims, dt::f32, tag::any);
     weights_any = memory::desc(w_dims, dt::f32, tag::any);
     dst_any = memory::desc(dst_dims, dt::f32, tag::any);
@@ -285,7 +313,13 @@ struct Conv2d::Impl {
   }
 };
 
-Conv2d::Conv2d() : impl_(std::make_unique<Impl>()) { ++live_convolutions; }
+Conv2d::Conv2d(int64_t input_block, int64_t output_block) : impl_(std::make_unique<Impl>()) {
+  activation_tag(input_block);
+  activation_tag(output_block);
+  impl_->input_block = input_block;
+  impl_->output_block = output_block;
+  ++live_convolutions;
+}
 Conv2d::~Conv2d() {
   // The last convolution gone (a network freed), the workspace goes too.
   if (--live_convolutions == 0) thread_workspace().release();

@@ -1,5 +1,6 @@
 #pragma once
-// NCHW 2-D convolution (square kernel, symmetric padding) through oneDNN primitives. The
+// 2-D convolution (square kernel, symmetric padding) through oneDNN primitives, its activations
+// NCHW or channel-blocked. The
 // primitives, their memory objects and a user scratchpad are created on the first call for a
 // batch size and reused, so a training step creates and allocates nothing after the first.
 #include <cstdint>
@@ -11,9 +12,14 @@ namespace mgt::kernels {
 
 using Conv2dShape = mgt::Conv2dShape;
 
+// The channel block (mgtrain/ops.hpp) oneDNN's convolutions want their activations in on this
+// CPU: 16 (AVX-512), 8 (AVX2) or 1 (plain NCHW: no blocked kernels).
+int64_t preferred_channel_block();
+
 class Conv2d {
  public:
-  Conv2d();
+  // input_block, output_block: the layouts of x (and dx) and of y (and dy): 1 (NCHW), 8 or 16.
+  explicit Conv2d(int64_t input_block = 1, int64_t output_block = 1);
   ~Conv2d();
   Conv2d(const Conv2d&) = delete;
   Conv2d& operator=(const Conv2d&) = delete;

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "kernels/elementwise.hpp"
+#include "mgtrain/error.hpp"
 
 namespace mgt::kernels {
 
@@ -210,10 +212,96 @@ MGT_TARGET_CLONES void one_channel_sums(const float* a, const float* b, double m
   *product = p;
 }
 
+// The sums of one group of `block` channels of a channel-blocked tensor ([batch, channels / block,
+// plane, block], the group's planes `stride` floats apart): each lane is a channel, and position p
+// of the plane goes to partial sum p % kChains of its lane, which adds its positions plane after
+// plane; the partial sums are added in order at the end. A fixed order, vectorized across the
+// channels of the group, with kChains independent chains to hide the additions' latency.
+template <bool with_b, int64_t block>
+MGT_TARGET_CLONES void blocked_group_sums(const float* a, const float* b, const float* center, int64_t batch,
+                                          int64_t plane, int64_t stride, float* sum_a, float* sum_ab) {
+  constexpr int64_t kChains = 4;
+  double sum[kChains][block] = {}, prod[kChains][block] = {}, mid[block] = {};
+  if (with_b && center)
+    for (int64_t l = 0; l < block; ++l) mid[l] = static_cast<double>(center[l]);
+  for (int64_t n = 0; n < batch; ++n) {
+    const float* pa = a + n * stride;
+    const float* pb = with_b ? b + n * stride : nullptr;
+    for (int64_t p = 0; p < plane; ++p) {
+      double* s = sum[p % kChains];
+      double* q = prod[p % kChains];
+      for (int64_t l = 0; l < block; ++l) {
+        const auto va = static_cast<double>(pa[p * block + l]);
+        s[l] += va;
+        if constexpr (with_b) q[l] += va * (static_cast<double>(pb[p * block + l]) - mid[l]);
+      }
+    }
+  }
+  for (int64_t l = 0; l < block; ++l) {
+    double t = 0.0, r = 0.0;
+    for (int64_t k = 0; k < kChains; ++k) {
+      t += sum[k][l];
+      r += prod[k][l];
+    }
+    sum_a[l] = static_cast<float>(t);
+    if (with_b) sum_ab[l] = static_cast<float>(r);
+  }
+}
+
+template <int64_t block>
+void blocked_channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels,
+                          int64_t plane, float* sum_a, float* sum_ab) {
+  for (int64_t c = 0; c < channels; c += block) {
+    const int64_t first = c * plane;
+    if (b)
+      blocked_group_sums<true, block>(a + first, b + first, center ? center + c : nullptr, batch, plane,
+                                      channels * plane, sum_a + c, sum_ab + c);
+    else
+      blocked_group_sums<false, block>(a + first, nullptr, nullptr, batch, plane, channels * plane, sum_a + c, nullptr);
+  }
+}
+
+// y = (scale_a a + scale_b b) + shift over channel-blocked tensors: per element what the NCHW
+// loop computes, so the bits are those of the plain layout.
+template <int64_t block>
+MGT_TARGET_CLONES void blocked_channel_affine(const float* a, const float* scale_a, const float* b,
+                                              const float* scale_b, const float* shift, float* y, int64_t batch,
+                                              int64_t channels, int64_t plane) {
+  for (int64_t n = 0; n < batch; ++n)
+    for (int64_t c = 0; c < channels; c += block) {
+      float sa[block], sb[block], sh[block];
+      for (int64_t l = 0; l < block; ++l) {
+        sa[l] = scale_a[c + l];
+        sb[l] = b ? scale_b[c + l] : 0.0f;
+        sh[l] = shift ? shift[c + l] : 0.0f;
+      }
+      const size_t at = static_cast<size_t>((n * channels + c) * plane);
+      const float* pa = a + at;
+      float* py = y + at;
+      if (b) {
+        const float* pb = b + at;
+        for (int64_t i = 0; i < plane * block; i += block)
+          for (int64_t l = 0; l < block; ++l) py[i + l] = (sa[l] * pa[i + l] + sb[l] * pb[i + l]) + sh[l];
+      } else {
+        for (int64_t i = 0; i < plane * block; i += block)
+          for (int64_t l = 0; l < block; ++l) py[i + l] = sa[l] * pa[i + l] + sh[l];
+      }
+    }
+}
+
+void check_block(int64_t block, int64_t channels, const char* op) {
+  MGT_CHECK((block == 1 || block == 8 || block == 16) && channels % block == 0, Error,
+            std::string(op) + ": a channel block of " + std::to_string(block) + " over " + std::to_string(channels) +
+                " channels (expected 1, 8 or 16, dividing the channels)");
+}
+
 }  // namespace
 
 void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels, int64_t plane,
-                  float* sum_a, float* sum_ab) {
+                  float* sum_a, float* sum_ab, int64_t block) {
+  check_block(block, channels, "channel_sums");
+  if (block == 16) return blocked_channel_sums<16>(a, b, center, batch, channels, plane, sum_a, sum_ab);
+  if (block == 8) return blocked_channel_sums<8>(a, b, center, batch, channels, plane, sum_a, sum_ab);
   for (int64_t c = 0; c < channels; ++c) {
     const double mid = b && center ? static_cast<double>(center[c]) : 0.0;
     const auto first = static_cast<size_t>(c * plane);
@@ -228,7 +316,11 @@ void channel_sums(const float* a, const float* b, const float* center, int64_t b
 }
 
 MGT_TARGET_CLONES void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b,
-                                      const float* shift, float* y, int64_t batch, int64_t channels, int64_t plane) {
+                                      const float* shift, float* y, int64_t batch, int64_t channels, int64_t plane,
+                                      int64_t block) {
+  check_block(block, channels, "channel_affine");
+  if (block == 16) return blocked_channel_affine<16>(a, scale_a, b, scale_b, shift, y, batch, channels, plane);
+  if (block == 8) return blocked_channel_affine<8>(a, scale_a, b, scale_b, shift, y, batch, channels, plane);
   for (int64_t n = 0; n < batch; ++n) {
     for (int64_t c = 0; c < channels; ++c) {
       const size_t at = static_cast<size_t>((n * channels + c) * plane);

@@ -47,11 +47,11 @@ void multiply(const float* x, const float* s, float* y, int64_t n);
 void unary(UnaryOp op, const float* x, float* y, int64_t n);
 void binary(BinaryOp op, const float* a, const float* b, float* y, int64_t n);
 void affine(const float* x, float* y, int64_t n, float scale, float shift);
-// mgt::Ops::channel_sums and channel_affine (mgtrain/ops.hpp).
+// mgt::Ops::channel_sums and channel_affine (mgtrain/ops.hpp); block: 1 (NCHW), 8 or 16.
 void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels, int64_t plane,
-                  float* sum_a, float* sum_ab);
+                  float* sum_a, float* sum_ab, int64_t block = 1);
 void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b, const float* shift,
-                    float* y, int64_t batch, int64_t channels, int64_t plane);
+                    float* y, int64_t batch, int64_t channels, int64_t plane, int64_t block = 1);
 // Turns uniforms u in [0, 1) into inverted-dropout scales: 0 when u < p, else 1 / (1 - p).
 void dropout_scales(float* u, int64_t n, float p);
 

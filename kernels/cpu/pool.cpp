@@ -1,8 +1,10 @@
 #include "kernels/cpu/pool.hpp"
 
 #include <cstring>
+#include <string>
 
 #include "kernels/cpu/pointwise.hpp"
+#include "mgtrain/error.hpp"
 
 namespace mgt::kernels {
 
@@ -101,6 +103,76 @@ void max_pool2d_backward(const float* __restrict dy, const int32_t* __restrict a
     for (int64_t r = oh * k; r < h; ++r)
       for (int64_t c = 0; c < w; ++c) dxp[r * w + c] = 0.0f;
   }
+}
+
+namespace {
+
+// One group of `block` channels: each lane scans its windows in order, keeping the first maximum
+// (as the NCHW loop does); argmax holds the position within the plane, [oh * ow, block].
+template <int64_t block>
+MGT_TARGET_CLONES void blocked_max_pool_forward(const float* __restrict x, float* __restrict y,
+                                                int32_t* __restrict argmax, int64_t groups, int64_t h, int64_t w,
+                                                int64_t kernel, int64_t stride) {
+  const int64_t oh = (h - kernel) / stride + 1, ow = (w - kernel) / stride + 1;
+  for (int64_t g = 0; g < groups; ++g) {
+    const float* xg = x + g * h * w * block;
+    float* yg = y + g * oh * ow * block;
+    int32_t* ag = argmax + g * oh * ow * block;
+    for (int64_t i = 0; i < oh; ++i)
+      for (int64_t j = 0; j < ow; ++j) {
+        float best[block];
+        int32_t at[block];
+        const int64_t first = i * stride * w + j * stride;
+        for (int64_t l = 0; l < block; ++l) {
+          best[l] = xg[first * block + l];
+          at[l] = static_cast<int32_t>(first);
+        }
+        for (int64_t ki = 0; ki < kernel; ++ki)
+          for (int64_t kj = 0; kj < kernel; ++kj) {
+            const int64_t pos = (i * stride + ki) * w + j * stride + kj;
+            const float* v = xg + pos * block;
+            for (int64_t l = 0; l < block; ++l) {
+              const bool more = v[l] > best[l];
+              best[l] = more ? v[l] : best[l];
+              at[l] = more ? static_cast<int32_t>(pos) : at[l];
+            }
+          }
+        const int64_t o = (i * ow + j) * block;
+        for (int64_t l = 0; l < block; ++l) {
+          yg[o + l] = best[l];
+          ag[o + l] = at[l];
+        }
+      }
+  }
+}
+
+template <int64_t block>
+void blocked_max_pool_backward(const float* __restrict dy, const int32_t* __restrict argmax, float* __restrict dx,
+                               int64_t groups, int64_t h, int64_t w, int64_t kernel, int64_t stride) {
+  const int64_t oh = (h - kernel) / stride + 1, ow = (w - kernel) / stride + 1;
+  std::memset(dx, 0, sizeof(float) * groups * h * w * block);
+  for (int64_t g = 0; g < groups; ++g) {
+    float* dxg = dx + g * h * w * block;
+    const int64_t first = g * oh * ow * block;
+    for (int64_t o = 0; o < oh * ow * block; o += block)
+      for (int64_t l = 0; l < block; ++l) dxg[argmax[first + o + l] * block + l] += dy[first + o + l];
+  }
+}
+
+}  // namespace
+
+void max_pool2d_forward_blocked(const float* x, float* y, int32_t* argmax, int64_t groups, int64_t h, int64_t w,
+                                int64_t kernel, int64_t stride, int64_t block) {
+  if (block == 16) return blocked_max_pool_forward<16>(x, y, argmax, groups, h, w, kernel, stride);
+  MGT_CHECK(block == 8, Error, "max_pool2d: no kernel for a channel block of " + std::to_string(block));
+  blocked_max_pool_forward<8>(x, y, argmax, groups, h, w, kernel, stride);
+}
+
+void max_pool2d_backward_blocked(const float* dy, const int32_t* argmax, float* dx, int64_t groups, int64_t h,
+                                 int64_t w, int64_t kernel, int64_t stride, int64_t block) {
+  if (block == 16) return blocked_max_pool_backward<16>(dy, argmax, dx, groups, h, w, kernel, stride);
+  MGT_CHECK(block == 8, Error, "max_pool2d: no kernel for a channel block of " + std::to_string(block));
+  blocked_max_pool_backward<8>(dy, argmax, dx, groups, h, w, kernel, stride);
 }
 
 }  // namespace mgt::kernels

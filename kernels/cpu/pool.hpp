@@ -1,5 +1,6 @@
 #pragma once
-// Max pooling over NCHW, no padding, recording each output's arg-max for the backward pass.
+// Max pooling over NCHW or channel-blocked activations, no padding, recording each output's arg-max for the backward
+// pass.
 #include <cstdint>
 
 namespace mgt::kernels {
@@ -10,5 +11,12 @@ void max_pool2d_forward(const float* x, float* y, int32_t* argmax, int64_t plane
 // dx = 0, then dx[argmax] += dy (overlapping windows accumulate).
 void max_pool2d_backward(const float* dy, const int32_t* argmax, float* dx, int64_t planes, int64_t h, int64_t w,
                          int64_t kernel, int64_t stride);
+
+// The same over channel-blocked tensors [groups, h, w, block] (groups = batch * channels / block,
+// block 8 or 16); argmax [groups, oh * ow, block] holds positions within the plane.
+void max_pool2d_forward_blocked(const float* x, float* y, int32_t* argmax, int64_t groups, int64_t h, int64_t w,
+                                int64_t kernel, int64_t stride, int64_t block);
+void max_pool2d_backward_blocked(const float* dy, const int32_t* argmax, float* dx, int64_t groups, int64_t h,
+                                 int64_t w, int64_t kernel, int64_t stride, int64_t block);
 
 }  // namespace mgt::kernels

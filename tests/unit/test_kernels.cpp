@@ -26,6 +26,7 @@
 #include "kernels/cpu/softmax.hpp"
 #include "kernels/cpu/tree_outer_products.hpp"
 #include "kernels/elementwise.hpp"
+#include "mgtrain/error.hpp"
 #include "oneapi/dnnl/dnnl.h"
 
 namespace {
@@ -396,6 +397,81 @@ TEST(KernelPointwise, ChannelSumsAddEachLaneApart) {
   EXPECT_EQ(sums, (std::vector<float>{all, all - 2.0f, all}));
   EXPECT_EQ(products, sums);
   EXPECT_EQ(only, sums);
+}
+
+// [batch, channels, plane] NCHW as channel-blocked [batch, channels / block, plane, block].
+std::vector<float> to_blocked(const std::vector<float>& x, int64_t batch, int64_t channels, int64_t plane,
+                              int64_t block) {
+  std::vector<float> y(x.size());
+  for (int64_t n = 0; n < batch; ++n)
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t p = 0; p < plane; ++p)
+        y[static_cast<size_t>(((n * channels + c / block * block) * plane + p * block) + c % block)] =
+            x[static_cast<size_t>((n * channels + c) * plane + p)];
+  return y;
+}
+
+// Batch norm over channel-blocked activations: the per-channel sums agree with the NCHW ones to
+// the rounding of their double sums (another order), the affine map is per element the same
+// expression, so the same bits; a block that does not divide the channels is refused.
+TEST(KernelPointwise, ChannelOpsOnBlockedActivationsMatchNchw) {
+  const int64_t batch = 3, channels = 32, plane = 37;
+  const auto n = static_cast<size_t>(batch * channels * plane);
+  const auto a = random_vector(n, 70), b = random_vector(n, 71), center = random_vector(channels, 72);
+  const auto scale_a = random_vector(channels, 73), scale_b = random_vector(channels, 74),
+             shift = random_vector(channels, 75);
+  std::vector<float> sums(channels), products(channels), y(n);
+  mgt::kernels::channel_sums(a.data(), b.data(), center.data(), batch, channels, plane, sums.data(), products.data());
+  mgt::kernels::channel_affine(a.data(), scale_a.data(), b.data(), scale_b.data(), shift.data(), y.data(), batch,
+                               channels, plane);
+  for (int64_t block : {8, 16}) {
+    SCOPED_TRACE("block " + std::to_string(block));
+    const auto ab = to_blocked(a, batch, channels, plane, block), bb = to_blocked(b, batch, channels, plane, block);
+    std::vector<float> bsums(channels), bproducts(channels), only(channels), by(n);
+    mgt::kernels::channel_sums(ab.data(), bb.data(), center.data(), batch, channels, plane, bsums.data(),
+                               bproducts.data(), block);
+    mgt::kernels::channel_sums(ab.data(), nullptr, nullptr, batch, channels, plane, only.data(), nullptr, block);
+    for (int64_t c = 0; c < channels; ++c) {
+      EXPECT_NEAR(bsums[c], sums[c], 1e-5f * (1.0f + std::abs(sums[c]))) << c;
+      EXPECT_NEAR(bproducts[c], products[c], 1e-5f * (1.0f + std::abs(products[c]))) << c;
+      EXPECT_EQ(only[c], bsums[c]) << c;
+    }
+    mgt::kernels::channel_affine(ab.data(), scale_a.data(), bb.data(), scale_b.data(), shift.data(), by.data(), batch,
+                                 channels, plane, block);
+    EXPECT_EQ(by, to_blocked(y, batch, channels, plane, block));
+  }
+  EXPECT_THROW(mgt::kernels::channel_sums(a.data(), nullptr, nullptr, batch, 24, plane, sums.data(), nullptr, 16),
+               mgt::Error);
+}
+
+// Max pooling over channel-blocked activations picks what the NCHW kernel picks, first maximum of
+// a tie included, and sends the gradient to the same elements: the same bits in the other layout.
+TEST(KernelPool, MaxPoolOnBlockedActivationsMatchesNchw) {
+  const int64_t batch = 2, channels = 16, h = 9, w = 7;
+  for (auto [kernel, stride] : {std::pair<int64_t, int64_t>{2, 2}, {3, 2}, {3, 1}}) {
+    SCOPED_TRACE("kernel " + std::to_string(kernel) + " stride " + std::to_string(stride));
+    const int64_t oh = (h - kernel) / stride + 1, ow = (w - kernel) / stride + 1;
+    auto x = random_vector(static_cast<size_t>(batch * channels * h * w), 80);
+    for (size_t i = 0; i < x.size(); i += 5) x[i] = 0.25f;  // ties
+    const auto dy = random_vector(static_cast<size_t>(batch * channels * oh * ow), 81);
+    std::vector<float> y(dy.size()), dx(x.size());
+    std::vector<int32_t> arg(dy.size());
+    mgt::kernels::max_pool2d_forward(x.data(), y.data(), arg.data(), batch * channels, h, w, kernel, stride);
+    mgt::kernels::max_pool2d_backward(dy.data(), arg.data(), dx.data(), batch * channels, h, w, kernel, stride);
+    for (int64_t block : {8, 16}) {
+      SCOPED_TRACE("block " + std::to_string(block));
+      const auto xb = to_blocked(x, batch, channels, h * w, block);
+      const auto dyb = to_blocked(dy, batch, channels, oh * ow, block);
+      std::vector<float> yb(y.size()), dxb(dx.size(), 7.0f);
+      std::vector<int32_t> argb(arg.size());
+      const int64_t groups = batch * channels / block;
+      mgt::kernels::max_pool2d_forward_blocked(xb.data(), yb.data(), argb.data(), groups, h, w, kernel, stride, block);
+      mgt::kernels::max_pool2d_backward_blocked(dyb.data(), argb.data(), dxb.data(), groups, h, w, kernel, stride,
+                                                block);
+      EXPECT_EQ(yb, to_blocked(y, batch, channels, oh * ow, block));
+      EXPECT_EQ(dxb, to_blocked(dx, batch, channels, h * w, block));
+    }
+  }
 }
 
 // Element-wise binary ops, also written over one of their operands (ops.hpp allows y == a or b).

@@ -20,6 +20,7 @@
 #include "mgtrain/model.hpp"
 #include "mgtrain/parameters.hpp"
 #include "mgtrain/tensor.hpp"
+#include "sdk/activation_blocks.hpp"
 
 namespace {
 
@@ -820,6 +821,72 @@ TEST(SequentialModel, SmallResNetMatchesLayersComposedByHand) {
   std::vector<std::vector<mgt::ParamHandle>> ready;
   compare_with_manual(build, {3, 1, 8, 8}, ready);
   EXPECT_EQ(ready.size(), 6u);  // conv1, bn1, the three blocks, fc
+}
+
+// Channel-blocked activations: the executor keeps a ResNet's and a CNN's activations in the CPU's
+// channel block between the layers that take it and gives the same logits and gradients as the
+// NCHW layers composed by hand (only batch norm's sums and the average pooling add in another
+// order). The activation_blocks rule first: which tensors it blocks.
+std::vector<std::unique_ptr<Layer>> blocked_resnet() {
+  std::vector<std::unique_ptr<Layer>> v;
+  v.push_back(mgt::make_conv2d("conv1", 3, 16, 3, 1, 1));
+  v.push_back(mgt::make_batch_norm2d("bn1", 16));
+  v.push_back(mgt::make_relu("relu1"));
+  v.push_back(mgt::make_max_pool2d("pool1", 2, 2));
+  v.push_back(mgt::make_residual("l1", basic_branch("l1", 16, 16, 1)));
+  v.push_back(mgt::make_relu("l1.relu"));
+  v.push_back(mgt::make_residual("l2", basic_branch("l2", 16, 32, 2), projection("l2", 16, 32)));
+  v.push_back(mgt::make_relu("l2.relu"));
+  v.push_back(mgt::make_global_avg_pool2d("avgpool"));
+  v.push_back(mgt::make_linear("fc", 32, 3));
+  return v;
+}
+
+TEST(ActivationBlocks, BlockedBetweenLayersThatTakeThemNchwAtTheEnds) {
+  std::vector<std::unique_ptr<Layer>> owned = blocked_resnet();
+  // A dropout (its mask indexes elements: NCHW only) and a convolution after the pooling.
+  owned.insert(owned.begin() + 4, mgt::make_conv2d("conv2", 16, 16, 3, 1, 1));
+  owned.insert(owned.begin() + 4, mgt::make_dropout("drop", 0.1f));
+  std::vector<Layer*> layers;
+  std::vector<Shape> shapes;
+  const Shape input{2, 3, 8, 8};
+  Shape s = input;
+  for (auto& l : owned) {
+    layers.push_back(l.get());
+    shapes.push_back(s = l->output_shape(s));
+  }
+  // conv1's output (bn1, relu1, pool1 keep its layout) ends at the dropout: NCHW; from conv2's
+  // output the blocks and their ReLUs are blocked up to the pooling, whose [B, C] is NCHW.
+  const auto blocks = mgt::activation_blocks::choose(layers, input, shapes, 16, 1, 1);
+  ASSERT_TRUE(blocks.has_value());
+  EXPECT_EQ(*blocks, (std::vector<int64_t>{1, 1, 1, 1, 1, 16, 16, 16, 16, 16, 1, 1}));
+  for (int k = 0; k < 2; ++k) {
+    owned.erase(owned.begin() + 4);
+    layers.erase(layers.begin() + 4);
+    shapes.erase(shapes.begin() + 4);
+  }
+  EXPECT_EQ(*mgt::activation_blocks::choose(layers, input, shapes, 16, 1, 1),
+            (std::vector<int64_t>{16, 16, 16, 16, 16, 16, 16, 16, 1, 1}));
+  // Block 1 (a GPU, or MGTRAIN_CPU_BLOCKED_ACTIVATIONS=0): all NCHW. A block that does not divide
+  // conv1's 16 channels: those stay NCHW, the 32 of the second stage too since its input cannot.
+  EXPECT_EQ(*mgt::activation_blocks::choose(layers, input, shapes, 1, 1, 1), std::vector<int64_t>(10, 1));
+  EXPECT_EQ(*mgt::activation_blocks::choose(layers, input, shapes, 32, 1, 1), std::vector<int64_t>(10, 1));
+  // A residual block whose branch ends in a layer that takes NCHW only cannot keep its input's
+  // block; one that must (both ends fixed blocked) is refused.
+  std::vector<std::unique_ptr<Layer>> branch;
+  branch.push_back(mgt::make_conv2d("r.conv1", 16, 16, 3, 1, 1));
+  branch.push_back(mgt::make_dropout("r.drop", 0.1f));
+  auto residual = mgt::make_residual("r", std::move(branch));
+  EXPECT_EQ(residual->blocked_activations({2, 16, 4, 4}, 16), mgt::BlockedActivations::none);
+  EXPECT_EQ(owned[4]->blocked_activations({2, 16, 4, 4}, 16), mgt::BlockedActivations::same);
+  EXPECT_FALSE(mgt::activation_blocks::choose({residual.get()}, {2, 16, 4, 4}, {{2, 16, 4, 4}}, 16, 16, 16));
+}
+
+TEST(SequentialModel, ChannelBlockedResNetMatchesNchwLayersComposedByHand) {
+  if (mgt::host_ops().channel_block() <= 1) GTEST_SKIP() << "this CPU's convolutions take NCHW activations";
+  std::vector<std::vector<mgt::ParamHandle>> ready;
+  compare_with_manual(blocked_resnet, {3, 3, 8, 8}, ready);
+  EXPECT_EQ(ready.size(), 5u);  // conv1, bn1, the two blocks, fc
 }
 
 TEST(SequentialModel, HandlesBatchSizeChange) {

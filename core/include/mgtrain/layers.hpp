@@ -90,6 +90,17 @@ class MGT_API LayerPlanner {
   // handles_shards() is planned for all of their rows; any other for one shard's rows when it is
   // not row_wise (the executor then runs it one shard at a time).
   virtual int64_t shards() const { return 1; }
+  // The channel blocks (mgtrain/ops.hpp) of the layer's input and output, and of their gradients:
+  // 1 (plain NCHW) unless the layer said it takes blocked activations (Layer::blocked_activations).
+  virtual int64_t input_block() const { return 1; }
+  virtual int64_t output_block() const { return 1; }
+};
+
+// Which activations in a channel block (mgtrain/ops.hpp) a layer takes, for an input shape.
+enum class BlockedActivations {
+  none,         // plain NCHW in and out: the default, for any layer that reads its tensors' layout
+  same,         // either, the output in the input's (batch norm, ReLU, max pooling, a residual block)
+  independent,  // input and output each in either (a convolution; global average pooling's [B, C])
 };
 
 // What forward and backward run with: the executor's operations, its parameters and gradients
@@ -166,6 +177,15 @@ class MGT_API Layer {
   // put back before that shard's backward, so a layer may keep there what its backward reads
   // (Swish's gate, a pooling's maxima); true skips those copies.
   virtual bool planned_memory_is_scratch() const { return false; }
+  // Whether forward and backward take [B, C, H, W] activations in the channel block `block`
+  // (Ops::channel_block(), more than 1) for this input shape. The executor keeps activations
+  // blocked between layers that do, where the block divides the channels, and tells each layer in
+  // plan() (LayerPlanner::input_block, output_block); the model's input and output stay NCHW.
+  virtual BlockedActivations blocked_activations(const Shape& input, int64_t block) const {
+    (void)input;
+    (void)block;
+    return BlockedActivations::none;
+  }
   // What the layer computes, for `mgtrain export` (mgtrain/layer_description.hpp); the default,
   // LayerKind::none, says it has no export form.
   virtual LayerDescription describe() const { return {}; }

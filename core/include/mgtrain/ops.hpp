@@ -16,6 +16,12 @@
 
 namespace mgt {
 
+// How a [B, C, H, W] activation lies in memory: its channel block. 1 is plain NCHW. A block of k
+// (oneDNN's nChw16c for 16, nChw8c for 8) is [B, C / k, H, W, k]: the k channels of a group side by
+// side at each position, the layout a CPU's convolution kernels read and write without reordering.
+// Only where k divides C; a sample's values are still contiguous, so rows slice as in NCHW.
+// Ops::channel_block() says which block the backend's convolutions prefer.
+
 // NCHW 2-D convolution: square kernel, symmetric padding.
 struct Conv2dShape {
   int64_t in_channels = 0, out_channels = 0, kernel = 1, stride = 1, padding = 0;
@@ -118,12 +124,14 @@ class MGT_API Ops {
   // sum of a * (b - center[c]) (center null: 0). Summed in double in an order fixed by the shape
   // alone, so the result does not depend on how the work is split: batch normalisation's
   // statistics and the sums of its backward.
+  // `block`: the tensors' channel block (1: NCHW); the order of the sums depends on it too.
   virtual void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels,
-                            int64_t plane, float* sum_a, float* sum_ab) = 0;
+                            int64_t plane, float* sum_a, float* sum_ab, int64_t block = 1) = 0;
   // y = scale_a[c] * a + scale_b[c] * b + shift[c] per channel of [batch, channels, plane] (b and
-  // scale_b null: no b term; shift null: none); y may be a or b.
+  // scale_b null: no b term; shift null: none); y may be a or b. `block`: as channel_sums'.
   virtual void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b,
-                              const float* shift, float* y, int64_t batch, int64_t channels, int64_t plane) = 0;
+                              const float* shift, float* y, int64_t batch, int64_t channels, int64_t plane,
+                              int64_t block = 1) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* dst, size_t bytes) = 0;
 
@@ -193,9 +201,17 @@ class MGT_API Ops {
   // bf16: bfloat16 operands and result, FP32 accumulation, converted at the op's edges (x, w, dy
   // rounded; y before the FP32 bias, dx and the weight gradient before it is added are bf16
   // values; the bias gradient is summed from the FP32 dy).
-  virtual std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch, bool bf16 = false) = 0;
+  // input_block, output_block: the channel blocks of x (and dx) and of y (and dy); anything but 1
+  // only where channel_block() says the backend has that layout.
+  virtual std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch, bool bf16 = false,
+                                            int64_t input_block = 1, int64_t output_block = 1) = 0;
+  // block: the channel block of x and y (and their gradients).
   virtual std::unique_ptr<MaxPoolOp> make_max_pool(int64_t batch, int64_t channels, int64_t height, int64_t width,
-                                                   int64_t kernel, int64_t stride) = 0;
+                                                   int64_t kernel, int64_t stride, int64_t block = 1) = 0;
+  // The channel block of the activations this backend's convolutions run fastest on: 16 or 8 on
+  // a CPU whose oneDNN kernels are blocked (AVX-512, AVX2), 1 (plain NCHW) elsewhere. The executor
+  // keeps convolutional activations in it from layer to layer (Layer::blocked_activations).
+  virtual int64_t channel_block() const { return 1; }
 };
 
 // The CPU's operations on host memory, as the CPU path runs them, for a model plugin that drives

@@ -51,7 +51,10 @@
 //     ServingRole::serve_offset(); layer plugins (kind "layer", mgtrain/layer_plugin.hpp).
 // 17: Ops::attention_workspace, attention_forward and attention_backward (AttentionShape): fused
 //     attention that keeps each query's log-sum-exp instead of the probabilities.
-#define MGTRAIN_PLUGIN_ABI_VERSION 17u
+// 18: activations in a channel block (oneDNN's nChw16c): Layer::blocked_activations,
+//     LayerPlanner::input_block and output_block, Ops::channel_block and the block arguments of
+//     channel_sums, channel_affine, make_conv and make_max_pool.
+#define MGTRAIN_PLUGIN_ABI_VERSION 18u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
 namespace mgt {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "activation_blocks.hpp"
 #include "mgtrain/error.hpp"
 #include "shard_passes.hpp"
 
@@ -69,7 +70,14 @@ void LayerExecutor::plan(const Shape& input, int64_t shards) {
   input_shape_.clear();
   memory_->release_all();
   memory_->guard(checked_mode());
-  Planner planner(*memory_, bf16_, shards);
+  Planner executor_planner(*memory_, bf16_, shards);
+  activation_blocks::Planner planner(executor_planner);
+  // Convolutional activations stay in the backend's channel block between the layers that take
+  // it; the model's input and its logits are NCHW. (bf16 convolutions are NCHW only.)
+  const int64_t block = bf16_ ? 1 : backend_.channel_block();
+  const auto chosen = activation_blocks::choose(layers_, input, shapes, block, 1, 1);
+  MGT_CHECK(chosen.has_value(), Error, "LayerExecutor: no activation layout fits the model");
+  const std::vector<int64_t>& blocks = *chosen;
   shards_ = shards;
   whole_.assign(n, 1);
   planned_.assign(n, shard_passes::PlannedState());
@@ -83,7 +91,8 @@ void LayerExecutor::plan(const Shape& input, int64_t shards) {
                    !layers_[i - 1]->backward_reads_output();
   Shape in = input;
   for (size_t i = 0; i < n; ++i) {
-    planner.planning(layers_[i]->name());
+    executor_planner.planning(layers_[i]->name());
+    planner.set_blocks(i == 0 ? 1 : blocks[i - 1], blocks[i]);
     whole_[i] = shard_passes::plan(*layers_[i], planner, in, planned_[i]);
     // An aliasing layer's view is pointed at its input on each forward.
     float* out = alias_[i]      ? nullptr

@@ -35,6 +35,8 @@ class PlannedState {
     void* allocate(size_t bytes) override;
     bool bf16() const override { return inner_.bf16(); }
     int64_t shards() const override { return inner_.shards(); }
+    int64_t input_block() const override { return inner_.input_block(); }
+    int64_t output_block() const override { return inner_.output_block(); }
 
    private:
     LayerPlanner& inner_;

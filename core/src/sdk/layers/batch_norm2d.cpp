@@ -52,6 +52,7 @@ class BatchNorm2dLayer final : public Layer {
     output_shape(input);
     batch_ = input[0];
     plane_ = input[2] * input[3];
+    block_ = planner.input_block();
     shards_ = std::max<int64_t>(planner.shards(), 1);
     MGT_CHECK(batch_ % shards_ == 0, Error,
               "layer '" + name() + "': " + std::to_string(batch_) + " rows are not " + std::to_string(shards_) +
@@ -77,23 +78,24 @@ class BatchNorm2dLayer final : public Layer {
       if (!batch && shards_ == 1) {
         elements_ = static_cast<double>(batch_ * plane_);
         const auto m = static_cast<float>(elements_);
-        ops.channel_sums(in.data(), nullptr, nullptr, batch_, c, plane_, s1_, nullptr);
+        ops.channel_sums(in.data(), nullptr, nullptr, batch_, c, plane_, s1_, nullptr, block_);
         ops.affine(s1_, mean_, c, 1.0f / m, 0.0f);
         // Sum x (x - mean): the sum of squared deviations, without E[x^2] - mean^2's cancellation.
-        ops.channel_sums(in.data(), in.data(), mean_, batch_, c, plane_, s1_, s2_);
+        ops.channel_sums(in.data(), in.data(), mean_, batch_, c, plane_, s1_, s2_, block_);
       } else {
         // Per micro-shard, each over its own rows in a fixed order, then summed over the batch: the
         // mean first, then the squared deviations from it.
         const int64_t rows = batch_ / shards_, shard_numel = rows * c * plane_;
         elements_ = static_cast<double>(batch_ * plane_);
         for (int64_t k = 0; k < shards_; ++k)
-          ops.channel_sums(in.data() + k * shard_numel, nullptr, nullptr, rows, c, plane_, partial_ + k * c, nullptr);
+          ops.channel_sums(in.data() + k * shard_numel, nullptr, nullptr, rows, c, plane_, partial_ + k * c, nullptr,
+                           block_);
         sum_over_batch(ops, batch, c, s1_, &elements_);
         ops.affine(s1_, mean_, c, 1.0f / static_cast<float>(elements_), 0.0f);
         float* unused = partial_ + shards_ * c;  // the sums of x again, not needed
         for (int64_t k = 0; k < shards_; ++k)
           ops.channel_sums(in.data() + k * shard_numel, in.data() + k * shard_numel, mean_, rows, c, plane_,
-                           unused + k * c, partial_ + k * c);
+                           unused + k * c, partial_ + k * c, block_);
         sum_over_batch(ops, batch, c, s2_, nullptr);
       }
       ops.affine(s2_, t1_, c, 1.0f / static_cast<float>(elements_), eps_);  // biased variance + eps
@@ -120,7 +122,7 @@ class BatchNorm2dLayer final : public Layer {
     ops.binary(BinaryOp::multiply, run.store.param(gamma_), inv_std_, scale_, c);
     ops.binary(BinaryOp::multiply, mean_, scale_, t1_, c);
     ops.binary(BinaryOp::subtract, run.store.param(beta_), t1_, shift_, c);
-    ops.channel_affine(in.data(), scale_, nullptr, nullptr, shift_, out.data(), batch_, c, plane_);
+    ops.channel_affine(in.data(), scale_, nullptr, nullptr, shift_, out.data(), batch_, c, plane_, block_);
   }
 
   void backward(const LayerRun& run, const Tensor& in, const Tensor&, const Tensor& grad_out,
@@ -131,7 +133,7 @@ class BatchNorm2dLayer final : public Layer {
     float* dgamma = run.store.grad(gamma_);
     float* dbeta = run.store.grad(beta_);
     if (!batch && shards_ == 1) {
-      ops.channel_sums(grad_out.data(), in.data(), mean_, batch_, c, plane_, s1_, s2_);
+      ops.channel_sums(grad_out.data(), in.data(), mean_, batch_, c, plane_, s1_, s2_, block_);
       // dgamma = inv_std S2, dbeta = S1: written when the gradients were discarded, else added.
       add_gradients(ops, run.step.overwrite_grads, s1_, s2_, dgamma, dbeta);
     } else {
@@ -139,7 +141,7 @@ class BatchNorm2dLayer final : public Layer {
       const int64_t rows = batch_ / shards_, shard_numel = rows * c * plane_;
       for (int64_t k = 0; k < shards_; ++k)
         ops.channel_sums(grad_out.data() + k * shard_numel, in.data() + k * shard_numel, mean_, rows, c, plane_,
-                         partial_ + 2 * k * c, partial_ + (2 * k + 1) * c);
+                         partial_ + 2 * k * c, partial_ + (2 * k + 1) * c, block_);
       WeightGradientSink* sink = run.store.weight_gradient_sink();
       if (shards_ > 1 && sink) {
         // Deterministic mode: each shard's gradients go to its own buffer, for the reducer's tree.
@@ -167,13 +169,15 @@ class BatchNorm2dLayer final : public Layer {
     ops.affine(t2_, t2_, c, -1.0f / m, 0.0f);
     ops.binary(BinaryOp::multiply, t1_, mean_, t3_, c);
     ops.binary(BinaryOp::subtract, t2_, t3_, t2_, c);
-    ops.channel_affine(grad_out.data(), scale_, in.data(), t1_, t2_, grad_in->data(), batch_, c, plane_);
+    ops.channel_affine(grad_out.data(), scale_, in.data(), t1_, t2_, grad_in->data(), batch_, c, plane_, block_);
   }
 
   std::vector<ParamHandle> param_handles() const override { return {gamma_, beta_}; }
   bool backward_reads_output() const override { return false; }
   // Its statistics are summed per micro-shard, its gradients formed per micro-shard.
   bool handles_shards() const override { return true; }
+  // Per channel, in either layout (the sums' order follows the layout).
+  BlockedActivations blocked_activations(const Shape&, int64_t) const override { return BlockedActivations::same; }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = LayerKind::batch_norm2d;
@@ -219,6 +223,7 @@ class BatchNorm2dLayer final : public Layer {
   ParamHandle gamma_ = 0, beta_ = 0;
   BufferHandle running_mean_ = 0, running_var_ = 0;
   int64_t batch_ = 0, plane_ = 0, shards_ = 1;
+  int64_t block_ = 1;    // the activations' channel block
   double elements_ = 0;  // the values each statistic sums over (the whole batch's), from forward
   Shape planned_;
   // Per channel, in the executor's memory: the pass's mean and 1 / sqrt(var + eps) (kept for

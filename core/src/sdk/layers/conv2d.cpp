@@ -1,5 +1,6 @@
 // Conv2d: NCHW convolution with a square kernel, stride and symmetric padding, through the ops'
-// convolution plan (oneDNN on the CPU, cuDNN on a GPU), made once per input shape.
+// convolution plan (oneDNN on the CPU, cuDNN on a GPU), made once per input shape; its input and
+// output each plain or in the executor's channel block.
 #include <string>
 
 #include "layer_checks.hpp"
@@ -44,7 +45,8 @@ class Conv2dLayer final : public Layer {
 
   void plan(LayerPlanner& planner, const Shape& input) override {
     output_shape(input);
-    conv_ = planner.ops().make_conv(with_input(input), input[0], planner.bf16());
+    conv_ = planner.ops().make_conv(with_input(input), input[0], planner.bf16(), planner.input_block(),
+                                    planner.output_block());
     planned_ = input;
   }
 
@@ -62,6 +64,10 @@ class Conv2dLayer final : public Layer {
 
   std::vector<ParamHandle> param_handles() const override { return {weight_, bias_}; }
   bool backward_reads_output() const override { return false; }
+  // The library reads and writes either layout (and reorders NCHW to its own).
+  BlockedActivations blocked_activations(const Shape&, int64_t) const override {
+    return BlockedActivations::independent;
+  }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = LayerKind::conv2d;

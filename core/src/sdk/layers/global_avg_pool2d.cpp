@@ -1,6 +1,8 @@
 // GlobalAvgPool2d: [B, C, H, W] -> [B, C], each channel's mean over its plane, as two GEMMs with a
 // vector of 1 / (H * W): forward sums each row of the [B * C, H * W] input against it, backward
-// spreads each output gradient over its plane.
+// spreads each output gradient over its plane. With a channel-blocked input ([B * C / k, H * W, k])
+// each group of k channels is one [1, H * W] x [H * W, k] product (and its transpose back); the
+// [B, C] output is the same in both layouts.
 #include <string>
 
 #include "layer_checks.hpp"
@@ -22,6 +24,7 @@ class GlobalAvgPool2dLayer final : public Layer {
   void plan(LayerPlanner& planner, const Shape& input) override {
     output_shape(input);
     plane_ = input[2] * input[3];
+    block_ = planner.input_block();
     // 1 / (H * W) in every element: 0 * 0 + shift on the planner's zero-filled memory.
     weights_ = planner.allocate_array<float>(static_cast<size_t>(plane_));
     planner.ops().affine(weights_, weights_, plane_, 0.0f, 1.0f / static_cast<float>(plane_));
@@ -31,6 +34,12 @@ class GlobalAvgPool2dLayer final : public Layer {
   void forward(const LayerRun& run, const Tensor& in, Tensor& out) override {
     layers::check_planned(name(), planned_, in.shape());
     const int64_t rows = in.dim(0) * in.dim(1);
+    if (block_ > 1) {
+      const int64_t k = block_;
+      run.ops.gemm_batched(false, false, 1, k, plane_, 1.0f, weights_, plane_, 0, in.data(), k, plane_ * k, 0.0f,
+                           out.data(), k, k, rows / k);
+      return;
+    }
     run.ops.gemm(false, false, rows, 1, plane_, 1.0f, in.data(), plane_, weights_, 1, 0.0f, out.data(), 1);
   }
 
@@ -38,6 +47,12 @@ class GlobalAvgPool2dLayer final : public Layer {
                 Tensor* grad_in) override {
     if (!grad_in) return;
     const int64_t rows = in.dim(0) * in.dim(1);
+    if (block_ > 1) {
+      const int64_t k = block_;
+      run.ops.gemm_batched(false, false, plane_, k, 1, 1.0f, weights_, 1, 0, grad_out.data(), k, k, 0.0f,
+                           grad_in->data(), k, plane_ * k, rows / k);
+      return;
+    }
     run.ops.gemm(false, false, rows, plane_, 1, 1.0f, grad_out.data(), 1, weights_, plane_, 0.0f, grad_in->data(),
                  plane_);
   }
@@ -45,6 +60,10 @@ class GlobalAvgPool2dLayer final : public Layer {
   bool backward_reads_output() const override { return false; }
   // Its planned memory holds the plane weights, constants set in plan().
   bool planned_memory_is_scratch() const override { return true; }
+  // Its output is [B, C], the same in both layouts.
+  BlockedActivations blocked_activations(const Shape&, int64_t) const override {
+    return BlockedActivations::independent;
+  }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = LayerKind::global_avg_pool2d;
@@ -52,7 +71,7 @@ class GlobalAvgPool2dLayer final : public Layer {
   }
 
  private:
-  int64_t plane_ = 0;
+  int64_t plane_ = 0, block_ = 1;
   Shape planned_;
   float* weights_ = nullptr;  // plane_ values of 1 / plane_
 };

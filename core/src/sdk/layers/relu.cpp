@@ -18,6 +18,8 @@ class ReluLayer final : public Layer {
   bool row_wise(const Ops&, int64_t, int64_t) const override { return true; }
   // Element-wise, and backward reads only the output.
   bool runs_in_place() const override { return true; }
+  // Element-wise: any layout.
+  BlockedActivations blocked_activations(const Shape&, int64_t) const override { return BlockedActivations::same; }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = LayerKind::relu;

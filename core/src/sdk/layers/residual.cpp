@@ -7,13 +7,17 @@
 // during the block's backward, take turns in two buffers. Backward sends the block's output
 // gradient down both paths: the branch writes the block's input gradient, to which the shortcut's
 // is added (the identity shortcut's is the output gradient itself). A pass of several
-// deterministic micro-shards goes through its layers by the executor's rule (shard_passes.hpp).
+// deterministic micro-shards goes through its layers by the executor's rule (shard_passes.hpp). It
+// takes channel-blocked activations when both paths can carry its input's block to their ends
+// (activation_blocks.hpp): the sum is element-wise, the same in any layout.
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "layer_checks.hpp"
 #include "mgtrain/layers.hpp"
+#include "sdk/activation_blocks.hpp"
 #include "sdk/shard_passes.hpp"
 
 namespace mgt {
@@ -36,19 +40,40 @@ struct Chain {
     return s;
   }
 
-  // Plans the layers and their activations; the gradients get slots, whose sizes (in floats) go
-  // into slot_numel, and are bound to memory by bind_gradients.
-  void plan(LayerPlanner& planner, const Shape& input, bool may_write_block_output, bool own_dx, size_t slot_numel[2]) {
+  std::vector<Shape> output_shapes(Shape s) const {
+    std::vector<Shape> out;
+    for (const auto& layer : layers) out.push_back(s = layer->output_shape(s));
+    return out;
+  }
+
+  // The channel blocks of the layers' outputs when the block's input and output have `block`
+  // (activation_blocks.hpp); nothing when a layer cannot keep it.
+  std::optional<std::vector<int64_t>> blocks(const Shape& input, int64_t block, int64_t io_block) const {
+    std::vector<Layer*> raw;
+    for (const auto& layer : layers) raw.push_back(layer.get());
+    return activation_blocks::choose(raw, input, output_shapes(input), block, io_block, io_block);
+  }
+
+  // Plans the layers and their activations, the input and output in the channel block `io_block`;
+  // the gradients get slots, whose sizes (in floats) go into slot_numel, and are bound to memory
+  // by bind_gradients.
+  void plan(LayerPlanner& planner, const Shape& input, int64_t io_block, bool may_write_block_output, bool own_dx,
+            size_t slot_numel[2]) {
     const size_t n = layers.size();
     acts.clear();
-    shapes.clear();
     whole.clear();
+    shapes = output_shapes(input);
     planned.assign(n, shard_passes::PlannedState());
+    // Blocked inside only when the block is: the executor chose that for it.
+    const auto chosen = blocks(input, io_block, io_block);
+    MGT_CHECK(chosen.has_value(), Error, "a residual block was planned for a layout its layers cannot keep");
+    activation_blocks::Planner blocked(planner);
     std::vector<char> in_place(n, 0);
     Shape s = input;
     for (size_t i = 0; i < n; ++i) {
-      whole.push_back(shard_passes::plan(*layers[i], planner, s, planned[i]));
-      shapes.push_back(s = layers[i]->output_shape(s));
+      blocked.set_blocks(i == 0 ? io_block : (*chosen)[i - 1], (*chosen)[i]);
+      whole.push_back(shard_passes::plan(*layers[i], blocked, s, planned[i]));
+      s = shapes[i];
       in_place[i] = i > 0 && !in_place[i - 1] && layers[i]->runs_in_place() && !layers[i - 1]->backward_reads_output();
     }
     writes_block_output =
@@ -146,8 +171,9 @@ class ResidualLayer final : public Layer {
   void plan(LayerPlanner& planner, const Shape& input) override {
     output_shape(input);
     size_t slot_numel[2] = {0, 0};
-    branch_.plan(planner, input, /*may_write_block_output=*/true, /*own_dx=*/false, slot_numel);
-    shortcut_.plan(planner, input, /*may_write_block_output=*/false, /*own_dx=*/true, slot_numel);
+    const int64_t io_block = planner.input_block();
+    branch_.plan(planner, input, io_block, /*may_write_block_output=*/true, /*own_dx=*/false, slot_numel);
+    shortcut_.plan(planner, input, io_block, /*may_write_block_output=*/false, /*own_dx=*/true, slot_numel);
     float* const slots[2] = {planner.allocate_array<float>(slot_numel[0]),
                              planner.allocate_array<float>(slot_numel[1])};
     branch_.bind_gradients(slots);
@@ -185,6 +211,13 @@ class ResidualLayer final : public Layer {
   bool backward_reads_output() const override { return false; }
   // Its layers take a pass of several shards by the executor's rule; the sum is element-wise.
   bool handles_shards() const override { return true; }
+  // Blocked in and out when both paths can keep the block from its input to their outputs.
+  BlockedActivations blocked_activations(const Shape& input, int64_t block) const override {
+    if (!activation_blocks::blockable(input, block)) return BlockedActivations::none;
+    const bool both =
+        branch_.blocks(input, block, block).has_value() && shortcut_.blocks(input, block, block).has_value();
+    return both ? BlockedActivations::same : BlockedActivations::none;
+  }
 
   LayerDescription describe() const override {
     LayerDescription d;

@@ -1,7 +1,8 @@
 // Each convolution shape of a model's training step, timed two ways on one thread: oneDNN's own
 // best for that shape alone (forward, backward-data and backward-weights primitives with every
 // tensor kept in the layout oneDNN chose, so no reorders) and mgtrain's CPU convolution
-// (kernels/cpu/conv2d: the caller's NCHW tensors, reordered as the step does). Per shape: calls
+// (kernels/cpu/conv2d) on activations in the layouts the step keeps them in: the CPU's channel
+// block between convolutional layers, NCHW at the model's input and before a Flatten. Per shape: calls
 // per step, the median milliseconds of one forward + backward (all three passes) each way, and
 // their ratio; then the step's totals at those times. The last line is JSON.
 //
@@ -28,7 +29,8 @@ using Clock = std::chrono::steady_clock;
 
 struct Shape {
   mgt::Conv2dShape conv;
-  int64_t calls;  // per training step of one rank
+  int64_t calls;                                 // per training step of one rank
+  bool nchw_input = false, nchw_output = false;  // the model's input; an output a Flatten reads
 };
 
 std::vector<Shape> shapes_of(const std::string& model) {
@@ -39,12 +41,12 @@ std::vector<Shape> shapes_of(const std::string& model) {
     return s;
   };
   if (model == "cnn")  // examples/fashion_mnist_cnn.ini: two 3x3 convolutions, 2x2 max pooling after each
-    return {{conv(1, 32, 3, 1, 1, 28), 1}, {conv(32, 64, 3, 1, 1, 14), 1}};
+    return {{conv(1, 32, 3, 1, 1, 28), 1, true, false}, {conv(32, 64, 3, 1, 1, 14), 1, false, true}};
   // ResNet-20 at width 16 on 28x28 (plugins/models/resnet): the stem, three stages of three
   // blocks of two 3x3 convolutions, stages 2 and 3 opening with stride 2 and a 1x1 projection.
-  return {{conv(1, 16, 3, 1, 1, 28), 1},  {conv(16, 16, 3, 1, 1, 28), 6}, {conv(16, 32, 3, 2, 1, 28), 1},
-          {conv(16, 32, 1, 2, 0, 28), 1}, {conv(32, 32, 3, 1, 1, 14), 5}, {conv(32, 64, 3, 2, 1, 14), 1},
-          {conv(32, 64, 1, 2, 0, 14), 1}, {conv(64, 64, 3, 1, 1, 7), 5}};
+  return {{conv(1, 16, 3, 1, 1, 28), 1, true}, {conv(16, 16, 3, 1, 1, 28), 6}, {conv(16, 32, 3, 2, 1, 28), 1},
+          {conv(16, 32, 1, 2, 0, 28), 1},      {conv(32, 32, 3, 1, 1, 14), 5}, {conv(32, 64, 3, 2, 1, 14), 1},
+          {conv(32, 64, 1, 2, 0, 14), 1},      {conv(64, 64, 3, 1, 1, 7), 5}};
 }
 
 // Median seconds of fn over batches of calls of about 20 ms each.
@@ -124,9 +126,12 @@ double onednn_best(const mgt::Conv2dShape& s, int64_t batch) {
   });
 }
 
-// mgtrain's convolution as a conv2d layer calls it in a step: NCHW in and out.
-double mgtrain_conv(const mgt::Conv2dShape& s, int64_t batch) {
-  mgt::kernels::Conv2d conv;
+// mgtrain's convolution as a conv2d layer calls it in a step, its activations in the step's layouts.
+double mgtrain_conv(const Shape& shape, int64_t batch) {
+  const mgt::Conv2dShape& s = shape.conv;
+  const int64_t block = mgt::kernels::preferred_channel_block();
+  const auto layout = [&](bool nchw, int64_t channels) { return nchw || channels % block != 0 ? 1 : block; };
+  mgt::kernels::Conv2d conv(layout(shape.nchw_input, s.in_channels), layout(shape.nchw_output, s.out_channels));
   const auto x = filled(static_cast<size_t>(batch * s.in_channels * s.height * s.width), 0.01f);
   const auto w = filled(static_cast<size_t>(s.out_channels * s.in_channels * s.kernel * s.kernel), 0.01f);
   const auto b = filled(static_cast<size_t>(s.out_channels), 0.01f);
@@ -157,7 +162,7 @@ int main(int argc, char** argv) {
   double best_total = 0, ours_total = 0, worst = 0;
   for (const Shape& shape : shapes_of(model)) {
     const auto& s = shape.conv;
-    const double best = onednn_best(s, batch), ours = mgtrain_conv(s, batch);
+    const double best = onednn_best(s, batch), ours = mgtrain_conv(shape, batch);
     char name[64];
     std::snprintf(name, sizeof name, "%lld>%lld k%lld s%lld %lldx%lld", static_cast<long long>(s.in_channels),
                   static_cast<long long>(s.out_channels), static_cast<long long>(s.kernel),

@@ -220,28 +220,37 @@ MGT_TARGET_CLONES void one_channel_sums(const float* a, const float* b, double m
 template <bool with_b, int64_t block>
 MGT_TARGET_CLONES void blocked_group_sums(const float* a, const float* b, const float* center, int64_t batch,
                                           int64_t plane, int64_t stride, float* sum_a, float* sum_ab) {
-  constexpr int64_t kChains = 4;
-  double sum[kChains][block] = {}, prod[kChains][block] = {}, mid[block] = {};
+  constexpr int64_t kChains = 4, kVectors = block / 8;  // vectors of eight doubles per position
+  Doubles8 sum[kChains][kVectors] = {}, prod[kChains][kVectors] = {}, mid[kVectors] = {};
   if (with_b && center)
-    for (int64_t l = 0; l < block; ++l) mid[l] = static_cast<double>(center[l]);
+    for (int64_t l = 0; l < block; ++l) mid[l / 8][l % 8] = static_cast<double>(center[l]);
+  // Position p of the plane into chain k = p % kChains.
+  auto add = [&](const float* pa, const float* pb, int64_t k) {
+    for (int64_t v = 0; v < kVectors; ++v) {
+      Floats8 fa;
+      std::memcpy(&fa, pa + 8 * v, sizeof(fa));
+      const Doubles8 da = __builtin_convertvector(fa, Doubles8);
+      sum[k][v] += da;
+      if constexpr (with_b) {
+        Floats8 fb;
+        std::memcpy(&fb, pb + 8 * v, sizeof(fb));
+        prod[k][v] += da * (__builtin_convertvector(fb, Doubles8) - mid[v]);
+      }
+    }
+  };
+  const int64_t whole = plane / kChains * kChains;
   for (int64_t n = 0; n < batch; ++n) {
     const float* pa = a + n * stride;
     const float* pb = with_b ? b + n * stride : nullptr;
-    for (int64_t p = 0; p < plane; ++p) {
-      double* s = sum[p % kChains];
-      double* q = prod[p % kChains];
-      for (int64_t l = 0; l < block; ++l) {
-        const auto va = static_cast<double>(pa[p * block + l]);
-        s[l] += va;
-        if constexpr (with_b) q[l] += va * (static_cast<double>(pb[p * block + l]) - mid[l]);
-      }
-    }
+    for (int64_t p = 0; p < whole; p += kChains)
+      for (int64_t k = 0; k < kChains; ++k) add(pa + (p + k) * block, with_b ? pb + (p + k) * block : nullptr, k);
+    for (int64_t p = whole; p < plane; ++p) add(pa + p * block, with_b ? pb + p * block : nullptr, p % kChains);
   }
   for (int64_t l = 0; l < block; ++l) {
     double t = 0.0, r = 0.0;
     for (int64_t k = 0; k < kChains; ++k) {
-      t += sum[k][l];
-      r += prod[k][l];
+      t += sum[k][l / 8][l % 8];
+      r += prod[k][l / 8][l % 8];
     }
     sum_a[l] = static_cast<float>(t);
     if (with_b) sum_ab[l] = static_cast<float>(r);

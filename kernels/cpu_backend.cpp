@@ -231,13 +231,15 @@ class CpuBackend final : public Backend {
     kernels::affine(x, y, n, scale, shift);
   }
   void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels, int64_t plane,
-                    float* sum_a, float* sum_ab, int64_t block) override {
-    kernels::channel_sums(a, b, center, batch, channels, plane, sum_a, sum_ab, block);
+                    float* sum_a, float* sum_ab, int64_t block, const float* mask) override {
+    kernels::channel_sums(a, b, center, batch, channels, plane, sum_a, sum_ab, block, mask);
   }
   void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b, const float* shift,
-                      float* y, int64_t batch, int64_t channels, int64_t plane, int64_t block) override {
-    kernels::channel_affine(a, scale_a, b, scale_b, shift, y, batch, channels, plane, block);
+                      float* y, int64_t batch, int64_t channels, int64_t plane, int64_t block, const float* mask,
+                      bool relu) override {
+    kernels::channel_affine(a, scale_a, b, scale_b, shift, y, batch, channels, plane, block, mask, relu);
   }
+  bool channel_ops_fuse_relu() const override { return true; }
   void uniform(float* y, size_t n, uint64_t key, uint64_t first_index) override {
     kernels::philox_fill_uniform(y, n, key, static_cast<uint64_t>(*step_), first_index);
   }

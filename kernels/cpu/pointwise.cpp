@@ -172,23 +172,34 @@ using Floats8 = float __attribute__((vector_size(32)));
 using Doubles8 = double __attribute__((vector_size(64)));
 constexpr int64_t kPlaneLanes = 16;  // two vectors of eight doubles
 
+// a where mask > 0, else 0: the gradient a ReLU whose output is `mask` lets through (relu_backward's
+// expression, so a fused ReLU gives its bits).
+inline Floats8 masked(Floats8 a, const float* mask) {
+  Floats8 m;
+  std::memcpy(&m, mask, sizeof(m));
+  const Floats8 zero = {};
+  return m > zero ? a : zero;
+}
+
 // One channel's sums over its `batch` planes (`stride` floats apart): element i of a plane goes to
 // lane i % 16, each lane adds its elements plane after plane, and the lanes are added in order
 // at the end. A fixed order, with 16 independent chains instead of one, so the loop runs
 // vectorized; each element is rounded as a scalar loop would round it.
-template <bool with_b>
-MGT_TARGET_CLONES void one_channel_sums(const float* a, const float* b, double mid, int64_t batch, int64_t plane,
-                                        int64_t stride, double* total, double* product) {
+template <bool with_b, bool with_mask>
+MGT_TARGET_CLONES void one_channel_sums(const float* a, const float* b, const float* mask, double mid, int64_t batch,
+                                        int64_t plane, int64_t stride, double* total, double* product) {
   Doubles8 sum[2] = {}, prod[2] = {};
   const Doubles8 center = {mid, mid, mid, mid, mid, mid, mid, mid};
   const int64_t whole = plane / kPlaneLanes * kPlaneLanes;
   for (int64_t n = 0; n < batch; ++n) {
     const float* pa = a + n * stride;
     const float* pb = with_b ? b + n * stride : nullptr;
+    const float* pm = with_mask ? mask + n * stride : nullptr;
     for (int64_t i = 0; i < whole; i += kPlaneLanes)
       for (int k = 0; k < 2; ++k) {
         Floats8 fa;
         std::memcpy(&fa, pa + i + 8 * k, sizeof(fa));
+        if constexpr (with_mask) fa = masked(fa, pm + i + 8 * k);
         const Doubles8 va = __builtin_convertvector(fa, Doubles8);
         sum[k] += va;
         if constexpr (with_b) {
@@ -199,8 +210,9 @@ MGT_TARGET_CLONES void one_channel_sums(const float* a, const float* b, double m
       }
     for (int64_t i = whole; i < plane; ++i) {
       const int64_t lane = i - whole;
-      sum[lane / 8][lane % 8] += static_cast<double>(pa[i]);
-      if constexpr (with_b) prod[lane / 8][lane % 8] += static_cast<double>(pa[i]) * (static_cast<double>(pb[i]) - mid);
+      const float fa = !with_mask || pm[i] > 0.0f ? pa[i] : 0.0f;
+      sum[lane / 8][lane % 8] += static_cast<double>(fa);
+      if constexpr (with_b) prod[lane / 8][lane % 8] += static_cast<double>(fa) * (static_cast<double>(pb[i]) - mid);
     }
   }
   double t = 0.0, p = 0.0;
@@ -212,23 +224,38 @@ MGT_TARGET_CLONES void one_channel_sums(const float* a, const float* b, double m
   *product = p;
 }
 
+template <bool with_b, bool with_mask>
+void nchw_channel_sums(const float* a, const float* b, const float* mask, const float* center, int64_t batch,
+                       int64_t channels, int64_t plane, float* sum_a, float* sum_ab) {
+  for (int64_t c = 0; c < channels; ++c) {
+    const double mid = with_b && center ? static_cast<double>(center[c]) : 0.0;
+    const auto first = static_cast<size_t>(c * plane);
+    double total = 0.0, product = 0.0;
+    one_channel_sums<with_b, with_mask>(a + first, with_b ? b + first : nullptr, with_mask ? mask + first : nullptr,
+                                        mid, batch, plane, channels * plane, &total, &product);
+    sum_a[c] = static_cast<float>(total);
+    if (with_b) sum_ab[c] = static_cast<float>(product);
+  }
+}
+
 // The sums of one group of `block` channels of a channel-blocked tensor ([batch, channels / block,
 // plane, block], the group's planes `stride` floats apart): each lane is a channel, and position p
 // of the plane goes to partial sum p % kChains of its lane, which adds its positions plane after
 // plane; the partial sums are added in order at the end. A fixed order, vectorized across the
 // channels of the group, with kChains independent chains to hide the additions' latency.
-template <bool with_b, int64_t block>
-MGT_TARGET_CLONES void blocked_group_sums(const float* a, const float* b, const float* center, int64_t batch,
-                                          int64_t plane, int64_t stride, float* sum_a, float* sum_ab) {
+template <bool with_b, bool with_mask, int64_t block>
+MGT_TARGET_CLONES void blocked_group_sums(const float* a, const float* b, const float* mask, const float* center,
+                                          int64_t batch, int64_t plane, int64_t stride, float* sum_a, float* sum_ab) {
   constexpr int64_t kChains = 4, kVectors = block / 8;  // vectors of eight doubles per position
   Doubles8 sum[kChains][kVectors] = {}, prod[kChains][kVectors] = {}, mid[kVectors] = {};
   if (with_b && center)
     for (int64_t l = 0; l < block; ++l) mid[l / 8][l % 8] = static_cast<double>(center[l]);
   // Position p of the plane into chain k = p % kChains.
-  auto add = [&](const float* pa, const float* pb, int64_t k) {
+  auto add = [&](const float* pa, const float* pb, const float* pm, int64_t k) {
     for (int64_t v = 0; v < kVectors; ++v) {
       Floats8 fa;
       std::memcpy(&fa, pa + 8 * v, sizeof(fa));
+      if constexpr (with_mask) fa = masked(fa, pm + 8 * v);
       const Doubles8 da = __builtin_convertvector(fa, Doubles8);
       sum[k][v] += da;
       if constexpr (with_b) {
@@ -242,9 +269,13 @@ MGT_TARGET_CLONES void blocked_group_sums(const float* a, const float* b, const 
   for (int64_t n = 0; n < batch; ++n) {
     const float* pa = a + n * stride;
     const float* pb = with_b ? b + n * stride : nullptr;
+    const float* pm = with_mask ? mask + n * stride : nullptr;
+    auto at = [&](int64_t p, int64_t k) {
+      add(pa + p * block, with_b ? pb + p * block : nullptr, with_mask ? pm + p * block : nullptr, k);
+    };
     for (int64_t p = 0; p < whole; p += kChains)
-      for (int64_t k = 0; k < kChains; ++k) add(pa + (p + k) * block, with_b ? pb + (p + k) * block : nullptr, k);
-    for (int64_t p = whole; p < plane; ++p) add(pa + p * block, with_b ? pb + p * block : nullptr, p % kChains);
+      for (int64_t k = 0; k < kChains; ++k) at(p + k, k);
+    for (int64_t p = whole; p < plane; ++p) at(p, p % kChains);
   }
   for (int64_t l = 0; l < block; ++l) {
     double t = 0.0, r = 0.0;
@@ -257,45 +288,73 @@ MGT_TARGET_CLONES void blocked_group_sums(const float* a, const float* b, const 
   }
 }
 
-template <int64_t block>
-void blocked_channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels,
-                          int64_t plane, float* sum_a, float* sum_ab) {
+template <bool with_b, bool with_mask, int64_t block>
+void blocked_channel_sums(const float* a, const float* b, const float* mask, const float* center, int64_t batch,
+                          int64_t channels, int64_t plane, float* sum_a, float* sum_ab) {
   for (int64_t c = 0; c < channels; c += block) {
     const int64_t first = c * plane;
-    if (b)
-      blocked_group_sums<true, block>(a + first, b + first, center ? center + c : nullptr, batch, plane,
-                                      channels * plane, sum_a + c, sum_ab + c);
-    else
-      blocked_group_sums<false, block>(a + first, nullptr, nullptr, batch, plane, channels * plane, sum_a + c, nullptr);
+    blocked_group_sums<with_b, with_mask, block>(
+        a + first, with_b ? b + first : nullptr, with_mask ? mask + first : nullptr, center ? center + c : nullptr,
+        batch, plane, channels * plane, sum_a + c, with_b ? sum_ab + c : nullptr);
   }
 }
 
-// y = (scale_a a + scale_b b) + shift over channel-blocked tensors: per element what the NCHW
-// loop computes, so the bits are those of the plain layout.
-template <int64_t block>
-MGT_TARGET_CLONES void blocked_channel_affine(const float* a, const float* scale_a, const float* b,
-                                              const float* scale_b, const float* shift, float* y, int64_t batch,
-                                              int64_t channels, int64_t plane) {
+template <bool with_b, bool with_mask>
+void channel_sums_in(int64_t block, const float* a, const float* b, const float* mask, const float* center,
+                     int64_t batch, int64_t channels, int64_t plane, float* sum_a, float* sum_ab) {
+  if (block == 16)
+    return blocked_channel_sums<with_b, with_mask, 16>(a, b, mask, center, batch, channels, plane, sum_a, sum_ab);
+  if (block == 8)
+    return blocked_channel_sums<with_b, with_mask, 8>(a, b, mask, center, batch, channels, plane, sum_a, sum_ab);
+  nchw_channel_sums<with_b, with_mask>(a, b, mask, center, batch, channels, plane, sum_a, sum_ab);
+}
+
+// y = (scale_a a + scale_b b) + shift per channel, a only where mask > 0, y = max(y, 0) with
+// relu: the expressions of the loops they fuse (relu_backward's select, relu_forward's), so the
+// bits are theirs. Channel by channel over NCHW (block 1), group by group over blocked tensors.
+template <int64_t block, bool with_b, bool with_mask, bool relu>
+MGT_TARGET_CLONES void channel_affine_in(const float* a, const float* scale_a, const float* b, const float* scale_b,
+                                         const float* shift, const float* mask, float* y, int64_t batch,
+                                         int64_t channels, int64_t plane) {
   for (int64_t n = 0; n < batch; ++n)
     for (int64_t c = 0; c < channels; c += block) {
       float sa[block], sb[block], sh[block];
       for (int64_t l = 0; l < block; ++l) {
         sa[l] = scale_a[c + l];
-        sb[l] = b ? scale_b[c + l] : 0.0f;
+        sb[l] = with_b ? scale_b[c + l] : 0.0f;
         sh[l] = shift ? shift[c + l] : 0.0f;
       }
       const size_t at = static_cast<size_t>((n * channels + c) * plane);
       const float* pa = a + at;
+      const float* pb = with_b ? b + at : nullptr;
+      const float* pm = with_mask ? mask + at : nullptr;
       float* py = y + at;
-      if (b) {
-        const float* pb = b + at;
-        for (int64_t i = 0; i < plane * block; i += block)
-          for (int64_t l = 0; l < block; ++l) py[i + l] = (sa[l] * pa[i + l] + sb[l] * pb[i + l]) + sh[l];
-      } else {
-        for (int64_t i = 0; i < plane * block; i += block)
-          for (int64_t l = 0; l < block; ++l) py[i + l] = sa[l] * pa[i + l] + sh[l];
-      }
+      for (int64_t i = 0; i < plane * block; i += block)
+        for (int64_t l = 0; l < block; ++l) {
+          const float va = !with_mask || pm[i + l] > 0.0f ? pa[i + l] : 0.0f;
+          float v = with_b ? (sa[l] * va + sb[l] * pb[i + l]) + sh[l] : sa[l] * va + sh[l];
+          if constexpr (relu) v = v > 0.0f ? v : 0.0f;
+          py[i + l] = v;
+        }
     }
+}
+
+template <int64_t block>
+void channel_affine_of_block(const float* a, const float* scale_a, const float* b, const float* scale_b,
+                             const float* shift, const float* mask, bool relu, float* y, int64_t batch,
+                             int64_t channels, int64_t plane) {
+#define MGT_AFFINE(B, M, R)                 \
+  if (!!b == B && !!mask == M && relu == R) \
+    return channel_affine_in<block, B, M, R>(a, scale_a, b, scale_b, shift, mask, y, batch, channels, plane);
+  MGT_AFFINE(false, false, false)
+  MGT_AFFINE(false, false, true)
+  MGT_AFFINE(false, true, false)
+  MGT_AFFINE(false, true, true)
+  MGT_AFFINE(true, false, false)
+  MGT_AFFINE(true, false, true)
+  MGT_AFFINE(true, true, false)
+  MGT_AFFINE(true, true, true)
+#undef MGT_AFFINE
 }
 
 void check_block(int64_t block, int64_t channels, const char* op) {
@@ -307,43 +366,23 @@ void check_block(int64_t block, int64_t channels, const char* op) {
 }  // namespace
 
 void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels, int64_t plane,
-                  float* sum_a, float* sum_ab, int64_t block) {
+                  float* sum_a, float* sum_ab, int64_t block, const float* mask) {
   check_block(block, channels, "channel_sums");
-  if (block == 16) return blocked_channel_sums<16>(a, b, center, batch, channels, plane, sum_a, sum_ab);
-  if (block == 8) return blocked_channel_sums<8>(a, b, center, batch, channels, plane, sum_a, sum_ab);
-  for (int64_t c = 0; c < channels; ++c) {
-    const double mid = b && center ? static_cast<double>(center[c]) : 0.0;
-    const auto first = static_cast<size_t>(c * plane);
-    double total = 0.0, product = 0.0;
-    if (b)
-      one_channel_sums<true>(a + first, b + first, mid, batch, plane, channels * plane, &total, &product);
-    else
-      one_channel_sums<false>(a + first, nullptr, mid, batch, plane, channels * plane, &total, &product);
-    sum_a[c] = static_cast<float>(total);
-    if (b) sum_ab[c] = static_cast<float>(product);
-  }
+  if (b && mask) return channel_sums_in<true, true>(block, a, b, mask, center, batch, channels, plane, sum_a, sum_ab);
+  if (b) return channel_sums_in<true, false>(block, a, b, mask, center, batch, channels, plane, sum_a, sum_ab);
+  if (mask) return channel_sums_in<false, true>(block, a, b, mask, center, batch, channels, plane, sum_a, sum_ab);
+  channel_sums_in<false, false>(block, a, b, mask, center, batch, channels, plane, sum_a, sum_ab);
 }
 
-MGT_TARGET_CLONES void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b,
-                                      const float* shift, float* y, int64_t batch, int64_t channels, int64_t plane,
-                                      int64_t block) {
+void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b, const float* shift,
+                    float* y, int64_t batch, int64_t channels, int64_t plane, int64_t block, const float* mask,
+                    bool relu) {
   check_block(block, channels, "channel_affine");
-  if (block == 16) return blocked_channel_affine<16>(a, scale_a, b, scale_b, shift, y, batch, channels, plane);
-  if (block == 8) return blocked_channel_affine<8>(a, scale_a, b, scale_b, shift, y, batch, channels, plane);
-  for (int64_t n = 0; n < batch; ++n) {
-    for (int64_t c = 0; c < channels; ++c) {
-      const size_t at = static_cast<size_t>((n * channels + c) * plane);
-      const float sa = scale_a[c], sb = b ? scale_b[c] : 0.0f, sh = shift ? shift[c] : 0.0f;
-      const float* pa = a + at;
-      float* py = y + at;
-      if (b) {
-        const float* pb = b + at;
-        for (int64_t i = 0; i < plane; ++i) py[i] = (sa * pa[i] + sb * pb[i]) + sh;
-      } else {
-        for (int64_t i = 0; i < plane; ++i) py[i] = sa * pa[i] + sh;
-      }
-    }
-  }
+  if (block == 16)
+    return channel_affine_of_block<16>(a, scale_a, b, scale_b, shift, mask, relu, y, batch, channels, plane);
+  if (block == 8)
+    return channel_affine_of_block<8>(a, scale_a, b, scale_b, shift, mask, relu, y, batch, channels, plane);
+  channel_affine_of_block<1>(a, scale_a, b, scale_b, shift, mask, relu, y, batch, channels, plane);
 }
 
 }  // namespace mgt::kernels

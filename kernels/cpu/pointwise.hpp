@@ -49,9 +49,10 @@ void binary(BinaryOp op, const float* a, const float* b, float* y, int64_t n);
 void affine(const float* x, float* y, int64_t n, float scale, float shift);
 // mgt::Ops::channel_sums and channel_affine (mgtrain/ops.hpp); block: 1 (NCHW), 8 or 16.
 void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels, int64_t plane,
-                  float* sum_a, float* sum_ab, int64_t block = 1);
+                  float* sum_a, float* sum_ab, int64_t block = 1, const float* mask = nullptr);
 void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b, const float* shift,
-                    float* y, int64_t batch, int64_t channels, int64_t plane, int64_t block = 1);
+                    float* y, int64_t batch, int64_t channels, int64_t plane, int64_t block = 1,
+                    const float* mask = nullptr, bool relu = false);
 // Turns uniforms u in [0, 1) into inverted-dropout scales: 0 when u < p, else 1 / (1 - p).
 void dropout_scales(float* u, int64_t n, float p);
 

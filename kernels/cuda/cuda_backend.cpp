@@ -378,13 +378,16 @@ class CudaBackend final : public kernels::Backend {
   }
   // The GPU's activations are NCHW (channel_block() is 1): a block of 1 is all it is asked for.
   void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels, int64_t plane,
-                    float* sum_a, float* sum_ab, int64_t block) override {
+                    float* sum_a, float* sum_ab, int64_t block, const float* mask) override {
     nchw_only(block, "channel_sums");
+    unfused(mask == nullptr, "channel_sums");
     cuda::channel_sum_products(a, b, center, batch, channels, plane, sum_a, sum_ab, compute_);
   }
   void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b, const float* shift,
-                      float* y, int64_t batch, int64_t channels, int64_t plane, int64_t block) override {
+                      float* y, int64_t batch, int64_t channels, int64_t plane, int64_t block, const float* mask,
+                      bool relu) override {
     nchw_only(block, "channel_affine");
+    unfused(mask == nullptr && !relu, "channel_affine");
     cuda::channel_affine(a, scale_a, b, scale_b, shift, y, batch, channels, plane, compute_);
   }
   void affine(const float* x, float* y, int64_t n, float scale, float shift) override {
@@ -396,6 +399,10 @@ class CudaBackend final : public kernels::Backend {
   }
   void dropout_scales(float* u, int64_t n, float p) override { cuda::dropout_scales(u, n, p, compute_); }
   void read_step_from(const int64_t* step) override { step_ = step; }
+  // No ReLU fused into the per-channel operations here (channel_ops_fuse_relu() is false).
+  static void unfused(bool plain, const char* op) {
+    MGT_CHECK(plain, Error, std::string("CUDA backend: ") + op + " with a fused ReLU, which this backend does not run");
+  }
   static void nchw_only(int64_t block, const char* op) {
     MGT_CHECK(block == 1, Error,
               std::string("CUDA backend: ") + op + " on activations in a channel block of " + std::to_string(block) +

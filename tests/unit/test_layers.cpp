@@ -703,16 +703,18 @@ struct Manual {
   std::vector<std::unique_ptr<Layer>> layers;
 };
 
-void expect_same(const Tensor& a, const Tensor& b, const char* what) {
+void expect_same(const Tensor& a, const Tensor& b, const char* what, bool bitwise = false) {
   ASSERT_EQ(a.numel(), b.numel()) << what;
-  for (int64_t i = 0; i < a.numel(); ++i)
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    if (bitwise) ASSERT_EQ(std::memcmp(a.data() + i, b.data() + i, sizeof(float)), 0) << what << " element " << i;
     ASSERT_NEAR(a.data()[i], b.data()[i], 1e-6f * (1.0f + std::abs(b.data()[i]))) << what << " element " << i;
+  }
 }
 
 // Runs the model and the same layers by hand (own store, same seed so the same parameters) and
-// compares logits and gradients; returns the handle lists `ready` was called with.
+// compares logits and gradients (bitwise: bit for bit); returns the handle lists `ready` was called with.
 void compare_with_manual(const std::function<std::vector<std::unique_ptr<Layer>>()>& build, const Shape& input_shape,
-                         std::vector<std::vector<mgt::ParamHandle>>& ready_calls) {
+                         std::vector<std::vector<mgt::ParamHandle>>& ready_calls, bool bitwise = false) {
   mgt::SequentialModel model;
   for (auto& l : build()) model.add(std::move(l));
   ParameterStore store;
@@ -745,7 +747,7 @@ void compare_with_manual(const std::function<std::vector<std::unique_ptr<Layer>>
       run_forward(*l, m.store, *in, acts.back(), ctx);
       in = &acts.back();
     }
-    expect_same(logits, acts.back(), "logits");
+    expect_same(logits, acts.back(), "logits", bitwise);
     m.store.zero_grads();
     Tensor dy({1});
     dy.resize(dlogits.shape());
@@ -757,9 +759,11 @@ void compare_with_manual(const std::function<std::vector<std::unique_ptr<Layer>>
       dy = std::move(dx);
     }
     EXPECT_EQ(store.flat_size(), m.store.flat_size());
-    for (size_t i = 0; i < store.flat_size(); ++i)
+    for (size_t i = 0; i < store.flat_size(); ++i) {
+      if (bitwise) ASSERT_EQ(store.grads_data()[i], m.store.grads_data()[i]) << "gradient element " << i;
       ASSERT_NEAR(store.grads_data()[i], m.store.grads_data()[i], 1e-5f * (1.0f + std::abs(m.store.grads_data()[i])))
           << "gradient element " << i;
+    }
   }
 }
 
@@ -880,6 +884,35 @@ TEST(ActivationBlocks, BlockedBetweenLayersThatTakeThemNchwAtTheEnds) {
   EXPECT_EQ(residual->blocked_activations({2, 16, 4, 4}, 16), mgt::BlockedActivations::none);
   EXPECT_EQ(owned[4]->blocked_activations({2, 16, 4, 4}, 16), mgt::BlockedActivations::same);
   EXPECT_FALSE(mgt::activation_blocks::choose({residual.get()}, {2, 16, 4, 4}, {{2, 16, 4, 4}}, 16, 16, 16));
+}
+
+// Batch norm runs the ReLU after it (Layer::fuses_relu) where the ReLU would run in place: in the
+// executor and in a residual branch, the ReLU last in a branch included. Five channels stay NCHW
+// in any channel block, so only the fusion differs from the layers by hand: the same bits.
+TEST(SequentialModel, BatchNormRunsTheReluAfterItWithTheSameBits) {
+  if (!mgt::host_ops().channel_ops_fuse_relu()) GTEST_SKIP() << "the host's operations fuse no ReLU";
+  auto build = [] {
+    std::vector<std::unique_ptr<Layer>> v;
+    v.push_back(mgt::make_conv2d("conv1", 3, 5, 3, 1, 1));
+    v.push_back(mgt::make_batch_norm2d("bn1", 5));
+    v.push_back(mgt::make_relu("relu1"));
+    std::vector<std::unique_ptr<Layer>> branch;
+    branch.push_back(mgt::make_conv2d("l1.conv1", 5, 5, 3, 1, 1));
+    branch.push_back(mgt::make_batch_norm2d("l1.bn1", 5));
+    branch.push_back(mgt::make_relu("l1.relu1"));
+    branch.push_back(mgt::make_conv2d("l1.conv2", 5, 5, 3, 1, 1));
+    branch.push_back(mgt::make_batch_norm2d("l1.bn2", 5));
+    branch.push_back(mgt::make_relu("l1.relu2"));
+    v.push_back(mgt::make_residual("l1", std::move(branch)));
+    v.push_back(mgt::make_batch_norm2d("bn2", 5));
+    v.push_back(mgt::make_relu("relu2"));
+    v.push_back(mgt::make_flatten("flat"));
+    v.push_back(mgt::make_linear("fc", 5 * 6 * 6, 3));
+    return v;
+  };
+  std::vector<std::vector<mgt::ParamHandle>> ready;
+  compare_with_manual(build, {4, 3, 6, 6}, ready, /*bitwise=*/true);
+  EXPECT_EQ(ready.size(), 5u);  // conv1, bn1, the block, bn2, fc
 }
 
 TEST(SequentialModel, ChannelBlockedResNetMatchesNchwLayersComposedByHand) {

@@ -94,6 +94,9 @@ class MGT_API LayerPlanner {
   // 1 (plain NCHW) unless the layer said it takes blocked activations (Layer::blocked_activations).
   virtual int64_t input_block() const { return 1; }
   virtual int64_t output_block() const { return 1; }
+  // True when the layer runs the ReLU that follows it (Layer::fuses_relu): forward writes the
+  // ReLU's output, backward gets the gradient of that output, the output being the ReLU's.
+  virtual bool fused_relu() const { return false; }
 };
 
 // Which activations in a channel block (mgtrain/ops.hpp) a layer takes, for an input shape.
@@ -185,6 +188,13 @@ class MGT_API Layer {
     (void)input;
     (void)block;
     return BlockedActivations::none;
+  }
+  // True when the layer can run a ReLU that follows it on `ops` in its own passes over memory
+  // (batch norm): the executor then tells it in plan() (LayerPlanner::fused_relu) and calls
+  // neither the ReLU's forward nor its backward, where the ReLU runs in place over its output.
+  virtual bool fuses_relu(const Ops& ops) const {
+    (void)ops;
+    return false;
   }
   // What the layer computes, for `mgtrain export` (mgtrain/layer_description.hpp); the default,
   // LayerKind::none, says it has no export form.

@@ -125,13 +125,21 @@ class MGT_API Ops {
   // alone, so the result does not depend on how the work is split: batch normalisation's
   // statistics and the sums of its backward.
   // `block`: the tensors' channel block (1: NCHW); the order of the sums depends on it too.
+  // `mask` (only where channel_ops_fuse_relu()): a counts only where mask > 0, as the gradient a
+  // ReLU whose output is `mask` lets through; null: everywhere.
   virtual void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels,
-                            int64_t plane, float* sum_a, float* sum_ab, int64_t block = 1) = 0;
+                            int64_t plane, float* sum_a, float* sum_ab, int64_t block = 1,
+                            const float* mask = nullptr) = 0;
   // y = scale_a[c] * a + scale_b[c] * b + shift[c] per channel of [batch, channels, plane] (b and
-  // scale_b null: no b term; shift null: none); y may be a or b. `block`: as channel_sums'.
+  // scale_b null: no b term; shift null: none); y may be a or b. `block` and `mask` (the a term
+  // only where mask > 0): as channel_sums'. relu (only where channel_ops_fuse_relu()): y is
+  // max(that, 0), as relu_forward would make it.
   virtual void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b,
                               const float* shift, float* y, int64_t batch, int64_t channels, int64_t plane,
-                              int64_t block = 1) = 0;
+                              int64_t block = 1, const float* mask = nullptr, bool relu = false) = 0;
+  // Whether channel_sums and channel_affine take `mask` and `relu`: batch norm then runs a ReLU
+  // after it in its own passes over memory (Layer::fuses_relu).
+  virtual bool channel_ops_fuse_relu() const { return false; }
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* dst, size_t bytes) = 0;
 

@@ -53,7 +53,9 @@
 //     attention that keeps each query's log-sum-exp instead of the probabilities.
 // 18: activations in a channel block (oneDNN's nChw16c): Layer::blocked_activations,
 //     LayerPlanner::input_block and output_block, Ops::channel_block and the block arguments of
-//     channel_sums, channel_affine, make_conv and make_max_pool.
+//     channel_sums, channel_affine, make_conv and make_max_pool. A ReLU run by the layer before it:
+//     Layer::fuses_relu, LayerPlanner::fused_relu, Ops::channel_ops_fuse_relu and the mask and
+//     relu arguments of channel_sums and channel_affine.
 #define MGTRAIN_PLUGIN_ABI_VERSION 18u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 

@@ -6,8 +6,9 @@ namespace mgt::activation_blocks {
 
 bool blockable(const Shape& shape, int64_t block) { return block > 1 && shape.size() == 4 && shape[1] % block == 0; }
 
-std::optional<std::vector<int64_t>> choose(const std::vector<Layer*>& layers, const Shape& input, const std::vector<Shape>& shapes,
-                                                 int64_t block, int64_t input_block, int64_t last_block) {
+std::optional<std::vector<int64_t>> choose(const std::vector<Layer*>& layers, const Shape& input,
+                                           const std::vector<Shape>& shapes, int64_t block, int64_t input_block,
+                                           int64_t last_block) {
   const size_t n = layers.size();
   // Tensor 0 is the input, tensor i + 1 the output of layers[i]. A layer that keeps its input's
   // block joins its two tensors into one group, which is blocked or not as a whole.

@@ -16,8 +16,9 @@ namespace mgt::activation_blocks {
 // blocks[i]: the block of layers[i]'s output (shape shapes[i]). `input` has the block
 // input_block; the last output must have last_block (0: either). With block <= 1 every activation
 // is NCHW. Nothing when no choice meets both ends (a layer in the chain that takes NCHW only).
-std::optional<std::vector<int64_t>> choose(const std::vector<Layer*>& layers, const Shape& input, const std::vector<Shape>& shapes,
-                            int64_t block, int64_t input_block, int64_t last_block);
+std::optional<std::vector<int64_t>> choose(const std::vector<Layer*>& layers, const Shape& input,
+                                           const std::vector<Shape>& shapes, int64_t block, int64_t input_block,
+                                           int64_t last_block);
 
 // Whether a [B, C, H, W] shape can have the block: 4-D with the block dividing C.
 bool blockable(const Shape& shape, int64_t block);
@@ -30,16 +31,19 @@ class Planner final : public LayerPlanner {
     input_ = input;
     output_ = output;
   }
+  void set_fused_relu(bool fused) { fused_relu_ = fused; }
   Ops& ops() override { return inner_.ops(); }
   void* allocate(size_t bytes) override { return inner_.allocate(bytes); }
   bool bf16() const override { return inner_.bf16(); }
   int64_t shards() const override { return inner_.shards(); }
   int64_t input_block() const override { return input_; }
   int64_t output_block() const override { return output_; }
+  bool fused_relu() const override { return fused_relu_; }
 
  private:
   LayerPlanner& inner_;
   int64_t input_ = 1, output_ = 1;
+  bool fused_relu_ = false;
 };
 
 }  // namespace mgt::activation_blocks

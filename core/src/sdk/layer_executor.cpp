@@ -4,6 +4,7 @@
 #include <string>
 
 #include "activation_blocks.hpp"
+#include "fused_relu.hpp"
 #include "mgtrain/error.hpp"
 #include "shard_passes.hpp"
 
@@ -89,10 +90,16 @@ void LayerExecutor::plan(const Shape& input, int64_t shards) {
   for (size_t i = 1; i < n; ++i)
     in_place_[i] = !alias_[i] && !alias_[i - 1] && !in_place_[i - 1] && layers_[i]->runs_in_place() &&
                    !layers_[i - 1]->backward_reads_output();
+  // The layer before an in-place ReLU may run it: the ReLU is then called neither in forward nor
+  // in backward, its output and gradient being the same memory as the layer's.
+  fused_.assign(n, 0);
+  for (size_t i = 1; i < n; ++i)
+    fused_[i] = fused_relu::runs_next(*layers_[i - 1], *layers_[i], in_place_[i], backend_);
   Shape in = input;
   for (size_t i = 0; i < n; ++i) {
     executor_planner.planning(layers_[i]->name());
     planner.set_blocks(i == 0 ? 1 : blocks[i - 1], blocks[i]);
+    planner.set_fused_relu(i + 1 < n && fused_[i + 1]);
     whole_[i] = shard_passes::plan(*layers_[i], planner, in, planned_[i]);
     // An aliasing layer's view is pointed at its input on each forward.
     float* out = alias_[i]      ? nullptr
@@ -141,6 +148,8 @@ const Tensor& LayerExecutor::forward(const float* input, ParameterStore& store, 
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (alias_[i])
       acts_[i].rebind(const_cast<float*>(x->data()));
+    else if (fused_[i])
+      shard_passes::ran_before(*layers_[i], run, acts_[i]);
     else
       shard_passes::forward(*layers_[i], run, *x, acts_[i], whole_[i], planned_[i]);
     if (checked_mode()) check_guards(*layers_[i], "forward");
@@ -160,12 +169,14 @@ void LayerExecutor::backward(ParameterStore& store, const StepContext& ctx,
   MGT_CHECK(forwarded_, Error, "LayerExecutor::backward before forward");
   const LayerRun run{backend_, store, ctx};
   for (size_t i = layers_.size(); i-- > first_with_params_;) {
-    if (!alias_[i]) {
+    if (!alias_[i] && !fused_[i]) {
       const Tensor& in = i == 0 ? input_ : acts_[i - 1];
       // Below the first layer with parameters no input gradient is needed (e.g. fc1's dx after a
       // leading Flatten would be a wasted GEMM).
       Tensor* dx = i > first_with_params_ ? &grads_[i - 1] : nullptr;
-      shard_passes::backward(*layers_[i], run, in, acts_[i], grads_[i], dx, whole_[i], planned_[i]);
+      // A layer that runs the ReLU after it gets that ReLU's output gradient (the same memory).
+      const Tensor& dy = i + 1 < layers_.size() && fused_[i + 1] ? grads_[i + 1] : grads_[i];
+      shard_passes::backward(*layers_[i], run, in, acts_[i], dy, dx, whole_[i], planned_[i]);
       if (checked_mode()) check_guards(*layers_[i], "backward");
     }
     if (ready && !handles_[i].empty()) ready(handles_[i]);

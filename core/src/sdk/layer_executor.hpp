@@ -66,6 +66,7 @@ class LayerExecutor {
   std::vector<shard_passes::PlannedState> planned_;  // layer i's planned memory, kept per shard
   std::vector<char> alias_;                          // layer i's output is its input's memory
   std::vector<char> in_place_;                       // layer i runs in place over layer i - 1's output
+  std::vector<char> fused_;                          // layer i is a ReLU layer i - 1 runs (fused_relu.hpp)
   std::vector<Tensor> acts_;                         // acts_[i]: output of layer i (a view of backend memory)
   std::vector<Tensor> grads_;                        // grads_[i]: gradient w.r.t. the output of layer i
   Tensor input_;                                     // a view of the latest forward's input

@@ -138,6 +138,10 @@ void forward(Layer& layer, const LayerRun& run, const Tensor& in, Tensor& out, b
   if (run.step.after_layer) (*run.step.after_layer)(layer, out);
 }
 
+void ran_before(const Layer& layer, const LayerRun& run, const Tensor& out) {
+  if (run.step.after_layer) (*run.step.after_layer)(layer, out);
+}
+
 void backward(Layer& layer, const LayerRun& run, const Tensor& in, const Tensor& out, const Tensor& grad_out,
               Tensor* grad_in, bool whole, const PlannedState& state) {
   const int64_t shards = run.step.shards;

@@ -37,6 +37,7 @@ class PlannedState {
     int64_t shards() const override { return inner_.shards(); }
     int64_t input_block() const override { return inner_.input_block(); }
     int64_t output_block() const override { return inner_.output_block(); }
+    bool fused_relu() const override { return inner_.fused_relu(); }
 
    private:
     LayerPlanner& inner_;
@@ -62,6 +63,9 @@ bool plan(Layer& layer, LayerPlanner& planner, const Shape& input, PlannedState&
 // Forward and backward of the pass (run.step.shards shards), whole or shard by shard; forward then
 // hands the output to run.step.after_layer when one is set. `state`: the layer's PlannedState.
 void forward(Layer& layer, const LayerRun& run, const Tensor& in, Tensor& out, bool whole, const PlannedState& state);
+// For a ReLU the layer before it ran (fused_relu.hpp): what forward tells of a layer it ran, its
+// output handed to run.step.after_layer.
+void ran_before(const Layer& layer, const LayerRun& run, const Tensor& out);
 void backward(Layer& layer, const LayerRun& run, const Tensor& in, const Tensor& out, const Tensor& grad_out,
               Tensor* grad_in, bool whole, const PlannedState& state);
 

@@ -15,6 +15,9 @@
 //   dx = A dy + B x + D with A = gamma inv_std, B = -A inv_std^2 S2 / M, D = -A S1 / M - B mean.
 // The parameters' gradients are this rank's sums (the sync strategy adds the ranks'), or in
 // deterministic mode each micro-shard's, written to its buffer (WeightGradientSink::shard_gradients).
+// Where the ops can (Ops::channel_ops_fuse_relu), it runs a ReLU after it: the normalisation
+// writes max(y, 0), and backward takes the ReLU's gradient, counted where the output is positive,
+// in its own two passes: the same bits as the ReLU on its own, two passes over memory fewer.
 #include <algorithm>
 #include <string>
 
@@ -53,6 +56,7 @@ class BatchNorm2dLayer final : public Layer {
     batch_ = input[0];
     plane_ = input[2] * input[3];
     block_ = planner.input_block();
+    fused_relu_ = planner.fused_relu();
     shards_ = std::max<int64_t>(planner.shards(), 1);
     MGT_CHECK(batch_ % shards_ == 0, Error,
               "layer '" + name() + "': " + std::to_string(batch_) + " rows are not " + std::to_string(shards_) +
@@ -122,18 +126,21 @@ class BatchNorm2dLayer final : public Layer {
     ops.binary(BinaryOp::multiply, run.store.param(gamma_), inv_std_, scale_, c);
     ops.binary(BinaryOp::multiply, mean_, scale_, t1_, c);
     ops.binary(BinaryOp::subtract, run.store.param(beta_), t1_, shift_, c);
-    ops.channel_affine(in.data(), scale_, nullptr, nullptr, shift_, out.data(), batch_, c, plane_, block_);
+    ops.channel_affine(in.data(), scale_, nullptr, nullptr, shift_, out.data(), batch_, c, plane_, block_, nullptr,
+                       fused_relu_);
   }
 
-  void backward(const LayerRun& run, const Tensor& in, const Tensor&, const Tensor& grad_out,
+  void backward(const LayerRun& run, const Tensor& in, const Tensor& out, const Tensor& grad_out,
                 Tensor* grad_in) override {
     Ops& ops = run.ops;
+    // With the ReLU after it run here, grad_out is the ReLU's: it counts where the output is > 0.
+    const float* mask = fused_relu_ ? out.data() : nullptr;
     const int64_t c = channels_;
     BatchStatistics* batch = run.step.batch_statistics;
     float* dgamma = run.store.grad(gamma_);
     float* dbeta = run.store.grad(beta_);
     if (!batch && shards_ == 1) {
-      ops.channel_sums(grad_out.data(), in.data(), mean_, batch_, c, plane_, s1_, s2_, block_);
+      ops.channel_sums(grad_out.data(), in.data(), mean_, batch_, c, plane_, s1_, s2_, block_, mask);
       // dgamma = inv_std S2, dbeta = S1: written when the gradients were discarded, else added.
       add_gradients(ops, run.step.overwrite_grads, s1_, s2_, dgamma, dbeta);
     } else {
@@ -141,7 +148,8 @@ class BatchNorm2dLayer final : public Layer {
       const int64_t rows = batch_ / shards_, shard_numel = rows * c * plane_;
       for (int64_t k = 0; k < shards_; ++k)
         ops.channel_sums(grad_out.data() + k * shard_numel, in.data() + k * shard_numel, mean_, rows, c, plane_,
-                         partial_ + 2 * k * c, partial_ + (2 * k + 1) * c, block_);
+                         partial_ + 2 * k * c, partial_ + (2 * k + 1) * c, block_,
+                         mask ? mask + k * shard_numel : nullptr);
       WeightGradientSink* sink = run.store.weight_gradient_sink();
       if (shards_ > 1 && sink) {
         // Deterministic mode: each shard's gradients go to its own buffer, for the reducer's tree.
@@ -169,11 +177,14 @@ class BatchNorm2dLayer final : public Layer {
     ops.affine(t2_, t2_, c, -1.0f / m, 0.0f);
     ops.binary(BinaryOp::multiply, t1_, mean_, t3_, c);
     ops.binary(BinaryOp::subtract, t2_, t3_, t2_, c);
-    ops.channel_affine(grad_out.data(), scale_, in.data(), t1_, t2_, grad_in->data(), batch_, c, plane_, block_);
+    ops.channel_affine(grad_out.data(), scale_, in.data(), t1_, t2_, grad_in->data(), batch_, c, plane_, block_, mask);
   }
 
   std::vector<ParamHandle> param_handles() const override { return {gamma_, beta_}; }
+  // It reads its input. (Running the ReLU after it, it reads that ReLU's output, as the ReLU would.)
   bool backward_reads_output() const override { return false; }
+  // Its normalisation and its backward take the ReLU's mask in their own passes.
+  bool fuses_relu(const Ops& ops) const override { return ops.channel_ops_fuse_relu(); }
   // Its statistics are summed per micro-shard, its gradients formed per micro-shard.
   bool handles_shards() const override { return true; }
   // Per channel, in either layout (the sums' order follows the layout).
@@ -223,8 +234,9 @@ class BatchNorm2dLayer final : public Layer {
   ParamHandle gamma_ = 0, beta_ = 0;
   BufferHandle running_mean_ = 0, running_var_ = 0;
   int64_t batch_ = 0, plane_ = 0, shards_ = 1;
-  int64_t block_ = 1;    // the activations' channel block
-  double elements_ = 0;  // the values each statistic sums over (the whole batch's), from forward
+  int64_t block_ = 1;        // the activations' channel block
+  bool fused_relu_ = false;  // it runs the ReLU after it (LayerPlanner::fused_relu)
+  double elements_ = 0;      // the values each statistic sums over (the whole batch's), from forward
   Shape planned_;
   // Per channel, in the executor's memory: the pass's mean and 1 / sqrt(var + eps) (kept for
   // backward), the affine form of the normalisation, sums and scratch.

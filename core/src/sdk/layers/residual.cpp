@@ -18,6 +18,7 @@
 #include "layer_checks.hpp"
 #include "mgtrain/layers.hpp"
 #include "sdk/activation_blocks.hpp"
+#include "sdk/fused_relu.hpp"
 #include "sdk/shard_passes.hpp"
 
 namespace mgt {
@@ -31,6 +32,7 @@ struct Chain {
   std::vector<int> grad_slot;  // which of the block's two gradient buffers holds grads[i]
   std::vector<Shape> shapes;   // shapes[i]: of acts[i]
   std::vector<char> whole;     // layers[i] takes a pass of several shards whole
+  std::vector<char> fused;     // layers[i] is a ReLU layers[i - 1] runs (fused_relu.hpp)
   std::vector<shard_passes::PlannedState> planned;  // layers[i]'s planned memory, kept per shard
   bool writes_block_output = false;                 // acts.back() is the block's output, bound on each forward
   Tensor dx;                                        // the shortcut's input gradient (the branch writes the block's)
@@ -69,12 +71,17 @@ struct Chain {
     MGT_CHECK(chosen.has_value(), Error, "a residual block was planned for a layout its layers cannot keep");
     activation_blocks::Planner blocked(planner);
     std::vector<char> in_place(n, 0);
+    for (size_t i = 1; i < n; ++i)
+      in_place[i] = !in_place[i - 1] && layers[i]->runs_in_place() && !layers[i - 1]->backward_reads_output();
+    fused.assign(n, 0);
+    for (size_t i = 1; i < n; ++i)
+      fused[i] = fused_relu::runs_next(*layers[i - 1], *layers[i], in_place[i], planner.ops());
     Shape s = input;
     for (size_t i = 0; i < n; ++i) {
       blocked.set_blocks(i == 0 ? io_block : (*chosen)[i - 1], (*chosen)[i]);
+      blocked.set_fused_relu(i + 1 < n && fused[i + 1]);
       whole.push_back(shard_passes::plan(*layers[i], blocked, s, planned[i]));
       s = shapes[i];
-      in_place[i] = i > 0 && !in_place[i - 1] && layers[i]->runs_in_place() && !layers[i - 1]->backward_reads_output();
     }
     writes_block_output =
         may_write_block_output && n > 0 && !in_place[n - 1] && !layers[n - 1]->backward_reads_output();
@@ -107,7 +114,10 @@ struct Chain {
   const Tensor& forward(const LayerRun& run, const Tensor& in) {
     const Tensor* x = &in;
     for (size_t i = 0; i < layers.size(); ++i) {
-      shard_passes::forward(*layers[i], run, *x, acts[i], whole[i], planned[i]);
+      if (fused[i])
+        shard_passes::ran_before(*layers[i], run, acts[i]);
+      else
+        shard_passes::forward(*layers[i], run, *x, acts[i], whole[i], planned[i]);
       x = &acts[i];
     }
     return *x;
@@ -115,9 +125,13 @@ struct Chain {
 
   // Backward from grad_out (the block's); the input gradient into *grad_in unless it is null.
   void backward(const LayerRun& run, const Tensor& in, const Tensor& grad_out, Tensor* grad_in) {
-    for (size_t i = layers.size(); i-- > 0;) {
+    const size_t n = layers.size();
+    // The gradient of layers[i]'s output, or of the ReLU it runs.
+    auto output_gradient = [&](size_t i) -> const Tensor& { return i + 1 == n ? grad_out : grads[i]; };
+    for (size_t i = n; i-- > 0;) {
+      if (fused[i]) continue;
       const Tensor& x = i == 0 ? in : acts[i - 1];
-      const Tensor& dy = i + 1 == layers.size() ? grad_out : grads[i];
+      const Tensor& dy = i + 1 < n && fused[i + 1] ? output_gradient(i + 1) : output_gradient(i);
       Tensor* dxi = i > 0 ? &grads[i - 1] : grad_in;
       shard_passes::backward(*layers[i], run, x, acts[i], dy, dxi, whole[i], planned[i]);
     }

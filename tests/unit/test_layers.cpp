@@ -886,24 +886,24 @@ TEST(ActivationBlocks, BlockedBetweenLayersThatTakeThemNchwAtTheEnds) {
   EXPECT_FALSE(mgt::activation_blocks::choose({residual.get()}, {2, 16, 4, 4}, {{2, 16, 4, 4}}, 16, 16, 16));
 }
 
-// Batch norm runs the ReLU after it (Layer::fuses_relu) where the ReLU would run in place: in the
-// executor and in a residual branch, the ReLU last in a branch included. Five channels stay NCHW
-// in any channel block, so only the fusion differs from the layers by hand: the same bits.
-TEST(SequentialModel, BatchNormRunsTheReluAfterItWithTheSameBits) {
+// Batch norm and a residual block run the ReLU after them (Layer::fuses_relu) where the ReLU would
+// run in place: in the executor and in a residual branch, but not the branch's last ReLU. Five
+// channels stay NCHW in any channel block, so only the fusion differs from the layers by hand:
+// the same bits.
+TEST(SequentialModel, BatchNormAndResidualRunTheReluAfterThemWithTheSameBits) {
   if (!mgt::host_ops().channel_ops_fuse_relu()) GTEST_SKIP() << "the host's operations fuse no ReLU";
   auto build = [] {
     std::vector<std::unique_ptr<Layer>> v;
     v.push_back(mgt::make_conv2d("conv1", 3, 5, 3, 1, 1));
     v.push_back(mgt::make_batch_norm2d("bn1", 5));
     v.push_back(mgt::make_relu("relu1"));
-    std::vector<std::unique_ptr<Layer>> branch;
-    branch.push_back(mgt::make_conv2d("l1.conv1", 5, 5, 3, 1, 1));
-    branch.push_back(mgt::make_batch_norm2d("l1.bn1", 5));
-    branch.push_back(mgt::make_relu("l1.relu1"));
-    branch.push_back(mgt::make_conv2d("l1.conv2", 5, 5, 3, 1, 1));
-    branch.push_back(mgt::make_batch_norm2d("l1.bn2", 5));
-    branch.push_back(mgt::make_relu("l1.relu2"));
-    v.push_back(mgt::make_residual("l1", std::move(branch)));
+    v.push_back(mgt::make_residual("l1", basic_branch("l1", 5, 5, 1)));
+    v.push_back(mgt::make_relu("l1.relu"));
+    std::vector<std::unique_ptr<Layer>> ends_in_relu;
+    ends_in_relu.push_back(mgt::make_conv2d("l2.conv1", 5, 5, 3, 1, 1));
+    ends_in_relu.push_back(mgt::make_batch_norm2d("l2.bn1", 5));
+    ends_in_relu.push_back(mgt::make_relu("l2.relu1"));
+    v.push_back(mgt::make_residual("l2", std::move(ends_in_relu)));
     v.push_back(mgt::make_batch_norm2d("bn2", 5));
     v.push_back(mgt::make_relu("relu2"));
     v.push_back(mgt::make_flatten("flat"));
@@ -912,7 +912,7 @@ TEST(SequentialModel, BatchNormRunsTheReluAfterItWithTheSameBits) {
   };
   std::vector<std::vector<mgt::ParamHandle>> ready;
   compare_with_manual(build, {4, 3, 6, 6}, ready, /*bitwise=*/true);
-  EXPECT_EQ(ready.size(), 5u);  // conv1, bn1, the block, bn2, fc
+  EXPECT_EQ(ready.size(), 6u);  // conv1, bn1, the two blocks, bn2, fc
 }
 
 TEST(SequentialModel, ChannelBlockedResNetMatchesNchwLayersComposedByHand) {

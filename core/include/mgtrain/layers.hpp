@@ -190,8 +190,10 @@ class MGT_API Layer {
     return BlockedActivations::none;
   }
   // True when the layer can run a ReLU that follows it on `ops` in its own passes over memory
-  // (batch norm): the executor then tells it in plan() (LayerPlanner::fused_relu) and calls
-  // neither the ReLU's forward nor its backward, where the ReLU runs in place over its output.
+  // (batch norm, a residual block): the executor then tells it in plan() (LayerPlanner::fused_relu)
+  // and calls neither the ReLU's forward nor its backward, where the ReLU runs in place over its
+  // output. Backward's grad_out is then the ReLU's output gradient, in memory the layer may
+  // overwrite (the ReLU's own backward would write its input gradient there).
   virtual bool fuses_relu(const Ops& ops) const {
     (void)ops;
     return false;

@@ -94,7 +94,7 @@ void LayerExecutor::plan(const Shape& input, int64_t shards) {
   // in backward, its output and gradient being the same memory as the layer's.
   fused_.assign(n, 0);
   for (size_t i = 1; i < n; ++i)
-    fused_[i] = fused_relu::runs_next(*layers_[i - 1], *layers_[i], in_place_[i], backend_);
+    fused_[i] = fused_relu::runs_next(*layers_[i - 1], *layers_[i], in_place_[i], /*gradient_in_place=*/true, backend_);
   Shape in = input;
   for (size_t i = 0; i < n; ++i) {
     executor_planner.planning(layers_[i]->name());

@@ -75,7 +75,9 @@ struct Chain {
       in_place[i] = !in_place[i - 1] && layers[i]->runs_in_place() && !layers[i - 1]->backward_reads_output();
     fused.assign(n, 0);
     for (size_t i = 1; i < n; ++i)
-      fused[i] = fused_relu::runs_next(*layers[i - 1], *layers[i], in_place[i], planner.ops());
+      // Not the branch's last ReLU: its input gradient is not the block's output gradient, which
+      // the shortcut reads after the branch.
+      fused[i] = fused_relu::runs_next(*layers[i - 1], *layers[i], in_place[i], i + 1 < n, planner.ops());
     Shape s = input;
     for (size_t i = 0; i < n; ++i) {
       blocked.set_blocks(i == 0 ? io_block : (*chosen)[i - 1], (*chosen)[i]);
@@ -184,6 +186,13 @@ class ResidualLayer final : public Layer {
 
   void plan(LayerPlanner& planner, const Shape& input) override {
     output_shape(input);
+    fused_relu_ = planner.fused_relu();
+    if (fused_relu_) {
+      // The sum and the ReLU after it in one pass: channel_affine over one "channel" of scale 1,
+      // (1 a + 1 b) + 0, which is a + b (and its zeros' signs do not survive the ReLU).
+      one_ = planner.allocate_array<float>(1);
+      planner.ops().affine(one_, one_, 1, 0.0f, 1.0f);
+    }
     size_t slot_numel[2] = {0, 0};
     const int64_t io_block = planner.input_block();
     branch_.plan(planner, input, io_block, /*may_write_block_output=*/true, /*own_dx=*/false, slot_numel);
@@ -200,11 +209,17 @@ class ResidualLayer final : public Layer {
     if (branch_.writes_block_output) branch_.acts.back().rebind(out.data());
     const Tensor& b = branch_.forward(run, in);
     const Tensor& s = shortcut_.forward(run, in);
-    run.ops.binary(BinaryOp::add, b.data(), s.data(), out.data(), out.numel());
+    if (fused_relu_)
+      run.ops.channel_affine(b.data(), one_, s.data(), one_, nullptr, out.data(), 1, 1, out.numel(), 1, nullptr, true);
+    else
+      run.ops.binary(BinaryOp::add, b.data(), s.data(), out.data(), out.numel());
   }
 
-  void backward(const LayerRun& run, const Tensor& in, const Tensor&, const Tensor& grad_out,
+  void backward(const LayerRun& run, const Tensor& in, const Tensor& out, const Tensor& grad_out,
                 Tensor* grad_in) override {
+    // The gradient through the ReLU it runs, written where the ReLU would write it: grad_out.
+    if (fused_relu_)
+      run.ops.relu_backward(out.data(), grad_out.data(), const_cast<float*>(grad_out.data()), out.numel());
     branch_.backward(run, in, grad_out, grad_in);
     shortcut_.backward(run, in, grad_out, grad_in ? &shortcut_.dx : nullptr);
     if (!grad_in) return;
@@ -221,8 +236,11 @@ class ResidualLayer final : public Layer {
     return handles;
   }
 
-  // Its output is a sum the block's backward does not read.
+  // Its output is a sum the block's backward does not read. (Running the ReLU after it, it
+  // reads that ReLU's output, as the ReLU would.)
   bool backward_reads_output() const override { return false; }
+  // The sum and the ReLU in one pass.
+  bool fuses_relu(const Ops& ops) const override { return ops.channel_ops_fuse_relu(); }
   // Its layers take a pass of several shards by the executor's rule; the sum is element-wise.
   bool handles_shards() const override { return true; }
   // Blocked in and out when both paths can keep the block from its input to their outputs.
@@ -244,6 +262,8 @@ class ResidualLayer final : public Layer {
  private:
   Chain branch_, shortcut_;
   Shape planned_;
+  bool fused_relu_ = false;  // it runs the ReLU after it (LayerPlanner::fused_relu)
+  float* one_ = nullptr;     // 1.0f, the sum's scales when it runs the ReLU
 };
 
 }  // namespace

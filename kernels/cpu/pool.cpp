@@ -107,12 +107,34 @@ void max_pool2d_backward(const float* __restrict dy, const int32_t* __restrict a
 
 namespace {
 
-// One group of `block` channels: each lane scans its windows in order, keeping the first maximum
-// (as the NCHW loop does); argmax holds the position within the plane, [oh * ow, block].
+// A position's `block` channels of a channel-blocked tensor, as one vector, and their arg-max
+// positions.
+template <int64_t block>
+struct Lanes {
+  typedef float Values __attribute__((vector_size(4 * block)));
+  typedef int32_t Positions __attribute__((vector_size(4 * block)));
+  static Values load(const float* p) {
+    Values v;
+    std::memcpy(&v, p, sizeof(v));
+    return v;
+  }
+  static void store(float* p, Values v) { std::memcpy(p, &v, sizeof(v)); }
+  static Positions load(const int32_t* p) {
+    Positions v;
+    std::memcpy(&v, p, sizeof(v));
+    return v;
+  }
+  static void store(int32_t* p, Positions v) { std::memcpy(p, &v, sizeof(v)); }
+};
+
+// One group of `block` channels at a time, all its channels in one vector: each lane scans its
+// window in order, keeping the first maximum (as the NCHW loop does); argmax holds the position
+// within the plane, [oh * ow, block].
 template <int64_t block>
 MGT_TARGET_CLONES void blocked_max_pool_forward(const float* __restrict x, float* __restrict y,
                                                 int32_t* __restrict argmax, int64_t groups, int64_t h, int64_t w,
                                                 int64_t kernel, int64_t stride) {
+  using L = Lanes<block>;
   const int64_t oh = (h - kernel) / stride + 1, ow = (w - kernel) / stride + 1;
   for (int64_t g = 0; g < groups; ++g) {
     const float* xg = x + g * h * w * block;
@@ -120,42 +142,53 @@ MGT_TARGET_CLONES void blocked_max_pool_forward(const float* __restrict x, float
     int32_t* ag = argmax + g * oh * ow * block;
     for (int64_t i = 0; i < oh; ++i)
       for (int64_t j = 0; j < ow; ++j) {
-        float best[block];
-        int32_t at[block];
-        const int64_t first = i * stride * w + j * stride;
-        for (int64_t l = 0; l < block; ++l) {
-          best[l] = xg[first * block + l];
-          at[l] = static_cast<int32_t>(first);
-        }
+        const auto first = static_cast<int32_t>(i * stride * w + j * stride);
+        typename L::Values best = L::load(xg + first * block);
+        typename L::Positions at = first - typename L::Positions{};
         for (int64_t ki = 0; ki < kernel; ++ki)
           for (int64_t kj = 0; kj < kernel; ++kj) {
-            const int64_t pos = (i * stride + ki) * w + j * stride + kj;
-            const float* v = xg + pos * block;
-            for (int64_t l = 0; l < block; ++l) {
-              const bool more = v[l] > best[l];
-              best[l] = more ? v[l] : best[l];
-              at[l] = more ? static_cast<int32_t>(pos) : at[l];
-            }
+            const auto pos = static_cast<int32_t>(first + ki * w + kj);
+            const typename L::Values v = L::load(xg + pos * block);
+            const auto more = v > best;
+            best = more ? v : best;
+            at = more ? pos - typename L::Positions{} : at;
           }
-        const int64_t o = (i * ow + j) * block;
-        for (int64_t l = 0; l < block; ++l) {
-          yg[o + l] = best[l];
-          ag[o + l] = at[l];
-        }
+        L::store(yg + (i * ow + j) * block, best);
+        L::store(ag + (i * ow + j) * block, at);
       }
   }
 }
 
+// dx from dy at each window's arg-max. Windows that tile the plane (kernel == stride) write each
+// element of theirs once, dy where it is the arg-max, else 0, so no clearing pass; overlapping
+// windows clear dx and add.
 template <int64_t block>
-void blocked_max_pool_backward(const float* __restrict dy, const int32_t* __restrict argmax, float* __restrict dx,
-                               int64_t groups, int64_t h, int64_t w, int64_t kernel, int64_t stride) {
+MGT_TARGET_CLONES void blocked_max_pool_backward(const float* __restrict dy, const int32_t* __restrict argmax,
+                                                 float* __restrict dx, int64_t groups, int64_t h, int64_t w,
+                                                 int64_t kernel, int64_t stride) {
+  using L = Lanes<block>;
   const int64_t oh = (h - kernel) / stride + 1, ow = (w - kernel) / stride + 1;
-  std::memset(dx, 0, sizeof(float) * groups * h * w * block);
+  const bool tiles = kernel == stride;
+  if (!tiles || oh * kernel != h || ow * kernel != w) std::memset(dx, 0, sizeof(float) * groups * h * w * block);
   for (int64_t g = 0; g < groups; ++g) {
     float* dxg = dx + g * h * w * block;
-    const int64_t first = g * oh * ow * block;
-    for (int64_t o = 0; o < oh * ow * block; o += block)
-      for (int64_t l = 0; l < block; ++l) dxg[argmax[first + o + l] * block + l] += dy[first + o + l];
+    const float* dyg = dy + g * oh * ow * block;
+    const int32_t* ag = argmax + g * oh * ow * block;
+    if (!tiles) {
+      for (int64_t o = 0; o < oh * ow * block; o += block)
+        for (int64_t l = 0; l < block; ++l) dxg[ag[o + l] * block + l] += dyg[o + l];
+      continue;
+    }
+    for (int64_t i = 0; i < oh; ++i)
+      for (int64_t j = 0; j < ow; ++j) {
+        const typename L::Values d = L::load(dyg + (i * ow + j) * block), zero = {};
+        const typename L::Positions at = L::load(ag + (i * ow + j) * block);
+        for (int64_t ki = 0; ki < kernel; ++ki)
+          for (int64_t kj = 0; kj < kernel; ++kj) {
+            const auto pos = static_cast<int32_t>((i * kernel + ki) * w + j * kernel + kj);
+            L::store(dxg + pos * block, at == pos ? d : zero);
+          }
+      }
   }
 }
 

@@ -105,9 +105,12 @@ class CpuConvBf16 final : public ConvOp {
 
 class CpuMaxPool final : public MaxPoolOp {
  public:
-  // planes: batch * channels; block: the activations' channel block.
-  CpuMaxPool(int64_t planes, int64_t h, int64_t w, int64_t kernel, int64_t stride, int64_t block)
-      : block_(block),
+  // planes: batch * channels; the blocks: x's and y's (Ops::make_max_pool).
+  CpuMaxPool(int64_t planes, int64_t h, int64_t w, int64_t kernel, int64_t stride, int64_t input_block,
+             int64_t output_block)
+      : input_block_(input_block),
+        output_block_(output_block),
+        block_(std::max(input_block, output_block)),
         planes_(planes),
         h_(h),
         w_(w),
@@ -116,17 +119,19 @@ class CpuMaxPool final : public MaxPoolOp {
         argmax_(static_cast<size_t>(planes * ((h - kernel) / stride + 1) * ((w - kernel) / stride + 1))) {}
   void forward(const float* x, float* y) override {
     if (block_ > 1)
-      return max_pool2d_forward_blocked(x, y, argmax_.data(), planes_ / block_, h_, w_, kernel_, stride_, block_);
+      return max_pool2d_forward_blocked(x, y, argmax_.data(), planes_ / block_, h_, w_, kernel_, stride_, input_block_,
+                                        output_block_);
     max_pool2d_forward(x, y, argmax_.data(), planes_, h_, w_, kernel_, stride_);
   }
   void backward(const float*, const float*, const float* dy, float* dx) override {
     if (block_ > 1)
-      return max_pool2d_backward_blocked(dy, argmax_.data(), dx, planes_ / block_, h_, w_, kernel_, stride_, block_);
+      return max_pool2d_backward_blocked(dy, argmax_.data(), dx, planes_ / block_, h_, w_, kernel_, stride_,
+                                         input_block_, output_block_);
     max_pool2d_backward(dy, argmax_.data(), dx, planes_, h_, w_, kernel_, stride_);
   }
 
  private:
-  int64_t block_, planes_, h_, w_, kernel_, stride_;
+  int64_t input_block_, output_block_, block_, planes_, h_, w_, kernel_, stride_;
   std::vector<int32_t> argmax_;
 };
 
@@ -293,11 +298,15 @@ class CpuBackend final : public Backend {
     return std::make_unique<CpuConv>(shape, batch, input_block, output_block);
   }
   std::unique_ptr<MaxPoolOp> make_max_pool(int64_t batch, int64_t channels, int64_t height, int64_t width,
-                                           int64_t kernel, int64_t stride, int64_t block) override {
-    MGT_CHECK(
-        block >= 1 && channels % block == 0, Error,
-        "max_pool2d: a channel block of " + std::to_string(block) + " over " + std::to_string(channels) + " channels");
-    return std::make_unique<CpuMaxPool>(batch * channels, height, width, kernel, stride, block);
+                                           int64_t kernel, int64_t stride, int64_t input_block,
+                                           int64_t output_block) override {
+    const int64_t block = std::max(input_block, output_block);
+    MGT_CHECK(channels % block == 0 && (input_block == 1 || input_block == block) &&
+                  (output_block == 1 || output_block == block),
+              Error,
+              "max_pool2d: channel blocks " + std::to_string(input_block) + " to " + std::to_string(output_block) +
+                  " over " + std::to_string(channels) + " channels");
+    return std::make_unique<CpuMaxPool>(batch * channels, height, width, kernel, stride, input_block, output_block);
   }
   // What oneDNN's convolutions want on this CPU, unless MGTRAIN_CPU_BLOCKED_ACTIVATIONS=0 keeps
   // every activation NCHW (to compare the two).

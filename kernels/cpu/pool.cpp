@@ -1,5 +1,6 @@
 #include "kernels/cpu/pool.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -127,10 +128,26 @@ struct Lanes {
   static void store(int32_t* p, Positions v) { std::memcpy(p, &v, sizeof(v)); }
 };
 
+// A group's channels at one position: contiguous in a blocked tensor, a plane apart in an NCHW one
+// (the group's first channel at `at`, `plane` floats from one channel to the next).
+template <int64_t block, bool plain>
+typename Lanes<block>::Values gather(const float* at, int64_t pos, int64_t plane) {
+  if constexpr (!plain) return Lanes<block>::load(at + pos * block);
+  typename Lanes<block>::Values v;
+  for (int64_t l = 0; l < block; ++l) v[l] = at[l * plane + pos];
+  return v;
+}
+
+template <int64_t block, bool plain>
+void scatter(float* at, int64_t pos, int64_t plane, typename Lanes<block>::Values v) {
+  if constexpr (!plain) return Lanes<block>::store(at + pos * block, v);
+  for (int64_t l = 0; l < block; ++l) at[l * plane + pos] = v[l];
+}
+
 // One group of `block` channels at a time, all its channels in one vector: each lane scans its
 // window in order, keeping the first maximum (as the NCHW loop does); argmax holds the position
-// within the plane, [oh * ow, block].
-template <int64_t block>
+// within the plane, [groups, oh * ow, block]. x and y each blocked or NCHW (plain_in, plain_out).
+template <int64_t block, bool plain_in, bool plain_out>
 MGT_TARGET_CLONES void blocked_max_pool_forward(const float* __restrict x, float* __restrict y,
                                                 int32_t* __restrict argmax, int64_t groups, int64_t h, int64_t w,
                                                 int64_t kernel, int64_t stride) {
@@ -143,17 +160,17 @@ MGT_TARGET_CLONES void blocked_max_pool_forward(const float* __restrict x, float
     for (int64_t i = 0; i < oh; ++i)
       for (int64_t j = 0; j < ow; ++j) {
         const auto first = static_cast<int32_t>(i * stride * w + j * stride);
-        typename L::Values best = L::load(xg + first * block);
+        typename L::Values best = gather<block, plain_in>(xg, first, h * w);
         typename L::Positions at = first - typename L::Positions{};
         for (int64_t ki = 0; ki < kernel; ++ki)
           for (int64_t kj = 0; kj < kernel; ++kj) {
             const auto pos = static_cast<int32_t>(first + ki * w + kj);
-            const typename L::Values v = L::load(xg + pos * block);
+            const typename L::Values v = gather<block, plain_in>(xg, pos, h * w);
             const auto more = v > best;
             best = more ? v : best;
             at = more ? pos - typename L::Positions{} : at;
           }
-        L::store(yg + (i * ow + j) * block, best);
+        scatter<block, plain_out>(yg, i * ow + j, oh * ow, best);
         L::store(ag + (i * ow + j) * block, at);
       }
   }
@@ -161,8 +178,8 @@ MGT_TARGET_CLONES void blocked_max_pool_forward(const float* __restrict x, float
 
 // dx from dy at each window's arg-max. Windows that tile the plane (kernel == stride) write each
 // element of theirs once, dy where it is the arg-max, else 0, so no clearing pass; overlapping
-// windows clear dx and add.
-template <int64_t block>
+// windows clear dx and add. dy is laid out as the forward's y, dx as its x.
+template <int64_t block, bool plain_in, bool plain_out>
 MGT_TARGET_CLONES void blocked_max_pool_backward(const float* __restrict dy, const int32_t* __restrict argmax,
                                                  float* __restrict dx, int64_t groups, int64_t h, int64_t w,
                                                  int64_t kernel, int64_t stride) {
@@ -174,38 +191,66 @@ MGT_TARGET_CLONES void blocked_max_pool_backward(const float* __restrict dy, con
     float* dxg = dx + g * h * w * block;
     const float* dyg = dy + g * oh * ow * block;
     const int32_t* ag = argmax + g * oh * ow * block;
-    if (!tiles) {
-      for (int64_t o = 0; o < oh * ow * block; o += block)
-        for (int64_t l = 0; l < block; ++l) dxg[ag[o + l] * block + l] += dyg[o + l];
-      continue;
-    }
-    for (int64_t i = 0; i < oh; ++i)
-      for (int64_t j = 0; j < ow; ++j) {
-        const typename L::Values d = L::load(dyg + (i * ow + j) * block), zero = {};
-        const typename L::Positions at = L::load(ag + (i * ow + j) * block);
-        for (int64_t ki = 0; ki < kernel; ++ki)
-          for (int64_t kj = 0; kj < kernel; ++kj) {
-            const auto pos = static_cast<int32_t>((i * kernel + ki) * w + j * kernel + kj);
-            L::store(dxg + pos * block, at == pos ? d : zero);
-          }
+    for (int64_t o = 0; o < oh * ow; ++o) {
+      const typename L::Values d = gather<block, plain_out>(dyg, o, oh * ow), zero = {};
+      const typename L::Positions at = L::load(ag + o * block);
+      if (!tiles) {
+        for (int64_t l = 0; l < block; ++l) dxg[plain_in ? l * h * w + at[l] : at[l] * block + l] += d[l];
+        continue;
       }
+      const int64_t i = o / ow, j = o % ow;
+      for (int64_t ki = 0; ki < kernel; ++ki)
+        for (int64_t kj = 0; kj < kernel; ++kj) {
+          const auto pos = static_cast<int32_t>((i * kernel + ki) * w + j * kernel + kj);
+          scatter<block, plain_in>(dxg, pos, h * w, at == pos ? d : zero);
+        }
+    }
   }
+}
+
+template <int64_t block>
+void max_pool_forward_of_block(const float* x, float* y, int32_t* argmax, int64_t groups, int64_t h, int64_t w,
+                               int64_t kernel, int64_t stride, bool plain_in, bool plain_out) {
+  if (plain_in) return blocked_max_pool_forward<block, true, false>(x, y, argmax, groups, h, w, kernel, stride);
+  if (plain_out) return blocked_max_pool_forward<block, false, true>(x, y, argmax, groups, h, w, kernel, stride);
+  blocked_max_pool_forward<block, false, false>(x, y, argmax, groups, h, w, kernel, stride);
+}
+
+template <int64_t block>
+void max_pool_backward_of_block(const float* dy, const int32_t* argmax, float* dx, int64_t groups, int64_t h, int64_t w,
+                                int64_t kernel, int64_t stride, bool plain_in, bool plain_out) {
+  if (plain_in) return blocked_max_pool_backward<block, true, false>(dy, argmax, dx, groups, h, w, kernel, stride);
+  if (plain_out) return blocked_max_pool_backward<block, false, true>(dy, argmax, dx, groups, h, w, kernel, stride);
+  blocked_max_pool_backward<block, false, false>(dy, argmax, dx, groups, h, w, kernel, stride);
+}
+
+void check_layouts(int64_t input_block, int64_t output_block) {
+  const int64_t block = std::max(input_block, output_block);
+  MGT_CHECK((block == 8 || block == 16) && (input_block == 1 || input_block == block) &&
+                (output_block == 1 || output_block == block) && input_block * output_block != 1,
+            Error,
+            "max_pool2d: no kernel from a channel block of " + std::to_string(input_block) + " to one of " +
+                std::to_string(output_block));
 }
 
 }  // namespace
 
 void max_pool2d_forward_blocked(const float* x, float* y, int32_t* argmax, int64_t groups, int64_t h, int64_t w,
-                                int64_t kernel, int64_t stride, int64_t block) {
-  if (block == 16) return blocked_max_pool_forward<16>(x, y, argmax, groups, h, w, kernel, stride);
-  MGT_CHECK(block == 8, Error, "max_pool2d: no kernel for a channel block of " + std::to_string(block));
-  blocked_max_pool_forward<8>(x, y, argmax, groups, h, w, kernel, stride);
+                                int64_t kernel, int64_t stride, int64_t input_block, int64_t output_block) {
+  check_layouts(input_block, output_block);
+  const bool plain_in = input_block == 1, plain_out = output_block == 1;
+  if (std::max(input_block, output_block) == 16)
+    return max_pool_forward_of_block<16>(x, y, argmax, groups, h, w, kernel, stride, plain_in, plain_out);
+  max_pool_forward_of_block<8>(x, y, argmax, groups, h, w, kernel, stride, plain_in, plain_out);
 }
 
 void max_pool2d_backward_blocked(const float* dy, const int32_t* argmax, float* dx, int64_t groups, int64_t h,
-                                 int64_t w, int64_t kernel, int64_t stride, int64_t block) {
-  if (block == 16) return blocked_max_pool_backward<16>(dy, argmax, dx, groups, h, w, kernel, stride);
-  MGT_CHECK(block == 8, Error, "max_pool2d: no kernel for a channel block of " + std::to_string(block));
-  blocked_max_pool_backward<8>(dy, argmax, dx, groups, h, w, kernel, stride);
+                                 int64_t w, int64_t kernel, int64_t stride, int64_t input_block, int64_t output_block) {
+  check_layouts(input_block, output_block);
+  const bool plain_in = input_block == 1, plain_out = output_block == 1;
+  if (std::max(input_block, output_block) == 16)
+    return max_pool_backward_of_block<16>(dy, argmax, dx, groups, h, w, kernel, stride, plain_in, plain_out);
+  max_pool_backward_of_block<8>(dy, argmax, dx, groups, h, w, kernel, stride, plain_in, plain_out);
 }
 
 }  // namespace mgt::kernels

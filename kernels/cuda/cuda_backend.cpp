@@ -415,8 +415,9 @@ class CudaBackend final : public kernels::Backend {
     return std::make_unique<CudaConv>(*cudnn_, shape, batch);
   }
   std::unique_ptr<kernels::MaxPoolOp> make_max_pool(int64_t batch, int64_t channels, int64_t height, int64_t width,
-                                                    int64_t kernel, int64_t stride, int64_t block) override {
-    nchw_only(block, "make_max_pool");
+                                                    int64_t kernel, int64_t stride, int64_t input_block,
+                                                    int64_t output_block) override {
+    nchw_only(input_block * output_block, "make_max_pool");
     return std::make_unique<CudaMaxPool>(*cudnn_, batch, channels, height, width, kernel, stride);
   }
   void softmax_xent(const float* logits, const int32_t* labels, float* grad, double* row_loss, int64_t rows,

@@ -462,18 +462,20 @@ TEST(KernelPool, MaxPoolOnBlockedActivationsMatchesNchw) {
     std::vector<int32_t> arg(dy.size());
     mgt::kernels::max_pool2d_forward(x.data(), y.data(), arg.data(), batch * channels, h, w, kernel, stride);
     mgt::kernels::max_pool2d_backward(dy.data(), arg.data(), dx.data(), batch * channels, h, w, kernel, stride);
-    for (int64_t block : {8, 16}) {
-      SCOPED_TRACE("block " + std::to_string(block));
-      const auto xb = to_blocked(x, batch, channels, h * w, block);
-      const auto dyb = to_blocked(dy, batch, channels, oh * ow, block);
+    // Blocked to blocked, and each side NCHW with the other blocked.
+    for (auto [in_block, out_block] : {std::pair<int64_t, int64_t>{8, 8}, {16, 16}, {16, 1}, {1, 16}, {8, 1}}) {
+      SCOPED_TRACE("blocks " + std::to_string(in_block) + " -> " + std::to_string(out_block));
+      const auto xb = to_blocked(x, batch, channels, h * w, in_block);
+      const auto dyb = to_blocked(dy, batch, channels, oh * ow, out_block);
       std::vector<float> yb(y.size()), dxb(dx.size(), 7.0f);
       std::vector<int32_t> argb(arg.size());
-      const int64_t groups = batch * channels / block;
-      mgt::kernels::max_pool2d_forward_blocked(xb.data(), yb.data(), argb.data(), groups, h, w, kernel, stride, block);
+      const int64_t groups = batch * channels / std::max(in_block, out_block);
+      mgt::kernels::max_pool2d_forward_blocked(xb.data(), yb.data(), argb.data(), groups, h, w, kernel, stride,
+                                               in_block, out_block);
       mgt::kernels::max_pool2d_backward_blocked(dyb.data(), argb.data(), dxb.data(), groups, h, w, kernel, stride,
-                                                block);
-      EXPECT_EQ(yb, to_blocked(y, batch, channels, oh * ow, block));
-      EXPECT_EQ(dxb, to_blocked(dx, batch, channels, h * w, block));
+                                                in_block, out_block);
+      EXPECT_EQ(yb, to_blocked(y, batch, channels, oh * ow, out_block));
+      EXPECT_EQ(dxb, to_blocked(dx, batch, channels, h * w, in_block));
     }
   }
 }

@@ -859,11 +859,11 @@ TEST(ActivationBlocks, BlockedBetweenLayersThatTakeThemNchwAtTheEnds) {
     layers.push_back(l.get());
     shapes.push_back(s = l->output_shape(s));
   }
-  // conv1's output (bn1, relu1, pool1 keep its layout) ends at the dropout: NCHW; from conv2's
-  // output the blocks and their ReLUs are blocked up to the pooling, whose [B, C] is NCHW.
+  // conv1's output is blocked through bn1 and relu1, pool1 writes NCHW for the dropout; from
+  // conv2's output the blocks and their ReLUs are blocked up to the pooling, whose [B, C] is NCHW.
   const auto blocks = mgt::activation_blocks::choose(layers, input, shapes, 16, 1, 1);
   ASSERT_TRUE(blocks.has_value());
-  EXPECT_EQ(*blocks, (std::vector<int64_t>{1, 1, 1, 1, 1, 16, 16, 16, 16, 16, 1, 1}));
+  EXPECT_EQ(*blocks, (std::vector<int64_t>{16, 16, 16, 1, 1, 16, 16, 16, 16, 16, 1, 1}));
   for (int k = 0; k < 2; ++k) {
     owned.erase(owned.begin() + 4);
     layers.erase(layers.begin() + 4);
@@ -920,6 +920,26 @@ TEST(SequentialModel, ChannelBlockedResNetMatchesNchwLayersComposedByHand) {
   std::vector<std::vector<mgt::ParamHandle>> ready;
   compare_with_manual(blocked_resnet, {3, 3, 8, 8}, ready);
   EXPECT_EQ(ready.size(), 5u);  // conv1, bn1, the two blocks, fc
+}
+
+// The CNN example's shape: the second pooling reads a blocked input and writes NCHW for Flatten.
+TEST(SequentialModel, ChannelBlockedCnnMatchesNchwLayersComposedByHand) {
+  if (mgt::host_ops().channel_block() <= 1) GTEST_SKIP() << "this CPU's convolutions take NCHW activations";
+  auto build = [] {
+    std::vector<std::unique_ptr<Layer>> v;
+    v.push_back(mgt::make_conv2d("conv1", 1, 16, 3, 1, 1));
+    v.push_back(mgt::make_relu("relu1"));
+    v.push_back(mgt::make_max_pool2d("pool1", 2, 2));
+    v.push_back(mgt::make_conv2d("conv2", 16, 32, 3, 1, 1));
+    v.push_back(mgt::make_relu("relu2"));
+    v.push_back(mgt::make_max_pool2d("pool2", 2, 2));
+    v.push_back(mgt::make_flatten("flat"));
+    v.push_back(mgt::make_linear("fc", 32 * 2 * 2, 3));
+    return v;
+  };
+  std::vector<std::vector<mgt::ParamHandle>> ready;
+  compare_with_manual(build, {3, 1, 8, 8}, ready);
+  EXPECT_EQ(ready.size(), 3u);
 }
 
 TEST(SequentialModel, HandlesBatchSizeChange) {

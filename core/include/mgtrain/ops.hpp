@@ -213,9 +213,10 @@ class MGT_API Ops {
   // only where channel_block() says the backend has that layout.
   virtual std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch, bool bf16 = false,
                                             int64_t input_block = 1, int64_t output_block = 1) = 0;
-  // block: the channel block of x and y (and their gradients).
+  // input_block, output_block: as make_conv's.
   virtual std::unique_ptr<MaxPoolOp> make_max_pool(int64_t batch, int64_t channels, int64_t height, int64_t width,
-                                                   int64_t kernel, int64_t stride, int64_t block = 1) = 0;
+                                                   int64_t kernel, int64_t stride, int64_t input_block = 1,
+                                                   int64_t output_block = 1) = 0;
   // The channel block of the activations this backend's convolutions run fastest on: 16 or 8 on
   // a CPU whose oneDNN kernels are blocked (AVX-512, AVX2), 1 (plain NCHW) elsewhere. The executor
   // keeps convolutional activations in it from layer to layer (Layer::blocked_activations).

@@ -21,8 +21,8 @@ class MaxPool2dLayer final : public Layer {
 
   void plan(LayerPlanner& planner, const Shape& input) override {
     output_shape(input);
-    pool_ =
-        planner.ops().make_max_pool(input[0], input[1], input[2], input[3], kernel_, stride_, planner.input_block());
+    pool_ = planner.ops().make_max_pool(input[0], input[1], input[2], input[3], kernel_, stride_, planner.input_block(),
+                                        planner.output_block());
     planned_ = input;
   }
 
@@ -40,8 +40,11 @@ class MaxPool2dLayer final : public Layer {
   // row's windows, so any batch gives the same bits. (Run whole, too, because backward uses what
   // forward recorded: one shard at a time, the last shard's record would be all there is.)
   bool row_wise(const Ops&, int64_t, int64_t) const override { return true; }
-  // Channel by channel: the plan pools any block.
-  BlockedActivations blocked_activations(const Shape&, int64_t) const override { return BlockedActivations::same; }
+  // Channel by channel: the plan pools from either layout to either (a blocked input to an NCHW
+  // output before a Flatten: the reorder on the pooled tensor, a quarter of the input's size).
+  BlockedActivations blocked_activations(const Shape&, int64_t) const override {
+    return BlockedActivations::independent;
+  }
 
   LayerDescription describe() const override {
     LayerDescription d;

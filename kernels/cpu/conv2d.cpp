@@ -67,9 +67,8 @@ std::atomic<int64_t> live_convolutions{0};
 // One tensor argument of a primitive. The caller's data is NCHW or channel-blocked (activations)
 // and OIHW (weights); the primitive is created with format_tag::any so oneDNN picks its fast
 // (blocked) layout, and when that differs from the caller's the port has a buffer in that layout
-// and a cached reorder. The buffer is its own
-// (allocated once) when its content outlives the call, else a part of the thread's workspace,
-// bound before each use.
+// and a cached reorder. The buffer is its own (allocated once) when its content outlives the
+// call, else a part of the thread's workspace, bound before each use.
 struct Port {
   memory user;   // plain, data handle set per call
   memory inner;  // what the primitive reads or writes

@@ -9,7 +9,9 @@
 // is added (the identity shortcut's is the output gradient itself). A pass of several
 // deterministic micro-shards goes through its layers by the executor's rule (shard_passes.hpp). It
 // takes channel-blocked activations when both paths can carry its input's block to their ends
-// (activation_blocks.hpp): the sum is element-wise, the same in any layout.
+// (activation_blocks.hpp): the sum is element-wise, the same in any layout. Where the ops can, it runs
+// a ReLU after it (fused_relu.hpp): the sum and the ReLU in one pass, and the ReLU's gradient
+// first in backward; inside, its paths fuse their ReLUs by the executor's rule.
 #include <algorithm>
 #include <optional>
 #include <string>

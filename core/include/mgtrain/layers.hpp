@@ -102,8 +102,8 @@ class MGT_API LayerPlanner {
 // Which activations in a channel block (mgtrain/ops.hpp) a layer takes, for an input shape.
 enum class BlockedActivations {
   none,         // plain NCHW in and out: the default, for any layer that reads its tensors' layout
-  same,         // either, the output in the input's (batch norm, ReLU, max pooling, a residual block)
-  independent,  // input and output each in either (a convolution; global average pooling's [B, C])
+  same,         // either, the output in the input's (batch norm, ReLU, a residual block)
+  independent,  // input and output each in either (a convolution, max pooling; global average pooling)
 };
 
 // What forward and backward run with: the executor's operations, its parameters and gradients

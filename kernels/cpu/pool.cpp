@@ -109,37 +109,32 @@ void max_pool2d_backward(const float* __restrict dy, const int32_t* __restrict a
 namespace {
 
 // A position's `block` channels of a channel-blocked tensor, as one vector, and their arg-max
-// positions.
+// positions. Vectors go by reference: passed or returned by value they would change the calling
+// convention between the target clones and the default build.
 template <int64_t block>
 struct Lanes {
   typedef float Values __attribute__((vector_size(4 * block)));
   typedef int32_t Positions __attribute__((vector_size(4 * block)));
-  static Values load(const float* p) {
-    Values v;
+  template <typename V, typename T>
+  static void load(V& v, const T* p) {
     std::memcpy(&v, p, sizeof(v));
-    return v;
   }
-  static void store(float* p, Values v) { std::memcpy(p, &v, sizeof(v)); }
-  static Positions load(const int32_t* p) {
-    Positions v;
-    std::memcpy(&v, p, sizeof(v));
-    return v;
+  template <typename V, typename T>
+  static void store(T* p, const V& v) {
+    std::memcpy(p, &v, sizeof(v));
   }
-  static void store(int32_t* p, Positions v) { std::memcpy(p, &v, sizeof(v)); }
 };
 
 // A group's channels at one position: contiguous in a blocked tensor, a plane apart in an NCHW one
 // (the group's first channel at `at`, `plane` floats from one channel to the next).
 template <int64_t block, bool plain>
-typename Lanes<block>::Values gather(const float* at, int64_t pos, int64_t plane) {
-  if constexpr (!plain) return Lanes<block>::load(at + pos * block);
-  typename Lanes<block>::Values v;
+void gather(typename Lanes<block>::Values& v, const float* at, int64_t pos, int64_t plane) {
+  if constexpr (!plain) return Lanes<block>::load(v, at + pos * block);
   for (int64_t l = 0; l < block; ++l) v[l] = at[l * plane + pos];
-  return v;
 }
 
 template <int64_t block, bool plain>
-void scatter(float* at, int64_t pos, int64_t plane, typename Lanes<block>::Values v) {
+void scatter(float* at, int64_t pos, int64_t plane, const typename Lanes<block>::Values& v) {
   if constexpr (!plain) return Lanes<block>::store(at + pos * block, v);
   for (int64_t l = 0; l < block; ++l) at[l * plane + pos] = v[l];
 }
@@ -160,12 +155,13 @@ MGT_TARGET_CLONES void blocked_max_pool_forward(const float* __restrict x, float
     for (int64_t i = 0; i < oh; ++i)
       for (int64_t j = 0; j < ow; ++j) {
         const auto first = static_cast<int32_t>(i * stride * w + j * stride);
-        typename L::Values best = gather<block, plain_in>(xg, first, h * w);
+        typename L::Values best = {}, v = {};
+        gather<block, plain_in>(best, xg, first, h * w);
         typename L::Positions at = first - typename L::Positions{};
         for (int64_t ki = 0; ki < kernel; ++ki)
           for (int64_t kj = 0; kj < kernel; ++kj) {
             const auto pos = static_cast<int32_t>(first + ki * w + kj);
-            const typename L::Values v = gather<block, plain_in>(xg, pos, h * w);
+            gather<block, plain_in>(v, xg, pos, h * w);
             const auto more = v > best;
             best = more ? v : best;
             at = more ? pos - typename L::Positions{} : at;
@@ -192,8 +188,10 @@ MGT_TARGET_CLONES void blocked_max_pool_backward(const float* __restrict dy, con
     const float* dyg = dy + g * oh * ow * block;
     const int32_t* ag = argmax + g * oh * ow * block;
     for (int64_t o = 0; o < oh * ow; ++o) {
-      const typename L::Values d = gather<block, plain_out>(dyg, o, oh * ow), zero = {};
-      const typename L::Positions at = L::load(ag + o * block);
+      typename L::Values d = {}, zero = {};
+      gather<block, plain_out>(d, dyg, o, oh * ow);
+      typename L::Positions at;
+      L::load(at, ag + o * block);
       if (!tiles) {
         for (int64_t l = 0; l < block; ++l) dxg[plain_in ? l * h * w + at[l] : at[l] * block + l] += d[l];
         continue;
@@ -202,7 +200,8 @@ MGT_TARGET_CLONES void blocked_max_pool_backward(const float* __restrict dy, con
       for (int64_t ki = 0; ki < kernel; ++ki)
         for (int64_t kj = 0; kj < kernel; ++kj) {
           const auto pos = static_cast<int32_t>((i * kernel + ki) * w + j * kernel + kj);
-          scatter<block, plain_in>(dxg, pos, h * w, at == pos ? d : zero);
+          const typename L::Values picked = at == pos ? d : zero;
+          scatter<block, plain_in>(dxg, pos, h * w, picked);
         }
     }
   }

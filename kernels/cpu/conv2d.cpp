@@ -195,15 +195,20 @@ tag activation_tag(int64_t block) {
 }  // namespace
 
 int64_t preferred_channel_block() {
-  // What oneDNN picks for a typical layer's input and output when left free (tag::any).
-  const memory::dims src{2, 32, 8, 8}, w{32, 32, 3, 3};
-  const ForwardPd pd = forward_pd(memory::desc(src, dt::f32, tag::any), memory::desc(w, dt::f32, tag::any), nullptr,
-                                  memory::desc(src, dt::f32, tag::any), {1, 1}, {1, 1});
-  for (const int64_t block : {16, 8})
-    if (pd.src_desc() == memory::desc(src, dt::f32, activation_tag(block)) &&
-        pd.dst_desc() == memory::desc(src, dt::f32, activation_tag(block)))
-      return block;
-  return 1;
+  // What oneDNN picks for a typical layer's input and output when left free (tag::any). Asked
+  // once: oneDNN fixes its ISA (DNNL_MAX_CPU_ISA) for the process at its first dispatch, and every
+  // CPU backend asks.
+  static const int64_t block = [] {
+    const memory::dims src{2, 32, 8, 8}, w{32, 32, 3, 3};
+    const ForwardPd pd = forward_pd(memory::desc(src, dt::f32, tag::any), memory::desc(w, dt::f32, tag::any), nullptr,
+                                    memory::desc(src, dt::f32, tag::any), {1, 1}, {1, 1});
+    for (const int64_t b : {16, 8})
+      if (pd.src_desc() == memory::desc(src, dt::f32, activation_tag(b)) &&
+          pd.dst_desc() == memory::desc(src, dt::f32, activation_tag(b)))
+        return b;
+    return int64_t{1};
+  }();
+  return block;
 }
 
 struct Conv2d::Impl {

@@ -74,11 +74,10 @@ void LayerExecutor::plan(const Shape& input, int64_t shards) {
   Planner executor_planner(*memory_, bf16_, shards);
   activation_blocks::Planner planner(executor_planner);
   // Convolutional activations stay in the backend's channel block between the layers that take
-  // it; the model's input and its logits are NCHW. (bf16 convolutions are NCHW only.)
+  // it; the model's input and its logits are NCHW, which always fits (every activation NCHW).
+  // (bf16 convolutions are NCHW only.)
   const int64_t block = bf16_ ? 1 : backend_.channel_block();
-  const auto chosen = activation_blocks::choose(layers_, input, shapes, block, 1, 1);
-  MGT_CHECK(chosen.has_value(), Error, "LayerExecutor: no activation layout fits the model");
-  const std::vector<int64_t>& blocks = *chosen;
+  const std::vector<int64_t> blocks = activation_blocks::choose(layers_, input, shapes, block, 1, 1).value();
   shards_ = shards;
   whole_.assign(n, 1);
   planned_.assign(n, shard_passes::PlannedState());

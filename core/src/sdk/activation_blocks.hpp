@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "forwarding_planner.hpp"
 #include "mgtrain/layers.hpp"
 
 namespace mgt::activation_blocks {
@@ -24,24 +25,19 @@ std::optional<std::vector<int64_t>> choose(const std::vector<Layer*>& layers, co
 bool blockable(const Shape& shape, int64_t block);
 
 // Hands a layer its input's and output's blocks, everything else from the planner it wraps.
-class Planner final : public LayerPlanner {
+class Planner final : public ForwardingPlanner {
  public:
-  explicit Planner(LayerPlanner& inner) : inner_(inner) {}
+  explicit Planner(LayerPlanner& inner) : ForwardingPlanner(inner) {}
   void set_blocks(int64_t input, int64_t output) {
     input_ = input;
     output_ = output;
   }
   void set_fused_relu(bool fused) { fused_relu_ = fused; }
-  Ops& ops() override { return inner_.ops(); }
-  void* allocate(size_t bytes) override { return inner_.allocate(bytes); }
-  bool bf16() const override { return inner_.bf16(); }
-  int64_t shards() const override { return inner_.shards(); }
   int64_t input_block() const override { return input_; }
   int64_t output_block() const override { return output_; }
   bool fused_relu() const override { return fused_relu_; }
 
  private:
-  LayerPlanner& inner_;
   int64_t input_ = 1, output_ = 1;
   bool fused_relu_ = false;
 };

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "forwarding_planner.hpp"
 #include "mgtrain/layers.hpp"
 
 namespace mgt::shard_passes {
@@ -28,19 +29,12 @@ Shape plan_shape(const Shape& input, int64_t shards, bool whole);
 class PlannedState {
  public:
   // A planner for `layer`'s plan() that records what it allocates from `inner`.
-  class Recorder final : public LayerPlanner {
+  class Recorder final : public ForwardingPlanner {
    public:
-    Recorder(LayerPlanner& inner, PlannedState& state) : inner_(inner), state_(state) {}
-    Ops& ops() override { return inner_.ops(); }
+    Recorder(LayerPlanner& inner, PlannedState& state) : ForwardingPlanner(inner), state_(state) {}
     void* allocate(size_t bytes) override;
-    bool bf16() const override { return inner_.bf16(); }
-    int64_t shards() const override { return inner_.shards(); }
-    int64_t input_block() const override { return inner_.input_block(); }
-    int64_t output_block() const override { return inner_.output_block(); }
-    bool fused_relu() const override { return inner_.fused_relu(); }
 
    private:
-    LayerPlanner& inner_;
     PlannedState& state_;
   };
   // After the layer's plan() through a Recorder: room for a copy per shard, from `planner`, when

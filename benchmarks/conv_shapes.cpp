@@ -4,11 +4,19 @@
 // (kernels/cpu/conv2d) on activations in the layouts the step keeps them in: the CPU's channel
 // block between convolutional layers, NCHW at the model's input and before a Flatten. Per shape: calls
 // per step, the median milliseconds of one forward + backward (all three passes) each way, and
-// their ratio; then the step's totals at those times. The last line is JSON.
+// their ratio, and the rate mgtrain's reaches in GFLOP/s; then the step's totals at those times,
+// and what share of this core's fused multiply-add peak (measured here, at the widest vector
+// oneDNN is allowed: DNNL_MAX_CPU_ISA) the convolutions reach. The last line is JSON.
+//
+// The peak bounds any framework that convolves directly: a step cannot take less than its
+// convolutions' multiply-adds at that rate, so a peer's step time over this step's convolution
+// time is the most a faster framework could gain on it.
 //
 // Usage: conv_shapes [resnet|cnn] [BATCH=64]   (BATCH: one rank's samples, 64 at np=2 with the
 // examples' global batch of 128). Built and run by benchmarks/conv_shapes.sh.
 #include <omp.h>
+
+#include <immintrin.h>
 
 #include <algorithm>
 #include <chrono>
@@ -31,6 +39,14 @@ struct Shape {
   mgt::Conv2dShape conv;
   int64_t calls;                                 // per training step of one rank
   bool nchw_input = false, nchw_output = false;  // the model's input; an output a Flatten reads
+  // The stem: no layer before it takes a gradient, so the step runs no backward-data pass.
+  bool input_gradient() const { return !nchw_input; }
+  // Floating-point operations of one forward + backward as the step runs it (2 per multiply-add).
+  double flops(int64_t batch) const {
+    const double one_pass = 2.0 * static_cast<double>(batch * conv.out_channels * conv.out_height() * conv.out_width() *
+                                                      conv.in_channels * conv.kernel * conv.kernel);
+    return one_pass * (input_gradient() ? 3 : 2);
+  }
 };
 
 std::vector<Shape> shapes_of(const std::string& model) {
@@ -72,9 +88,53 @@ std::vector<float> filled(size_t n, float scale) {
   return v;
 }
 
+// The core's fused multiply-add peak in FLOP/s at one vector width: twelve independent
+// accumulators cover an FMA's latency on two ports, so the loop is bound by throughput alone.
+// A macro, not a template: the loop must be compiled for the target it times.
+constexpr int kPeakAccumulators = 12, kPeakIterations = 1 << 16;
+#define MGT_FMA_PEAK_LOOP(Vector, set1, fmadd, first_lane)                                                    \
+  Vector acc[kPeakAccumulators];                                                                              \
+  for (Vector & a : acc) a = set1(1.0f);                                                                      \
+  const Vector scale = set1(0.999999f), step = set1(1e-7f);                                                   \
+  for (int i = 0; i < kPeakIterations; ++i) {                                                                 \
+    _Pragma("GCC unroll 12") for (int a = 0; a < kPeakAccumulators; ++a) acc[a] = fmadd(acc[a], scale, step); \
+  }                                                                                                           \
+  float sum = 0;                                                                                              \
+  for (const Vector& a : acc) sum += first_lane(a);                                                           \
+  return sum
+
+__attribute__((target("avx2,fma"))) float fma_loop_avx2() {
+  MGT_FMA_PEAK_LOOP(__m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_cvtss_f32);
+}
+__attribute__((target("avx512f"))) float fma_loop_avx512() {
+  MGT_FMA_PEAK_LOOP(__m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_cvtss_f32);
+}
+
+double fma_peak(float (*loop)(), int lanes) {
+  volatile float sink = 0;  // the loop's result is kept, so it is not dropped
+  const double seconds = median_seconds([&] { sink = sink + loop(); });
+  return 2.0 * lanes * kPeakAccumulators * kPeakIterations / seconds;
+}
+
+// The peak at the widest vector oneDNN uses here (AVX-512 or AVX2; 0 below AVX2).
+double fma_peak_for_onednn(std::string& isa) {
+  const auto bits = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  if ((bits & static_cast<unsigned>(dnnl_cpu_isa_avx512_core)) == static_cast<unsigned>(dnnl_cpu_isa_avx512_core)) {
+    isa = "AVX-512";
+    return fma_peak(fma_loop_avx512, 16);
+  }
+  if ((bits & static_cast<unsigned>(dnnl_cpu_isa_avx2)) == static_cast<unsigned>(dnnl_cpu_isa_avx2)) {
+    isa = "AVX2";
+    return fma_peak(fma_loop_avx2, 8);
+  }
+  isa = "below AVX2";
+  return 0;
+}
+
 // oneDNN alone: the three primitives on tensors in the layouts they chose, bias included as the
 // layer has it (conv2d layers carry a bias).
-double onednn_best(const mgt::Conv2dShape& s, int64_t batch) {
+double onednn_best(const Shape& shape, int64_t batch) {
+  const mgt::Conv2dShape& s = shape.conv;
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(eng);
   const memory::dims src_dims{batch, s.in_channels, s.height, s.width},
@@ -118,7 +178,8 @@ double onednn_best(const mgt::Conv2dShape& s, int64_t batch) {
   dnnl::convolution_backward_weights bwd_w(bwd_w_pd);
   return median_seconds([&] {
     fwd.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}});
-    bwd_d.execute(stream, {{DNNL_ARG_DIFF_DST, ddst_d}, {DNNL_ARG_WEIGHTS, w_d}, {DNNL_ARG_DIFF_SRC, dsrc}});
+    if (shape.input_gradient())
+      bwd_d.execute(stream, {{DNNL_ARG_DIFF_DST, ddst_d}, {DNNL_ARG_WEIGHTS, w_d}, {DNNL_ARG_DIFF_SRC, dsrc}});
     const std::unordered_map<int, memory> weights_args = {
         {DNNL_ARG_SRC, src_w}, {DNNL_ARG_DIFF_DST, ddst_w}, {DNNL_ARG_DIFF_WEIGHTS, dw}, {DNNL_ARG_DIFF_BIAS, db}};
     bwd_w.execute(stream, weights_args);
@@ -140,7 +201,7 @@ double mgtrain_conv(const Shape& shape, int64_t batch) {
   const auto dy = filled(ny, 0.01f);
   return median_seconds([&] {
     conv.forward(s, batch, x.data(), w.data(), b.data(), y.data());
-    conv.backward_data(s, batch, dy.data(), w.data(), dx.data());
+    if (shape.input_gradient()) conv.backward_data(s, batch, dy.data(), w.data(), dx.data());
     conv.backward_weights(s, batch, x.data(), dy.data(), dw.data(), db.data(), false);
   });
 }
@@ -158,26 +219,35 @@ int main(int argc, char** argv) {
   const dnnl::version_t* v = dnnl::version();
   std::printf("oneDNN %d.%d.%d, %s, batch %lld\n", v->major, v->minor, v->patch, model.c_str(),
               static_cast<long long>(batch));
-  std::printf("%-24s %5s %12s %12s %7s\n", "shape (in>out kK sS HxW)", "calls", "oneDNN ms", "mgtrain ms", "ratio");
-  double best_total = 0, ours_total = 0, worst = 0;
+  std::printf("%-24s %5s %12s %12s %7s %8s\n", "shape (in>out kK sS HxW)", "calls", "oneDNN ms", "mgtrain ms", "ratio",
+              "GFLOP/s");
+  double best_total = 0, ours_total = 0, worst = 0, step_flops = 0;
   for (const Shape& shape : shapes_of(model)) {
     const auto& s = shape.conv;
-    const double best = onednn_best(s, batch), ours = mgtrain_conv(shape, batch);
+    const double best = onednn_best(shape, batch), ours = mgtrain_conv(shape, batch);
     char name[64];
     std::snprintf(name, sizeof name, "%lld>%lld k%lld s%lld %lldx%lld", static_cast<long long>(s.in_channels),
                   static_cast<long long>(s.out_channels), static_cast<long long>(s.kernel),
                   static_cast<long long>(s.stride), static_cast<long long>(s.height), static_cast<long long>(s.width));
-    std::printf("%-24s %5lld %12.3f %12.3f %6.2fx\n", name, static_cast<long long>(shape.calls), 1e3 * best, 1e3 * ours,
-                ours / best);
+    std::printf("%-24s %5lld %12.3f %12.3f %6.2fx %8.1f\n", name, static_cast<long long>(shape.calls), 1e3 * best,
+                1e3 * ours, ours / best, 1e-9 * shape.flops(batch) / ours);
     best_total += best * static_cast<double>(shape.calls);
     ours_total += ours * static_cast<double>(shape.calls);
+    step_flops += shape.flops(batch) * static_cast<double>(shape.calls);
     worst = std::max(worst, ours / best);
   }
-  std::printf("%-24s %5s %12.3f %12.3f %6.2fx\n", "step", "", 1e3 * best_total, 1e3 * ours_total,
-              ours_total / best_total);
+  std::printf("%-24s %5s %12.3f %12.3f %6.2fx %8.1f\n", "step", "", 1e3 * best_total, 1e3 * ours_total,
+              ours_total / best_total, 1e-9 * step_flops / ours_total);
+  std::string isa;
+  const double peak = fma_peak_for_onednn(isa);
+  const double peak_ms = peak > 0 ? 1e3 * step_flops / peak : 0;
+  std::printf(
+      "%s FMA peak of one core: %.1f GFLOP/s; the step's %.2f GFLOP of convolutions take %.1f ms at it "
+      "(mgtrain's at %.0f%% of it)\n",
+      isa.c_str(), 1e-9 * peak, 1e-9 * step_flops, peak_ms, peak > 0 ? 100.0 * peak_ms / (1e3 * ours_total) : 0);
   std::printf(
       "{\"model\":\"%s\",\"batch\":%lld,\"onednn\":\"%d.%d.%d\",\"onednn_ms\":%.4f,\"mgtrain_ms\":%.4f,"
-      "\"worst_ratio\":%.3f}\n",
+      "\"worst_ratio\":%.3f,\"isa\":\"%s\",\"peak_gflops\":%.2f,\"step_gflop\":%.4f,\"ms_at_peak\":%.4f}\n",
       model.c_str(), static_cast<long long>(batch), v->major, v->minor, v->patch, 1e3 * best_total, 1e3 * ours_total,
-      worst);
+      worst, isa.c_str(), 1e-9 * peak, 1e-9 * step_flops, peak_ms);
 }

@@ -185,7 +185,7 @@ inline Floats8 masked(Floats8 a, const float* mask) {
 // lane i % 16, each lane adds its elements plane after plane, and the lanes are added in order
 // at the end. A fixed order, with 16 independent chains instead of one, so the loop runs
 // vectorized; each element is rounded as a scalar loop would round it.
-template <bool with_b, bool with_mask>
+template <bool with_b, bool with_mask, bool b_is_a>
 MGT_TARGET_CLONES void one_channel_sums(const float* a, const float* b, const float* mask, double mid, int64_t batch,
                                         int64_t plane, int64_t stride, double* total, double* product) {
   Doubles8 sum[2] = {}, prod[2] = {};
@@ -202,7 +202,9 @@ MGT_TARGET_CLONES void one_channel_sums(const float* a, const float* b, const fl
         if constexpr (with_mask) fa = masked(fa, pm + i + 8 * k);
         const Doubles8 va = __builtin_convertvector(fa, Doubles8);
         sum[k] += va;
-        if constexpr (with_b) {
+        if constexpr (b_is_a) {
+          prod[k] += va * (va - center);
+        } else if constexpr (with_b) {
           Floats8 fb;
           std::memcpy(&fb, pb + i + 8 * k, sizeof(fb));
           prod[k] += va * (__builtin_convertvector(fb, Doubles8) - center);
@@ -224,15 +226,16 @@ MGT_TARGET_CLONES void one_channel_sums(const float* a, const float* b, const fl
   *product = p;
 }
 
-template <bool with_b, bool with_mask>
+template <bool with_b, bool with_mask, bool b_is_a>
 void nchw_channel_sums(const float* a, const float* b, const float* mask, const float* center, int64_t batch,
                        int64_t channels, int64_t plane, float* sum_a, float* sum_ab) {
   for (int64_t c = 0; c < channels; ++c) {
     const double mid = with_b && center ? static_cast<double>(center[c]) : 0.0;
     const auto first = static_cast<size_t>(c * plane);
     double total = 0.0, product = 0.0;
-    one_channel_sums<with_b, with_mask>(a + first, with_b ? b + first : nullptr, with_mask ? mask + first : nullptr,
-                                        mid, batch, plane, channels * plane, &total, &product);
+    one_channel_sums<with_b, with_mask, b_is_a>(a + first, with_b ? b + first : nullptr,
+                                                with_mask ? mask + first : nullptr, mid, batch, plane, channels * plane,
+                                                &total, &product);
     sum_a[c] = static_cast<float>(total);
     if (with_b) sum_ab[c] = static_cast<float>(product);
   }
@@ -243,7 +246,7 @@ void nchw_channel_sums(const float* a, const float* b, const float* mask, const 
 // of the plane goes to partial sum p % kChains of its lane, which adds its positions plane after
 // plane; the partial sums are added in order at the end. A fixed order, vectorized across the
 // channels of the group, with kChains independent chains to hide the additions' latency.
-template <bool with_b, bool with_mask, int64_t block>
+template <bool with_b, bool with_mask, bool b_is_a, int64_t block>
 MGT_TARGET_CLONES void blocked_group_sums(const float* a, const float* b, const float* mask, const float* center,
                                           int64_t batch, int64_t plane, int64_t stride, float* sum_a, float* sum_ab) {
   constexpr int64_t kChains = 4, kVectors = block / 8;  // vectors of eight doubles per position
@@ -258,7 +261,9 @@ MGT_TARGET_CLONES void blocked_group_sums(const float* a, const float* b, const 
       if constexpr (with_mask) fa = masked(fa, pm + 8 * v);
       const Doubles8 da = __builtin_convertvector(fa, Doubles8);
       sum[k][v] += da;
-      if constexpr (with_b) {
+      if constexpr (b_is_a) {
+        prod[k][v] += da * (da - mid[v]);
+      } else if constexpr (with_b) {
         Floats8 fb;
         std::memcpy(&fb, pb + 8 * v, sizeof(fb));
         prod[k][v] += da * (__builtin_convertvector(fb, Doubles8) - mid[v]);
@@ -288,25 +293,27 @@ MGT_TARGET_CLONES void blocked_group_sums(const float* a, const float* b, const 
   }
 }
 
-template <bool with_b, bool with_mask, int64_t block>
+template <bool with_b, bool with_mask, bool b_is_a, int64_t block>
 void blocked_channel_sums(const float* a, const float* b, const float* mask, const float* center, int64_t batch,
                           int64_t channels, int64_t plane, float* sum_a, float* sum_ab) {
   for (int64_t c = 0; c < channels; c += block) {
     const int64_t first = c * plane;
-    blocked_group_sums<with_b, with_mask, block>(
+    blocked_group_sums<with_b, with_mask, b_is_a, block>(
         a + first, with_b ? b + first : nullptr, with_mask ? mask + first : nullptr, center ? center + c : nullptr,
         batch, plane, channels * plane, sum_a + c, with_b ? sum_ab + c : nullptr);
   }
 }
 
-template <bool with_b, bool with_mask>
+template <bool with_b, bool with_mask, bool b_is_a = false>
 void channel_sums_in(int64_t block, const float* a, const float* b, const float* mask, const float* center,
                      int64_t batch, int64_t channels, int64_t plane, float* sum_a, float* sum_ab) {
   if (block == 16)
-    return blocked_channel_sums<with_b, with_mask, 16>(a, b, mask, center, batch, channels, plane, sum_a, sum_ab);
+    return blocked_channel_sums<with_b, with_mask, b_is_a, 16>(a, b, mask, center, batch, channels, plane, sum_a,
+                                                               sum_ab);
   if (block == 8)
-    return blocked_channel_sums<with_b, with_mask, 8>(a, b, mask, center, batch, channels, plane, sum_a, sum_ab);
-  nchw_channel_sums<with_b, with_mask>(a, b, mask, center, batch, channels, plane, sum_a, sum_ab);
+    return blocked_channel_sums<with_b, with_mask, b_is_a, 8>(a, b, mask, center, batch, channels, plane, sum_a,
+                                                              sum_ab);
+  nchw_channel_sums<with_b, with_mask, b_is_a>(a, b, mask, center, batch, channels, plane, sum_a, sum_ab);
 }
 
 // y = (scale_a a + scale_b b) + shift per channel, a only where mask > 0, y = max(y, 0) with
@@ -368,6 +375,9 @@ void check_block(int64_t block, int64_t channels, const char* op) {
 void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels, int64_t plane,
                   float* sum_a, float* sum_ab, int64_t block, const float* mask) {
   check_block(block, channels, "channel_sums");
+  // b = a (batch norm's squared deviations): each element loaded and widened once; the same bits.
+  if (b == a && !mask)
+    return channel_sums_in<true, false, true>(block, a, b, mask, center, batch, channels, plane, sum_a, sum_ab);
   if (b && mask) return channel_sums_in<true, true>(block, a, b, mask, center, batch, channels, plane, sum_a, sum_ab);
   if (b) return channel_sums_in<true, false>(block, a, b, mask, center, batch, channels, plane, sum_a, sum_ab);
   if (mask) return channel_sums_in<false, true>(block, a, b, mask, center, batch, channels, plane, sum_a, sum_ab);

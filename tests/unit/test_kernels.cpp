@@ -445,6 +445,24 @@ TEST(KernelPointwise, ChannelOpsOnBlockedActivationsMatchNchw) {
                mgt::Error);
 }
 
+// Batch norm's squared deviations sum x (x - mean) with b = a: that path loads each element once,
+// and gives the bits of the same sums over a copy of a, in every layout.
+TEST(KernelPointwise, ChannelSumsOfATensorWithItselfMatchAcrossACopy) {
+  const int64_t batch = 3, channels = 32, plane = 37;
+  const auto a = random_vector(static_cast<size_t>(batch * channels * plane), 76), center = random_vector(channels, 77);
+  const std::vector<float> copy = a;
+  for (int64_t block : {1, 8, 16}) {
+    SCOPED_TRACE("block " + std::to_string(block));
+    std::vector<float> sums(channels), products(channels), copy_sums(channels), copy_products(channels);
+    mgt::kernels::channel_sums(a.data(), a.data(), center.data(), batch, channels, plane, sums.data(), products.data(),
+                               block);
+    mgt::kernels::channel_sums(a.data(), copy.data(), center.data(), batch, channels, plane, copy_sums.data(),
+                               copy_products.data(), block);
+    EXPECT_EQ(sums, copy_sums);
+    EXPECT_EQ(products, copy_products);
+  }
+}
+
 // Max pooling over channel-blocked activations picks what the NCHW kernel picks, first maximum of
 // a tie included, and sends the gradient to the same elements: the same bits in the other layout.
 // Windows that tile the plane exactly (8x6 by 2x2) write dx without clearing it first, so dx

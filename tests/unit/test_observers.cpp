@@ -52,7 +52,7 @@ IntervalFigures figures(int64_t step, int64_t epoch) {
 }
 
 // Steps first..last as the trainer reports them: an epoch ends every `per_epoch` steps.
-void run_steps(TrainingObserver& o, int64_t first, int64_t last, int64_t per_epoch) {
+void run_steps(TrainingCallback& o, int64_t first, int64_t last, int64_t per_epoch) {
   for (int64_t step = first; step <= last; ++step) {
     const int64_t epoch = (step - 1) / per_epoch;
     o.on_step_end(step, epoch);

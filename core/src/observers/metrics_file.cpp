@@ -22,7 +22,7 @@ std::string with_parent_directory(const std::string& path) {
 // Appends each interval's figures to the file, one write per line, so a run that dies keeps its
 // lines. A line that cannot be written (a full disk) is taken back whole, the run is told once on
 // stderr, and the metrics stay off for the rest of the run: training matters more than its log.
-class MetricsFile final : public TrainingObserver {
+class MetricsFile final : public TrainingCallback {
  public:
   explicit MetricsFile(const std::string& path) : out_(with_parent_directory(path), "metrics file") {}
 
@@ -97,7 +97,7 @@ class MetricsFile final : public TrainingObserver {
 
 }  // namespace
 
-std::unique_ptr<TrainingObserver> make_metrics_file(const std::string& path) {
+std::unique_ptr<TrainingCallback> make_metrics_file(const std::string& path) {
   return std::make_unique<MetricsFile>(path);
 }
 

@@ -1,7 +1,8 @@
 #pragma once
-// What rank 0's run reports, and to whom. The trainer is the training loop; the metrics file,
-// TensorBoard, the progress display and the slow-rank warning are observers it calls at the
-// run's start, after each step, at each logging interval, at each epoch's end and at the end.
+// The training loop's one callback interface, and what it reports. The loop reads, steps and calls
+// its callbacks; everything else that happens at a step's, an epoch's or the run's end is one:
+// here the metrics file, TensorBoard, the progress display and the slow-rank warning (rank 0's);
+// in the runtime the timeline, evaluation, stop signals, checkpoints and non-finite handling.
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
@@ -66,35 +67,46 @@ struct RunEnd {
   bool stopped = false;  // by a stop signal
 };
 
-// One consumer of the run's progress. Each hook has a default that ignores it, so an observer
-// overrides only what it reports.
-class TrainingObserver {
+// One participant in the training loop. The loop calls each hook on every callback in the order
+// they were added, at these points of a step:
+//   on_step_begin, the step, on_interval (when a logging interval ends), on_step_end,
+//   on_epoch_end (when an epoch ends), should_stop, before_next_step (when the run goes on).
+// Each hook has a default that ignores it, so a callback overrides only what it does.
+class TrainingCallback {
  public:
-  virtual ~TrainingObserver() = default;
+  virtual ~TrainingCallback() = default;
   virtual void on_run_start(const RunStart& run) { (void)run; }
-  // After every step.
-  virtual void on_step_end(int64_t step, int64_t epoch) { (void)step, (void)epoch; }
+  // Before the step that takes the run from `step` steps to step + 1.
+  virtual void on_step_begin(int64_t step) { (void)step; }
   // After the step that ends a logging interval, before on_step_end for it.
   virtual void on_interval(const IntervalFigures& figures) { (void)figures; }
+  // After every step.
+  virtual void on_step_end(int64_t step, int64_t epoch) { (void)step, (void)epoch; }
   // After the last step of an epoch, after on_step_end for it.
   virtual void on_epoch_end(int64_t step, int64_t epoch) { (void)step, (void)epoch; }
-  // After on_epoch_end, for an epoch evaluated on the test file.
+  // An epoch evaluated on the test file, after on_epoch_end.
   virtual void on_evaluation(const EvalFigures& figures) { (void)figures; }
   // A step with a non-finite gradient, skipped or about to end the run.
   virtual void on_nonfinite(const NonFiniteFigures& figures) { (void)figures; }
+  // After a step's other hooks: true ends the run after this step. Every callback is asked, so a
+  // callback whose answer is a collective is asked on every rank.
+  virtual bool should_stop(int64_t step) { return (void)step, false; }
+  // After should_stop, when the run goes on past `step` (not after its last step): where state
+  // is saved between steps.
+  virtual void before_next_step(int64_t step) { (void)step; }
   virtual void on_run_end(const RunEnd& run) { (void)run; }
 };
 
-// The trainer's observers: JSON lines appended to `path` (metrics_file.cpp); created with its
+// Rank 0's reporting callbacks: JSON lines appended to `path` (metrics_file.cpp); created with its
 // directory, throwing IoError naming the path and the reason when it cannot be opened. A line that
 // cannot be written later is a warning on stderr, and the file gets no more.
-std::unique_ptr<TrainingObserver> make_metrics_file(const std::string& path);
+std::unique_ptr<TrainingCallback> make_metrics_file(const std::string& path);
 // Scalars in TensorBoard event files under `dir` (tensorboard_observer.cpp); a write that fails
 // is a warning on stderr, as for the metrics file.
-std::unique_ptr<TrainingObserver> make_tensorboard_observer(const std::string& dir);
+std::unique_ptr<TrainingCallback> make_tensorboard_observer(const std::string& dir);
 // A live bar or plain lines on `out` (progress_observer.cpp), by `mode` (train.progress).
-std::unique_ptr<TrainingObserver> make_progress_observer(std::ostream& out, const std::string& mode);
+std::unique_ptr<TrainingCallback> make_progress_observer(std::ostream& out, const std::string& mode);
 // A warning on `out` when one rank's step time stands far above the others' (slow_rank_warning.cpp).
-std::unique_ptr<TrainingObserver> make_slow_rank_warning(std::ostream& out);
+std::unique_ptr<TrainingCallback> make_slow_rank_warning(std::ostream& out);
 
 }  // namespace mgt

@@ -33,7 +33,7 @@ bool output_is_terminal() {
 
 // The bar, redrawn after steps and closed with a new line at each epoch's end; or a line per
 // logging interval.
-class ProgressObserver final : public TrainingObserver {
+class ProgressObserver final : public TrainingCallback {
  public:
   // mode: "auto" (a bar when stdout is a terminal), "bar" or "lines". Throws ConfigError otherwise.
   ProgressObserver(std::ostream& out, const std::string& mode) : out_(out) {
@@ -131,7 +131,7 @@ class ProgressObserver final : public TrainingObserver {
 
 }  // namespace
 
-std::unique_ptr<TrainingObserver> make_progress_observer(std::ostream& out, const std::string& mode) {
+std::unique_ptr<TrainingCallback> make_progress_observer(std::ostream& out, const std::string& mode) {
   return std::make_unique<ProgressObserver>(out, mode);
 }
 

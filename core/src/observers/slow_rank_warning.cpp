@@ -12,7 +12,7 @@ namespace {
 
 // Warns at each interval where the slowest rank takes over 1.5x the median step time and more
 // than a millisecond longer.
-class SlowRankWarning final : public TrainingObserver {
+class SlowRankWarning final : public TrainingCallback {
  public:
   explicit SlowRankWarning(std::ostream& out) : out_(out) {}
 
@@ -39,7 +39,7 @@ class SlowRankWarning final : public TrainingObserver {
 
 }  // namespace
 
-std::unique_ptr<TrainingObserver> make_slow_rank_warning(std::ostream& out) {
+std::unique_ptr<TrainingCallback> make_slow_rank_warning(std::ostream& out) {
   return std::make_unique<SlowRankWarning>(out);
 }
 

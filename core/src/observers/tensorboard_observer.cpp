@@ -15,7 +15,7 @@ namespace {
 // file's accuracy and loss after an evaluated epoch, flushed every interval so
 // TensorBoard shows a run as it goes. An interval that cannot be written (a full disk) is left out
 // whole, the run is told once on stderr, and the event file gets nothing more: the run goes on.
-class TensorBoardObserver final : public TrainingObserver {
+class TensorBoardObserver final : public TrainingCallback {
  public:
   // A disk already full at the start is a full disk like any other: warned of, and the run goes on.
   explicit TensorBoardObserver(const std::string& dir) : writer_(dir) { flush(); }
@@ -58,7 +58,7 @@ class TensorBoardObserver final : public TrainingObserver {
 
 }  // namespace
 
-std::unique_ptr<TrainingObserver> make_tensorboard_observer(const std::string& dir) {
+std::unique_ptr<TrainingCallback> make_tensorboard_observer(const std::string& dir) {
   return std::make_unique<TensorBoardObserver>(dir);
 }
 

@@ -1,8 +1,8 @@
 #pragma once
-// The training loop of one rank: start-up checks agreed by all ranks, then
-// read -> forward -> loss -> backward -> sync -> optimizer -> metrics -> checkpoint.
+// One rank's run, from the launcher's side: what it is given and what it gives back. train() is
+// the orchestration: start-up (startup.hpp), resume (resume.hpp), then the training loop
+// (training_loop.hpp) or a parameter server's serving loop (serving_loop.hpp).
 #include <cstdint>
-#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -12,19 +12,10 @@
 #include "mgtrain/config.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/model.hpp"
+#include "runtime/agreement.hpp"
+#include "runtime/startup.hpp"
 
 namespace mgt {
-
-// An error found before step 1 and agreed on by all ranks: every rank ends cleanly with it, and
-// only the lowest rank that saw it prints it (`report` is true there).
-class StartupError : public Error {
- public:
-  StartupError(const std::string& message, bool report) : Error(message), report_(report) {}
-  bool report() const { return report_; }
-
- private:
-  bool report_;
-};
 
 struct TrainOptions {
   Config config;                          // as parsed: file plus command-line overrides
@@ -68,42 +59,5 @@ struct TrainResult {
 };
 
 TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log);
-
-// Runs `check` on every rank, then agrees: if it threw on any rank, every rank throws
-// StartupError, flagged for printing on the lowest failing rank only.
-void agree(Communicator& comm, const std::function<void()>& check);
-
-// agree() for work that only some ranks do while the others wait without using the cores (the
-// reference runs of `mgtrain bench` and `mgtrain verify`): `part` runs on every rank (a no-op where
-// there is nothing to do), the ranks meet in a sleeping barrier with the communicator's deadline,
-// naming `waiting_for` if it passes, then all throw StartupError if `part` threw anywhere. The
-// message of a rank whose error was to be reported wins over a rank's "rank R failed" echo.
-void agree_after_sleeping(Communicator& comm, const std::string& waiting_for, const std::function<void()>& part);
-
-// Plugin names a config asks for, read before validation so their keys can be added.
-struct PluginChoice {
-  std::string model, optimizer, sync;
-};
-PluginChoice plugin_choice(const Config& config);
-
-class PluginRegistry;
-// The keys the core and the chosen plugins know: what a config is validated against.
-std::vector<ConfigKey> known_config_keys(PluginRegistry& registry, const PluginChoice& choice);
-
-// Validates `config` against the keys of the core and of the plugins it chooses, then builds the
-// model and lays out its parameters in `store` (finalized, not initialized).
-std::unique_ptr<Model> build_model(PluginRegistry& registry, Config& config, ParameterStore& store);
-
-// What this rank would do under `config`: the config checked as a run checks it, the sync
-// strategy set up on `comm` as a run sets it up (roles and buffers; no device, no message), and
-// the data checked as the run's start-up checks it, with its messages (data.train opened as a
-// training rank's reader opens it, the model taking its samples, data.test). What `mgtrain doctor
-// --config` checks and binds the GPUs by.
-struct RankPlan {
-  bool trains = true;             // false on a parameter server's serving ranks: they take no GPU
-  std::string device;             // train.device
-  bool allow_shared_gpu = false;  // gpu.allow_shared
-};
-RankPlan plan_rank(Communicator& comm, Config config, const std::vector<std::string>& plugin_paths);
 
 }  // namespace mgt

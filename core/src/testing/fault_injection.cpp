@@ -94,11 +94,28 @@ void configure(int rank) {
   detail::armed = fault_rank == rank;
 }
 
+namespace {
+
 int slowdown_ms(int rank) {
   const char* spec = std::getenv("MGTRAIN_TEST_SLOW_RANK");
   int slow_rank = -1, ms = 0;
   if (spec && std::sscanf(spec, "%d:%d", &slow_rank, &ms) == 2 && slow_rank == rank) return ms;
   return 0;
+}
+
+}  // namespace
+
+std::unique_ptr<TrainingCallback> make_slowdown_callback(int rank) {
+  class Slowdown final : public TrainingCallback {
+   public:
+    explicit Slowdown(int ms) : ms_(ms) {}
+    void on_step_begin(int64_t) override { std::this_thread::sleep_for(std::chrono::milliseconds(ms_)); }
+
+   private:
+    int ms_;
+  };
+  const int ms = slowdown_ms(rank);
+  return ms > 0 ? std::make_unique<Slowdown>(ms) : nullptr;
 }
 
 int64_t nan_step(int rank) {

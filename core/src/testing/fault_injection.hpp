@@ -11,6 +11,9 @@
 //           launcher reports), hang (sleep for an hour, as a rank stuck in I/O would)
 // Ranks that do not write the checkpoint meet the checkpoint phases where they wait for it.
 #include <cstdint>
+#include <memory>
+
+#include "observers/observer.hpp"
 
 namespace mgt::fault {
 
@@ -29,9 +32,10 @@ enum class Phase {
 // Reads MGTRAIN_FAULT for this rank; throws ConfigError naming the variable when it is malformed.
 void configure(int rank);
 
-// MGTRAIN_TEST_SLOW_RANK="R:MS": rank R sleeps MS milliseconds every step, to measure how a
-// strategy copes with one slow rank. Returns this rank's MS, 0 when it is not the slow one.
-int slowdown_ms(int rank);
+// MGTRAIN_TEST_SLOW_RANK="R:MS": rank R sleeps MS milliseconds at the start of every step, inside
+// the step's time, to measure how a strategy copes with one slow rank. The training loop's
+// callback for it; null where this rank is not the slow one.
+std::unique_ptr<TrainingCallback> make_slowdown_callback(int rank);
 // MGTRAIN_TEST_NAN_AT="R:S": rank R's first input sample is NaN at step S (1-based), to exercise
 // train.nonfinite. Returns this rank's S, 0 for none.
 int64_t nan_step(int rank);
@@ -54,7 +58,6 @@ inline void at(Phase phase, int64_t step) {
 
 // A build without tests: no faults, no slow rank, no NaN.
 inline void configure(int) {}
-inline int slowdown_ms(int) { return 0; }
 inline int64_t nan_step(int) { return 0; }
 inline bool step_in_device_memory() { return false; }
 inline void at(Phase, int64_t) {}

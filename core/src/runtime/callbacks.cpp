@@ -1,0 +1,174 @@
+#include "runtime/callbacks.hpp"
+
+#include <ostream>
+#include <string>
+
+#include "runtime/agreement.hpp"
+#include "runtime/checkpointing.hpp"
+#include "runtime/evaluate.hpp"
+#include "runtime/run.hpp"
+#include "runtime/serving_loop.hpp"
+#include "runtime/stop_signal.hpp"
+#include "runtime/training_loop.hpp"
+#include "testing/fault_injection.hpp"
+
+namespace mgt {
+
+namespace {
+
+class TraceCallback final : public TrainingCallback {
+ public:
+  explicit TraceCallback(Trace& trace) : trace_(trace) {}
+  void on_run_start(const RunStart& run) override { first_step_ = run.first_step; }
+  void on_step_begin(int64_t step) override { trace_.at_step(step - first_step_); }
+
+ private:
+  Trace& trace_;
+  int64_t first_step_ = 0;
+};
+
+class EvaluationCallback final : public TrainingCallback {
+ public:
+  EvaluationCallback(Run& run, TrainingLoop& loop) : run_(run), loop_(loop) {}
+
+  void on_epoch_end(int64_t step, int64_t epoch) override {
+    if ((epoch + 1) % run_.eval_every != 0) return;
+    TraceSpan span(run_.traced(), "evaluation", "epoch", epoch + 1);
+    const auto start = Clock::now();
+    loop_.download_step_state();
+    // Batch norm's running statistics move on rank 0 only (make_batch_norm2d): every rank
+    // evaluates with those.
+    if (run_.store.buffers_size() > 0)
+      run_.train_comm->broadcast(run_.store.buffers_data(), run_.store.buffers_size() * sizeof(float), 0);
+    const std::string test_path = run_.config.get_string("data.test");
+    const EvalSums mine = evaluate_share(*run_.model, test_path, run_.config.get_string("data.x_name"),
+                                         run_.config.get_string("data.y_name"), run_.micro_batch, run_.train_rank(),
+                                         run_.train_comm->size());
+    double sums[4] = {mine.loss_sum, mine.correct, mine.samples, mine.tokens};
+    run_.train_comm->allreduce_sum(sums, 4);
+    const EvalResult test = eval_result({sums[0], sums[1], sums[2], sums[3]});
+    if (run_.leader) {
+      run_.log << "epoch " << epoch + 1 << ": " << test_line(test, test_path) << std::flush;
+      loop_.report_evaluation({step, epoch, test.accuracy, test.loss, test.samples, test_path});
+    }
+    loop_.leave_out_of_interval(Clock::now() - start);
+  }
+
+ private:
+  Run& run_;
+  TrainingLoop& loop_;
+};
+
+class StopSignalCallback final : public TrainingCallback {
+ public:
+  explicit StopSignalCallback(Run& run) : run_(run) {}
+
+  bool should_stop(int64_t step) override {
+    if (!run_.lockstep()) return stop_requested();
+    if (step % kCheckEvery != 0) return false;
+    int64_t signal = stop_signal();
+    run_.train_comm->allreduce_max(&signal, 1);
+    agreed_signal_ = static_cast<int>(signal);
+    return signal != 0;
+  }
+
+  void on_run_end(const RunEnd& end) override {
+    if (!end.stopped || !run_.leader) return;
+    run_.log << "stopped by signal " << (agreed_signal_ != 0 ? agreed_signal_ : stop_signal()) << " at step "
+             << end.step
+             << (run_.lockstep() ? ": writing a final checkpoint"
+                                 : " of rank 0: writing the servers' state as a final checkpoint")
+             << "; resubmit with --resume latest to continue\n"
+             << std::flush;
+  }
+
+ private:
+  static constexpr int64_t kCheckEvery = 10;
+  Run& run_;
+  int agreed_signal_ = 0;
+};
+
+class CheckpointCallback final : public TrainingCallback {
+ public:
+  CheckpointCallback(Run& run, TrainingLoop& loop, int64_t every) : run_(run), loop_(loop), every_(every) {}
+
+  void before_next_step(int64_t step) override {
+    if (!run_.lockstep()) {
+      if (run_.leader) write_served_checkpoint(run_);
+      return;
+    }
+    if (step % every_ != 0 || step >= run_.total_steps) return;
+    TraceSpan checkpoint_span(run_.traced(), "checkpoint", "step", step);
+    loop_.download_step_state();
+    run_.meta.sync = gather_sync_state(run_);
+    const auto whole_state = gather_sharded_optimizer_state(run_);
+    if (run_.leader) {
+      run_.result.checkpoint =
+          write_run_checkpoint(run_, run_.meta, whole_state ? whole_state.get() : run_.optimizer.get());
+    } else {
+      for (auto phase : {fault::Phase::checkpoint_before_data, fault::Phase::checkpoint_after_data,
+                         fault::Phase::checkpoint_before_rename})
+        fault::at(phase, step);
+    }
+    // Nobody runs ahead of a checkpoint that may fail: its error ends every rank.
+    run_.train_comm->barrier();
+  }
+
+ private:
+  Run& run_;
+  TrainingLoop& loop_;
+  const int64_t every_;
+};
+
+// Where the non-finite gradient came from, for its message.
+std::string nonfinite_origin(const NonFiniteFigures& figures) {
+  if (!figures.diagnosed) return "NaN or Inf on some rank";
+  if (figures.ranks.empty()) return "every rank's own gradient was finite: their sum overflowed the float range";
+  std::string text;
+  for (const auto& origin : figures.ranks) {
+    text += (text.empty() ? "" : "; ") + std::string("rank ") + std::to_string(origin.rank) + "'s gradient";
+    if (!origin.layer.empty()) text += ", first the output of layer '" + origin.layer + "'";
+    text += ", first parameter in backward order '" + origin.parameter + "'";
+  }
+  return text;
+}
+
+class NonFiniteCallback final : public TrainingCallback {
+ public:
+  explicit NonFiniteCallback(Run& run) : run_(run) {}
+
+  void on_nonfinite(const NonFiniteFigures& figures) override {
+    if (!figures.skipped)
+      throw StartupError("non-finite gradient at step " + std::to_string(figures.step) + " (" +
+                             nonfinite_origin(figures) + "); train.nonfinite = skip skips such steps",
+                         run_.leader);
+    ++run_.result.skipped_steps;
+    if (run_.leader)
+      run_.log << "warning: non-finite gradient at step " << figures.step << " (" << nonfinite_origin(figures)
+               << "): step skipped\n"
+               << std::flush;
+  }
+
+ private:
+  Run& run_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainingCallback> make_trace_callback(Run& run) { return std::make_unique<TraceCallback>(*run.trace); }
+
+std::unique_ptr<TrainingCallback> make_evaluation_callback(Run& run, TrainingLoop& loop) {
+  return std::make_unique<EvaluationCallback>(run, loop);
+}
+
+std::unique_ptr<TrainingCallback> make_stop_signal_callback(Run& run) {
+  return std::make_unique<StopSignalCallback>(run);
+}
+
+std::unique_ptr<TrainingCallback> make_checkpoint_callback(Run& run, TrainingLoop& loop) {
+  return std::make_unique<CheckpointCallback>(run, loop, run.config.get_int("checkpoint.every_steps"));
+}
+
+std::unique_ptr<TrainingCallback> make_nonfinite_callback(Run& run) { return std::make_unique<NonFiniteCallback>(run); }
+
+}  // namespace mgt

@@ -1,8 +1,8 @@
 #pragma once
 // CRC-32 as zlib computes it (the gzip polynomial), the checksum of the data files' rows and of the
-// checkpoints' arrays. libdeflate's, which folds with carry-less multiplies where the CPU has them:
-// 4 to 7 times zlib's tables on a 784-byte row (0.06-0.08 against 0.30-0.41 us), where every row is checked
-// each time a batch is read (benchmarks/row_crc32.sh measures both). The same values as zlib
+// checkpoints' arrays. libdeflate's, which folds with carry-less multiplies where the CPU has them,
+// is several times as fast as zlib's tables, and every row is checked each time a batch is read
+// (benchmarks/row_crc32.sh; docs/benchmarks.md, "The data reader"). The same values as zlib
 // (RowChecksum.Crc32IsZlibs).
 #include <libdeflate.h>
 

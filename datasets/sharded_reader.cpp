@@ -145,7 +145,7 @@ struct ShardedReader::Impl {
   size_t x_rank = 0;
   // The memory space has the file's rank ([local, sample...]): with equal ranks HDF5 maps the
   // selection to chunks per hyperslab; with a flat memory space it iterates per element, which
-  // measured 10x slower on Fashion-MNIST.
+  // measured far slower (docs/benchmarks.md, "The data reader").
   std::vector<hsize_t> hs_start, hs_count, ms_start;
 
   // Owned by the prefetch thread while it runs.

@@ -160,7 +160,7 @@ class EvictingCpuUpdate final : public UpdateOp {
            const uint8_t* decayed, const int32_t* skip) override {
     if (skip && *skip) return;
     // 4 KB blocks, each evicted two blocks ahead of its update: the evictions then have the time
-    // of a block's update to complete (on a 2-core AMD EPYC, this pair of sizes updated fastest).
+    // of a block's update to complete (the fastest pair measured: docs/benchmarks.md).
     constexpr size_t kBlock = 1024, kAhead = 2;
     float* block_state[kMaxUpdateStates] = {};
     const int states = update_.states();

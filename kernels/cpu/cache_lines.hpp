@@ -5,12 +5,9 @@
 //
 // A store to a line that another core holds a copy of waits until that copy is invalidated. Where
 // the two cores sit in different core complexes (an AMD CPU's CCDs, or virtual CPUs that a
-// hypervisor moves between them), those invalidations do not overlap: on a 2-core AMD EPYC virtual
-// machine (benchmarks/core_pair.sh, medians of 20 s of samples), storing 470 KB that the other core
-// had just read took 264 us with the cores in two complexes and 60 us within one; evicting the
-// lines (CLFLUSHOPT) two 4 KB blocks ahead of the stores, 36 and 35 us; storing them past the
-// caches (non-temporal stores), 27 and 18 us. PREFETCHW did not help there: it leaves a line that
-// is present as it is.
+// hypervisor moves between them), those invalidations do not overlap; evicting the lines a few
+// blocks ahead of the stores, or storing past the caches, avoids the wait (PREFETCHW does not: it
+// leaves a line that is present as it is). See docs/benchmarks.md, "Shared memory between cores".
 #include <cstddef>
 
 namespace mgt::kernels {

@@ -7,7 +7,7 @@
 # there would clash otherwise. The cluster's directory, and each PATH given after N (the build
 # and source trees a job uses), stay visible on every node at the same path, under /tmp too
 # (a clean clone in /tmp/ci): they are bound back over the node's own /tmp.
-# (See the project's SLURM.md notes: config_overrides lets 2 cores advertise 8 CPUs; MinJobAge=5
+# (config_overrides lets 2 cores advertise 8 CPUs; MinJobAge=5
 # keeps `sbatch --wait` polling every 2 s; no cgroups.)
 
 cluster_start() {  # cluster_start DIR [NODES [PATH...]]

@@ -1,4 +1,4 @@
-// Checkpoint files (README.md, "Checkpoints"). Layout, format_version 2:
+// Checkpoint files (docs/checkpoints.md). Layout, format_version 2:
 //   /                  attributes step, epoch, batch_in_epoch (int64), seed (uint64), world_size,
 //                      format_version (int64), mgtrain_version, plugins, config (UTF-8 strings),
 //                      plugin_paths (UTF-8 string, optional: absent from older checkpoints),

@@ -210,8 +210,8 @@ std::string where_they_run(const std::vector<int>& ranks, const std::vector<std:
 }
 
 // Ends the process when a blocking collective overruns its deadline. A blocking MPI call cannot
-// be interrupted, and Open MPI's tuned blocking collectives run about 1.5x faster than its
-// non-blocking ones here, so collectives block and this thread enforces comm.timeout_s. The
+// be interrupted, and Open MPI's tuned blocking collectives measured faster than its non-blocking
+// ones (docs/benchmarks.md), so collectives block and this thread enforces comm.timeout_s. The
 // launcher of the job (mpirun, srun) then ends the other ranks.
 // A launcher may end the job first: mpirun, when it loses a node's daemon, stops the other ranks
 // with SIGTERM and kills them about a second later. A rank stuck in a collective for a while when

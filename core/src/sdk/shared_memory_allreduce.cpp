@@ -48,12 +48,10 @@ size_t part_of(size_t count, int local_size) {
   return round_up((count + ranks - 1) / ranks, kLineFloats);
 }
 
-// Polls of a barrier (each yields the core, about a microsecond) before it lends the core to the
-// reader (mgtrain/idle_core.hpp). Most waits at the update's two barriers end within them (half
-// within 2 us at np=2); a hand-over and back costs two context switches (9 us on a 2-core KVM
-// guest), more than a wait that short. Past them, the sooner the reader has the core the more it
-// reads there rather than at the start of a step: MLP np=2 scaling medians over 6 rounds, 0.83
-// with 2 polls against 0.79 with 8 and 0.82 with none.
+// Polls of a barrier (each yields the core) before it lends the core to the reader
+// (mgtrain/idle_core.hpp): most waits at the update's two barriers end within them, and a
+// hand-over and back costs two context switches, more than a wait that short; past them, the
+// sooner the reader has the core the better (docs/benchmarks.md, "Shared memory between cores").
 constexpr unsigned kSpinsBeforeLending = 2;
 
 // Floats summed at a time, a block that stays in the L1 cache.

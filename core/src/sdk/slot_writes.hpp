@@ -5,29 +5,15 @@
 // ordinary stores or with non-temporal ones; whichever costs less where the rank's core is now.
 //
 // Ordinary stores leave the lines in this core's caches, where a core of the same core complex
-// reads them fastest (through the L3 they share). But a store to a line that another core complex
-// still holds waits for that copy's invalidation, one line at a time, and the others read the
-// slots every step. Non-temporal stores go past the caches and never wait; the others then read
-// the lines from memory. On a 2-core AMD EPYC KVM guest whose host moves the two virtual CPUs
-// between core complexes (MLP, 470 KB a copy, the slots double-buffered so that a line is written
-// two steps after the other core read it; timers added for the measurement, not kept): with the
-// cores together, ordinary stores 16-20 us and the other rank's sum 22-32 us, against 20-23 and
-// 40-60 streamed; apart, ordinary stores 70-195 us, streamed 20-23.
-//
-// So each rank times its own copies and stores ordinarily while that costs at most kPlainMargin
-// times the streamed copy (the margin is what the others' sums gain), and tries the other kind
-// every kTryEvery steps, since the host moves the cores while the job runs. A kind's cost is the
-// median of its last three copies, so that one copy that was preempted does not switch it.
-// Where ordinary stores win, backward's own stores into the slot are ordinary stores to the same
-// lines: it then writes the slot directly and no copy is made (on that guest, cores together, the
-// step 16 to 18 us shorter at the median, 2%), except every kMeasureEvery-th step, when an
-// ordinary copy measures again what those stores cost: the cores moving apart then shows within
-// two such copies. That step is about 45 us longer than the others (backward writes the rank's own
-// buffer, untouched since the last such step, and the copy follows): 5.6 us a step on average.
-// Timing ordinary stores into one page of the coming slot every step instead (scaled to a copy's
-// size; tried, not kept) priced them at 25 to 150 us where whole copies took 13 to 23, streamed
-// more often, and lowered the MLP's np=2 scaling (bench medians 0.80 against 0.85 over 10
-// alternating rounds).
+// reads them fastest; but a store to a line another core complex still holds waits for that copy's
+// invalidation. Non-temporal stores never wait, and the others then read from memory. Which wins
+// depends on where the host has put the cores, which changes while the job runs. So each rank
+// times its own copies and stores ordinarily while that costs at most kPlainMargin times the
+// streamed copy (the margin is what the others' sums gain), tries the other kind every kTryEvery
+// steps, and takes a kind's cost as the median of its last three copies (one preempted copy does
+// not switch it). Where ordinary stores win, backward writes the slot directly and no copy is
+// made, except every kMeasureEvery-th step, when an ordinary copy measures them again. The
+// figures behind these choices: docs/benchmarks.md, "Shared memory between cores".
 #include <algorithm>
 #include <array>
 #include <cstdint>

@@ -157,7 +157,7 @@ class Zero final : public mgt::SyncStrategy, public mgt::OptimizerSharding {
   // rank passes a partial sum of one piece to the next and adds its own piece to the one it
   // receives, so rank r ends with piece r summed over all ranks, each rank having sent and received
   // ranks - 1 pieces. Open MPI's MPI_Reduce_scatter_block (Communicator::reduce_scatter_sum)
-  // measured 3 to 4 times slower here on one node, slower than its all-reduce of the whole bucket.
+  // measured slower on one node than its all-reduce of the whole bucket (docs/benchmarks.md).
   // With two ranks each sum is of two terms, so the bits are those of an all-reduce.
   void ring_reduce_scatter(const float* send, float* recv, size_t piece) {
     if (ranks_ == 1) {

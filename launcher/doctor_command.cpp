@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "base/host_name.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "command_line_config.hpp"
 #include "commands.hpp"
@@ -33,7 +34,6 @@
 #include "loader/plugin_loader.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/version.hpp"
-#include "runtime/host_name.hpp"
 #include "runtime/trainer.hpp"
 
 #ifdef MGTRAIN_HAVE_CUDA

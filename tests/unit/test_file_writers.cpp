@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "io/atomic_file.hpp"
+#include "base/atomic_file.hpp"
 #include "io/npy.hpp"
 #include "mgtrain/error.hpp"
 

@@ -44,13 +44,13 @@
 #include <utility>
 #include <vector>
 
+#include "base/host_name.hpp"
 #include "datasets/crc32.hpp"
 #include "datasets/hdf5_format.hpp"
 #include "datasets/hdf5_util.hpp"
 #include "datasets/regular_file.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/tensor.hpp"
-#include "runtime/host_name.hpp"
 #include "testing/fault_injection.hpp"
 
 namespace fs = std::filesystem;

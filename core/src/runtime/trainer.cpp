@@ -17,6 +17,8 @@
 #include <sstream>
 #include <thread>
 
+#include "base/resident_memory.hpp"
+#include "base/stop_signal.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "datasets/token_reader.hpp"
@@ -37,8 +39,6 @@
 #include "runtime/job_checks.hpp"
 #include "runtime/lr_schedule.hpp"
 #include "runtime/optimizer_check.hpp"
-#include "runtime/resident_memory.hpp"
-#include "runtime/stop_signal.hpp"
 #include "testing/fault_injection.hpp"
 
 namespace mgt {

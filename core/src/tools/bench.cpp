@@ -6,9 +6,9 @@
 #include <chrono>
 #include <ostream>
 
+#include "base/resident_memory.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "loader/plugin_loader.hpp"
-#include "runtime/resident_memory.hpp"
 
 namespace mgt {
 

@@ -30,10 +30,10 @@
 #include "device/gpu_binding.hpp"
 #include "doctor_links.hpp"
 #include "kernels/cuda/nvml.hpp"
-#include "loader/plugin_keys.hpp"
 #include "loader/plugin_loader.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/version.hpp"
+#include "runtime/plugin_keys.hpp"
 #include "runtime/trainer.hpp"
 
 #ifdef MGTRAIN_HAVE_CUDA

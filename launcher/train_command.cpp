@@ -18,6 +18,7 @@
 #include "io/json_line.hpp"
 #include "loader/plugin_loader.hpp"
 #include "runtime/plugin_keys.hpp"
+#include "runtime/result_json.hpp"
 #include "runtime/trainer.hpp"
 #include "tools/bench.hpp"
 #include "tools/verify.hpp"

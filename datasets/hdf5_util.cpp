@@ -1,12 +1,8 @@
 // HDF5 helpers shared by the format, the converters and the reader; callers hold hdf5_mutex().
 #include "datasets/hdf5_util.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <sstream>
 
 namespace mgt::data::h5 {
@@ -39,27 +35,24 @@ Innermost walk_errors() {
 }
 }  // namespace
 
-TemporaryOutput::TemporaryOutput(const std::string& out) : out_(out) {
-  const std::filesystem::path p(out);
-  tmp_ = (p.parent_path() / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
+TemporaryOutput::TemporaryOutput(const std::string& out)
+    : out_(out), file_on_disk_(out, [this](AtomicFile::Step step, int error) {
+        const std::string how = step == AtomicFile::Step::rename ? "rename from " : "fsync of ";
+        return "output file '" + out_ + "' could not be written (" + how + file_on_disk_.temporary() +
+               "): " + std::strerror(error);
+      }) {
   silence_errors();
-  file_ = file(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-  if (!file_) throw IoError("output file '" + out + "' could not be created (" + tmp_ + "): " + error_text());
-}
-
-TemporaryOutput::~TemporaryOutput() {
-  file_.reset();
-  if (!committed_) std::remove(tmp_.c_str());
+  file_ = file(H5Fcreate(file_on_disk_.temporary().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  if (!file_)
+    throw IoError("output file '" + out + "' could not be created (" + file_on_disk_.temporary() +
+                  "): " + error_text());
 }
 
 void TemporaryOutput::commit() {
   if (H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) < 0) fail("flushing");
   // A file's close is where buffered data is written: its status counts.
   if (file_.close() < 0) fail("closing");
-  std::error_code ec;
-  std::filesystem::rename(tmp_, out_, ec);
-  if (ec) throw IoError("output file '" + out_ + "' could not be written (rename from " + tmp_ + "): " + ec.message());
-  committed_ = true;
+  file_on_disk_.commit();  // HDF5 wrote it: nothing to append
 }
 
 void TemporaryOutput::fail(const std::string& what) const {

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/atomic_file.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/tensor.hpp"
 
@@ -59,26 +60,26 @@ inline Id plist(hid_t id) { return Id(id, H5Pclose); }
 inline Id attr(hid_t id) { return Id(id, H5Aclose); }
 inline Id group(hid_t id) { return Id(id, H5Gclose); }
 
-// A new HDF5 file written under a temporary name beside `out` (".NAME.tmp-PID") and renamed into
-// place by commit(), so that a write that fails half way leaves nothing under the final name; the
-// destructor removes the temporary file when commit() was never reached. Declare it before the
-// ids of the file's datasets, which must be closed before it.
+// A new HDF5 file written by HDF5 as the temporary of an AtomicFile (".NAME.tmp-PID" beside
+// `out`) and renamed into place by commit(), so that a write that fails half way leaves nothing
+// under the final name; the temporary is removed when commit() was never reached. Declare it
+// before the ids of the file's datasets, which must be closed before it.
 class TemporaryOutput {
  public:
   explicit TemporaryOutput(const std::string& out);
-  ~TemporaryOutput();
   TemporaryOutput(const TemporaryOutput&) = delete;
   TemporaryOutput& operator=(const TemporaryOutput&) = delete;
   hid_t get() const { return file_.get(); }
-  // Flushes, closes and renames into place; every other id of the file must be closed first.
+  // Flushes, closes, syncs to the disk and renames into place; every other id of the file must be
+  // closed first.
   void commit();
   // Throws IoError "output file 'OUT': <what> failed: <HDF5's reason>".
   [[noreturn]] void fail(const std::string& what) const;
 
  private:
-  std::string out_, tmp_;
+  std::string out_;
+  AtomicFile file_on_disk_;  // declared before file_: removes the temporary after HDF5 closed it
   Id file_;
-  bool committed_ = false;
 };
 
 // Turns off HDF5's automatic printing of its error stack, so errors reach the user only as our

@@ -44,6 +44,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/atomic_file.hpp"
 #include "base/host_name.hpp"
 #include "datasets/crc32.hpp"
 #include "datasets/hdf5_format.hpp"
@@ -547,38 +548,36 @@ h5::Id open_checkpoint(const H5Context& h5) {
   return h5.check(H5Fopen(h5.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, "cannot open as HDF5");
 }
 
-// Makes a rename in the directory durable.
-void fsync_directory(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECTORY);
-  if (fd < 0) throw IoError("cannot open " + quote(path) + " to fsync it: " + errno_text(errno));
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw IoError("cannot fsync " + quote(path) + ": " + errno_text(err));
-  }
-  if (::close(fd) != 0) throw IoError("cannot close " + quote(path) + ": " + errno_text(errno));
+// The checkpoint's words for a failed step of writing `file` (its temporary) or syncing `dir`;
+// `final_path` is what the temporary is renamed to.
+AtomicFile::Describe describe_failure(const std::string& file, const std::string& final_path, const std::string& dir) {
+  return [=](AtomicFile::Step step, int error) {
+    using Step = AtomicFile::Step;
+    const std::string why = errno_text(error);
+    switch (step) {
+      case Step::create:
+        return "cannot create " + quote(file) + ": " + why;
+      case Step::write:
+        return "cannot write " + quote(file) + ": " + why;
+      case Step::sync:
+        return "cannot fsync " + quote(file) + ": " + why;
+      case Step::close:
+        return "cannot close " + quote(file) + ": " + why;
+      case Step::rename:
+        return "cannot rename " + quote(file) + " to " + quote(final_path) + ": " + why;
+      case Step::open_directory:
+        return "cannot open " + quote(dir) + " to fsync it: " + why;
+      case Step::sync_directory:
+        return "cannot fsync " + quote(dir) + ": " + why;
+      case Step::close_directory:
+        return "cannot close " + quote(dir) + ": " + why;
+    }
+    return why;
+  };
 }
 
-void rename_path(const std::string& from, const std::string& to) {
-  if (::rename(from.c_str(), to.c_str()) != 0)
-    throw IoError("cannot rename " + quote(from) + " to " + quote(to) + ": " + errno_text(errno));
-}
-
-// Removes a temporary file unless released; keeps a failed write from leaving litter behind.
-class TempFile {
- public:
-  explicit TempFile(std::string path) : path_(std::move(path)) {}
-  ~TempFile() {
-    if (!path_.empty()) ::unlink(path_.c_str());
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  const std::string& path() const { return path_; }
-  void release() { path_.clear(); }
-
- private:
-  std::string path_;
-};
+// Makes a rename or removal in the directory durable.
+void fsync_directory(const std::string& dir) { sync_directory(dir, describe_failure(dir, dir, dir)); }
 
 struct FileImage {
   std::unique_ptr<char[]> data;
@@ -658,34 +657,6 @@ FileImage build_image(const std::string& path, const std::string& image_name, co
            "cannot get the file image");
   h5.check(file.close(), "cannot close file");
   return image;
-}
-
-// Creates `path` with the given bytes and fsyncs it. `fault_step` > 0 marks a checkpoint's data,
-// where the test-only fault injection may strike.
-void write_file(const std::string& path, const char* data, size_t size, int64_t fault_step = 0) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IoError("cannot create " + quote(path) + ": " + errno_text(errno));
-  if (fault_step > 0) fault::at(fault::Phase::checkpoint_before_data, fault_step);
-  const char* p = data;
-  size_t left = size;
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      throw IoError("cannot write " + quote(path) + ": " + errno_text(err));
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw IoError("cannot fsync " + quote(path) + ": " + errno_text(err));
-  }
-  if (::close(fd) != 0) throw IoError("cannot close " + quote(path) + ": " + errno_text(errno));
-  if (fault_step > 0) fault::at(fault::Phase::checkpoint_after_data, fault_step);
 }
 
 // "step-<N>.h5" -> N; nullopt for any other name.
@@ -778,23 +749,27 @@ std::string write_checkpoint_files(const std::string& dir, const CheckpointMeta&
   }
   const std::string name = "step-" + std::to_string(meta.step) + ".h5";
   const std::string final_path = (fs::path(dir) / name).string();
-  const std::string pid = std::to_string(::getpid());
 
-  TempFile tmp((fs::path(dir) / ("." + name + ".tmp-" + pid)).string());
+  // Written as ".step-<N>.h5.tmp-<pid>", then ".latest.tmp-<pid>" (remove_leftover_temporaries).
+  AtomicFile file(final_path, describe_failure(AtomicFile::temporary_path(final_path), final_path, dir));
   {
-    const FileImage image = build_image(final_path, tmp.path(), meta, store, optimizer);
-    write_file(tmp.path(), image.data.get(), image.size, meta.step);
+    const FileImage image = build_image(final_path, file.temporary(), meta, store, optimizer);
+    file.create();
+    fault::at(fault::Phase::checkpoint_before_data, meta.step);
+    file.append(std::string_view(image.data.get(), image.size));
+    file.sync_and_close();
+    fault::at(fault::Phase::checkpoint_after_data, meta.step);
   }
   fault::at(fault::Phase::checkpoint_before_rename, meta.step);
-  rename_path(tmp.path(), final_path);
-  tmp.release();
+  file.rename();
   fsync_directory(dir);
 
-  TempFile latest_tmp((fs::path(dir) / (".latest.tmp-" + pid)).string());
-  const std::string pointer = name + "\n";
-  write_file(latest_tmp.path(), pointer.data(), pointer.size());
-  rename_path(latest_tmp.path(), (fs::path(dir) / "latest").string());
-  latest_tmp.release();
+  const std::string latest_path = (fs::path(dir) / "latest").string();
+  AtomicFile latest(latest_path, describe_failure(AtomicFile::temporary_path(latest_path), latest_path, dir));
+  latest.create();
+  latest.append(name + "\n");
+  latest.sync_and_close();
+  latest.rename();
   fsync_directory(dir);
   return final_path;
 }

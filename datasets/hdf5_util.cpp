@@ -279,6 +279,62 @@ bool read_attr_strings(hid_t obj, const char* name, std::vector<std::string>& va
   return a && read_strings(a.get(), values);
 }
 
+AttrFailure attr_exists(hid_t obj, const char* name, bool& exists) {
+  const htri_t found = H5Aexists(obj, name);
+  if (found < 0) return {AttrFailure::Kind::query, error_desc()};
+  exists = found > 0;
+  return {};
+}
+
+namespace {
+using Kind = AttrFailure::Kind;
+
+// Opens a required attribute and reads its type.
+AttrFailure open_required(hid_t obj, const char* name, Id& a, Id& t) {
+  bool exists = false;
+  if (AttrFailure f = attr_exists(obj, name, exists)) return f;
+  if (!exists) return {Kind::absent, ""};
+  a = attr(H5Aopen(obj, name, H5P_DEFAULT));
+  if (!a) return {Kind::open, error_desc()};
+  t = type(H5Aget_type(a.get()));
+  if (!t) return {Kind::type, error_desc()};
+  return {};
+}
+}  // namespace
+
+AttrFailure read_attr_integer(hid_t obj, const char* name, hid_t mem_type, void* value) {
+  Id a, t;
+  if (AttrFailure f = open_required(obj, name, a, t)) return f;
+  if (H5Tget_class(t.get()) != H5T_INTEGER) return {Kind::wrong_class, ""};
+  if (H5Aread(a.get(), mem_type, value) < 0) return {Kind::read, error_desc()};
+  return {};
+}
+
+AttrFailure read_attr_text(hid_t obj, const char* name, std::string& value) {
+  Id a, t;
+  if (AttrFailure f = open_required(obj, name, a, t)) return f;
+  if (H5Tget_class(t.get()) != H5T_STRING) return {Kind::wrong_class, ""};
+  const htri_t is_var = H5Tis_variable_str(t.get());
+  if (is_var < 0) return {Kind::read, error_desc()};
+  if (is_var > 0) {
+    Id mem = utf8_string_type();
+    if (!mem) return {Kind::string_type, error_desc()};
+    char* ptr = nullptr;
+    if (H5Aread(a.get(), mem.get(), &ptr) < 0) return {Kind::read, error_desc()};
+    value = ptr != nullptr ? ptr : "";
+    H5free_memory(ptr);
+    return {};
+  }
+  const size_t size = H5Tget_size(t.get());
+  std::string text(size, '\0');
+  Id mem = type(H5Tcopy(H5T_C_S1));
+  if (!mem || H5Tset_size(mem.get(), size) < 0) return {Kind::string_type, error_desc()};
+  if (H5Aread(a.get(), mem.get(), text.data()) < 0) return {Kind::read, error_desc()};
+  text.resize(std::strlen(text.c_str()));
+  value = std::move(text);
+  return {};
+}
+
 std::string attr_to_string(hid_t a) {
   Id t = type(H5Aget_type(a));
   const hssize_t n = attr_points(a);

@@ -128,6 +128,32 @@ bool read_attr_int64(hid_t obj, const char* name, int64_t& value);
 bool read_attr_doubles(hid_t obj, const char* name, std::vector<double>& values);
 bool read_attr_strings(hid_t obj, const char* name, std::vector<std::string>& values);
 
+// Attributes a file must have (a checkpoint's): the readers say why one could not be read, with
+// HDF5's reason taken at the failing call (the next call clears the error stack), and the caller
+// words the message.
+struct AttrFailure {
+  enum class Kind {
+    none,
+    query,        // HDF5 could not tell whether the attribute exists
+    absent,       // it does not
+    open,         // it could not be opened
+    type,         // its type could not be read
+    wrong_class,  // it is not the kind of value asked for
+    string_type,  // HDF5 could not make the string type to read it as
+    read,         // its value could not be read
+  };
+  Kind kind = Kind::none;
+  std::string reason;  // error_desc() of the failing call; empty for absent and wrong_class
+  explicit operator bool() const { return kind != Kind::none; }
+};
+// Whether `obj` has the attribute; a query failure when HDF5 could not tell.
+AttrFailure attr_exists(hid_t obj, const char* name, bool& exists);
+// An integer attribute of any integer type, converted to `mem_type` into `value`.
+AttrFailure read_attr_integer(hid_t obj, const char* name, hid_t mem_type, void* value);
+// A string attribute: variable-length UTF-8 (as written here) or fixed-length (as other tools may
+// write it), up to its first NUL.
+AttrFailure read_attr_text(hid_t obj, const char* name, std::string& value);
+
 // "name = value" rendering of any attribute, for `data inspect`.
 std::string attr_to_string(hid_t attr);
 

@@ -98,48 +98,42 @@ struct H5Context {
   }
 };
 
-h5::Id open_attr(const H5Context& h5, hid_t obj, const std::string& obj_name, const std::string& name) {
-  const htri_t exists = H5Aexists(obj, name.c_str());
-  h5.check(static_cast<herr_t>(exists), "cannot read attribute '" + name + "' of " + obj_name);
-  if (exists == 0) throw IoError("checkpoint " + quote(h5.path) + ": " + obj_name + " has no attribute '" + name + "'");
-  return h5.check(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose,
-                  "cannot open attribute '" + name + "' of " + obj_name);
+// Throws the checkpoint's message for an attribute of `obj_name` that could not be read as
+// `expected` ("an integer", "a string").
+void check_attr(const H5Context& h5, const h5::AttrFailure& failure, const std::string& obj_name,
+                const std::string& name, const char* expected) {
+  using Kind = h5::AttrFailure::Kind;
+  const std::string prefix = "checkpoint " + quote(h5.path) + ": ";
+  switch (failure.kind) {
+    case Kind::none:
+      return;
+    case Kind::query:
+      throw IoError(prefix + "cannot read attribute '" + name + "' of " + obj_name + ": " + failure.reason);
+    case Kind::absent:
+      throw IoError(prefix + obj_name + " has no attribute '" + name + "'");
+    case Kind::open:
+      throw IoError(prefix + "cannot open attribute '" + name + "' of " + obj_name + ": " + failure.reason);
+    case Kind::wrong_class:
+      throw IoError(prefix + "attribute '" + name + "' of " + obj_name + " is not " + expected);
+    case Kind::string_type:
+      throw IoError(prefix + "cannot create string type: " + failure.reason);
+    case Kind::type:
+    case Kind::read:
+      break;
+  }
+  throw IoError(prefix + "cannot read attribute '" + name + "': " + failure.reason);
 }
 
 template <typename T>
 T read_int_attr(const H5Context& h5, hid_t obj, const std::string& obj_name, const std::string& name, hid_t mem_type) {
-  h5::Id attr = open_attr(h5, obj, obj_name, name);
-  h5::Id type = h5.check(H5Aget_type(attr.get()), H5Tclose, "cannot read attribute '" + name + "'");
-  if (H5Tget_class(type.get()) != H5T_INTEGER)
-    throw IoError("checkpoint " + quote(h5.path) + ": attribute '" + name + "' of " + obj_name + " is not an integer");
   T value{};
-  h5.check(H5Aread(attr.get(), mem_type, &value), "cannot read attribute '" + name + "'");
+  check_attr(h5, h5::read_attr_integer(obj, name.c_str(), mem_type, &value), obj_name, name, "an integer");
   return value;
 }
 
 std::string read_string_attr(const H5Context& h5, hid_t obj, const std::string& obj_name, const std::string& name) {
-  h5::Id attr = open_attr(h5, obj, obj_name, name);
-  h5::Id type = h5.check(H5Aget_type(attr.get()), H5Tclose, "cannot read attribute '" + name + "'");
-  if (H5Tget_class(type.get()) != H5T_STRING)
-    throw IoError("checkpoint " + quote(h5.path) + ": attribute '" + name + "' of " + obj_name + " is not a string");
-  const htri_t is_var = H5Tis_variable_str(type.get());
-  h5.check(static_cast<herr_t>(is_var), "cannot read attribute '" + name + "'");
-  if (is_var > 0) {
-    h5::Id mem = h5::utf8_string_type();
-    if (!mem) h5.fail("cannot create string type");
-    char* ptr = nullptr;
-    h5.check(H5Aread(attr.get(), mem.get(), &ptr), "cannot read attribute '" + name + "'");
-    std::string value = ptr != nullptr ? ptr : "";
-    H5free_memory(ptr);
-    return value;
-  }
-  // Fixed-length strings, as other tools may write them.
-  const size_t size = H5Tget_size(type.get());
-  std::string value(size, '\0');
-  h5::Id mem = h5.check(H5Tcopy(H5T_C_S1), H5Tclose, "cannot create string type");
-  h5.check(H5Tset_size(mem.get(), size), "cannot create string type");
-  h5.check(H5Aread(attr.get(), mem.get(), value.data()), "cannot read attribute '" + name + "'");
-  value.resize(std::strlen(value.c_str()));
+  std::string value;
+  check_attr(h5, h5::read_attr_text(obj, name.c_str(), value), obj_name, name, "a string");
   return value;
 }
 
@@ -207,9 +201,10 @@ struct FormatInfo {
 };
 
 bool has_attribute(const H5Context& h5, hid_t obj, const std::string& name) {
-  const htri_t exists = H5Aexists(obj, name.c_str());
-  h5.check(static_cast<herr_t>(exists), "cannot read attribute '" + name + "'");
-  return exists > 0;
+  bool exists = false;
+  if (const h5::AttrFailure failure = h5::attr_exists(obj, name.c_str(), exists))
+    throw IoError("checkpoint " + quote(h5.path) + ": cannot read attribute '" + name + "': " + failure.reason);
+  return exists;
 }
 
 // A checksum the file's format requires is missing: its attributes cannot be trusted.

@@ -298,6 +298,8 @@ AttrFailure open_required(hid_t obj, const char* name, Id& a, Id& t) {
   if (!a) return {Kind::open, error_desc()};
   t = type(H5Aget_type(a.get()));
   if (!t) return {Kind::type, error_desc()};
+  // Read into one value: an array would be written past it.
+  if (const hssize_t points = attr_points(a.get()); points != 1) return {Kind::not_single, std::to_string(points)};
   return {};
 }
 }  // namespace

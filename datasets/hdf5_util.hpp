@@ -139,6 +139,7 @@ struct AttrFailure {
     open,         // it could not be opened
     type,         // its type could not be read
     wrong_class,  // it is not the kind of value asked for
+    not_single,   // it holds other than one value (reason: how many)
     string_type,  // HDF5 could not make the string type to read it as
     read,         // its value could not be read
   };

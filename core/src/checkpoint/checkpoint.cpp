@@ -115,6 +115,9 @@ void check_attr(const H5Context& h5, const h5::AttrFailure& failure, const std::
       throw IoError(prefix + "cannot open attribute '" + name + "' of " + obj_name + ": " + failure.reason);
     case Kind::wrong_class:
       throw IoError(prefix + "attribute '" + name + "' of " + obj_name + " is not " + expected);
+    case Kind::not_single:
+      throw IoError(prefix + "attribute '" + name + "' of " + obj_name + " holds " + failure.reason +
+                    " values, not one: the file is damaged or was edited; use another checkpoint");
     case Kind::string_type:
       throw IoError(prefix + "cannot create string type: " + failure.reason);
     case Kind::type:

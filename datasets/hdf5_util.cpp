@@ -1,12 +1,8 @@
 // HDF5 helpers shared by the format, the converters and the reader; callers hold hdf5_mutex().
 #include "datasets/hdf5_util.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <sstream>
 
 namespace mgt::data::h5 {
@@ -39,27 +35,24 @@ Innermost walk_errors() {
 }
 }  // namespace
 
-TemporaryOutput::TemporaryOutput(const std::string& out) : out_(out) {
-  const std::filesystem::path p(out);
-  tmp_ = (p.parent_path() / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
+TemporaryOutput::TemporaryOutput(const std::string& out)
+    : out_(out), file_on_disk_(out, [this](AtomicFile::Step step, int error) {
+        const std::string how = step == AtomicFile::Step::rename ? "rename from " : "fsync of ";
+        return "output file '" + out_ + "' could not be written (" + how + file_on_disk_.temporary() +
+               "): " + std::strerror(error);
+      }) {
   silence_errors();
-  file_ = file(H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-  if (!file_) throw IoError("output file '" + out + "' could not be created (" + tmp_ + "): " + error_text());
-}
-
-TemporaryOutput::~TemporaryOutput() {
-  file_.reset();
-  if (!committed_) std::remove(tmp_.c_str());
+  file_ = file(H5Fcreate(file_on_disk_.temporary().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  if (!file_)
+    throw IoError("output file '" + out + "' could not be created (" + file_on_disk_.temporary() +
+                  "): " + error_text());
 }
 
 void TemporaryOutput::commit() {
   if (H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) < 0) fail("flushing");
   // A file's close is where buffered data is written: its status counts.
   if (file_.close() < 0) fail("closing");
-  std::error_code ec;
-  std::filesystem::rename(tmp_, out_, ec);
-  if (ec) throw IoError("output file '" + out_ + "' could not be written (rename from " + tmp_ + "): " + ec.message());
-  committed_ = true;
+  file_on_disk_.commit();  // HDF5 wrote it: nothing to append
 }
 
 void TemporaryOutput::fail(const std::string& what) const {
@@ -284,6 +277,64 @@ bool read_attr_strings(hid_t obj, const char* name, std::vector<std::string>& va
   if (!has_attr(obj, name)) return false;
   Id a = attr(H5Aopen(obj, name, H5P_DEFAULT));
   return a && read_strings(a.get(), values);
+}
+
+AttrFailure attr_exists(hid_t obj, const char* name, bool& exists) {
+  const htri_t found = H5Aexists(obj, name);
+  if (found < 0) return {AttrFailure::Kind::query, error_desc()};
+  exists = found > 0;
+  return {};
+}
+
+namespace {
+using Kind = AttrFailure::Kind;
+
+// Opens a required attribute and reads its type.
+AttrFailure open_required(hid_t obj, const char* name, Id& a, Id& t) {
+  bool exists = false;
+  if (AttrFailure f = attr_exists(obj, name, exists)) return f;
+  if (!exists) return {Kind::absent, ""};
+  a = attr(H5Aopen(obj, name, H5P_DEFAULT));
+  if (!a) return {Kind::open, error_desc()};
+  t = type(H5Aget_type(a.get()));
+  if (!t) return {Kind::type, error_desc()};
+  // Read into one value: an array would be written past it.
+  if (const hssize_t points = attr_points(a.get()); points != 1) return {Kind::not_single, std::to_string(points)};
+  return {};
+}
+}  // namespace
+
+AttrFailure read_attr_integer(hid_t obj, const char* name, hid_t mem_type, void* value) {
+  Id a, t;
+  if (AttrFailure f = open_required(obj, name, a, t)) return f;
+  if (H5Tget_class(t.get()) != H5T_INTEGER) return {Kind::wrong_class, ""};
+  if (H5Aread(a.get(), mem_type, value) < 0) return {Kind::read, error_desc()};
+  return {};
+}
+
+AttrFailure read_attr_text(hid_t obj, const char* name, std::string& value) {
+  Id a, t;
+  if (AttrFailure f = open_required(obj, name, a, t)) return f;
+  if (H5Tget_class(t.get()) != H5T_STRING) return {Kind::wrong_class, ""};
+  const htri_t is_var = H5Tis_variable_str(t.get());
+  if (is_var < 0) return {Kind::read, error_desc()};
+  if (is_var > 0) {
+    Id mem = utf8_string_type();
+    if (!mem) return {Kind::string_type, error_desc()};
+    char* ptr = nullptr;
+    if (H5Aread(a.get(), mem.get(), &ptr) < 0) return {Kind::read, error_desc()};
+    value = ptr != nullptr ? ptr : "";
+    H5free_memory(ptr);
+    return {};
+  }
+  const size_t size = H5Tget_size(t.get());
+  std::string text(size, '\0');
+  Id mem = type(H5Tcopy(H5T_C_S1));
+  if (!mem || H5Tset_size(mem.get(), size) < 0) return {Kind::string_type, error_desc()};
+  if (H5Aread(a.get(), mem.get(), text.data()) < 0) return {Kind::read, error_desc()};
+  text.resize(std::strlen(text.c_str()));
+  value = std::move(text);
+  return {};
 }
 
 std::string attr_to_string(hid_t a) {

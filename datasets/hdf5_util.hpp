@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/atomic_file.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/tensor.hpp"
 
@@ -59,26 +60,26 @@ inline Id plist(hid_t id) { return Id(id, H5Pclose); }
 inline Id attr(hid_t id) { return Id(id, H5Aclose); }
 inline Id group(hid_t id) { return Id(id, H5Gclose); }
 
-// A new HDF5 file written under a temporary name beside `out` (".NAME.tmp-PID") and renamed into
-// place by commit(), so that a write that fails half way leaves nothing under the final name; the
-// destructor removes the temporary file when commit() was never reached. Declare it before the
-// ids of the file's datasets, which must be closed before it.
+// A new HDF5 file written by HDF5 as the temporary of an AtomicFile (".NAME.tmp-PID" beside
+// `out`) and renamed into place by commit(), so that a write that fails half way leaves nothing
+// under the final name; the temporary is removed when commit() was never reached. Declare it
+// before the ids of the file's datasets, which must be closed before it.
 class TemporaryOutput {
  public:
   explicit TemporaryOutput(const std::string& out);
-  ~TemporaryOutput();
   TemporaryOutput(const TemporaryOutput&) = delete;
   TemporaryOutput& operator=(const TemporaryOutput&) = delete;
   hid_t get() const { return file_.get(); }
-  // Flushes, closes and renames into place; every other id of the file must be closed first.
+  // Flushes, closes, syncs to the disk and renames into place; every other id of the file must be
+  // closed first.
   void commit();
   // Throws IoError "output file 'OUT': <what> failed: <HDF5's reason>".
   [[noreturn]] void fail(const std::string& what) const;
 
  private:
-  std::string out_, tmp_;
+  std::string out_;
+  AtomicFile file_on_disk_;  // declared before file_: removes the temporary after HDF5 closed it
   Id file_;
-  bool committed_ = false;
 };
 
 // Turns off HDF5's automatic printing of its error stack, so errors reach the user only as our
@@ -126,6 +127,33 @@ bool read_attr_int64(hid_t obj, const char* name, int64_t& value);
 // A numeric attribute of any number of values (a scalar gives one), e.g. per-channel statistics.
 bool read_attr_doubles(hid_t obj, const char* name, std::vector<double>& values);
 bool read_attr_strings(hid_t obj, const char* name, std::vector<std::string>& values);
+
+// Attributes a file must have (a checkpoint's): the readers say why one could not be read, with
+// HDF5's reason taken at the failing call (the next call clears the error stack), and the caller
+// words the message.
+struct AttrFailure {
+  enum class Kind {
+    none,
+    query,        // HDF5 could not tell whether the attribute exists
+    absent,       // it does not
+    open,         // it could not be opened
+    type,         // its type could not be read
+    wrong_class,  // it is not the kind of value asked for
+    not_single,   // it holds other than one value (reason: how many)
+    string_type,  // HDF5 could not make the string type to read it as
+    read,         // its value could not be read
+  };
+  Kind kind = Kind::none;
+  std::string reason;  // error_desc() of the failing call; empty for absent and wrong_class
+  explicit operator bool() const { return kind != Kind::none; }
+};
+// Whether `obj` has the attribute; a query failure when HDF5 could not tell.
+AttrFailure attr_exists(hid_t obj, const char* name, bool& exists);
+// An integer attribute of any integer type, converted to `mem_type` into `value`.
+AttrFailure read_attr_integer(hid_t obj, const char* name, hid_t mem_type, void* value);
+// A string attribute: variable-length UTF-8 (as written here) or fixed-length (as other tools may
+// write it), up to its first NUL.
+AttrFailure read_attr_text(hid_t obj, const char* name, std::string& value);
 
 // "name = value" rendering of any attribute, for `data inspect`.
 std::string attr_to_string(hid_t attr);

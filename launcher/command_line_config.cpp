@@ -2,10 +2,10 @@
 
 #include <cstdlib>
 
-#include "loader/plugin_keys.hpp"
 #include "loader/plugin_loader.hpp"
 #include "mgtrain/error.hpp"
 #include "runtime/core_keys.hpp"
+#include "runtime/plugin_keys.hpp"
 #include "runtime/trainer.hpp"
 
 namespace po = boost::program_options;

@@ -24,6 +24,7 @@
 #include "mgtrain/error.hpp"
 #include "runtime/core_keys.hpp"
 #include "runtime/evaluate.hpp"
+#include "runtime/result_json.hpp"
 #include "tools/checkpoint_compare.hpp"
 #include "tools/generate.hpp"
 #include "tools/onnx_export.hpp"

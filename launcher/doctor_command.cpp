@@ -23,17 +23,17 @@
 #include <string>
 #include <vector>
 
+#include "base/host_name.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "command_line_config.hpp"
 #include "commands.hpp"
 #include "device/gpu_binding.hpp"
 #include "doctor_links.hpp"
 #include "kernels/cuda/nvml.hpp"
-#include "loader/plugin_keys.hpp"
 #include "loader/plugin_loader.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/version.hpp"
-#include "runtime/host_name.hpp"
+#include "runtime/plugin_keys.hpp"
 #include "runtime/trainer.hpp"
 
 #ifdef MGTRAIN_HAVE_CUDA

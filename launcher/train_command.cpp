@@ -10,14 +10,15 @@
 #include <new>
 #include <thread>
 
+#include "base/stop_signal.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "command_line_config.hpp"
 #include "commands.hpp"
 #include "io/console.hpp"
 #include "io/json_line.hpp"
-#include "loader/plugin_keys.hpp"
 #include "loader/plugin_loader.hpp"
-#include "runtime/stop_signal.hpp"
+#include "runtime/plugin_keys.hpp"
+#include "runtime/result_json.hpp"
 #include "runtime/trainer.hpp"
 #include "tools/bench.hpp"
 #include "tools/verify.hpp"

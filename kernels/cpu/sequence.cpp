@@ -8,13 +8,10 @@
 
 #include "kernels/cpu/pointwise.hpp"  // MGT_TARGET_CLONES
 #include "kernels/cpu/vector_math.hpp"
+#include "kernels/gelu_math.hpp"
 
 namespace mgt::kernels {
 namespace {
-
-// The GELU's tanh form (GPT-2, PyTorch's approximate='tanh').
-constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluA = 0.044715f;
 
 // tanh(u) = 1 - 2 / (e^(2u) + 1): saturates to +-1 where e^(2u) does.
 inline float tanh_vectorizable(float u) { return 1.0f - 2.0f / (exp_vectorizable(2.0f * u) + 1.0f); }
@@ -132,7 +129,7 @@ MGT_TARGET_CLONES
 void gelu_forward(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
-    y[i] = 0.5f * v * (1.0f + tanh_vectorizable(kGeluC * (v + kGeluA * v * v * v)));
+    y[i] = gelu_value(v, tanh_vectorizable(gelu_tanh_argument(v)));
   }
 }
 
@@ -140,9 +137,7 @@ MGT_TARGET_CLONES
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
-    const float t = tanh_vectorizable(kGeluC * (v + kGeluA * v * v * v));
-    const float dt = kGeluC * (1.0f + 3.0f * kGeluA * v * v) * (1.0f - t * t);
-    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
+    dx[i] = dy[i] * gelu_derivative(v, tanh_vectorizable(gelu_tanh_argument(v)));
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/sequence_ops.hpp"
+#include "kernels/gelu_math.hpp"
 
 namespace mgt::cuda {
 
@@ -10,8 +11,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = kThreads / kWarp;  // row kernels: a warp per row
-constexpr float kGeluC = 0.7978845608028654f;    // sqrt(2 / pi)
-constexpr float kGeluA = 0.044715f;
 
 __device__ float warp_sum(float v) {
   for (int offset = kWarp / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -218,7 +217,7 @@ __global__ void gelu_forward_kernel(const float* x, float* y, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float v = x[i];
-    y[i] = 0.5f * v * (1.0f + tanhf(kGeluC * (v + kGeluA * v * v * v)));
+    y[i] = kernels::gelu_value(v, tanhf(kernels::gelu_tanh_argument(v)));
   }
 }
 
@@ -226,9 +225,7 @@ __global__ void gelu_backward_kernel(const float* x, const float* dy, float* dx,
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float v = x[i];
-    const float t = tanhf(kGeluC * (v + kGeluA * v * v * v));
-    const float dt = kGeluC * (1.0f + 3.0f * kGeluA * v * v) * (1.0f - t * t);
-    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
+    dx[i] = dy[i] * kernels::gelu_derivative(v, tanhf(kernels::gelu_tanh_argument(v)));
   }
 }
 

@@ -10,11 +10,11 @@
 #include <string>
 #include <thread>
 
+#include "base/stop_signal.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "mpi_check.hpp"
 #include "runtime/callbacks.hpp"
 #include "runtime/run.hpp"
-#include "runtime/stop_signal.hpp"
 
 namespace {
 

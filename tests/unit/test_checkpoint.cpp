@@ -330,6 +330,32 @@ TEST_F(CheckpointTest, RootAttributesAreCoveredByAChecksum) {
   EXPECT_NE(msg.find("checksum mismatch"), std::string::npos) << msg;
 }
 
+// An attribute read as one value that holds many (a hand-edited file) is refused, not read past
+// the value it is read into.
+TEST_F(CheckpointTest, AnAttributeHoldingManyValuesIsRefused) {
+  for (const char* name : {"step", "config"}) {
+    const std::string path = write(32);
+    delete_attr(path, "/", name);
+    {
+      std::lock_guard lock(mgt::data::hdf5_mutex());
+      const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+      ASSERT_GE(file, 0);
+      const hsize_t n = 4000;
+      const std::vector<int64_t> values(n, 7);
+      const hid_t space = H5Screate_simple(1, &n, nullptr);
+      const hid_t attr = H5Acreate2(file, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+      EXPECT_GE(H5Awrite(attr, H5T_NATIVE_INT64, values.data()), 0);
+      H5Aclose(attr);
+      H5Sclose(space);
+      H5Fclose(file);
+    }
+    const std::string msg = error_message<mgt::IoError>([&] { mgt::read_checkpoint_meta(path); });
+    EXPECT_NE(msg.find(std::string("attribute '") + name + "' of the root group holds 4000 values, not one"),
+              std::string::npos)
+        << msg;
+  }
+}
+
 TEST_F(CheckpointTest, OldCheckpointWithoutAttributeChecksumLoadsAndIsValidated) {
   const std::string path = write(40);
   make_old_format(path);

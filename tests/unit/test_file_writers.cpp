@@ -1,8 +1,11 @@
 // The files `mgtrain export` and `eval --logits` write: whole under their name or not at all
 // (AtomicFile), and NumPy's .npy header and values.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -10,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "io/atomic_file.hpp"
+#include "base/atomic_file.hpp"
 #include "io/npy.hpp"
 #include "mgtrain/error.hpp"
 
@@ -79,6 +82,30 @@ TEST(AtomicFile, PartsAppearTogetherAtTheCommit) {
     file.append("half");  // abandoned after a part: the old file stays whole
   }
   EXPECT_EQ(read_file(path), "{\"a\":[1,2]}");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
+  fs::remove_all(dir);
+}
+
+// A path that is a pipe or a device (/dev/stdout, /dev/null) is written in place: renaming a
+// temporary over it would replace the device itself, as root even /dev/null.
+TEST(AtomicFile, APipeIsWrittenInPlaceNotReplaced) {
+  const fs::path dir = scratch_dir("atomic-pipe");
+  const std::string path = (dir / "out.svg").string();
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  // Opened for reading first, so that the writer's open does not wait for a reader.
+  const int reader = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0) << std::strerror(errno);
+  {
+    mgt::AtomicFile file(path, [](mgt::AtomicFile::Step, int error) { return std::string(std::strerror(error)); });
+    EXPECT_EQ(file.temporary(), path);
+    file.create();
+    file.commit("<svg/>");
+  }
+  char buf[16] = {};
+  EXPECT_EQ(::read(reader, buf, sizeof buf), 6);
+  EXPECT_STREQ(buf, "<svg/>");
+  ::close(reader);
+  EXPECT_TRUE(fs::is_fifo(path));
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
   fs::remove_all(dir);
 }

@@ -12,6 +12,7 @@
 
 #include "io/json_line.hpp"
 #include "runtime/evaluate.hpp"
+#include "runtime/result_json.hpp"
 #include "runtime/trainer.hpp"
 #include "tools/bench.hpp"
 #include "tools/report.hpp"

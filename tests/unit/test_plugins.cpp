@@ -4,9 +4,9 @@
 
 #include <cstdlib>
 
-#include "loader/plugin_keys.hpp"
 #include "loader/plugin_loader.hpp"
 #include "mgtrain/error.hpp"
+#include "runtime/plugin_keys.hpp"
 
 using namespace mgt;
 

@@ -7,7 +7,7 @@
 
 #include <cstring>
 
-#include "runtime/resident_memory.hpp"
+#include "base/resident_memory.hpp"
 
 namespace {
 

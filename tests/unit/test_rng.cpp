@@ -71,7 +71,7 @@ TEST(Rng, UniformIsRoughlyUniform) {
   EXPECT_NEAR(mean, 0.5, 0.01);
 }
 
-#include "tools/sha256.hpp"
+#include "base/sha256.hpp"
 
 TEST(Rng, Sha256MatchesPublishedVectors) {
   mgt::Sha256 empty;

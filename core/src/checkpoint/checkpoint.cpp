@@ -44,13 +44,14 @@
 #include <utility>
 #include <vector>
 
+#include "base/atomic_file.hpp"
+#include "base/host_name.hpp"
 #include "datasets/crc32.hpp"
 #include "datasets/hdf5_format.hpp"
 #include "datasets/hdf5_util.hpp"
 #include "datasets/regular_file.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/tensor.hpp"
-#include "runtime/host_name.hpp"
 #include "testing/fault_injection.hpp"
 
 namespace fs = std::filesystem;
@@ -97,48 +98,45 @@ struct H5Context {
   }
 };
 
-h5::Id open_attr(const H5Context& h5, hid_t obj, const std::string& obj_name, const std::string& name) {
-  const htri_t exists = H5Aexists(obj, name.c_str());
-  h5.check(static_cast<herr_t>(exists), "cannot read attribute '" + name + "' of " + obj_name);
-  if (exists == 0) throw IoError("checkpoint " + quote(h5.path) + ": " + obj_name + " has no attribute '" + name + "'");
-  return h5.check(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose,
-                  "cannot open attribute '" + name + "' of " + obj_name);
+// Throws the checkpoint's message for an attribute of `obj_name` that could not be read as
+// `expected` ("an integer", "a string").
+void check_attr(const H5Context& h5, const h5::AttrFailure& failure, const std::string& obj_name,
+                const std::string& name, const char* expected) {
+  using Kind = h5::AttrFailure::Kind;
+  const std::string prefix = "checkpoint " + quote(h5.path) + ": ";
+  switch (failure.kind) {
+    case Kind::none:
+      return;
+    case Kind::query:
+      throw IoError(prefix + "cannot read attribute '" + name + "' of " + obj_name + ": " + failure.reason);
+    case Kind::absent:
+      throw IoError(prefix + obj_name + " has no attribute '" + name + "'");
+    case Kind::open:
+      throw IoError(prefix + "cannot open attribute '" + name + "' of " + obj_name + ": " + failure.reason);
+    case Kind::wrong_class:
+      throw IoError(prefix + "attribute '" + name + "' of " + obj_name + " is not " + expected);
+    case Kind::not_single:
+      throw IoError(prefix + "attribute '" + name + "' of " + obj_name + " holds " + failure.reason +
+                    " values, not one: the file is damaged or was edited; use another checkpoint");
+    case Kind::string_type:
+      throw IoError(prefix + "cannot create string type: " + failure.reason);
+    case Kind::type:
+    case Kind::read:
+      break;
+  }
+  throw IoError(prefix + "cannot read attribute '" + name + "': " + failure.reason);
 }
 
 template <typename T>
 T read_int_attr(const H5Context& h5, hid_t obj, const std::string& obj_name, const std::string& name, hid_t mem_type) {
-  h5::Id attr = open_attr(h5, obj, obj_name, name);
-  h5::Id type = h5.check(H5Aget_type(attr.get()), H5Tclose, "cannot read attribute '" + name + "'");
-  if (H5Tget_class(type.get()) != H5T_INTEGER)
-    throw IoError("checkpoint " + quote(h5.path) + ": attribute '" + name + "' of " + obj_name + " is not an integer");
   T value{};
-  h5.check(H5Aread(attr.get(), mem_type, &value), "cannot read attribute '" + name + "'");
+  check_attr(h5, h5::read_attr_integer(obj, name.c_str(), mem_type, &value), obj_name, name, "an integer");
   return value;
 }
 
 std::string read_string_attr(const H5Context& h5, hid_t obj, const std::string& obj_name, const std::string& name) {
-  h5::Id attr = open_attr(h5, obj, obj_name, name);
-  h5::Id type = h5.check(H5Aget_type(attr.get()), H5Tclose, "cannot read attribute '" + name + "'");
-  if (H5Tget_class(type.get()) != H5T_STRING)
-    throw IoError("checkpoint " + quote(h5.path) + ": attribute '" + name + "' of " + obj_name + " is not a string");
-  const htri_t is_var = H5Tis_variable_str(type.get());
-  h5.check(static_cast<herr_t>(is_var), "cannot read attribute '" + name + "'");
-  if (is_var > 0) {
-    h5::Id mem = h5::utf8_string_type();
-    if (!mem) h5.fail("cannot create string type");
-    char* ptr = nullptr;
-    h5.check(H5Aread(attr.get(), mem.get(), &ptr), "cannot read attribute '" + name + "'");
-    std::string value = ptr != nullptr ? ptr : "";
-    H5free_memory(ptr);
-    return value;
-  }
-  // Fixed-length strings, as other tools may write them.
-  const size_t size = H5Tget_size(type.get());
-  std::string value(size, '\0');
-  h5::Id mem = h5.check(H5Tcopy(H5T_C_S1), H5Tclose, "cannot create string type");
-  h5.check(H5Tset_size(mem.get(), size), "cannot create string type");
-  h5.check(H5Aread(attr.get(), mem.get(), value.data()), "cannot read attribute '" + name + "'");
-  value.resize(std::strlen(value.c_str()));
+  std::string value;
+  check_attr(h5, h5::read_attr_text(obj, name.c_str(), value), obj_name, name, "a string");
   return value;
 }
 
@@ -206,9 +204,10 @@ struct FormatInfo {
 };
 
 bool has_attribute(const H5Context& h5, hid_t obj, const std::string& name) {
-  const htri_t exists = H5Aexists(obj, name.c_str());
-  h5.check(static_cast<herr_t>(exists), "cannot read attribute '" + name + "'");
-  return exists > 0;
+  bool exists = false;
+  if (const h5::AttrFailure failure = h5::attr_exists(obj, name.c_str(), exists))
+    throw IoError("checkpoint " + quote(h5.path) + ": cannot read attribute '" + name + "': " + failure.reason);
+  return exists;
 }
 
 // A checksum the file's format requires is missing: its attributes cannot be trusted.
@@ -547,38 +546,36 @@ h5::Id open_checkpoint(const H5Context& h5) {
   return h5.check(H5Fopen(h5.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, "cannot open as HDF5");
 }
 
-// Makes a rename in the directory durable.
-void fsync_directory(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECTORY);
-  if (fd < 0) throw IoError("cannot open " + quote(path) + " to fsync it: " + errno_text(errno));
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw IoError("cannot fsync " + quote(path) + ": " + errno_text(err));
-  }
-  if (::close(fd) != 0) throw IoError("cannot close " + quote(path) + ": " + errno_text(errno));
+// The checkpoint's words for a failed step of writing `file` (its temporary) or syncing `dir`;
+// `final_path` is what the temporary is renamed to.
+AtomicFile::Describe describe_failure(const std::string& file, const std::string& final_path, const std::string& dir) {
+  return [=](AtomicFile::Step step, int error) {
+    using Step = AtomicFile::Step;
+    const std::string why = errno_text(error);
+    switch (step) {
+      case Step::create:
+        return "cannot create " + quote(file) + ": " + why;
+      case Step::write:
+        return "cannot write " + quote(file) + ": " + why;
+      case Step::sync:
+        return "cannot fsync " + quote(file) + ": " + why;
+      case Step::close:
+        return "cannot close " + quote(file) + ": " + why;
+      case Step::rename:
+        return "cannot rename " + quote(file) + " to " + quote(final_path) + ": " + why;
+      case Step::open_directory:
+        return "cannot open " + quote(dir) + " to fsync it: " + why;
+      case Step::sync_directory:
+        return "cannot fsync " + quote(dir) + ": " + why;
+      case Step::close_directory:
+        return "cannot close " + quote(dir) + ": " + why;
+    }
+    return why;
+  };
 }
 
-void rename_path(const std::string& from, const std::string& to) {
-  if (::rename(from.c_str(), to.c_str()) != 0)
-    throw IoError("cannot rename " + quote(from) + " to " + quote(to) + ": " + errno_text(errno));
-}
-
-// Removes a temporary file unless released; keeps a failed write from leaving litter behind.
-class TempFile {
- public:
-  explicit TempFile(std::string path) : path_(std::move(path)) {}
-  ~TempFile() {
-    if (!path_.empty()) ::unlink(path_.c_str());
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  const std::string& path() const { return path_; }
-  void release() { path_.clear(); }
-
- private:
-  std::string path_;
-};
+// Makes a rename or removal in the directory durable.
+void fsync_directory(const std::string& dir) { sync_directory(dir, describe_failure(dir, dir, dir)); }
 
 struct FileImage {
   std::unique_ptr<char[]> data;
@@ -658,34 +655,6 @@ FileImage build_image(const std::string& path, const std::string& image_name, co
            "cannot get the file image");
   h5.check(file.close(), "cannot close file");
   return image;
-}
-
-// Creates `path` with the given bytes and fsyncs it. `fault_step` > 0 marks a checkpoint's data,
-// where the test-only fault injection may strike.
-void write_file(const std::string& path, const char* data, size_t size, int64_t fault_step = 0) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IoError("cannot create " + quote(path) + ": " + errno_text(errno));
-  if (fault_step > 0) fault::at(fault::Phase::checkpoint_before_data, fault_step);
-  const char* p = data;
-  size_t left = size;
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      throw IoError("cannot write " + quote(path) + ": " + errno_text(err));
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw IoError("cannot fsync " + quote(path) + ": " + errno_text(err));
-  }
-  if (::close(fd) != 0) throw IoError("cannot close " + quote(path) + ": " + errno_text(errno));
-  if (fault_step > 0) fault::at(fault::Phase::checkpoint_after_data, fault_step);
 }
 
 // "step-<N>.h5" -> N; nullopt for any other name.
@@ -778,23 +747,27 @@ std::string write_checkpoint_files(const std::string& dir, const CheckpointMeta&
   }
   const std::string name = "step-" + std::to_string(meta.step) + ".h5";
   const std::string final_path = (fs::path(dir) / name).string();
-  const std::string pid = std::to_string(::getpid());
 
-  TempFile tmp((fs::path(dir) / ("." + name + ".tmp-" + pid)).string());
+  // Written as ".step-<N>.h5.tmp-<pid>", then ".latest.tmp-<pid>" (remove_leftover_temporaries).
+  AtomicFile file(final_path, describe_failure(AtomicFile::temporary_path(final_path), final_path, dir));
   {
-    const FileImage image = build_image(final_path, tmp.path(), meta, store, optimizer);
-    write_file(tmp.path(), image.data.get(), image.size, meta.step);
+    const FileImage image = build_image(final_path, file.temporary(), meta, store, optimizer);
+    file.create();
+    fault::at(fault::Phase::checkpoint_before_data, meta.step);
+    file.append(std::string_view(image.data.get(), image.size));
+    file.sync_and_close();
+    fault::at(fault::Phase::checkpoint_after_data, meta.step);
   }
   fault::at(fault::Phase::checkpoint_before_rename, meta.step);
-  rename_path(tmp.path(), final_path);
-  tmp.release();
+  file.rename();
   fsync_directory(dir);
 
-  TempFile latest_tmp((fs::path(dir) / (".latest.tmp-" + pid)).string());
-  const std::string pointer = name + "\n";
-  write_file(latest_tmp.path(), pointer.data(), pointer.size());
-  rename_path(latest_tmp.path(), (fs::path(dir) / "latest").string());
-  latest_tmp.release();
+  const std::string latest_path = (fs::path(dir) / "latest").string();
+  AtomicFile latest(latest_path, describe_failure(AtomicFile::temporary_path(latest_path), latest_path, dir));
+  latest.create();
+  latest.append(name + "\n");
+  latest.sync_and_close();
+  latest.rename();
   fsync_directory(dir);
   return final_path;
 }

@@ -15,11 +15,11 @@
 #include <thread>
 #include <vector>
 
+#include "base/host_name.hpp"
+#include "base/stop_signal.hpp"
 #include "io/console.hpp"
 #include "kernels/cpu/bf16.hpp"
 #include "mgtrain/error.hpp"
-#include "runtime/host_name.hpp"
-#include "runtime/stop_signal.hpp"
 
 // Converts an MPI status code into the core's exception, with file and line.
 #define MGT_MPI_CHECK(call)                                                                                      \

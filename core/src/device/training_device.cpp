@@ -6,11 +6,11 @@
 #include <exception>
 #include <vector>
 
+#include "base/host_name.hpp"
 #include "comm/staged_communicator.hpp"
 #include "device/gpu_binding.hpp"
 #include "io/console.hpp"
 #include "mgtrain/error.hpp"
-#include "runtime/host_name.hpp"
 #include "testing/fault_injection.hpp"
 
 namespace mgt {

@@ -1,6 +1,7 @@
 #pragma once
 // The JSON lines mgtrain writes (metrics records, the --json results of train, bench and eval),
-// all through nlohmann/json, in one convention: compact ("key":value, no spaces), keys in the
+// all through nlohmann/json, in one convention (each result type serialises itself beside its
+// definition, with these helpers): compact ("key":value, no spaces), keys in the
 // order written, strings escaped, numbers rounded as they were always printed, and a number that
 // is not finite (NaN, Inf) written as null. Private to libmgtrain and the launcher: nlohmann/json
 // is no part of the SDK's headers.
@@ -11,10 +12,7 @@
 
 namespace mgt {
 
-struct BenchResult;
-struct EvalResult;
 struct GpuSample;
-struct TrainResult;
 
 // Keeps keys in insertion order: shell scripts read these lines with sed, and people with eyes.
 using JsonValue = nlohmann::ordered_json;
@@ -30,11 +28,5 @@ std::string json_line(const JsonValue& value);
 // {"util":93,"mem_used_mb":10240.5,"mem_total_mb":143771,"temp_c":51}, or null when invalid.
 // Figures have at most one decimal; a NaN one is null.
 JsonValue gpu_sample_json(const GpuSample& sample);
-// `mgtrain train --json`: rank 0's result line.
-std::string train_result_json(const TrainResult& r, int world_size);
-// `mgtrain bench --json`: rank 0's result line.
-std::string bench_result_json(const BenchResult& b, int world_size, int64_t steps, int64_t repeats);
-// `mgtrain eval --json`.
-std::string eval_result_json(const EvalResult& r);
 
 }  // namespace mgt

@@ -9,9 +9,9 @@
 #include <filesystem>
 #include <system_error>
 
+#include "base/host_name.hpp"
 #include "io/append_file.hpp"
 #include "mgtrain/error.hpp"
-#include "runtime/host_name.hpp"
 
 namespace mgt {
 namespace {

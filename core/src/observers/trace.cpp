@@ -8,9 +8,9 @@
 #include <ostream>
 #include <string_view>
 
-#include "io/atomic_file.hpp"
+#include "base/atomic_file.hpp"
+#include "base/host_name.hpp"
 #include "mgtrain/error.hpp"
-#include "runtime/host_name.hpp"
 
 namespace mgt {
 

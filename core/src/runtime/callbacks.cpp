@@ -3,12 +3,12 @@
 #include <ostream>
 #include <string>
 
+#include "base/stop_signal.hpp"
 #include "runtime/agreement.hpp"
 #include "runtime/checkpointing.hpp"
 #include "runtime/evaluate.hpp"
 #include "runtime/run.hpp"
 #include "runtime/serving_loop.hpp"
-#include "runtime/stop_signal.hpp"
 #include "runtime/training_loop.hpp"
 #include "testing/fault_injection.hpp"
 

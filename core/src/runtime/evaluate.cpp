@@ -8,8 +8,8 @@
 #include <cmath>
 #include "checkpoint/checkpoint.hpp"
 
+#include "base/atomic_file.hpp"
 #include "datasets/token_reader.hpp"
-#include "io/atomic_file.hpp"
 #include "io/npy.hpp"
 #include "loader/plugin_loader.hpp"
 #include "runtime/trainer.hpp"

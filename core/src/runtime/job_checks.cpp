@@ -11,10 +11,10 @@
 #include <random>
 #include <sstream>
 
+#include "base/host_name.hpp"
+#include "base/sha256.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/version.hpp"
-#include "runtime/host_name.hpp"
-#include "tools/sha256.hpp"
 
 namespace mgt {
 

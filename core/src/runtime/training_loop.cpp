@@ -7,12 +7,12 @@
 #include <limits>
 #include <thread>
 
+#include "base/resident_memory.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "runtime/agreement.hpp"
 #include "runtime/callbacks.hpp"
 #include "runtime/checkpointing.hpp"
 #include "runtime/evaluate.hpp"
-#include "runtime/resident_memory.hpp"
 #include "runtime/serving_loop.hpp"
 #include "runtime/startup.hpp"
 #include "testing/fault_injection.hpp"

@@ -6,9 +6,10 @@
 #include <chrono>
 #include <ostream>
 
+#include "base/resident_memory.hpp"
 #include "comm/mpi_communicator.hpp"
+#include "io/json_line.hpp"
 #include "loader/plugin_loader.hpp"
-#include "runtime/resident_memory.hpp"
 
 namespace mgt {
 
@@ -149,6 +150,35 @@ BenchResult run_bench(Communicator& world, const TrainOptions& base, int64_t ste
     }
   }
   return result;
+}
+
+std::string bench_result_json(const BenchResult& b, int world_size, int64_t steps, int64_t repeats) {
+  const StepPhases& p = b.run.phases;
+  JsonValue runs = JsonValue::array();
+  for (double s : b.scaling_runs) runs.push_back(json_fixed(s, 6));
+  JsonValue o;
+  o["world_size"] = world_size;
+  o["steps"] = steps;
+  o["samples_per_s"] = json_fixed(b.run.samples_per_s, 3);
+  o["samples_per_s_np1"] = json_fixed(b.samples_per_s_np1, 3);
+  o["scaling_efficiency"] = json_fixed(b.scaling_efficiency, 4);
+  o["compute_ms"] = json_fixed(1e3 * p.compute, 4);
+  o["sync_ms"] = json_fixed(1e3 * p.sync, 4);
+  o["data_wait_ms"] = json_fixed(1e3 * p.data_wait, 4);
+  o["optimizer_ms"] = json_fixed(1e3 * p.optimizer, 4);
+  o["gradient_bytes"] = b.gradient_bytes;
+  o["allreduce_ms"] = json_fixed(b.allreduce_ms, 4);
+  o["mpi_allreduce_ms"] = json_fixed(b.mpi_allreduce_ms, 4);
+  o["allreduce_busbw_gbs"] = json_fixed(b.allreduce_busbw_gbs, 4);
+  o["mpi_busbw_gbs"] = json_fixed(b.mpi_busbw_gbs, 4);
+  o["flat_busbw_gbs"] = json_fixed(b.flat_busbw_gbs, 4);
+  o["hierarchical_busbw_gbs"] = json_fixed(b.hierarchical_busbw_gbs, 4);
+  o["shared_memory_busbw_gbs"] = json_fixed(b.shared_memory_busbw_gbs, 4);
+  o["peak_rss_mb"] = json_fixed(b.run.peak_rss_mb, 1);
+  o["repeats"] = repeats;
+  o["scaling_efficiency_runs"] = std::move(runs);
+  o["device"] = b.run.device;
+  return json_line(o);
 }
 
 }  // namespace mgt

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "runtime/trainer.hpp"
@@ -33,5 +34,8 @@ struct BenchResult {
 // Runs every phase on all ranks of `world`; options.config is the parsed config with overrides.
 BenchResult run_bench(Communicator& world, const TrainOptions& options, int64_t steps, int64_t warmup,
                       int64_t allreduce_iterations, int64_t repeats = 1);
+
+// `mgtrain bench --json`: rank 0's result line.
+std::string bench_result_json(const BenchResult& b, int world_size, int64_t steps, int64_t repeats);
 
 }  // namespace mgt

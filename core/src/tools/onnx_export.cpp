@@ -9,10 +9,10 @@
 #include <set>
 #include <utility>
 
+#include "base/atomic_file.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "datasets/hdf5_format.hpp"
 #include "datasets/token_reader.hpp"
-#include "io/atomic_file.hpp"
 #include "loader/plugin_loader.hpp"
 #include "mgtrain/version.hpp"
 #include "runtime/evaluate.hpp"

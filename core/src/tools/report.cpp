@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/atomic_file.hpp"
 #include "datasets/regular_file.hpp"
 #include "mgtrain/error.hpp"
 
@@ -500,11 +501,15 @@ ReportResult write_report(const std::string& run_dir, const std::string& out_pat
 
   const std::string path = out_path.empty() ? (fs::path(run_dir) / "report.svg").string() : out_path;
   const std::string svg = render_report_svg(metrics, servers, "mgtrain run " + run_dir);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw IoError("report: cannot open '" + path + "' for writing");
-  out << svg;
-  out.close();
-  if (!out) throw IoError("report: writing '" + path + "' failed");
+  // A report replaced whole or not at all, in the words the report has always used: a path that
+  // cannot be opened (a missing directory, or a directory itself), or a write that failed.
+  AtomicFile out(path, [&path](AtomicFile::Step step, int error) {
+    if (step == AtomicFile::Step::create || (step == AtomicFile::Step::rename && error == EISDIR))
+      return "report: cannot open '" + path + "' for writing";
+    return "report: writing '" + path + "' failed";
+  });
+  out.create();
+  out.commit(svg);
   return {path, metrics.size()};
 }
 

@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <ostream>
 
+#include "base/sha256.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "comm/mpi_communicator.hpp"
-#include "tools/sha256.hpp"
 
 namespace mgt {
 

@@ -1,4 +1,4 @@
-#include "runtime/resident_memory.hpp"
+#include "base/resident_memory.hpp"
 
 #include <malloc.h>
 #include <sys/resource.h>

@@ -1,4 +1,4 @@
-#include "runtime/host_name.hpp"
+#include "base/host_name.hpp"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "loader/plugin_keys.hpp"
+#include "runtime/plugin_keys.hpp"
 
 #include <map>
 #include <set>

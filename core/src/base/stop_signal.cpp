@@ -1,4 +1,4 @@
-#include "runtime/stop_signal.hpp"
+#include "base/stop_signal.hpp"
 
 #include <pthread.h>
 

@@ -138,7 +138,7 @@ class MGT_API Ops {
                               const float* shift, float* y, int64_t batch, int64_t channels, int64_t plane,
                               int64_t block = 1, const float* mask = nullptr, bool relu = false) = 0;
   // Whether channel_sums and channel_affine take `mask` and `relu`: batch norm then runs a ReLU
-  // after it in its own passes over memory (Layer::fuses_relu).
+  // after it in its own passes over memory (LayerHints::fuses_relu).
   virtual bool channel_ops_fuse_relu() const { return false; }
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* dst, size_t bytes) = 0;
@@ -219,7 +219,7 @@ class MGT_API Ops {
                                                    int64_t output_block = 1) = 0;
   // The channel block of the activations this backend's convolutions run fastest on: 16 or 8 on
   // a CPU whose oneDNN kernels are blocked (AVX-512, AVX2), 1 (plain NCHW) elsewhere. The executor
-  // keeps convolutional activations in it from layer to layer (Layer::blocked_activations).
+  // keeps convolutional activations in it from layer to layer (LayerHints::blocked_activations).
   virtual int64_t channel_block() const { return 1; }
 };
 

@@ -48,9 +48,11 @@ class AvgPool2dLayer final : public Layer {
     if (grad_in) conv_->backward_data(grad_out.data(), weights_, grad_in->data());
   }
 
-  bool backward_reads_output() const override { return false; }
-  // Its planned memory holds the window weights, constants set in plan().
-  bool planned_memory_is_scratch() const override { return true; }
+  void hints(const HintQuery&, LayerHints& hints) const override {
+    hints.backward_reads_output = false;
+    // Its planned memory holds the window weights, constants set in plan().
+    hints.planned_memory_is_scratch = true;
+  }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = LayerKind::avg_pool2d;

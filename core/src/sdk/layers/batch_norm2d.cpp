@@ -181,14 +181,16 @@ class BatchNorm2dLayer final : public Layer {
   }
 
   std::vector<ParamHandle> param_handles() const override { return {gamma_, beta_}; }
-  // It reads its input. (Running the ReLU after it, it reads that ReLU's output, as the ReLU would.)
-  bool backward_reads_output() const override { return false; }
-  // Its normalisation and its backward take the ReLU's mask in their own passes.
-  bool fuses_relu(const Ops& ops) const override { return ops.channel_ops_fuse_relu(); }
-  // Its statistics are summed per micro-shard, its gradients formed per micro-shard.
-  bool handles_shards() const override { return true; }
-  // Per channel, in either layout (the sums' order follows the layout).
-  BlockedActivations blocked_activations(const Shape&, int64_t) const override { return BlockedActivations::same; }
+  void hints(const HintQuery& query, LayerHints& hints) const override {
+    // It reads its input. (Running the ReLU after it, it reads that ReLU's output, as the ReLU would.)
+    hints.backward_reads_output = false;
+    // Its normalisation and its backward take the ReLU's mask in their own passes.
+    hints.fuses_relu = query.ops->channel_ops_fuse_relu();
+    // Its statistics are summed per micro-shard, its gradients formed per micro-shard.
+    hints.handles_shards = true;
+    // Per channel, in either layout (the sums' order follows the layout).
+    hints.blocked_activations = BlockedActivations::same;
+  }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = LayerKind::batch_norm2d;

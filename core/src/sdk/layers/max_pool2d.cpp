@@ -36,14 +36,14 @@ class MaxPool2dLayer final : public Layer {
                 Tensor* grad_in) override {
     if (grad_in) pool_->backward(in.data(), out.data(), grad_out.data(), grad_in->data());
   }
-  // Each plane on its own: a maximum is exact and each input element's gradient comes from its own
-  // row's windows, so any batch gives the same bits. (Run whole, too, because backward uses what
-  // forward recorded: one shard at a time, the last shard's record would be all there is.)
-  bool row_wise(const Ops&, int64_t, int64_t) const override { return true; }
-  // Channel by channel: the plan pools from either layout to either (a blocked input to an NCHW
-  // output before a Flatten: the reorder on the pooled tensor, a quarter of the input's size).
-  BlockedActivations blocked_activations(const Shape&, int64_t) const override {
-    return BlockedActivations::independent;
+  void hints(const HintQuery&, LayerHints& hints) const override {
+    // Each plane on its own: a maximum is exact and each input element's gradient comes from its own
+    // row's windows, so any batch gives the same bits. (Run whole, too, because backward uses what
+    // forward recorded: one shard at a time, the last shard's record would be all there is.)
+    hints.row_wise = true;
+    // Channel by channel: the plan pools from either layout to either (a blocked input to an NCHW
+    // output before a Flatten: the reorder on the pooled tensor, a quarter of the input's size).
+    hints.blocked_activations = BlockedActivations::independent;
   }
 
   LayerDescription describe() const override {

@@ -1,4 +1,4 @@
-#include "mgtrain/idle_core.hpp"
+#include "idle_core.hpp"
 
 #include <atomic>
 #include <boost/context/fiber.hpp>

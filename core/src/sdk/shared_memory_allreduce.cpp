@@ -13,10 +13,10 @@
 #include <cstring>
 #include <random>
 
+#include "idle_core.hpp"
 #include "kernels/cpu/cache_lines.hpp"
 #include "kernels/cpu/pointwise.hpp"
 #include "mgtrain/error.hpp"
-#include "mgtrain/idle_core.hpp"
 
 namespace mgt {
 
@@ -49,7 +49,7 @@ size_t part_of(size_t count, int local_size) {
 }
 
 // Polls of a barrier (each yields the core, about a microsecond) before it lends the core to the
-// reader (mgtrain/idle_core.hpp). Most waits at the update's two barriers end within them (half
+// reader (idle_core.hpp). Most waits at the update's two barriers end within them (half
 // within 2 us at np=2); a hand-over and back costs two context switches (9 us on a 2-core KVM
 // guest), more than a wait that short. Past them, the sooner the reader has the core the more it
 // reads there rather than at the start of a step: MLP np=2 scaling medians over 6 rounds, 0.83

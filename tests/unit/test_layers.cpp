@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -890,6 +891,28 @@ TEST(ActivationBlocks, BlockedBetweenLayersThatTakeThemNchwAtTheEnds) {
             mgt::BlockedActivations::same);
   EXPECT_FALSE(
       mgt::activation_blocks::choose({residual.get()}, mgt::host_ops(), {2, 16, 4, 4}, {{2, 16, 4, 4}}, 16, 16, 16));
+}
+
+// A layer's hints are one value the core fills with the defaults: a layer sets the fields where it
+// differs and the others keep them (a layer built against an older, shorter LayerHints writes a
+// prefix only). MGT_HINT_HAS tells a field of the struct the core passed from one it lacks.
+TEST(LayerHints, DefaultsStayWhereALayerSetsNothingAndSizeTellsTheFields) {
+  auto plain = mgt::make_conv2d("c", 3, 4, 3);
+  const mgt::LayerHints conv = mgt::layer_hints::of(*plain, mgt::host_ops(), {2, 3, 8, 8}, 1, 16);
+  EXPECT_FALSE(conv.backward_reads_output);
+  EXPECT_EQ(conv.blocked_activations, mgt::BlockedActivations::independent);
+  EXPECT_FALSE(conv.aliases_input);
+  EXPECT_FALSE(conv.runs_in_place);
+  EXPECT_FALSE(conv.row_wise);
+  EXPECT_EQ(conv.size, sizeof(mgt::LayerHints));
+  const mgt::LayerHints flatten = mgt::layer_hints::of(*mgt::make_flatten("f"), mgt::host_ops());
+  EXPECT_TRUE(flatten.aliases_input);
+  EXPECT_TRUE(flatten.backward_reads_output);  // the default, untouched
+  mgt::LayerHints older;
+  older.size = static_cast<uint32_t>(offsetof(mgt::LayerHints, fuses_relu));
+  EXPECT_TRUE(MGT_HINT_HAS(older, planned_memory_is_scratch));
+  EXPECT_FALSE(MGT_HINT_HAS(older, fuses_relu));
+  EXPECT_FALSE(MGT_HINT_HAS(older, blocked_activations));
 }
 
 // Batch norm and a residual block run the ReLU after them (LayerHints::fuses_relu) where the ReLU would

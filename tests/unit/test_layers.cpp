@@ -895,7 +895,7 @@ TEST(ActivationBlocks, BlockedBetweenLayersThatTakeThemNchwAtTheEnds) {
 
 // A layer's hints are one value the core fills with the defaults: a layer sets the fields where it
 // differs and the others keep them (a layer built against an older, shorter LayerHints writes a
-// prefix only). MGT_HINT_HAS tells a field of the struct the core passed from one it lacks.
+// prefix only). MGT_HAS_FIELD tells a field of the struct the core passed from one it lacks.
 TEST(LayerHints, DefaultsStayWhereALayerSetsNothingAndSizeTellsTheFields) {
   auto plain = mgt::make_conv2d("c", 3, 4, 3);
   const mgt::LayerHints conv = mgt::layer_hints::of(*plain, mgt::host_ops(), {2, 3, 8, 8}, 1, 16);
@@ -910,9 +910,9 @@ TEST(LayerHints, DefaultsStayWhereALayerSetsNothingAndSizeTellsTheFields) {
   EXPECT_TRUE(flatten.backward_reads_output);  // the default, untouched
   mgt::LayerHints older;
   older.size = static_cast<uint32_t>(offsetof(mgt::LayerHints, fuses_relu));
-  EXPECT_TRUE(MGT_HINT_HAS(older, planned_memory_is_scratch));
-  EXPECT_FALSE(MGT_HINT_HAS(older, fuses_relu));
-  EXPECT_FALSE(MGT_HINT_HAS(older, blocked_activations));
+  EXPECT_TRUE(MGT_HAS_FIELD(older, planned_memory_is_scratch));
+  EXPECT_FALSE(MGT_HAS_FIELD(older, fuses_relu));
+  EXPECT_FALSE(MGT_HAS_FIELD(older, blocked_activations));
 }
 
 // Batch norm and a residual block run the ReLU after them (LayerHints::fuses_relu) where the ReLU would

@@ -96,6 +96,13 @@ class MGT_API LayerPlanner {
   // 1 (plain NCHW) unless the layer said it takes blocked activations (LayerHints::blocked_activations).
   virtual int64_t input_block() const { return 1; }
   virtual int64_t output_block() const { return 1; }
+  // The two as the operations take them (Ops::make_conv, make_max_pool).
+  ActivationLayout layout() const {
+    ActivationLayout l;
+    l.input_block = input_block();
+    l.output_block = output_block();
+    return l;
+  }
   // True when the layer runs the ReLU that follows it (LayerHints::fuses_relu): forward writes the
   // ReLU's output, backward gets the gradient of that output, the output being the ReLU's.
   virtual bool fused_relu() const { return false; }
@@ -131,7 +138,7 @@ struct HintQuery {
 // back in registers, and which ones depends on its size). A layer built against an older header
 // writes a prefix of a newer core's struct, whose later fields keep the defaults the core put
 // there; `size` (the core's sizeof) lets a layer built against a newer header check
-// MGT_HINT_HAS(hints, field) before writing a field an older core may lack. Set fields one by one:
+// MGT_HAS_FIELD(hints, field) before writing a field an older core may lack. Set fields one by one:
 // assigning a whole LayerHints would write the layer's sizeof of it.
 struct LayerHints {
   uint32_t size = sizeof(LayerHints);
@@ -181,9 +188,6 @@ struct LayerHints {
   // output stay NCHW.
   BlockedActivations blocked_activations = BlockedActivations::none;
 };
-
-// Whether the struct `s` (a LayerHints or HintQuery) the core passed has `field`.
-#define MGT_HINT_HAS(s, field) ((s).size >= offsetof(std::remove_cvref_t<decltype(s)>, field) + sizeof((s).field))
 
 // What forward and backward run with: the executor's operations, its parameters and gradients
 // (the flat buffers on its device, laid out as the store the layer declared into) and the step.

@@ -45,8 +45,7 @@ class Conv2dLayer final : public Layer {
 
   void plan(LayerPlanner& planner, const Shape& input) override {
     output_shape(input);
-    conv_ = planner.ops().make_conv(with_input(input), input[0], planner.bf16(), planner.input_block(),
-                                    planner.output_block());
+    conv_ = planner.ops().make_conv(with_input(input), input[0], planner.bf16(), planner.layout());
     planned_ = input;
   }
 

@@ -21,8 +21,7 @@ class MaxPool2dLayer final : public Layer {
 
   void plan(LayerPlanner& planner, const Shape& input) override {
     output_shape(input);
-    pool_ = planner.ops().make_max_pool(input[0], input[1], input[2], input[3], kernel_, stride_, planner.input_block(),
-                                        planner.output_block());
+    pool_ = planner.ops().make_max_pool(input[0], input[1], input[2], input[3], kernel_, stride_, planner.layout());
     planned_ = input;
   }
 

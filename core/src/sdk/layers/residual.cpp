@@ -215,10 +215,16 @@ class ResidualLayer final : public Layer {
     if (branch_.writes_block_output) branch_.acts.back().rebind(out.data());
     const Tensor& b = branch_.forward(run, in);
     const Tensor& s = shortcut_.forward(run, in);
-    if (fused_relu_)
-      run.ops.channel_affine(b.data(), one_, s.data(), one_, nullptr, out.data(), 1, 1, out.numel(), 1, nullptr, true);
-    else
+    if (fused_relu_) {
+      ChannelTensors one_channel;
+      one_channel.batch = 1;
+      one_channel.channels = 1;
+      one_channel.plane = out.numel();
+      one_channel.relu = true;
+      run.ops.channel_affine(b.data(), one_, s.data(), one_, nullptr, out.data(), one_channel);
+    } else {
       run.ops.binary(BinaryOp::add, b.data(), s.data(), out.data(), out.numel());
+    }
   }
 
   void backward(const LayerRun& run, const Tensor& in, const Tensor& out, const Tensor& grad_out,

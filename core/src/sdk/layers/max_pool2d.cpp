@@ -1,23 +1,15 @@
 // MaxPool2d: max over k x k windows (no padding), through the ops' pooling plan.
 #include <string>
 
-#include "layer_checks.hpp"
-#include "mgtrain/layers.hpp"
+#include "pool2d.hpp"
 
 namespace mgt {
 namespace {
 
-class MaxPool2dLayer final : public Layer {
+class MaxPool2dLayer final : public layers::Pool2dLayer {
  public:
   MaxPool2dLayer(const std::string& name, int64_t kernel, int64_t stride)
-      : Layer(name), kernel_(kernel), stride_(stride) {
-    layers::check_positive(name, "kernel", kernel);
-    layers::check_positive(name, "stride", stride);
-  }
-
-  Shape output_shape(const Shape& input) const override {
-    return layers::pool_output_shape(name(), input, kernel_, stride_);
-  }
+      : Pool2dLayer(name, LayerKind::max_pool2d, kernel, stride) {}
 
   void plan(LayerPlanner& planner, const Shape& input) override {
     output_shape(input);
@@ -45,16 +37,7 @@ class MaxPool2dLayer final : public Layer {
     hints.blocked_activations = BlockedActivations::independent;
   }
 
-  LayerDescription describe() const override {
-    LayerDescription d;
-    d.kind = LayerKind::max_pool2d;
-    d.ints = {{"kernel", kernel_}, {"stride", stride_}};
-    return d;
-  }
-
  private:
-  int64_t kernel_, stride_;
-  Shape planned_;
   std::unique_ptr<MaxPoolOp> pool_;
 };
 

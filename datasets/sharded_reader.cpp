@@ -22,10 +22,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/idle_core.hpp"
 #include "datasets/crc32.hpp"
 #include "datasets/hdf5_util.hpp"
 #include "datasets/mapped_copy.hpp"
-#include "mgtrain/idle_core.hpp"
 #include "mgtrain/rng.hpp"
 
 namespace mgt::data {
@@ -221,7 +221,7 @@ struct ShardedReader::Impl {
   void run_from_start() { run(start_epoch, start_batch); }
 
   // Sharing the step's core, this is a fiber that reads only while the step waits
-  // (mgtrain/idle_core.hpp); otherwise a thread of its own.
+  // (core/src/base/idle_core.hpp); otherwise a thread of its own.
   void run(int64_t epoch, int64_t batch) {
     for (int64_t k = 0;; ++k) {
       {

@@ -79,7 +79,7 @@ struct ReaderOptions {
   // host memory, from which copies to the device run asynchronously, on their own stream.
   std::function<void*(size_t bytes)> allocate_slot;
   std::function<void(void*)> release_slot;
-  // The prefetch thread shares the caller's one core (mgtrain/idle_core.hpp): it reads only while
+  // The prefetch thread shares the caller's one core (core/src/base/idle_core.hpp): it reads only while
   // the caller waits, for its batch in next() or for other ranks. At most one reader of a process
   // does at a time; with another already sharing, this one reads as without.
   bool share_core = false;

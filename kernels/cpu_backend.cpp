@@ -235,14 +235,14 @@ class CpuBackend final : public Backend {
   void affine(const float* x, float* y, int64_t n, float scale, float shift) override {
     kernels::affine(x, y, n, scale, shift);
   }
-  void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels, int64_t plane,
-                    float* sum_a, float* sum_ab, int64_t block, const float* mask) override {
-    kernels::channel_sums(a, b, center, batch, channels, plane, sum_a, sum_ab, block, mask);
+  void channel_sums(const float* a, const float* b, const float* center, const ChannelTensors& t, float* sum_a,
+                    float* sum_ab) override {
+    kernels::channel_sums(a, b, center, t.batch, t.channels, t.plane, sum_a, sum_ab, t.block, t.relu_mask);
   }
   void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b, const float* shift,
-                      float* y, int64_t batch, int64_t channels, int64_t plane, int64_t block, const float* mask,
-                      bool relu) override {
-    kernels::channel_affine(a, scale_a, b, scale_b, shift, y, batch, channels, plane, block, mask, relu);
+                      float* y, const ChannelTensors& t) override {
+    kernels::channel_affine(a, scale_a, b, scale_b, shift, y, t.batch, t.channels, t.plane, t.block, t.relu_mask,
+                            t.relu);
   }
   bool channel_ops_fuse_relu() const override { return true; }
   void uniform(float* y, size_t n, uint64_t key, uint64_t first_index) override {
@@ -289,8 +289,9 @@ class CpuBackend final : public Backend {
   bool gemm_rows_independent(int64_t shard_rows, int64_t shards, int64_t n, int64_t k) const override {
     return sgemm_rows_independent(shard_rows, shards, n, k);
   }
-  std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch, bool bf16, int64_t input_block,
-                                    int64_t output_block) override {
+  std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch, bool bf16,
+                                    const ActivationLayout& layout) override {
+    const int64_t input_block = layout.input_block, output_block = layout.output_block;
     if (bf16) {
       MGT_CHECK(input_block == 1 && output_block == 1, Error, "a bf16 convolution takes NCHW activations only");
       return std::make_unique<CpuConvBf16>(shape, batch);
@@ -298,8 +299,8 @@ class CpuBackend final : public Backend {
     return std::make_unique<CpuConv>(shape, batch, input_block, output_block);
   }
   std::unique_ptr<MaxPoolOp> make_max_pool(int64_t batch, int64_t channels, int64_t height, int64_t width,
-                                           int64_t kernel, int64_t stride, int64_t input_block,
-                                           int64_t output_block) override {
+                                           int64_t kernel, int64_t stride, const ActivationLayout& layout) override {
+    const int64_t input_block = layout.input_block, output_block = layout.output_block;
     const int64_t block = std::max(input_block, output_block);
     MGT_CHECK(channels % block == 0 && (input_block == 1 || input_block == block) &&
                   (output_block == 1 || output_block == block),

@@ -24,8 +24,9 @@ const mgt::ConfigKey kSignSgdKeys[] = {
      "decoupled weight decay: p -= lr * weight_decay * p"},
 };
 
-// The update of one element, written once (mgtrain/update_rule.hpp): step() below runs it on the
-// host, and mgtrain compiles the same text for a GPU, so this optimizer trains on every device.
+// The update of one element, written once (mgtrain/update_rule.hpp): mgt::Optimizer's step() runs
+// it on the host, and mgtrain compiles the same text for a GPU, so this optimizer trains on every
+// device without a step() of its own.
 // In the body only float arithmetic and C math functions: both compilers see it.
 // One statement per line, as the updates read.
 // clang-format off
@@ -52,22 +53,10 @@ class SignSgd final : public mgt::Optimizer {
   }
 
   void setup(size_t size) override {
-    size_ = size;
     if (momentum_ > 0.0) momentum_buf_.assign(size, 0.0f);
   }
 
-  void step(float* params, const float* grads, size_t size) override {
-    MGT_CHECK(size == size_, mgt::Error,
-              "signsgd: step over " + std::to_string(size) + " floats, set up for " + std::to_string(size_));
-    ++step_count_;  // saved in checkpoints and restored on resume
-    float* state[] = {momentum_buf_.data()};
-    if (momentum_ == 0.0)
-      mgt::run_element_update<SignSgdPlain>(params, grads, state, scalars(lr_, step_count_), size, decay_mask());
-    else
-      mgt::run_element_update<Signum>(params, grads, state, scalars(lr_, step_count_), size, decay_mask());
-  }
-
-  // The same update for mgtrain's executors (the GPU path), with the scalars of update number t.
+  // The update for every path (the host's step(), the GPU's), with the scalars of update number t.
   std::unique_ptr<mgt::ElementwiseUpdate> element_update() const override {
     const auto at = [momentum = momentum_, wd = weight_decay_](double lr, int64_t t) {
       return scalars_of(lr, momentum, wd, t);
@@ -91,12 +80,10 @@ class SignSgd final : public mgt::Optimizer {
     return {static_cast<float>(lr), static_cast<float>(lr * weight_decay),
             update == 1 ? 0.0f : static_cast<float>(momentum)};
   }
-  SignSgdScalars scalars(double lr, int64_t update) const { return scalars_of(lr, momentum_, weight_decay_, update); }
 
   double lr_;
   double momentum_;
   double weight_decay_;
-  size_t size_ = 0;
   std::vector<float> momentum_buf_;
 };
 

@@ -40,8 +40,9 @@ class SwishLayer final : public mgt::Layer {
     ops.binary(mgt::BinaryOp::multiply, grad_out.data(), slope_, grad_in->data(), n);
   }
 
-  // Each element on its own: deterministic micro-shards may share one pass.
-  bool row_wise(const mgt::Ops&, int64_t, int64_t) const override { return true; }
+  // The executor's hints (mgt::LayerHints): set the fields where this layer differs from the
+  // defaults. Each element on its own: deterministic micro-shards may share one pass.
+  void hints(const mgt::HintQuery&, mgt::LayerHints& hints) const override { hints.row_wise = true; }
 
   // For `mgtrain export`: two ONNX operators, x * Sigmoid(x).
   mgt::LayerDescription describe() const override {

@@ -377,18 +377,17 @@ class CudaBackend final : public kernels::Backend {
     cuda::binary(op, a, b, y, n, compute_);
   }
   // The GPU's activations are NCHW (channel_block() is 1): a block of 1 is all it is asked for.
-  void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels, int64_t plane,
-                    float* sum_a, float* sum_ab, int64_t block, const float* mask) override {
-    nchw_only(block, "channel_sums");
-    unfused(mask == nullptr, "channel_sums");
-    cuda::channel_sum_products(a, b, center, batch, channels, plane, sum_a, sum_ab, compute_);
+  void channel_sums(const float* a, const float* b, const float* center, const ChannelTensors& t, float* sum_a,
+                    float* sum_ab) override {
+    nchw_only(t.block, "channel_sums");
+    unfused(t.relu_mask == nullptr, "channel_sums");
+    cuda::channel_sum_products(a, b, center, t.batch, t.channels, t.plane, sum_a, sum_ab, compute_);
   }
   void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b, const float* shift,
-                      float* y, int64_t batch, int64_t channels, int64_t plane, int64_t block, const float* mask,
-                      bool relu) override {
-    nchw_only(block, "channel_affine");
-    unfused(mask == nullptr && !relu, "channel_affine");
-    cuda::channel_affine(a, scale_a, b, scale_b, shift, y, batch, channels, plane, compute_);
+                      float* y, const ChannelTensors& t) override {
+    nchw_only(t.block, "channel_affine");
+    unfused(t.relu_mask == nullptr && !t.relu, "channel_affine");
+    cuda::channel_affine(a, scale_a, b, scale_b, shift, y, t.batch, t.channels, t.plane, compute_);
   }
   void affine(const float* x, float* y, int64_t n, float scale, float shift) override {
     cuda::affine(x, y, n, scale, shift, compute_);
@@ -409,15 +408,15 @@ class CudaBackend final : public kernels::Backend {
                   "; this backend's are NCHW");
   }
   std::unique_ptr<kernels::ConvOp> make_conv(const kernels::Conv2dShape& shape, int64_t batch, bool bf16,
-                                             int64_t input_block, int64_t output_block) override {
-    nchw_only(input_block * output_block, "make_conv");
+                                             const ActivationLayout& layout) override {
+    nchw_only(layout.input_block * layout.output_block, "make_conv");
     if (bf16) return std::make_unique<CudaConvBf16>(*cudnn_, shape, batch);
     return std::make_unique<CudaConv>(*cudnn_, shape, batch);
   }
   std::unique_ptr<kernels::MaxPoolOp> make_max_pool(int64_t batch, int64_t channels, int64_t height, int64_t width,
-                                                    int64_t kernel, int64_t stride, int64_t input_block,
-                                                    int64_t output_block) override {
-    nchw_only(input_block * output_block, "make_max_pool");
+                                                    int64_t kernel, int64_t stride,
+                                                    const ActivationLayout& layout) override {
+    nchw_only(layout.input_block * layout.output_block, "make_max_pool");
     return std::make_unique<CudaMaxPool>(*cudnn_, batch, channels, height, width, kernel, stride);
   }
   void softmax_xent(const float* logits, const int32_t* labels, float* grad, double* row_loss, int64_t rows,

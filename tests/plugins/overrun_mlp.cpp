@@ -22,7 +22,7 @@ class OverrunLayer final : public mgt::Layer {
                 mgt::Tensor* grad_in) override {
     if (grad_in) run.ops.copy(grad_in->data(), grad_out.data(), static_cast<size_t>(grad_out.numel()) * sizeof(float));
   }
-  bool row_wise(const mgt::Ops&, int64_t, int64_t) const override { return true; }
+  void hints(const mgt::HintQuery&, mgt::LayerHints& hints) const override { hints.row_wise = true; }
 
  private:
   int64_t overrun_;

@@ -69,7 +69,7 @@ class ResidualMlp final : public mgt::Model {
   void plan(int64_t rows) {
     if (rows == rows_) return;
     rows_ = rows;
-    planner_ = std::make_unique<mgt::HostLayerPlanner>();
+    planner_ = mgt::make_host_layer_planner();
     x_ = mgt::Tensor::view(nullptr, {rows, inputs_});
     for (auto* t : {&h1_, &a1_, &h2_, &a2_, &sum_, &d_sum_, &d_h2_, &d_a1_, &d_h1_}) t->resize({rows, hidden_});
     logits_.resize({rows, classes_});
@@ -80,7 +80,7 @@ class ResidualMlp final : public mgt::Model {
   int64_t inputs_, hidden_, classes_;
   std::unique_ptr<mgt::Layer> fc1_, relu1_, fc2_, relu2_, fc3_;
   mgt::ParameterStore* store_ = nullptr;
-  std::unique_ptr<mgt::HostLayerPlanner> planner_;
+  std::unique_ptr<mgt::LayerPlanner> planner_;
   int64_t rows_ = 0;
   mgt::Tensor x_, h1_, a1_, h2_, a2_, sum_, logits_, d_sum_, d_h2_, d_a1_, d_h1_;
 };

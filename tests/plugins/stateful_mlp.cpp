@@ -1,5 +1,5 @@
 // A model with a layer of its own that keeps data from forward for its backward in its planned
-// memory and, by `model.row_wise`, declares row_wise() or leaves the default, as a plugin author
+// memory and, by `model.row_wise`, sets the row_wise hint or leaves the default, as a plugin author
 // may forget to. Softsign, y = x / (1 + |x|), keeps d = 1 / (1 + |x|); dx = dy d^2. In
 // deterministic mode a layer that is not row-wise runs one micro-shard at a time, and its backward
 // must see each shard's d, not the last shard's: both forms must train to the same bits
@@ -31,7 +31,7 @@ class SoftsignLayer final : public mgt::Layer {
     if (!grad_in) return;
     for (int64_t i = 0; i < grad_out.numel(); ++i) grad_in->data()[i] = grad_out.data()[i] * kept_[i] * kept_[i];
   }
-  bool row_wise(const mgt::Ops&, int64_t, int64_t) const override { return row_wise_; }
+  void hints(const mgt::HintQuery&, mgt::LayerHints& hints) const override { hints.row_wise = row_wise_; }
 
  private:
   bool row_wise_;

@@ -1317,7 +1317,7 @@ TEST(DataReader, InMemoryGivesTheSameBatches) {
   }
 }
 
-// A reader sharing the caller's core (mgtrain/idle_core.hpp) reads only while the caller waits:
+// A reader sharing the caller's core (core/src/base/idle_core.hpp) reads only while the caller waits:
 // after a batch is handed out its thread reads no further on its own, where a free-running reader
 // fills the whole ring. The batches are the same, across a restart, and it stops cleanly while its
 // thread waits for the core.

@@ -1,4 +1,4 @@
-// The core shared between a step and its worker (mgtrain/idle_core.hpp): the worker, a fiber on
+// The core shared between a step and its worker (core/src/base/idle_core.hpp): the worker, a fiber on
 // the step's thread, works only while the core is lent, gives it back when the lender's wait is
 // over or it has no work, starts again when woken, and is run to its end when stopped; one owner
 // at a time, and only the thread that started the worker lends to it.
@@ -8,7 +8,7 @@
 #include <chrono>
 #include <thread>
 
-#include "mgtrain/idle_core.hpp"
+#include "base/idle_core.hpp"
 
 namespace {
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -21,6 +22,7 @@
 #include "mgtrain/parameters.hpp"
 #include "mgtrain/tensor.hpp"
 #include "sdk/activation_blocks.hpp"
+#include "sdk/layer_hints.hpp"
 
 namespace {
 
@@ -56,10 +58,10 @@ Tensor well_separated_tensor(const Shape& shape, unsigned seed) {
 }
 
 // Layers driven by hand on the host, as a model plugin of its own would drive them: planned
-// (HostLayerPlanner) before each forward, run with host_ops(); a layer that aliases its input
+// (make_host_layer_planner) before each forward, run with host_ops(); a layer that aliases its input
 // (Flatten) is a copy here, where the executor would share the memory.
-std::map<const Layer*, std::unique_ptr<mgt::HostLayerPlanner>>& plans() {
-  static std::map<const Layer*, std::unique_ptr<mgt::HostLayerPlanner>> by_layer;
+std::map<const Layer*, std::unique_ptr<mgt::LayerPlanner>>& plans() {
+  static std::map<const Layer*, std::unique_ptr<mgt::LayerPlanner>> by_layer;
   return by_layer;
 }
 
@@ -70,9 +72,9 @@ ParameterStore& no_params() {
 
 void run_forward(Layer& layer, ParameterStore& store, const Tensor& x, Tensor& y, const StepContext& ctx) {
   auto& planner = plans()[&layer];
-  planner = std::make_unique<mgt::HostLayerPlanner>();
+  planner = mgt::make_host_layer_planner();
   layer.plan(*planner, x.shape());
-  if (layer.aliases_input()) {
+  if (mgt::layer_hints::of(layer, mgt::host_ops()).aliases_input) {
     std::copy(x.data(), x.data() + x.numel(), y.data());
     return;
   }
@@ -81,7 +83,7 @@ void run_forward(Layer& layer, ParameterStore& store, const Tensor& x, Tensor& y
 
 void run_backward(Layer& layer, ParameterStore& store, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
                   const StepContext& ctx) {
-  if (layer.aliases_input()) {
+  if (mgt::layer_hints::of(layer, mgt::host_ops()).aliases_input) {
     if (dx) std::copy(dy.data(), dy.data() + dy.numel(), dx->data());
     return;
   }
@@ -452,18 +454,18 @@ TEST(ResidualLayer, BranchEndingInReluKeepsItsOutputAndTheBlocksGradient) {
   check_gradients(h, x, training_ctx());
 }
 
-// Plans in host memory, as HostLayerPlanner does, and counts the bytes.
+// Plans in host memory (make_host_layer_planner) and counts the bytes.
 class CountingPlanner final : public mgt::LayerPlanner {
  public:
-  mgt::Ops& ops() override { return host_.ops(); }
+  mgt::Ops& ops() override { return host_->ops(); }
   void* allocate(size_t bytes) override {
     total += bytes;
-    return host_.allocate(bytes);
+    return host_->allocate(bytes);
   }
   size_t total = 0;
 
  private:
-  mgt::HostLayerPlanner host_;
+  std::unique_ptr<mgt::LayerPlanner> host_ = mgt::make_host_layer_planner();
 };
 
 std::vector<std::unique_ptr<Layer>> basic_branch(const std::string& name, int64_t in, int64_t out, int64_t stride) {
@@ -861,7 +863,7 @@ TEST(ActivationBlocks, BlockedBetweenLayersThatTakeThemNchwAtTheEnds) {
   }
   // conv1's output is blocked through bn1 and relu1, pool1 writes NCHW for the dropout; from
   // conv2's output the blocks and their ReLUs are blocked up to the pooling, whose [B, C] is NCHW.
-  const auto blocks = mgt::activation_blocks::choose(layers, input, shapes, 16, 1, 1);
+  const auto blocks = mgt::activation_blocks::choose(layers, mgt::host_ops(), input, shapes, 16, 1, 1);
   ASSERT_TRUE(blocks.has_value());
   EXPECT_EQ(*blocks, (std::vector<int64_t>{16, 16, 16, 1, 1, 16, 16, 16, 16, 16, 1, 1}));
   for (int k = 0; k < 2; ++k) {
@@ -869,24 +871,51 @@ TEST(ActivationBlocks, BlockedBetweenLayersThatTakeThemNchwAtTheEnds) {
     layers.erase(layers.begin() + 4);
     shapes.erase(shapes.begin() + 4);
   }
-  EXPECT_EQ(*mgt::activation_blocks::choose(layers, input, shapes, 16, 1, 1),
+  EXPECT_EQ(*mgt::activation_blocks::choose(layers, mgt::host_ops(), input, shapes, 16, 1, 1),
             (std::vector<int64_t>{16, 16, 16, 16, 16, 16, 16, 16, 1, 1}));
   // Block 1 (a GPU, or MGTRAIN_CPU_BLOCKED_ACTIVATIONS=0): all NCHW. A block that does not divide
   // conv1's 16 channels: those stay NCHW, the 32 of the second stage too since its input cannot.
-  EXPECT_EQ(*mgt::activation_blocks::choose(layers, input, shapes, 1, 1, 1), std::vector<int64_t>(10, 1));
-  EXPECT_EQ(*mgt::activation_blocks::choose(layers, input, shapes, 32, 1, 1), std::vector<int64_t>(10, 1));
+  EXPECT_EQ(*mgt::activation_blocks::choose(layers, mgt::host_ops(), input, shapes, 1, 1, 1),
+            std::vector<int64_t>(10, 1));
+  EXPECT_EQ(*mgt::activation_blocks::choose(layers, mgt::host_ops(), input, shapes, 32, 1, 1),
+            std::vector<int64_t>(10, 1));
   // A residual block whose branch ends in a layer that takes NCHW only cannot keep its input's
   // block; one that must (both ends fixed blocked) is refused.
   std::vector<std::unique_ptr<Layer>> branch;
   branch.push_back(mgt::make_conv2d("r.conv1", 16, 16, 3, 1, 1));
   branch.push_back(mgt::make_dropout("r.drop", 0.1f));
   auto residual = mgt::make_residual("r", std::move(branch));
-  EXPECT_EQ(residual->blocked_activations({2, 16, 4, 4}, 16), mgt::BlockedActivations::none);
-  EXPECT_EQ(owned[4]->blocked_activations({2, 16, 4, 4}, 16), mgt::BlockedActivations::same);
-  EXPECT_FALSE(mgt::activation_blocks::choose({residual.get()}, {2, 16, 4, 4}, {{2, 16, 4, 4}}, 16, 16, 16));
+  EXPECT_EQ(mgt::layer_hints::of(*residual, mgt::host_ops(), {2, 16, 4, 4}, 1, 16).blocked_activations,
+            mgt::BlockedActivations::none);
+  EXPECT_EQ(mgt::layer_hints::of(*owned[4], mgt::host_ops(), {2, 16, 4, 4}, 1, 16).blocked_activations,
+            mgt::BlockedActivations::same);
+  EXPECT_FALSE(
+      mgt::activation_blocks::choose({residual.get()}, mgt::host_ops(), {2, 16, 4, 4}, {{2, 16, 4, 4}}, 16, 16, 16));
 }
 
-// Batch norm and a residual block run the ReLU after them (Layer::fuses_relu) where the ReLU would
+// A layer's hints are one value the core fills with the defaults: a layer sets the fields where it
+// differs and the others keep them (a layer built against an older, shorter LayerHints writes a
+// prefix only). MGT_HAS_FIELD tells a field of the struct the core passed from one it lacks.
+TEST(LayerHints, DefaultsStayWhereALayerSetsNothingAndSizeTellsTheFields) {
+  auto plain = mgt::make_conv2d("c", 3, 4, 3);
+  const mgt::LayerHints conv = mgt::layer_hints::of(*plain, mgt::host_ops(), {2, 3, 8, 8}, 1, 16);
+  EXPECT_FALSE(conv.backward_reads_output);
+  EXPECT_EQ(conv.blocked_activations, mgt::BlockedActivations::independent);
+  EXPECT_FALSE(conv.aliases_input);
+  EXPECT_FALSE(conv.runs_in_place);
+  EXPECT_FALSE(conv.row_wise);
+  EXPECT_EQ(conv.size, sizeof(mgt::LayerHints));
+  const mgt::LayerHints flatten = mgt::layer_hints::of(*mgt::make_flatten("f"), mgt::host_ops());
+  EXPECT_TRUE(flatten.aliases_input);
+  EXPECT_TRUE(flatten.backward_reads_output);  // the default, untouched
+  mgt::LayerHints older;
+  older.size = static_cast<uint32_t>(offsetof(mgt::LayerHints, fuses_relu));
+  EXPECT_TRUE(MGT_HAS_FIELD(older, planned_memory_is_scratch));
+  EXPECT_FALSE(MGT_HAS_FIELD(older, fuses_relu));
+  EXPECT_FALSE(MGT_HAS_FIELD(older, blocked_activations));
+}
+
+// Batch norm and a residual block run the ReLU after them (LayerHints::fuses_relu) where the ReLU would
 // run in place: in the executor and in a residual branch, but not the branch's last ReLU. Five
 // channels stay NCHW in any channel block, so only the fusion differs from the layers by hand:
 // the same bits.

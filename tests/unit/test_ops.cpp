@@ -66,8 +66,8 @@ TEST(Ops, ALayerRunOnAnotherShapeThanPlannedIsRefused) {
   mgt::ParameterStore store;
   layer->declare(store);
   store.finalize();
-  mgt::HostLayerPlanner planner;
-  layer->plan(planner, {2, 4});
+  const auto planner = mgt::make_host_layer_planner();
+  layer->plan(*planner, {2, 4});
   mgt::Tensor x({5, 4}), y({5, 3});
   mgt::StepContext ctx;
   try {
@@ -76,7 +76,7 @@ TEST(Ops, ALayerRunOnAnotherShapeThanPlannedIsRefused) {
   } catch (const mgt::Error& e) {
     EXPECT_NE(std::string(e.what()).find("planned for input [2, 4] but runs on [5, 4]"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(layer->plan(planner, {2, 5}), mgt::ConfigError);  // the wrong width, named at plan time
+  EXPECT_THROW(layer->plan(*planner, {2, 5}), mgt::ConfigError);  // the wrong width, named at plan time
 }
 
 // A layer of one's own that declares a parameter but leaves it out of param_handles() would train

@@ -240,9 +240,9 @@ TEST(OptimizerAdam, SgdKeysAreNotAdamKeys) {
 }
 
 // The element update a plugin states once (Optimizer::element_update), run by the CPU backend as
-// the compiled step runs it, against the plugin's own step(): the same bits, the same state, and a
-// set skip flag changes nothing. With a decay mask (optimizer.weight_decay_on = matrices) as
-// without: both sides read it.
+// the compiled step runs it, against the host's step() (the SDK's, from the same rule): the same
+// bits, the same state, and a set skip flag changes nothing. With a decay mask
+// (optimizer.weight_decay_on = matrices) as without: both sides read it.
 TEST(OptimizerElementUpdate, CpuBackendRunsThePluginsUpdateBitForBit) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"sgd", "[optimizer]\nlr = 0.1\n"},
@@ -354,6 +354,53 @@ TEST(OptimizerElementUpdate, SharedParametersUpdateHasTheBitsOfThePlainOne) {
     EXPECT_EQ(std::vector<float>(q_storage.begin(), q_storage.begin() + kOffset), std::vector<float>(kOffset, 0.0f))
         << ini << ": the update wrote before its first parameter";
   }
+}
+
+// The SDK's step() runs the element update: an optimizer that gives neither it nor a step() of its
+// own, or whose state buffers are not the update's, is refused by name on its first step.
+class NoUpdate final : public mgt::Optimizer {
+ public:
+  explicit NoUpdate(int states) : states_(states) {}
+  void setup(size_t size) override { state_.assign(size, 0.0f); }
+  double learning_rate() const override { return 0.1; }
+  void set_learning_rate(double) override {}
+  std::vector<mgt::OptimizerStateBuffer> state_buffers() override {
+    if (states_ == 0) return {};
+    return {{"momentum", state_.data()}};
+  }
+  std::unique_ptr<mgt::ElementwiseUpdate> element_update() const override {
+    if (states_ < 0) return nullptr;
+    return make("sgd", "[optimizer]\nlr = 0.1\nmomentum = 0.9\n")->element_update();
+  }
+
+ private:
+  int states_;
+  std::vector<float> state_;
+};
+
+TEST(OptimizerDefaultStep, NeedsAnElementUpdateWithTheSameStateBuffers) {
+  std::vector<float> p = kP0;
+  NoUpdate none(-1), mismatched(0), fine(1);
+  for (mgt::Optimizer* o : {static_cast<mgt::Optimizer*>(&none), static_cast<mgt::Optimizer*>(&mismatched),
+                            static_cast<mgt::Optimizer*>(&fine)})
+    o->setup(p.size());
+  try {
+    none.step(p.data(), kGrads[0].data(), p.size());
+    ADD_FAILURE() << "no error";
+  } catch (const mgt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("neither step() nor element_update()"), std::string::npos) << e.what();
+  }
+  try {
+    mismatched.step(p.data(), kGrads[0].data(), p.size());
+    ADD_FAILURE() << "no error";
+  } catch (const mgt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("reads 1 state buffers, state_buffers() lists 0"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(p, kP0) << "a refused step changed the parameters";
+  fine.step(p.data(), kGrads[0].data(), p.size());
+  EXPECT_EQ(fine.step_count(), 1);
+  expect_near(p, {0.95, -2.1, 0.6}, "step 1");  // the first momentum step is the plain one
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 // gradients of layers that are not row-wise (run one shard at a time on slices of the pass, or
 // batch norm's, formed per shard) come per shard in buffers of the reducer's (shard_gradients).
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "mgtrain/communicator.hpp"
@@ -28,21 +29,24 @@
 
 namespace mgt {
 
-class MGT_API DeterministicReducer final : public WeightGradientSink {
+class DeterministicReducerImpl;
+
+// An opaque handle: the tree and its buffers live in the core (it registers its own sink with the
+// store), so that how the sum is formed can change without changing this class's layout.
+class MGT_API DeterministicReducer {
  public:
+  DeterministicReducer();
+  ~DeterministicReducer();
+  DeterministicReducer(const DeterministicReducer&) = delete;
+  DeterministicReducer& operator=(const DeterministicReducer&) = delete;
+
   // sync.micro_shards over the ranks: the shards each rank computes. Throws ConfigError naming
   // the key unless the micro-shards are a multiple of the ranks.
   static int64_t shards_per_rank(int64_t micro_shards, const Communicator& comm);
   // Throws ConfigError unless the world size and shards_per_rank are powers of two. Registers
-  // itself as the store's weight-gradient sink.
+  // the store's weight-gradient sink: linear layers' factors (add_linear) and a pass's per-shard
+  // gradients (shard_gradients) go to the reducer.
   void setup(Communicator& comm, ParameterStore& store, int64_t shards_per_rank);
-  // From a linear layer's backward (through the store): keeps the factors of its weight's and
-  // bias's gradients for the `shards` shards starting at the current one.
-  void add_linear(ParamHandle weight, ParamHandle bias, const float* dy, const float* x, int64_t rows, int64_t out,
-                  int64_t in, int64_t shards) override;
-  // A pass of several shards writes their other gradients here (one buffer per shard of the rank,
-  // made on first use); add_shard then takes shard k's from its buffer instead of the store's.
-  Tensor& shard_gradients(int64_t shard) override;
   // After the backward of one of this rank's shards (in order): moves the store's gradient into
   // the tree and zeroes it for the next shard.
   void add_shard();
@@ -50,36 +54,7 @@ class MGT_API DeterministicReducer final : public WeightGradientSink {
   void finish();
 
  private:
-  // A linear layer whose gradients are kept as factors: each shard's dy [rows, out] and x [rows, in].
-  struct Deferred {
-    ParamHandle weight, bias;
-    int64_t rows, out, in;         // rows per shard
-    std::vector<float> dy, x;      // copies, shards_per_rank_ blocks each (only dy when one call brought all shards)
-    const float* dy_in = nullptr;  // this step's factors: the copies, or the layer's own input x
-    const float* x_in = nullptr;   // when one call brought all shards
-  };
-
-  void sum_group();
-  void add_ranges(float* dst, const float* src) const;
-  void compute_deferred(const Deferred& d, float* flat);
-
-  Communicator* comm_ = nullptr;
-  ParameterStore* store_ = nullptr;
-  int64_t shards_per_rank_ = 1;
-  int64_t shard_in_step_ = 0;          // shards of this step added so far
-  bool batched_step_ = false;          // this step's shards went through the model together
-  std::vector<Tensor> shard_buffers_;  // shard_gradients(): one flat gradient per shard of the rank
-  bool shard_buffers_used_ = false;    // this step's gradients are in them
-  std::vector<Deferred> deferred_;
-  // The parts of the flat gradient summed as buffers: all but the deferred weights. Settled at
-  // the first shard's add_shard, when every deferring layer has called.
-  std::vector<std::pair<size_t, size_t>> merge_ranges_;  // [begin, end)
-  bool ranges_settled_ = false;
-  std::vector<Tensor> group_;  // the shards of the current group, summed when it is full
-  size_t group_filled_ = 0;
-  std::vector<Tensor> levels_;  // levels_[l]: a pending subtree of 2^l groups
-  std::vector<bool> occupied_;
-  Tensor incoming_;
+  std::unique_ptr<DeterministicReducerImpl> impl_;
 };
 
 }  // namespace mgt

@@ -3,10 +3,12 @@
 // layer has forward and backward over a batch (first dimension), written over mgtrain/ops.hpp;
 // backward *adds* its parameter gradients into the gradient buffer (so several micro-batches can
 // accumulate) and writes the input gradient when one is asked for.
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "mgtrain/export.hpp"
@@ -87,14 +89,21 @@ class MGT_API LayerPlanner {
   // GEMMs and convolutions on bfloat16 operands with FP32 accumulation (gpu.precision = bf16).
   virtual bool bf16() const { return false; }
   // The passes run with this many deterministic micro-shards (StepContext::shards). A layer that
-  // handles_shards() is planned for all of their rows; any other for one shard's rows when it is
-  // not row_wise (the executor then runs it one shard at a time).
+  // handles_shards (LayerHints) is planned for all of their rows; any other for one shard's rows
+  // when it is not row_wise (the executor then runs it one shard at a time).
   virtual int64_t shards() const { return 1; }
   // The channel blocks (mgtrain/ops.hpp) of the layer's input and output, and of their gradients:
-  // 1 (plain NCHW) unless the layer said it takes blocked activations (Layer::blocked_activations).
+  // 1 (plain NCHW) unless the layer said it takes blocked activations (LayerHints::blocked_activations).
   virtual int64_t input_block() const { return 1; }
   virtual int64_t output_block() const { return 1; }
-  // True when the layer runs the ReLU that follows it (Layer::fuses_relu): forward writes the
+  // The two as the operations take them (Ops::make_conv, make_max_pool).
+  ActivationLayout layout() const {
+    ActivationLayout l;
+    l.input_block = input_block();
+    l.output_block = output_block();
+    return l;
+  }
+  // True when the layer runs the ReLU that follows it (LayerHints::fuses_relu): forward writes the
   // ReLU's output, backward gets the gradient of that output, the output being the ReLU's.
   virtual bool fused_relu() const { return false; }
 };
@@ -104,6 +113,80 @@ enum class BlockedActivations {
   none,         // plain NCHW in and out: the default, for any layer that reads its tensors' layout
   same,         // either, the output in the input's (batch norm, ReLU, a residual block)
   independent,  // input and output each in either (a convolution, max pooling; global average pooling)
+};
+
+// What the executor runs a layer with when it asks for its hints (Layer::hints). Only some hints
+// depend on it (LayerHints says which); the others must not.
+struct HintQuery {
+  // sizeof(HintQuery) of the core that filled it (see LayerHints: fields are only appended).
+  uint32_t size = sizeof(HintQuery);
+  // The executor's operations; never null.
+  const Ops* ops = nullptr;
+  // The input shape (batch first) of a pass; never null, but empty where the executor asks before
+  // it knows the input (hints that depend on it are then not read).
+  const Shape* input = nullptr;
+  // Deterministic micro-shards in the pass (StepContext::shards): input[0] / shards rows each.
+  int64_t shards = 1;
+  // The channel block (Ops::channel_block()) the executor would keep activations in; 1: none.
+  int64_t block = 1;
+};
+
+// A layer's executor hints, one value: a new optimisation is a new field here, not a new virtual
+// method of Layer (a new virtual moves the vtable slots a built plugin calls through, and every
+// plugin had to be rebuilt). Binary stability: fields are only ever appended, and the struct is
+// filled in the core's memory, passed by reference, never returned by value (a small struct comes
+// back in registers, and which ones depends on its size). A layer built against an older header
+// writes a prefix of a newer core's struct, whose later fields keep the defaults the core put
+// there; `size` (the core's sizeof) lets a layer built against a newer header check
+// MGT_HAS_FIELD(hints, field) before writing a field an older core may lack. Set fields one by one:
+// assigning a whole LayerHints would write the layer's sizeof of it.
+struct LayerHints {
+  uint32_t size = sizeof(LayerHints);
+  // The output is the input's memory seen in another shape (Flatten, dropout of probability 0):
+  // the executor aliases the two and calls neither forward nor backward.
+  bool aliases_input = false;
+  // Forward may write its output over its input and backward reads neither its input nor needs
+  // grad_in apart from grad_out (ReLU: element-wise, its backward reads the output): the executor
+  // then gives it the input's memory where the layer before does not read its own output in
+  // backward, one activation and one gradient buffer fewer.
+  bool runs_in_place = false;
+  // False when backward does not read this layer's output (Linear, Conv2d), so a layer after it
+  // may run in place over that output.
+  bool backward_reads_output = true;
+  // Depends on the query (ops, input, shards): the layer treats each row on its own, bit for bit,
+  // on *query.ops: a row's output and input gradient are the same in a batch of `shards`
+  // micro-shards of input[0] / shards rows as in a batch of one shard; and, when the store has a
+  // WeightGradientSink, every parameter gradient goes to it. Deterministic mode then runs the
+  // shards through the model in one pass (Model::shard_batchable).
+  bool row_wise = false;
+  // The layer takes a pass of several deterministic micro-shards (StepContext::shards) itself
+  // although it is not row-wise: it forms what it needs per shard in order (batch norm: its
+  // statistics, summed through StepContext::batch_statistics; each shard's parameter gradient
+  // into WeightGradientSink::shard_gradients), or runs layers of its own by the executor's rule (a
+  // residual block). The executor runs any other layer that is not row_wise one shard at a time,
+  // on a slice of the pass, its parameter gradients going to that shard's buffer: every shard's
+  // forward, later every shard's backward; what its plan() allocated is kept per shard between
+  // the two (planned_memory_is_scratch).
+  bool handles_shards = false;
+  // What plan() allocated holds nothing a backward needs from its forward (constants set in plan,
+  // scratch of one call). Only an optimisation: a layer run one micro-shard at a time (not
+  // row_wise, not handles_shards) gets its planned memory saved after each shard's forward and
+  // put back before that shard's backward, so a layer may keep there what its backward reads
+  // (Swish's gate, a pooling's maxima); true skips those copies.
+  bool planned_memory_is_scratch = false;
+  // Depends on the query (ops): the layer can run a ReLU that follows it on *query.ops in its own
+  // passes over memory (batch norm, a residual block): the executor then tells it in plan()
+  // (LayerPlanner::fused_relu) and calls neither the ReLU's forward nor its backward, where the
+  // ReLU runs in place over its output. Backward's grad_out is then the ReLU's output gradient,
+  // in memory the layer may overwrite (the ReLU's own backward would write its input gradient
+  // there).
+  bool fuses_relu = false;
+  // Depends on the query (input, block; asked where block > 1): whether forward and backward take
+  // [B, C, H, W] activations in the channel block query.block for this input shape. The executor
+  // keeps activations blocked between layers that do, where the block divides the channels, and
+  // tells each layer in plan() (LayerPlanner::input_block, output_block); the model's input and
+  // output stay NCHW.
+  BlockedActivations blocked_activations = BlockedActivations::none;
 };
 
 // What forward and backward run with: the executor's operations, its parameters and gradients
@@ -143,60 +226,12 @@ class MGT_API Layer {
                         Tensor* grad_in) = 0;
   // Parameters this layer owns, in the order their gradients become final during backward.
   virtual std::vector<ParamHandle> param_handles() const { return {}; }
-  // True when the output is the input's memory seen in another shape (Flatten, dropout of
-  // probability 0): the executor aliases the two and calls neither forward nor backward.
-  virtual bool aliases_input() const { return false; }
-  // True when forward may write its output over its input and backward reads neither its input
-  // nor needs grad_in apart from grad_out (ReLU: element-wise, its backward reads the output): the
-  // executor then gives it the input's memory where the layer before does not read its own
-  // output in backward, one activation and one gradient buffer fewer.
-  virtual bool runs_in_place() const { return false; }
-  // False when backward does not read this layer's output (Linear, Conv2d), so a layer after it
-  // may run in place over that output.
-  virtual bool backward_reads_output() const { return true; }
-  // True when the layer treats each row on its own, bit for bit, on `ops`: a row's output and
-  // input gradient are the same in a batch of `shards` micro-shards of `shard_rows` rows as in a
-  // batch of one shard; and, when the store has a WeightGradientSink, every parameter gradient
-  // goes to it. Deterministic mode then runs the shards through the model in one pass
-  // (Model::shard_batchable).
-  virtual bool row_wise(const Ops& ops, int64_t shard_rows, int64_t shards) const {
-    (void)ops;
-    (void)shard_rows;
-    (void)shards;
-    return false;
-  }
-  // True when the layer takes a pass of several deterministic micro-shards (StepContext::shards)
-  // itself although it is not row-wise: it forms what it needs per shard in order (batch norm: its
-  // statistics, summed through StepContext::batch_statistics; each shard's parameter gradient
-  // into WeightGradientSink::shard_gradients), or runs layers of its own by the executor's rule (a
-  // residual block). The executor runs any other layer that is not row_wise one shard at a time,
-  // on a slice of the pass, its parameter gradients going to that shard's buffer: every shard's
-  // forward, later every shard's backward; what its plan() allocated is kept per shard between
-  // the two (planned_memory_is_scratch).
-  virtual bool handles_shards() const { return false; }
-  // True when what plan() allocated holds nothing a backward needs from its forward (constants set
-  // in plan, scratch of one call). Only an optimisation: a layer run one micro-shard at a time (not
-  // row_wise, not handles_shards) gets its planned memory saved after each shard's forward and
-  // put back before that shard's backward, so a layer may keep there what its backward reads
-  // (Swish's gate, a pooling's maxima); true skips those copies.
-  virtual bool planned_memory_is_scratch() const { return false; }
-  // Whether forward and backward take [B, C, H, W] activations in the channel block `block`
-  // (Ops::channel_block(), more than 1) for this input shape. The executor keeps activations
-  // blocked between layers that do, where the block divides the channels, and tells each layer in
-  // plan() (LayerPlanner::input_block, output_block); the model's input and output stay NCHW.
-  virtual BlockedActivations blocked_activations(const Shape& input, int64_t block) const {
-    (void)input;
-    (void)block;
-    return BlockedActivations::none;
-  }
-  // True when the layer can run a ReLU that follows it on `ops` in its own passes over memory
-  // (batch norm, a residual block): the executor then tells it in plan() (LayerPlanner::fused_relu)
-  // and calls neither the ReLU's forward nor its backward, where the ReLU runs in place over its
-  // output. Backward's grad_out is then the ReLU's output gradient, in memory the layer may
-  // overwrite (the ReLU's own backward would write its input gradient there).
-  virtual bool fuses_relu(const Ops& ops) const {
-    (void)ops;
-    return false;
+  // The executor's hints for this layer (LayerHints, below): optimisations it may make, each
+  // defaulting to the safe choice. The executor fills `hints` with the defaults and calls this
+  // whenever it plans; a layer sets the fields where it differs and leaves the others alone.
+  virtual void hints(const HintQuery& query, LayerHints& hints) const {
+    (void)query;
+    (void)hints;
   }
   // What the layer computes, for `mgtrain export` (mgtrain/layer_description.hpp); the default,
   // LayerKind::none, says it has no export form.
@@ -209,20 +244,11 @@ class MGT_API Layer {
   std::string name_;
 };
 
-// Plans layers on the CPU in host memory, for a model plugin that drives layers itself on the host
-// and for tests: forward and backward then run with host_ops(). The memory lives as long as the
-// planner; plan a layer again (with a new planner) when its input shape changes.
-class MGT_API HostLayerPlanner final : public LayerPlanner {
- public:
-  HostLayerPlanner();
-  ~HostLayerPlanner() override;
-  Ops& ops() override;
-  void* allocate(size_t bytes) override;  // zero-filled, 64-byte aligned
-
- private:
-  struct Block;
-  std::vector<std::unique_ptr<Block>> blocks_;
-};
+// A planner of layers on the CPU in host memory, for a model plugin that drives layers itself on
+// the host and for tests: forward and backward then run with host_ops(). Its allocate() gives
+// zero-filled, 64-byte aligned memory that lives as long as the planner; plan a layer again (with
+// a new planner) when its input shape changes. An opaque handle: its layout is the core's.
+MGT_API std::unique_ptr<LayerPlanner> make_host_layer_planner();
 
 // y = x W^T + b; x is [B, in] (higher-rank input is flattened), W is [out, in].
 MGT_API std::unique_ptr<Layer> make_linear(const std::string& name, int64_t in_features, int64_t out_features,

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 
 #include "mgtrain/export.hpp"
 
@@ -21,6 +22,33 @@ namespace mgt {
 // side at each position, the layout a CPU's convolution kernels read and write without reordering.
 // Only where k divides C; a sample's values are still contiguous, so rows slice as in NCHW.
 // Ops::channel_block() says which block the backend's convolutions prefer.
+
+// Where the activations of an operation lie in memory: the channel blocks of its input (and its
+// gradient) and of its output (and its gradient). One value instead of trailing arguments of each
+// operation, so that a layout detail to come is a field appended here (MGT_HAS_FIELD), not a new
+// parameter of every virtual. Anything but 1 only where channel_block() says the backend has it.
+struct ActivationLayout {
+  uint32_t size = sizeof(ActivationLayout);
+  int64_t input_block = 1;
+  int64_t output_block = 1;
+};
+
+// The [batch, channels, plane] tensors (plane = H * W) of a per-channel pass (channel_sums,
+// channel_affine), with how they lie in memory and what the pass applies with them; as
+// ActivationLayout, fields are only appended.
+struct ChannelTensors {
+  uint32_t size = sizeof(ChannelTensors);
+  int64_t batch = 0, channels = 0, plane = 0;
+  // The tensors' channel block (1: NCHW); the order of the sums depends on it too.
+  int64_t block = 1;
+  // Only where channel_ops_fuse_relu(): the output of the ReLU that follows the layer, whose
+  // gradient the pass takes: the `a` term counts only where relu_mask > 0, as the gradient that
+  // ReLU lets through; null: everywhere.
+  const float* relu_mask = nullptr;
+  // Only where channel_ops_fuse_relu(), channel_affine alone: y is max(that, 0), as relu_forward
+  // would make it.
+  bool relu = false;
+};
 
 // NCHW 2-D convolution: square kernel, symmetric padding.
 struct Conv2dShape {
@@ -119,26 +147,19 @@ class MGT_API Ops {
   virtual void binary(BinaryOp op, const float* a, const float* b, float* y, int64_t n) = 0;
   // y = scale * x + shift; y may be x
   virtual void affine(const float* x, float* y, int64_t n, float scale, float shift) = 0;
-  // Per channel c of NCHW tensors seen as [batch, channels, plane] (plane = H * W): sum_a[c] = the
-  // sum of a over the channel's batch * plane elements, and, when b is not null, sum_ab[c] = the
-  // sum of a * (b - center[c]) (center null: 0). Summed in double in an order fixed by the shape
-  // alone, so the result does not depend on how the work is split: batch normalisation's
-  // statistics and the sums of its backward.
-  // `block`: the tensors' channel block (1: NCHW); the order of the sums depends on it too.
-  // `mask` (only where channel_ops_fuse_relu()): a counts only where mask > 0, as the gradient a
-  // ReLU whose output is `mask` lets through; null: everywhere.
-  virtual void channel_sums(const float* a, const float* b, const float* center, int64_t batch, int64_t channels,
-                            int64_t plane, float* sum_a, float* sum_ab, int64_t block = 1,
-                            const float* mask = nullptr) = 0;
-  // y = scale_a[c] * a + scale_b[c] * b + shift[c] per channel of [batch, channels, plane] (b and
-  // scale_b null: no b term; shift null: none); y may be a or b. `block` and `mask` (the a term
-  // only where mask > 0): as channel_sums'. relu (only where channel_ops_fuse_relu()): y is
-  // max(that, 0), as relu_forward would make it.
+  // Per channel c of the tensors `t` (ChannelTensors): sum_a[c] = the sum of a over the channel's
+  // batch * plane elements, and, when b is not null, sum_ab[c] = the sum of a * (b - center[c])
+  // (center null: 0). Summed in double in an order fixed by the shape and layout alone, so the
+  // result does not depend on how the work is split: batch normalisation's statistics and the
+  // sums of its backward. t.relu: not read.
+  virtual void channel_sums(const float* a, const float* b, const float* center, const ChannelTensors& t, float* sum_a,
+                            float* sum_ab) = 0;
+  // y = scale_a[c] * a + scale_b[c] * b + shift[c] per channel of the tensors `t` (b and scale_b
+  // null: no b term; shift null: none); y may be a or b.
   virtual void channel_affine(const float* a, const float* scale_a, const float* b, const float* scale_b,
-                              const float* shift, float* y, int64_t batch, int64_t channels, int64_t plane,
-                              int64_t block = 1, const float* mask = nullptr, bool relu = false) = 0;
-  // Whether channel_sums and channel_affine take `mask` and `relu`: batch norm then runs a ReLU
-  // after it in its own passes over memory (Layer::fuses_relu).
+                              const float* shift, float* y, const ChannelTensors& t) = 0;
+  // Whether channel_sums and channel_affine take relu_mask and relu: batch norm then runs a ReLU
+  // after it in its own passes over memory (LayerHints::fuses_relu).
   virtual bool channel_ops_fuse_relu() const { return false; }
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* dst, size_t bytes) = 0;
@@ -209,17 +230,15 @@ class MGT_API Ops {
   // bf16: bfloat16 operands and result, FP32 accumulation, converted at the op's edges (x, w, dy
   // rounded; y before the FP32 bias, dx and the weight gradient before it is added are bf16
   // values; the bias gradient is summed from the FP32 dy).
-  // input_block, output_block: the channel blocks of x (and dx) and of y (and dy); anything but 1
-  // only where channel_block() says the backend has that layout.
+  // layout: the channel blocks of x (and dx) and of y (and dy).
   virtual std::unique_ptr<ConvOp> make_conv(const Conv2dShape& shape, int64_t batch, bool bf16 = false,
-                                            int64_t input_block = 1, int64_t output_block = 1) = 0;
-  // input_block, output_block: as make_conv's.
+                                            const ActivationLayout& layout = {}) = 0;
   virtual std::unique_ptr<MaxPoolOp> make_max_pool(int64_t batch, int64_t channels, int64_t height, int64_t width,
-                                                   int64_t kernel, int64_t stride, int64_t input_block = 1,
-                                                   int64_t output_block = 1) = 0;
+                                                   int64_t kernel, int64_t stride,
+                                                   const ActivationLayout& layout = {}) = 0;
   // The channel block of the activations this backend's convolutions run fastest on: 16 or 8 on
   // a CPU whose oneDNN kernels are blocked (AVX-512, AVX2), 1 (plain NCHW) elsewhere. The executor
-  // keeps convolutional activations in it from layer to layer (Layer::blocked_activations).
+  // keeps convolutional activations in it from layer to layer (LayerHints::blocked_activations).
   virtual int64_t channel_block() const { return 1; }
 };
 

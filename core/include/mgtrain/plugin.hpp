@@ -15,48 +15,9 @@
 #include "mgtrain/optimizer.hpp"
 #include "mgtrain/sync.hpp"
 
-// 2: StepContext::overwrite_grads (backward writes discarded gradients) and
-//    ParameterStore::discard_grads.
-// 3: SyncStrategy::lost_ranks (a run that went on without some ranks).
-// 4: the GPU path: Layer::spec, Optimizer::update_rule, SyncStrategy::reduces_device_memory,
-//    ParameterStore::with_buffers.
-// 5: layers written once over mgt::Ops (mgtrain/ops.hpp): Layer::plan, forward and backward take
-//    a LayerRun, Layer::aliases_input; Layer::spec and LayerSpec are gone. Updates written once:
-//    Optimizer::element_update (mgtrain/update_rule.hpp) replaces Optimizer::update_rule.
-// 6: SyncStrategy's serving methods (trains, train_rank, train_world, serve, serve_size, lockstep,
-//    finished, gather_state, lost_ranks) moved to mgt::ServingRole (mgtrain/serving.hpp), which
-//    SyncStrategy::serving() returns.
-// 7: ServeContext::write_metrics replaces metrics_path: the core writes and checks the records.
-//    ParameterStore buffers (declare_buffer: batch norm's running statistics), Init::ones,
-//    Ops::channel_sums and channel_affine.
-// 8: statistics over the batch (StepContext::batch_statistics, BatchStatistics, StepContext::pass),
-//    Layer::handles_shards, LayerPlanner::shards, WeightGradientSink::shard_gradients,
-//    StepContext::after_layer; Communicator::allreduce_sum and reduce_scatter_sum of
-//    ElementType (FP32, bfloat16), the plugins' tag range.
-// 9: Layer::describe (LayerDescription, mgtrain/layer_description.hpp) and Model::export_layers:
-//    what a model computes, for `mgtrain export`. Communicator's AllreduceObserver
-//    (set_allreduce_observer), which GradientBuckets tells of each bucket.
-// 10: ServingRole's start, first_step, take_snapshot and position (a parameter server's periodic
-//     checkpoints and resume); SyncStrategy::checkpoint_state and restore_state.
-// 11: SyncStrategy::sharding() and OptimizerSharding (mgtrain/sharding.hpp): a strategy that updates
-//     a shard of the parameters on each rank, the optimizer set up for that shard alone.
-// 12: Communicator::reduce_sum, ireduce_sum, iallreduce_sum_typed, ibroadcast; GradientBuckets
-//     options (hierarchical all-reduce, bfloat16 wire format with error feedback) and state.
-// 13: BucketOptions::shared_memory (GradientBuckets sums inside a node through shared memory).
-// 14: BucketOptions::shared_update and GradientBuckets::sharding() (the ranks of a node share the
-//     parameters and split the optimizer step); ParameterStore::place_params.
-// 15: Model::sequence_length() (language models on token files); the transformer's operations in
-//     Ops and its layers.
-// 16: the element update's `decayed` flag and Optimizer::decay_mask() (optimizer.weight_decay_on);
-//     ServingRole::serve_offset(); layer plugins (kind "layer", mgtrain/layer_plugin.hpp).
-// 17: Ops::attention_workspace, attention_forward and attention_backward (AttentionShape): fused
-//     attention that keeps each query's log-sum-exp instead of the probabilities.
-// 18: activations in a channel block (oneDNN's nChw16c): Layer::blocked_activations,
-//     LayerPlanner::input_block and output_block, Ops::channel_block and the block arguments of
-//     channel_sums, channel_affine, make_conv and make_max_pool. A ReLU run by the layer before it:
-//     Layer::fuses_relu, LayerPlanner::fused_relu, Ops::channel_ops_fuse_relu and the mask and
-//     relu arguments of channel_sums and channel_affine.
-#define MGTRAIN_PLUGIN_ABI_VERSION 18u
+// Bumped on every change that breaks a built plugin; docs/plugins.md ("ABI history") lists what
+// each version changed.
+#define MGTRAIN_PLUGIN_ABI_VERSION 19u
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
 namespace mgt {

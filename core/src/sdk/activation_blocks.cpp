@@ -2,11 +2,13 @@
 
 #include <numeric>
 
+#include "layer_hints.hpp"
+
 namespace mgt::activation_blocks {
 
 bool blockable(const Shape& shape, int64_t block) { return block > 1 && shape.size() == 4 && shape[1] % block == 0; }
 
-std::optional<std::vector<int64_t>> choose(const std::vector<Layer*>& layers, const Shape& input,
+std::optional<std::vector<int64_t>> choose(const std::vector<Layer*>& layers, const Ops& ops, const Shape& input,
                                            const std::vector<Shape>& shapes, int64_t block, int64_t input_block,
                                            int64_t last_block) {
   const size_t n = layers.size();
@@ -27,7 +29,8 @@ std::optional<std::vector<int64_t>> choose(const std::vector<Layer*>& layers, co
   std::vector<BlockedActivations> kinds(n);
   for (size_t i = 0; i < n; ++i) {
     const Shape& in = i == 0 ? input : shapes[i - 1];
-    kinds[i] = block > 1 ? layers[i]->blocked_activations(in, block) : BlockedActivations::none;
+    kinds[i] =
+        block > 1 ? layer_hints::of(*layers[i], ops, in, 1, block).blocked_activations : BlockedActivations::none;
     if (kinds[i] == BlockedActivations::same) group[root(i + 1)] = root(i);
   }
   for (size_t t = 0; t <= n; ++t) {

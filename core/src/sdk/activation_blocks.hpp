@@ -2,7 +2,7 @@
 // Which channel block (mgtrain/ops.hpp) each activation of a chain of layers has. A CPU's
 // convolutions run on channel-blocked tensors (oneDNN's nChw16c); handed plain NCHW, each reorders
 // its input, its output and both gradients, about a quarter of a ResNet's step. So where every layer
-// that reads or writes an activation takes blocked ones (Layer::blocked_activations) and the block
+// that reads or writes an activation takes blocked ones (LayerHints::blocked_activations) and the block
 // divides its channels, the activation stays blocked from layer to layer; everywhere else it is
 // NCHW, which the convolutions at the edges of a blocked run reorder to and from themselves.
 #include <cstdint>
@@ -17,7 +17,7 @@ namespace mgt::activation_blocks {
 // blocks[i]: the block of layers[i]'s output (shape shapes[i]). `input` has the block
 // input_block; the last output must have last_block (0: either). With block <= 1 every activation
 // is NCHW. Nothing when no choice meets both ends (a layer in the chain that takes NCHW only).
-std::optional<std::vector<int64_t>> choose(const std::vector<Layer*>& layers, const Shape& input,
+std::optional<std::vector<int64_t>> choose(const std::vector<Layer*>& layers, const Ops& ops, const Shape& input,
                                            const std::vector<Shape>& shapes, int64_t block, int64_t input_block,
                                            int64_t last_block);
 

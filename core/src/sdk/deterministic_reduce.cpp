@@ -1,5 +1,7 @@
 #include "mgtrain/deterministic_reduce.hpp"
 
+#include "deterministic_reduce_impl.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -27,7 +29,15 @@ int64_t DeterministicReducer::shards_per_rank(int64_t micro_shards, const Commun
   return micro_shards / comm.size();
 }
 
+DeterministicReducer::DeterministicReducer() : impl_(std::make_unique<DeterministicReducerImpl>()) {}
+DeterministicReducer::~DeterministicReducer() = default;
 void DeterministicReducer::setup(Communicator& comm, ParameterStore& store, int64_t shards_per_rank) {
+  impl_->setup(comm, store, shards_per_rank);
+}
+void DeterministicReducer::add_shard() { impl_->add_shard(); }
+void DeterministicReducer::finish() { impl_->finish(); }
+
+void DeterministicReducerImpl::setup(Communicator& comm, ParameterStore& store, int64_t shards_per_rank) {
   if (!power_of_two(comm.size()))
     throw ConfigError("sync.deterministic = true needs a power-of-two number of ranks, got " +
                       std::to_string(comm.size()));
@@ -59,8 +69,8 @@ void DeterministicReducer::setup(Communicator& comm, ParameterStore& store, int6
   incoming_.resize({n});
 }
 
-void DeterministicReducer::add_linear(ParamHandle weight, ParamHandle bias, const float* dy, const float* x,
-                                      int64_t rows, int64_t out, int64_t in, int64_t shards) {
+void DeterministicReducerImpl::add_linear(ParamHandle weight, ParamHandle bias, const float* dy, const float* x,
+                                          int64_t rows, int64_t out, int64_t in, int64_t shards) {
   const std::string& name = store_->info(weight).name;
   MGT_CHECK(shards >= 1 && rows % shards == 0 && shard_in_step_ + shards <= shards_per_rank_, Error,
             "deterministic reduction: parameter '" + name + "' got " + std::to_string(rows) + " rows as " +
@@ -95,7 +105,7 @@ void DeterministicReducer::add_linear(ParamHandle weight, ParamHandle bias, cons
   it->x_in = it->x.data();
 }
 
-Tensor& DeterministicReducer::shard_gradients(int64_t shard) {
+Tensor& DeterministicReducerImpl::shard_gradients(int64_t shard) {
   MGT_CHECK(shard >= 0 && shard_in_step_ + shard < shards_per_rank_, Error,
             "deterministic reduction: a gradient for micro-shard " + std::to_string(shard_in_step_ + shard) +
                 " of a rank's " + std::to_string(shards_per_rank_));
@@ -108,12 +118,12 @@ Tensor& DeterministicReducer::shard_gradients(int64_t shard) {
 }
 
 // dst += src over the merged ranges.
-void DeterministicReducer::add_ranges(float* dst, const float* src) const {
+void DeterministicReducerImpl::add_ranges(float* dst, const float* src) const {
   for (const auto& [begin, end] : merge_ranges_) add_into(dst + begin, src + begin, end - begin);
 }
 
 // The group's balanced tree, ((s0 + s1) + (s2 + s3)), block by block; the sum ends in group_[0].
-void DeterministicReducer::sum_group() {
+void DeterministicReducerImpl::sum_group() {
   constexpr size_t kBlock = 2048;  // floats: 8 KB per shard
   const size_t count = group_.size();
   for (const auto& [range_begin, range_end] : merge_ranges_) {
@@ -129,13 +139,13 @@ void DeterministicReducer::sum_group() {
 // This rank's subtrees of a linear layer's gradients into the flat buffer: each leaf is one
 // shard's rows summed in order, the tree over the shards the balanced one (the kernel's contract),
 // so the result is the same computation whatever the world size.
-void DeterministicReducer::compute_deferred(const Deferred& d, float* flat) {
+void DeterministicReducerImpl::compute_deferred(const Deferred& d, float* flat) {
   kernels::tree_outer_products(d.dy_in, d.x_in, shards_per_rank_, d.rows, d.out, d.in,
                                flat + store_->info(d.weight).offset);
   kernels::tree_column_sums(d.dy_in, shards_per_rank_, d.rows, d.out, flat + store_->info(d.bias).offset);
 }
 
-void DeterministicReducer::add_shard() {
+void DeterministicReducerImpl::add_shard() {
   if (!ranges_settled_) {
     // The parameters whose gradients the store holds, in flat order: all but the deferred ones.
     // (Padding between parameters is never summed: no gradient lives there.)
@@ -179,7 +189,7 @@ void DeterministicReducer::add_shard() {
   occupied_[level] = true;
 }
 
-void DeterministicReducer::finish() {
+void DeterministicReducerImpl::finish() {
   const size_t n = store_->flat_size();
   // Exactly one level holds this rank's whole subtree now.
   size_t top = 0;

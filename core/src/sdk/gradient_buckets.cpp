@@ -1,5 +1,7 @@
 #include "mgtrain/gradient_buckets.hpp"
 
+#include "gradient_buckets_impl.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -118,11 +120,29 @@ void refuse_in_deterministic_mode(const BucketOptions& options) {
         "its own fixed tree)");
 }
 
-GradientBuckets::GradientBuckets() = default;
+GradientBuckets::GradientBuckets() : impl_(std::make_unique<GradientBucketsImpl>()) {}
 GradientBuckets::~GradientBuckets() = default;
-
 void GradientBuckets::setup(Communicator& comm, ParameterStore& store, size_t bucket_bytes,
                             const BucketOptions& options) {
+  impl_->setup(comm, store, bucket_bytes, options);
+}
+void GradientBuckets::mark_ready(const std::vector<ParamHandle>& handles) { impl_->mark_ready(handles); }
+double GradientBuckets::finish() { return impl_->finish(); }
+size_t GradientBuckets::bucket_count() const { return impl_->bucket_count(); }
+bool GradientBuckets::hierarchical() const { return impl_->hierarchical(); }
+bool GradientBuckets::shared_memory() const { return impl_->shared_memory(); }
+OptimizerSharding* GradientBuckets::sharding() const { return impl_->sharding(); }
+std::vector<SyncStateArray> GradientBuckets::checkpoint_state() const { return impl_->checkpoint_state(); }
+void GradientBuckets::restore_state(const std::vector<SyncStateArray>& saved, int saved_ranks,
+                                    const std::string& strategy) {
+  impl_->restore_state(saved, saved_ranks, strategy);
+}
+
+GradientBucketsImpl::GradientBucketsImpl() = default;
+GradientBucketsImpl::~GradientBucketsImpl() = default;
+
+void GradientBucketsImpl::setup(Communicator& comm, ParameterStore& store, size_t bucket_bytes,
+                                const BucketOptions& options) {
   comm_ = &comm;
   overlap_ = options.overlap;
   wire_ = options.wire;
@@ -217,7 +237,7 @@ void GradientBuckets::setup(Communicator& comm, ParameterStore& store, size_t bu
   next_finished_ = 0;
 }
 
-Communicator& GradientBuckets::stage_comm(int stage) {
+Communicator& GradientBucketsImpl::stage_comm(int stage) {
   switch (stage) {
     case kNodeReduce:
       return *node_;
@@ -228,14 +248,14 @@ Communicator& GradientBuckets::stage_comm(int stage) {
   }
 }
 
-void* GradientBuckets::wire_data(const Bucket& b) {
+void* GradientBucketsImpl::wire_data(const Bucket& b) {
   return wire_ == WireFormat::bf16 ? static_cast<void*>(wire16_.data() + b.begin)
                                    : static_cast<void*>(store_->grads_data() + b.begin);
 }
 
 // The bucket's first stage: with the bfloat16 wire its gradient (plus the residual) is rounded
 // first, and the residual keeps what the rounding dropped.
-void GradientBuckets::launch(size_t index) {
+void GradientBucketsImpl::launch(size_t index) {
   Bucket& b = buckets_[index];
   if (AllreduceObserver* observer = comm_->allreduce_observer())
     observer->bucket_started(index, wire_count(b) * element_bytes(wire_type()));
@@ -254,7 +274,7 @@ void GradientBuckets::launch(size_t index) {
   start_stage(index, 0);
 }
 
-void GradientBuckets::start_stage(size_t index, int position) {
+void GradientBucketsImpl::start_stage(size_t index, int position) {
   Bucket& b = buckets_[index];
   const int stage = stages_[static_cast<size_t>(position)];
   Communicator& part = stage_comm(stage);
@@ -285,7 +305,7 @@ void GradientBuckets::start_stage(size_t index, int position) {
 }
 
 // The bucket's sum is complete on this rank: widen it from the wire.
-void GradientBuckets::end_bucket(size_t index) {
+void GradientBucketsImpl::end_bucket(size_t index) {
   Bucket& b = buckets_[index];
   if (wire_ == WireFormat::bf16) {
     float* grads = store_->grads_data();
@@ -301,7 +321,7 @@ void GradientBuckets::end_bucket(size_t index) {
 // issues the collectives of each communicator in the same order), and ends the buckets that are
 // through. Open MPI has no asynchronous progress: testing the requests lets them advance while
 // backward goes on.
-void GradientBuckets::progress() {
+void GradientBucketsImpl::progress() {
   const int stages = static_cast<int>(stages_.size());
   for (bool moved = true; moved;) {
     moved = false;
@@ -326,13 +346,13 @@ void GradientBuckets::progress() {
     end_bucket(next_finished_++);
 }
 
-void GradientBuckets::mark_ready(const std::vector<ParamHandle>& handles) {
+void GradientBucketsImpl::mark_ready(const std::vector<ParamHandle>& handles) {
   if (comm_->size() == 1 || !overlap_) return;
   for (ParamHandle h : handles) ++buckets_[bucket_of_param_[h]].ready;
   progress();
 }
 
-double GradientBuckets::finish() {
+double GradientBucketsImpl::finish() {
   if (comm_->size() == 1) return 0.0;
   const auto start = std::chrono::steady_clock::now();
   const int stages = static_cast<int>(stages_.size());
@@ -357,13 +377,13 @@ double GradientBuckets::finish() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-std::vector<SyncStateArray> GradientBuckets::checkpoint_state() const {
+std::vector<SyncStateArray> GradientBucketsImpl::checkpoint_state() const {
   if (wire_ != WireFormat::bf16) return {};
   return {{"residual", residual_}};
 }
 
-void GradientBuckets::restore_state(const std::vector<SyncStateArray>& saved, int saved_ranks,
-                                    const std::string& strategy) {
+void GradientBucketsImpl::restore_state(const std::vector<SyncStateArray>& saved, int saved_ranks,
+                                        const std::string& strategy) {
   if (wire_ != WireFormat::bf16) return;
   // A rank's residual is its own delayed gradient. On another number of ranks the ranks' shares
   // of the data differ, so the residuals start again from zero (at most one step's rounding is

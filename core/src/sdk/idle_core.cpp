@@ -1,4 +1,4 @@
-#include "mgtrain/idle_core.hpp"
+#include "base/idle_core.hpp"
 
 #include <atomic>
 #include <boost/context/fiber.hpp>

@@ -5,6 +5,7 @@
 
 #include "activation_blocks.hpp"
 #include "fused_relu.hpp"
+#include "layer_hints.hpp"
 #include "mgtrain/error.hpp"
 #include "shard_passes.hpp"
 
@@ -38,7 +39,7 @@ LayerExecutor::LayerExecutor(kernels::Backend& backend, const std::vector<std::u
     MGT_CHECK(layer != nullptr, Error, "LayerExecutor: null layer");
     layers_.push_back(layer);
     handles_.push_back(layer->param_handles());
-    alias_.push_back(layer->aliases_input() ? 1 : 0);
+    alias_.push_back(layer_hints::of(*layer, backend_).aliases_input ? 1 : 0);
   }
   while (first_with_params_ < layers_.size() && handles_[first_with_params_].empty()) ++first_with_params_;
 }
@@ -77,7 +78,7 @@ void LayerExecutor::plan(const Shape& input, int64_t shards) {
   // it; the model's input and its logits are NCHW, which always fits (every activation NCHW).
   // (bf16 convolutions are NCHW only.)
   const int64_t block = bf16_ ? 1 : backend_.channel_block();
-  const std::vector<int64_t> blocks = activation_blocks::choose(layers_, input, shapes, block, 1, 1).value();
+  const std::vector<int64_t> blocks = activation_blocks::choose(layers_, backend_, input, shapes, block, 1, 1).value();
   shards_ = shards;
   whole_.assign(n, 1);
   planned_.assign(n, shard_passes::PlannedState());
@@ -87,8 +88,9 @@ void LayerExecutor::plan(const Shape& input, int64_t shards) {
   // own which no backward reads: the one before does not, and none after it sees it either.
   in_place_.assign(n, 0);
   for (size_t i = 1; i < n; ++i)
-    in_place_[i] = !alias_[i] && !alias_[i - 1] && !in_place_[i - 1] && layers_[i]->runs_in_place() &&
-                   !layers_[i - 1]->backward_reads_output();
+    in_place_[i] = !alias_[i] && !alias_[i - 1] && !in_place_[i - 1] &&
+                   layer_hints::of(*layers_[i], backend_).runs_in_place &&
+                   !layer_hints::of(*layers_[i - 1], backend_).backward_reads_output;
   // The layer before an in-place ReLU may run it: the ReLU is then called neither in forward nor
   // in backward, its output and gradient being the same memory as the layer's.
   fused_.assign(n, 0);

@@ -119,6 +119,18 @@ Ops& host_ops(int64_t step) {
 
 Ops& host_ops() { return *host_ops_of_thread.backend; }
 
+namespace {
+
+class HostLayerPlanner final : public LayerPlanner {
+ public:
+  Ops& ops() override { return host_ops(); }
+  void* allocate(size_t bytes) override;
+
+ private:
+  struct Block;
+  std::vector<std::unique_ptr<Block>> blocks_;
+};
+
 // Plain heap blocks rather than a backend's memory: a planner may outlive the thread's host
 // backend (a static one is destroyed after the thread's objects).
 struct HostLayerPlanner::Block {
@@ -130,13 +142,14 @@ struct HostLayerPlanner::Block {
   void* data;
 };
 
-HostLayerPlanner::HostLayerPlanner() = default;
-HostLayerPlanner::~HostLayerPlanner() = default;
-Ops& HostLayerPlanner::ops() { return host_ops(); }
 void* HostLayerPlanner::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;
   blocks_.push_back(std::make_unique<Block>(bytes));
   return blocks_.back()->data;
 }
+
+}  // namespace
+
+std::unique_ptr<LayerPlanner> make_host_layer_planner() { return std::make_unique<HostLayerPlanner>(); }
 
 }  // namespace mgt

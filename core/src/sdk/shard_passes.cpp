@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "layer_hints.hpp"
 #include "mgtrain/error.hpp"
 
 namespace mgt::shard_passes {
@@ -66,11 +67,13 @@ class Timed {
 }  // namespace
 
 bool whole(const Layer& layer, const Ops& ops, const Shape& input, int64_t shards) {
-  if (shards <= 1 || layer.aliases_input() || layer.handles_shards()) return true;
+  if (shards <= 1) return true;
+  const LayerHints plain = layer_hints::of(layer, ops);
+  if (plain.aliases_input || plain.handles_shards) return true;
   MGT_CHECK(!input.empty() && input[0] % shards == 0, Error,
             "layer '" + layer.name() + "': a pass of " + shape_string(input) + " rows is not " +
                 std::to_string(shards) + " equal micro-shards");
-  return layer.row_wise(ops, input[0] / shards, shards);
+  return layer_hints::of(layer, ops, input, shards).row_wise;
 }
 
 void* PlannedState::Recorder::allocate(size_t bytes) {
@@ -84,7 +87,7 @@ void* PlannedState::Recorder::allocate(size_t bytes) {
 
 void PlannedState::keep_per_shard(LayerPlanner& planner, const Layer& layer, bool whole, int64_t shards) {
   copies_ = nullptr;
-  if (whole || shards <= 1 || bytes_ == 0 || layer.planned_memory_is_scratch()) return;
+  if (whole || shards <= 1 || bytes_ == 0 || layer_hints::of(layer, planner.ops()).planned_memory_is_scratch) return;
   copies_ = static_cast<unsigned char*>(planner.allocate(bytes_ * static_cast<size_t>(shards)));
 }
 

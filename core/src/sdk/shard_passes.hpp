@@ -24,7 +24,7 @@ Shape plan_shape(const Shape& input, int64_t shards, bool whole);
 // What a layer taken one shard at a time keeps from each shard's forward for its backward: the
 // memory its plan() allocated (which the layer may use for forward state), saved per shard after
 // the shard's forward and put back before its backward. Empty (nothing to copy) for a layer taken
-// whole, one whose planned memory is scratch (Layer::planned_memory_is_scratch) or that planned
+// whole, one whose planned memory is scratch (LayerHints::planned_memory_is_scratch) or that planned
 // nothing.
 class PlannedState {
  public:

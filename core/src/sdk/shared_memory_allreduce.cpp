@@ -13,10 +13,10 @@
 #include <cstring>
 #include <random>
 
+#include "base/idle_core.hpp"
 #include "kernels/cpu/cache_lines.hpp"
 #include "kernels/cpu/pointwise.hpp"
 #include "mgtrain/error.hpp"
-#include "mgtrain/idle_core.hpp"
 
 namespace mgt {
 
@@ -49,7 +49,7 @@ size_t part_of(size_t count, int local_size) {
 }
 
 // Polls of a barrier (each yields the core) before it lends the core to the reader
-// (mgtrain/idle_core.hpp): most waits at the update's two barriers end within them, and a
+// (idle_core.hpp): most waits at the update's two barriers end within them, and a
 // hand-over and back costs two context switches, more than a wait that short; past them, the
 // sooner the reader has the core the better (docs/benchmarks.md, "Shared memory between cores").
 constexpr unsigned kSpinsBeforeLending = 2;

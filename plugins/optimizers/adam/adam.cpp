@@ -28,7 +28,7 @@ double checked_beta(const mgt::ConfigSection& section, const char* key) {
   return beta;
 }
 
-// The update of one element, written once: this plugin's step() and every backend run it.
+// The update of one element, written once: the host's step (mgt::Optimizer's) and every backend run it.
 // One statement per line, as the update reads.
 // clang-format off
 MGT_UPDATE_SCALARS(AdamWScalars, float decay; float b1; float b2; float one_minus_b1; float one_minus_b2;
@@ -68,17 +68,8 @@ class AdamW final : public mgt::Optimizer {
                section.get_real("weight_decay")} {}
 
   void setup(size_t size) override {
-    size_ = size;
     exp_avg_.assign(size, 0.0f);
     exp_avg_sq_.assign(size, 0.0f);
-  }
-
-  void step(float* params, const float* grads, size_t size) override {
-    MGT_CHECK(size == size_, mgt::Error,
-              "adam: step over " + std::to_string(size) + " floats, set up for " + std::to_string(size_));
-    ++step_count_;
-    float* state[] = {exp_avg_.data(), exp_avg_sq_.data()};
-    mgt::run_element_update<AdamWUpdate>(params, grads, state, hyper_.at(lr_, step_count_), size, decay_mask());
   }
 
   std::unique_ptr<mgt::ElementwiseUpdate> element_update() const override {
@@ -96,7 +87,6 @@ class AdamW final : public mgt::Optimizer {
  private:
   double lr_;
   AdamWHyper hyper_;
-  size_t size_ = 0;
   std::vector<float> exp_avg_;
   std::vector<float> exp_avg_sq_;
 };

@@ -20,7 +20,7 @@ const mgt::ConfigKey kSgdKeys[] = {
      "L2 penalty added to the gradient: g += weight_decay * p"},
 };
 
-// The updates of one element, written once: this plugin's step() and every backend run them. One
+// The updates of one element, written once: the host's step (mgt::Optimizer's) and every backend run them. One
 // rule per form, chosen once, so each loop is a plain pass over memory. `keep` is 0 on the first
 // update: PyTorch starts the momentum buffer as a copy of the first gradient (no dampening).
 // One statement per line, as the updates read.
@@ -53,26 +53,7 @@ class Sgd final : public mgt::Optimizer {
   }
 
   void setup(size_t size) override {
-    size_ = size;
     if (momentum_ > 0.0) momentum_buf_.assign(size, 0.0f);
-  }
-
-  void step(float* params, const float* grads, size_t size) override {
-    MGT_CHECK(size == size_, mgt::Error,
-              "sgd: step over " + std::to_string(size) + " floats, set up for " + std::to_string(size_));
-    ++step_count_;  // restored on resume, so a resumed run continues with its saved buffer
-    float* state[] = {momentum_buf_.data()};
-    const SgdScalars s = scalars(lr_, step_count_);
-    switch (form()) {
-      case Form::plain:
-        return mgt::run_element_update<SgdPlain>(params, grads, state, s, size, decay_mask());
-      case Form::weight_decay:
-        return mgt::run_element_update<SgdWeightDecay>(params, grads, state, s, size, decay_mask());
-      case Form::momentum:
-        return mgt::run_element_update<SgdMomentum>(params, grads, state, s, size, decay_mask());
-      case Form::nesterov:
-        return mgt::run_element_update<SgdNesterov>(params, grads, state, s, size, decay_mask());
-    }
   }
 
   std::unique_ptr<mgt::ElementwiseUpdate> element_update() const override {
@@ -110,13 +91,11 @@ class Sgd final : public mgt::Optimizer {
     const auto mu = static_cast<float>(momentum);
     return {static_cast<float>(lr), static_cast<float>(weight_decay), mu, update == 1 ? 0.0f : mu};
   }
-  SgdScalars scalars(double lr, int64_t update) const { return scalars_of(lr, momentum_, weight_decay_, update); }
 
   double lr_;
   double momentum_;
   double weight_decay_;
   bool nesterov_;
-  size_t size_ = 0;
   std::vector<float> momentum_buf_;
 };
 

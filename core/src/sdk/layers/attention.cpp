@@ -57,10 +57,12 @@ class AttentionLayer final : public Layer {
                                dq + 2 * dim_, workspace_);
   }
 
-  bool row_wise(const Ops&, int64_t, int64_t) const override { return true; }
-  // Backward reads the output: softmax's backward term per query, the dot product of the output
-  // and its gradient.
-  bool backward_reads_output() const override { return true; }
+  void hints(const HintQuery&, LayerHints& hints) const override {
+    hints.row_wise = true;
+    // Backward reads the output: softmax's backward term per query, the dot product of the output
+    // and its gradient.
+    hints.backward_reads_output = true;
+  }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = LayerKind::attention;

@@ -3,23 +3,15 @@
 // of 1 / (k * k) and no bias; backward is that convolution's data gradient.
 #include <string>
 
-#include "layer_checks.hpp"
-#include "mgtrain/layers.hpp"
+#include "pool2d.hpp"
 
 namespace mgt {
 namespace {
 
-class AvgPool2dLayer final : public Layer {
+class AvgPool2dLayer final : public layers::Pool2dLayer {
  public:
   AvgPool2dLayer(const std::string& name, int64_t kernel, int64_t stride)
-      : Layer(name), kernel_(kernel), stride_(stride) {
-    layers::check_positive(name, "kernel", kernel);
-    layers::check_positive(name, "stride", stride);
-  }
-
-  Shape output_shape(const Shape& input) const override {
-    return layers::pool_output_shape(name(), input, kernel_, stride_);
-  }
+      : Pool2dLayer(name, LayerKind::avg_pool2d, kernel, stride) {}
 
   void plan(LayerPlanner& planner, const Shape& input) override {
     output_shape(input);
@@ -48,19 +40,13 @@ class AvgPool2dLayer final : public Layer {
     if (grad_in) conv_->backward_data(grad_out.data(), weights_, grad_in->data());
   }
 
-  bool backward_reads_output() const override { return false; }
-  // Its planned memory holds the window weights, constants set in plan().
-  bool planned_memory_is_scratch() const override { return true; }
-  LayerDescription describe() const override {
-    LayerDescription d;
-    d.kind = LayerKind::avg_pool2d;
-    d.ints = {{"kernel", kernel_}, {"stride", stride_}};
-    return d;
+  void hints(const HintQuery&, LayerHints& hints) const override {
+    hints.backward_reads_output = false;
+    // Its planned memory holds the window weights, constants set in plan().
+    hints.planned_memory_is_scratch = true;
   }
 
  private:
-  int64_t kernel_, stride_;
-  Shape planned_;
   std::unique_ptr<ConvOp> conv_;
   float* weights_ = nullptr;  // kernel_ * kernel_ values of 1 / (kernel_ * kernel_)
 };

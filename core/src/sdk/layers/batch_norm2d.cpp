@@ -82,24 +82,23 @@ class BatchNorm2dLayer final : public Layer {
       if (!batch && shards_ == 1) {
         elements_ = static_cast<double>(batch_ * plane_);
         const auto m = static_cast<float>(elements_);
-        ops.channel_sums(in.data(), nullptr, nullptr, batch_, c, plane_, s1_, nullptr, block_);
+        ops.channel_sums(in.data(), nullptr, nullptr, tensors(batch_), s1_, nullptr);
         ops.affine(s1_, mean_, c, 1.0f / m, 0.0f);
         // Sum x (x - mean): the sum of squared deviations, without E[x^2] - mean^2's cancellation.
-        ops.channel_sums(in.data(), in.data(), mean_, batch_, c, plane_, s1_, s2_, block_);
+        ops.channel_sums(in.data(), in.data(), mean_, tensors(batch_), s1_, s2_);
       } else {
         // Per micro-shard, each over its own rows in a fixed order, then summed over the batch: the
         // mean first, then the squared deviations from it.
         const int64_t rows = batch_ / shards_, shard_numel = rows * c * plane_;
         elements_ = static_cast<double>(batch_ * plane_);
         for (int64_t k = 0; k < shards_; ++k)
-          ops.channel_sums(in.data() + k * shard_numel, nullptr, nullptr, rows, c, plane_, partial_ + k * c, nullptr,
-                           block_);
+          ops.channel_sums(in.data() + k * shard_numel, nullptr, nullptr, tensors(rows), partial_ + k * c, nullptr);
         sum_over_batch(ops, batch, c, s1_, &elements_);
         ops.affine(s1_, mean_, c, 1.0f / static_cast<float>(elements_), 0.0f);
         float* unused = partial_ + shards_ * c;  // the sums of x again, not needed
         for (int64_t k = 0; k < shards_; ++k)
-          ops.channel_sums(in.data() + k * shard_numel, in.data() + k * shard_numel, mean_, rows, c, plane_,
-                           unused + k * c, partial_ + k * c, block_);
+          ops.channel_sums(in.data() + k * shard_numel, in.data() + k * shard_numel, mean_, tensors(rows),
+                           unused + k * c, partial_ + k * c);
         sum_over_batch(ops, batch, c, s2_, nullptr);
       }
       ops.affine(s2_, t1_, c, 1.0f / static_cast<float>(elements_), eps_);  // biased variance + eps
@@ -126,8 +125,7 @@ class BatchNorm2dLayer final : public Layer {
     ops.binary(BinaryOp::multiply, run.store.param(gamma_), inv_std_, scale_, c);
     ops.binary(BinaryOp::multiply, mean_, scale_, t1_, c);
     ops.binary(BinaryOp::subtract, run.store.param(beta_), t1_, shift_, c);
-    ops.channel_affine(in.data(), scale_, nullptr, nullptr, shift_, out.data(), batch_, c, plane_, block_, nullptr,
-                       fused_relu_);
+    ops.channel_affine(in.data(), scale_, nullptr, nullptr, shift_, out.data(), tensors(batch_, nullptr, fused_relu_));
   }
 
   void backward(const LayerRun& run, const Tensor& in, const Tensor& out, const Tensor& grad_out,
@@ -140,16 +138,16 @@ class BatchNorm2dLayer final : public Layer {
     float* dgamma = run.store.grad(gamma_);
     float* dbeta = run.store.grad(beta_);
     if (!batch && shards_ == 1) {
-      ops.channel_sums(grad_out.data(), in.data(), mean_, batch_, c, plane_, s1_, s2_, block_, mask);
+      ops.channel_sums(grad_out.data(), in.data(), mean_, tensors(batch_, mask), s1_, s2_);
       // dgamma = inv_std S2, dbeta = S1: written when the gradients were discarded, else added.
       add_gradients(ops, run.step.overwrite_grads, s1_, s2_, dgamma, dbeta);
     } else {
       // Per micro-shard: S1 and S2 side by side, one block of 2C a shard.
       const int64_t rows = batch_ / shards_, shard_numel = rows * c * plane_;
       for (int64_t k = 0; k < shards_; ++k)
-        ops.channel_sums(grad_out.data() + k * shard_numel, in.data() + k * shard_numel, mean_, rows, c, plane_,
-                         partial_ + 2 * k * c, partial_ + (2 * k + 1) * c, block_,
-                         mask ? mask + k * shard_numel : nullptr);
+        ops.channel_sums(grad_out.data() + k * shard_numel, in.data() + k * shard_numel, mean_,
+                         tensors(rows, mask ? mask + k * shard_numel : nullptr), partial_ + 2 * k * c,
+                         partial_ + (2 * k + 1) * c);
       WeightGradientSink* sink = run.store.weight_gradient_sink();
       if (shards_ > 1 && sink) {
         // Deterministic mode: each shard's gradients go to its own buffer, for the reducer's tree.
@@ -177,18 +175,32 @@ class BatchNorm2dLayer final : public Layer {
     ops.affine(t2_, t2_, c, -1.0f / m, 0.0f);
     ops.binary(BinaryOp::multiply, t1_, mean_, t3_, c);
     ops.binary(BinaryOp::subtract, t2_, t3_, t2_, c);
-    ops.channel_affine(grad_out.data(), scale_, in.data(), t1_, t2_, grad_in->data(), batch_, c, plane_, block_, mask);
+    ops.channel_affine(grad_out.data(), scale_, in.data(), t1_, t2_, grad_in->data(), tensors(batch_, mask));
   }
 
   std::vector<ParamHandle> param_handles() const override { return {gamma_, beta_}; }
-  // It reads its input. (Running the ReLU after it, it reads that ReLU's output, as the ReLU would.)
-  bool backward_reads_output() const override { return false; }
-  // Its normalisation and its backward take the ReLU's mask in their own passes.
-  bool fuses_relu(const Ops& ops) const override { return ops.channel_ops_fuse_relu(); }
-  // Its statistics are summed per micro-shard, its gradients formed per micro-shard.
-  bool handles_shards() const override { return true; }
-  // Per channel, in either layout (the sums' order follows the layout).
-  BlockedActivations blocked_activations(const Shape&, int64_t) const override { return BlockedActivations::same; }
+  // `rows` rows of the layer's [B, C, H, W] activations, in its layout, for the per-channel
+  // passes; `mask`: the ReLU's output it runs, `relu`: apply that ReLU.
+  ChannelTensors tensors(int64_t rows, const float* mask = nullptr, bool relu = false) const {
+    ChannelTensors t;
+    t.batch = rows;
+    t.channels = channels_;
+    t.plane = plane_;
+    t.block = block_;
+    t.relu_mask = mask;
+    t.relu = relu;
+    return t;
+  }
+  void hints(const HintQuery& query, LayerHints& hints) const override {
+    // It reads its input. (Running the ReLU after it, it reads that ReLU's output, as the ReLU would.)
+    hints.backward_reads_output = false;
+    // Its normalisation and its backward take the ReLU's mask in their own passes.
+    hints.fuses_relu = query.ops->channel_ops_fuse_relu();
+    // Its statistics are summed per micro-shard, its gradients formed per micro-shard.
+    hints.handles_shards = true;
+    // Per channel, in either layout (the sums' order follows the layout).
+    hints.blocked_activations = BlockedActivations::same;
+  }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = LayerKind::batch_norm2d;

@@ -45,8 +45,7 @@ class Conv2dLayer final : public Layer {
 
   void plan(LayerPlanner& planner, const Shape& input) override {
     output_shape(input);
-    conv_ = planner.ops().make_conv(with_input(input), input[0], planner.bf16(), planner.input_block(),
-                                    planner.output_block());
+    conv_ = planner.ops().make_conv(with_input(input), input[0], planner.bf16(), planner.layout());
     planned_ = input;
   }
 
@@ -63,10 +62,10 @@ class Conv2dLayer final : public Layer {
   }
 
   std::vector<ParamHandle> param_handles() const override { return {weight_, bias_}; }
-  bool backward_reads_output() const override { return false; }
-  // The library reads and writes either layout (and reorders NCHW to its own).
-  BlockedActivations blocked_activations(const Shape&, int64_t) const override {
-    return BlockedActivations::independent;
+  void hints(const HintQuery&, LayerHints& hints) const override {
+    hints.backward_reads_output = false;
+    // The library reads and writes either layout (and reorders NCHW to its own).
+    hints.blocked_activations = BlockedActivations::independent;
   }
   LayerDescription describe() const override {
     LayerDescription d;

@@ -18,7 +18,11 @@ class DropoutLayer final : public Layer {
   }
 
   Shape output_shape(const Shape& input) const override { return input; }
-  bool aliases_input() const override { return p_ == 0.0f; }
+  void hints(const HintQuery&, LayerHints& hints) const override {
+    hints.aliases_input = p_ == 0.0f;
+    // Each element's mask comes from its global sample index: rows are independent.
+    hints.row_wise = true;
+  }
 
   void plan(LayerPlanner& planner, const Shape& input) override {
     mask_ = planner.allocate_array<float>(static_cast<size_t>(shape_numel(input)));
@@ -49,8 +53,6 @@ class DropoutLayer final : public Layer {
       run.ops.multiply(grad_out.data(), mask_, grad_in->data(), n);
   }
 
-  // Each element's mask comes from its global sample index: rows are independent.
-  bool row_wise(const Ops&, int64_t, int64_t) const override { return true; }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = LayerKind::dropout;

@@ -13,11 +13,13 @@ class FlattenLayer final : public Layer {
               "layer '" + name() + "' expects a batch-first input, got " + shape_string(input));
     return {input[0], layers::row_size(input)};
   }
-  bool aliases_input() const override { return true; }
+  void hints(const HintQuery&, LayerHints& hints) const override {
+    hints.aliases_input = true;
+    hints.row_wise = true;
+  }
   // Not called: the executor aliases the output to the input.
   void forward(const LayerRun&, const Tensor&, Tensor&) override {}
   void backward(const LayerRun&, const Tensor&, const Tensor&, const Tensor&, Tensor*) override {}
-  bool row_wise(const Ops&, int64_t, int64_t) const override { return true; }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = LayerKind::flatten;

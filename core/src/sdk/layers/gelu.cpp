@@ -15,8 +15,10 @@ class GeluLayer final : public Layer {
                 Tensor* grad_in) override {
     if (grad_in) run.ops.gelu_backward(in.data(), grad_out.data(), grad_in->data(), in.numel());
   }
-  bool row_wise(const Ops&, int64_t, int64_t) const override { return true; }
-  bool backward_reads_output() const override { return false; }
+  void hints(const HintQuery&, LayerHints& hints) const override {
+    hints.row_wise = true;
+    hints.backward_reads_output = false;
+  }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = LayerKind::gelu_tanh;

@@ -57,12 +57,12 @@ class GlobalAvgPool2dLayer final : public Layer {
                  plane_);
   }
 
-  bool backward_reads_output() const override { return false; }
-  // Its planned memory holds the plane weights, constants set in plan().
-  bool planned_memory_is_scratch() const override { return true; }
-  // Its output is [B, C], the same in both layouts.
-  BlockedActivations blocked_activations(const Shape&, int64_t) const override {
-    return BlockedActivations::independent;
+  void hints(const HintQuery&, LayerHints& hints) const override {
+    hints.backward_reads_output = false;
+    // Its planned memory holds the plane weights, constants set in plan().
+    hints.planned_memory_is_scratch = true;
+    // Its output is [B, C], the same in both layouts.
+    hints.blocked_activations = BlockedActivations::independent;
   }
   LayerDescription describe() const override {
     LayerDescription d;

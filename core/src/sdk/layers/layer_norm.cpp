@@ -65,9 +65,11 @@ class LayerNormLayer final : public Layer {
   }
 
   std::vector<ParamHandle> param_handles() const override { return {weight_, bias_}; }
-  bool backward_reads_output() const override { return false; }
-  // Rows on their own; the parameter gradients per micro-shard (backward).
-  bool handles_shards() const override { return true; }
+  void hints(const HintQuery&, LayerHints& hints) const override {
+    hints.backward_reads_output = false;
+    // Rows on their own; the parameter gradients per micro-shard (backward).
+    hints.handles_shards = true;
+  }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = LayerKind::layer_norm;

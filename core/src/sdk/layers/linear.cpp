@@ -115,10 +115,12 @@ class LinearLayer final : public Layer {
   }
 
   std::vector<ParamHandle> param_handles() const override { return {weight_, bias_}; }
-  bool backward_reads_output() const override { return false; }
-  // On every CPU: the weight gradient goes to the sink, and plan() splits the GEMMs by shard
-  // wherever batching them would change a row's bits.
-  bool row_wise(const Ops&, int64_t, int64_t) const override { return true; }
+  void hints(const HintQuery&, LayerHints& hints) const override {
+    hints.backward_reads_output = false;
+    // On every CPU: the weight gradient goes to the sink, and plan() splits the GEMMs by shard
+    // wherever batching them would change a row's bits.
+    hints.row_wise = true;
+  }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = per_token_ ? LayerKind::token_linear : LayerKind::linear;

@@ -1,28 +1,19 @@
 // MaxPool2d: max over k x k windows (no padding), through the ops' pooling plan.
 #include <string>
 
-#include "layer_checks.hpp"
-#include "mgtrain/layers.hpp"
+#include "pool2d.hpp"
 
 namespace mgt {
 namespace {
 
-class MaxPool2dLayer final : public Layer {
+class MaxPool2dLayer final : public layers::Pool2dLayer {
  public:
   MaxPool2dLayer(const std::string& name, int64_t kernel, int64_t stride)
-      : Layer(name), kernel_(kernel), stride_(stride) {
-    layers::check_positive(name, "kernel", kernel);
-    layers::check_positive(name, "stride", stride);
-  }
-
-  Shape output_shape(const Shape& input) const override {
-    return layers::pool_output_shape(name(), input, kernel_, stride_);
-  }
+      : Pool2dLayer(name, LayerKind::max_pool2d, kernel, stride) {}
 
   void plan(LayerPlanner& planner, const Shape& input) override {
     output_shape(input);
-    pool_ = planner.ops().make_max_pool(input[0], input[1], input[2], input[3], kernel_, stride_, planner.input_block(),
-                                        planner.output_block());
+    pool_ = planner.ops().make_max_pool(input[0], input[1], input[2], input[3], kernel_, stride_, planner.layout());
     planned_ = input;
   }
 
@@ -36,26 +27,17 @@ class MaxPool2dLayer final : public Layer {
                 Tensor* grad_in) override {
     if (grad_in) pool_->backward(in.data(), out.data(), grad_out.data(), grad_in->data());
   }
-  // Each plane on its own: a maximum is exact and each input element's gradient comes from its own
-  // row's windows, so any batch gives the same bits. (Run whole, too, because backward uses what
-  // forward recorded: one shard at a time, the last shard's record would be all there is.)
-  bool row_wise(const Ops&, int64_t, int64_t) const override { return true; }
-  // Channel by channel: the plan pools from either layout to either (a blocked input to an NCHW
-  // output before a Flatten: the reorder on the pooled tensor, a quarter of the input's size).
-  BlockedActivations blocked_activations(const Shape&, int64_t) const override {
-    return BlockedActivations::independent;
-  }
-
-  LayerDescription describe() const override {
-    LayerDescription d;
-    d.kind = LayerKind::max_pool2d;
-    d.ints = {{"kernel", kernel_}, {"stride", stride_}};
-    return d;
+  void hints(const HintQuery&, LayerHints& hints) const override {
+    // Each plane on its own: a maximum is exact and each input element's gradient comes from its own
+    // row's windows, so any batch gives the same bits. (Run whole, too, because backward uses what
+    // forward recorded: one shard at a time, the last shard's record would be all there is.)
+    hints.row_wise = true;
+    // Channel by channel: the plan pools from either layout to either (a blocked input to an NCHW
+    // output before a Flatten: the reorder on the pooled tensor, a quarter of the input's size).
+    hints.blocked_activations = BlockedActivations::independent;
   }
 
  private:
-  int64_t kernel_, stride_;
-  Shape planned_;
   std::unique_ptr<MaxPoolOp> pool_;
 };
 

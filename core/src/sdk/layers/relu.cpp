@@ -15,11 +15,13 @@ class ReluLayer final : public Layer {
                 Tensor* grad_in) override {
     if (grad_in) run.ops.relu_backward(out.data(), grad_out.data(), grad_in->data(), out.numel());
   }
-  bool row_wise(const Ops&, int64_t, int64_t) const override { return true; }
-  // Element-wise, and backward reads only the output.
-  bool runs_in_place() const override { return true; }
-  // Element-wise: any layout.
-  BlockedActivations blocked_activations(const Shape&, int64_t) const override { return BlockedActivations::same; }
+  void hints(const HintQuery&, LayerHints& hints) const override {
+    hints.row_wise = true;
+    // Element-wise, and backward reads only the output.
+    hints.runs_in_place = true;
+    // Element-wise: any layout.
+    hints.blocked_activations = BlockedActivations::same;
+  }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = LayerKind::relu;

@@ -21,6 +21,7 @@
 #include "mgtrain/layers.hpp"
 #include "sdk/activation_blocks.hpp"
 #include "sdk/fused_relu.hpp"
+#include "sdk/layer_hints.hpp"
 #include "sdk/shard_passes.hpp"
 
 namespace mgt {
@@ -52,10 +53,11 @@ struct Chain {
 
   // The channel blocks of the layers' outputs when the block's input and output have `block`
   // (activation_blocks.hpp); nothing when a layer cannot keep it.
-  std::optional<std::vector<int64_t>> blocks(const Shape& input, int64_t block, int64_t io_block) const {
+  std::optional<std::vector<int64_t>> blocks(const Ops& ops, const Shape& input, int64_t block,
+                                             int64_t io_block) const {
     std::vector<Layer*> raw;
     for (const auto& layer : layers) raw.push_back(layer.get());
-    return activation_blocks::choose(raw, input, output_shapes(input), block, io_block, io_block);
+    return activation_blocks::choose(raw, ops, input, output_shapes(input), block, io_block, io_block);
   }
 
   // Plans the layers and their activations, the input and output in the channel block `io_block`;
@@ -69,12 +71,13 @@ struct Chain {
     shapes = output_shapes(input);
     planned.assign(n, shard_passes::PlannedState());
     // Blocked inside only when the block is: the executor chose that for it.
-    const auto chosen = blocks(input, io_block, io_block);
+    const auto chosen = blocks(planner.ops(), input, io_block, io_block);
     MGT_CHECK(chosen.has_value(), Error, "a residual block was planned for a layout its layers cannot keep");
     activation_blocks::Planner blocked(planner);
     std::vector<char> in_place(n, 0);
     for (size_t i = 1; i < n; ++i)
-      in_place[i] = !in_place[i - 1] && layers[i]->runs_in_place() && !layers[i - 1]->backward_reads_output();
+      in_place[i] = !in_place[i - 1] && layer_hints::of(*layers[i], planner.ops()).runs_in_place &&
+                    !layer_hints::of(*layers[i - 1], planner.ops()).backward_reads_output;
     fused.assign(n, 0);
     for (size_t i = 1; i < n; ++i)
       // Not the branch's last ReLU: its input gradient is not the block's output gradient, which
@@ -87,8 +90,8 @@ struct Chain {
       whole.push_back(shard_passes::plan(*layers[i], blocked, s, planned[i]));
       s = shapes[i];
     }
-    writes_block_output =
-        may_write_block_output && n > 0 && !in_place[n - 1] && !layers[n - 1]->backward_reads_output();
+    writes_block_output = may_write_block_output && n > 0 && !in_place[n - 1] &&
+                          !layer_hints::of(*layers[n - 1], planner.ops()).backward_reads_output;
     for (size_t i = 0; i < n; ++i) {
       float* out = in_place[i]                         ? acts[i - 1].data()
                    : i + 1 == n && writes_block_output ? nullptr
@@ -153,7 +156,8 @@ class ResidualLayer final : public Layer {
     for (const Chain* chain : {&branch_, &shortcut_})
       for (const auto& layer : chain->layers) {
         MGT_CHECK(layer != nullptr, ConfigError, "residual block '" + name + "': a null layer");
-        MGT_CHECK(!layer->aliases_input(), ConfigError,
+        // Asked before any executor: on the host's operations (aliasing depends on none).
+        MGT_CHECK(!layer_hints::of(*layer, host_ops()).aliases_input, ConfigError,
                   "residual block '" + name + "': layer '" + layer->name() +
                       "' only reshapes its input, which a block that adds two paths of one shape cannot use");
       }
@@ -211,10 +215,16 @@ class ResidualLayer final : public Layer {
     if (branch_.writes_block_output) branch_.acts.back().rebind(out.data());
     const Tensor& b = branch_.forward(run, in);
     const Tensor& s = shortcut_.forward(run, in);
-    if (fused_relu_)
-      run.ops.channel_affine(b.data(), one_, s.data(), one_, nullptr, out.data(), 1, 1, out.numel(), 1, nullptr, true);
-    else
+    if (fused_relu_) {
+      ChannelTensors one_channel;
+      one_channel.batch = 1;
+      one_channel.channels = 1;
+      one_channel.plane = out.numel();
+      one_channel.relu = true;
+      run.ops.channel_affine(b.data(), one_, s.data(), one_, nullptr, out.data(), one_channel);
+    } else {
       run.ops.binary(BinaryOp::add, b.data(), s.data(), out.data(), out.numel());
+    }
   }
 
   void backward(const LayerRun& run, const Tensor& in, const Tensor& out, const Tensor& grad_out,
@@ -238,19 +248,20 @@ class ResidualLayer final : public Layer {
     return handles;
   }
 
-  // Its output is a sum the block's backward does not read. (Running the ReLU after it, it
-  // reads that ReLU's output, as the ReLU would.)
-  bool backward_reads_output() const override { return false; }
-  // The sum and the ReLU in one pass.
-  bool fuses_relu(const Ops& ops) const override { return ops.channel_ops_fuse_relu(); }
-  // Its layers take a pass of several shards by the executor's rule; the sum is element-wise.
-  bool handles_shards() const override { return true; }
-  // Blocked in and out when both paths can keep the block from its input to their outputs.
-  BlockedActivations blocked_activations(const Shape& input, int64_t block) const override {
-    if (!activation_blocks::blockable(input, block)) return BlockedActivations::none;
-    const bool both =
-        branch_.blocks(input, block, block).has_value() && shortcut_.blocks(input, block, block).has_value();
-    return both ? BlockedActivations::same : BlockedActivations::none;
+  void hints(const HintQuery& query, LayerHints& hints) const override {
+    // Its output is a sum the block's backward does not read. (Running the ReLU after it, it
+    // reads that ReLU's output, as the ReLU would.)
+    hints.backward_reads_output = false;
+    // The sum and the ReLU in one pass.
+    hints.fuses_relu = query.ops->channel_ops_fuse_relu();
+    // Its layers take a pass of several shards by the executor's rule; the sum is element-wise.
+    hints.handles_shards = true;
+    // Blocked in and out when both paths can keep the block from its input to their outputs.
+    const Shape& input = *query.input;
+    const int64_t block = query.block;
+    if (activation_blocks::blockable(input, block) && branch_.blocks(*query.ops, input, block, block).has_value() &&
+        shortcut_.blocks(*query.ops, input, block, block).has_value())
+      hints.blocked_activations = BlockedActivations::same;
   }
 
   LayerDescription describe() const override {

@@ -78,9 +78,11 @@ class TiedHeadLayer final : public Layer {
                run.store.param(table_), dim_, 0.0f, grad_in->data() + s * gemm_rows * dim_, dim_);
   }
 
-  bool backward_reads_output() const override { return false; }
-  // Rows on their own in forward and in the input gradient; the table's gradient per micro-shard.
-  bool handles_shards() const override { return true; }
+  void hints(const HintQuery&, LayerHints& hints) const override {
+    hints.backward_reads_output = false;
+    // Rows on their own in forward and in the input gradient; the table's gradient per micro-shard.
+    hints.handles_shards = true;
+  }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = LayerKind::tied_head;

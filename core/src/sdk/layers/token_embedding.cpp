@@ -64,9 +64,11 @@ class TokenEmbeddingLayer final : public Layer {
   }
 
   std::vector<ParamHandle> param_handles() const override { return {table_, position_}; }
-  bool backward_reads_output() const override { return false; }
-  // Forward row by row; the parameter gradients per micro-shard (backward).
-  bool handles_shards() const override { return true; }
+  void hints(const HintQuery&, LayerHints& hints) const override {
+    hints.backward_reads_output = false;
+    // Forward row by row; the parameter gradients per micro-shard (backward).
+    hints.handles_shards = true;
+  }
   LayerDescription describe() const override {
     LayerDescription d;
     d.kind = LayerKind::token_embedding;

@@ -14,8 +14,9 @@
 // back took two context switches of the kernel (9 us on a 2-core virtual machine, several times a
 // step).
 //
-// Internal to mgtrain's own libraries (the data reader, the shared-memory barrier): exported from
-// libmgtrain for the runtime, but not installed with the SDK, so no plugin builds against it.
+// Internal to mgtrain's own libraries (the data reader, the shared-memory barrier): declared here,
+// below the data reader, and built into libmgtrain (sdk/idle_core.cpp), whose shared-memory
+// barrier uses it and which exports it for the runtime; not installed with the SDK.
 //
 // One owner per process at a time (the training reader). Where no owner holds it, or on a thread
 // other than the one that started the worker, the step's calls return at once; the worker's calls

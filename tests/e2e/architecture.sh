@@ -24,7 +24,7 @@ LIB=$BUILD/lib/libmgtrain.so
 #             write): nothing of the project
 #   kernels   CPU and GPU kernels: nothing of the project
 #   datasets  the data format, reader and converters: base (the converters' atomic write)
-#   sdk       libmgtrain, the SDK plugins link: kernels, datasets (regular_file.hpp)
+#   sdk       libmgtrain, the SDK plugins link: base (idle_core.hpp), kernels, datasets
 #   io, observers: base, kernels (io below observers)
 #   testing   the test builds' fault injection: observers (the slow rank is a loop callback)
 #   comm, loader, checkpoint, device: base and what is drawn before them
@@ -37,7 +37,7 @@ declare -A ALLOWED=(
   [base]=""
   [kernels]=""
   [datasets]="base"
-  [sdk]="kernels datasets"
+  [sdk]="base kernels datasets"
   [testing]="observers"
   [io]="base kernels"
   [comm]="base io kernels testing"

@@ -24,9 +24,9 @@ const mgt::ConfigKey kSignSgdKeys[] = {
      "decoupled weight decay: p -= lr * weight_decay * p"},
 };
 
-// The update of one element, written once (mgtrain/update_rule.hpp): mgt::Optimizer's step() runs
-// it on the host, and mgtrain compiles the same text for a GPU, so this optimizer trains on every
-// device without a step() of its own.
+// The update of one element, written once (mgtrain/update_rule.hpp): mgtrain runs it on the host
+// (mgt::Optimizer::apply_update) and compiles the same text for a GPU, so this optimizer trains on
+// every device without a step() of its own.
 // In the body only float arithmetic and C math functions: both compilers see it.
 // One statement per line, as the updates read.
 // clang-format off
@@ -56,7 +56,7 @@ class SignSgd final : public mgt::Optimizer {
     if (momentum_ > 0.0) momentum_buf_.assign(size, 0.0f);
   }
 
-  // The update for every path (the host's step(), the GPU's), with the scalars of update number t.
+  // The update for every path (the host's, the GPU's), with the scalars of update number t.
   std::unique_ptr<mgt::ElementwiseUpdate> element_update() const override {
     const auto at = [momentum = momentum_, wd = weight_decay_](double lr, int64_t t) {
       return scalars_of(lr, momentum, wd, t);

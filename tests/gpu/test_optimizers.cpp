@@ -1,7 +1,7 @@
 // GPU optimizer updates against the built-in optimizer plugins (their real shared libraries from
 // the build tree): the plugin's element update, compiled for the GPU from its own source (NVRTC),
 // over several steps of SGD (plain, weight decay, momentum, Nesterov) and AdamW on random
-// parameters and gradients, against the plugin's step() on the host; parameters and state
+// parameters and gradients, against the plugin's update on the host (apply_update); parameters and state
 // buffers compared bit for bit after every step, and a set skip flag leaves everything as it was.
 // Skipped without a device; the host-side checks of the same updates on the CPU backend run
 // everywhere (tests/unit/test_optimizers.cpp).
@@ -94,7 +94,7 @@ void expect_gpu_update_matches_plugin(const std::string& name, const std::string
   const int32_t no = 0, yes = 1;
   std::vector<unsigned char> scalars(update->scalars_bytes());
   for (int step = 0; step < kSteps; ++step) {
-    host->step(p.data(), grads[step].data(), kSize);
+    host->apply_update(p.data(), grads[step].data(), kSize);
     d_g.upload(grads[step].data(), kSize);
     update->scalars(host->learning_rate(), step + 1, scalars.data());
     gpu->upload(d_scalars.data(), scalars.data(), scalars.size());

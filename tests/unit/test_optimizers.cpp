@@ -47,7 +47,7 @@ std::vector<std::vector<float>> run(mgt::Optimizer& opt, int steps) {
   opt.setup(p.size());
   std::vector<std::vector<float>> out;
   for (int s = 0; s < steps; ++s) {
-    opt.step(p.data(), kGrads[s].data(), p.size());
+    opt.apply_update(p.data(), kGrads[s].data(), p.size());
     out.push_back(p);
   }
   return out;
@@ -169,7 +169,7 @@ TEST(OptimizerSgd, ResumedStepCountKeepsMomentumBuffer) {
   buf[2] = -1.0f;  // buf1 from the Momentum case
   opt->set_step_count(1);
   p = {0.95f, -2.1f, 0.6f};  // p1 from the Momentum case
-  opt->step(p.data(), kGrads[1].data(), p.size());
+  opt->apply_update(p.data(), kGrads[1].data(), p.size());
   expect_near(p, {0.88, -2.14, 0.49}, "step 2 after resume");
 }
 
@@ -240,7 +240,7 @@ TEST(OptimizerAdam, SgdKeysAreNotAdamKeys) {
 }
 
 // The element update a plugin states once (Optimizer::element_update), run by the CPU backend as
-// the compiled step runs it, against the host's step() (the SDK's, from the same rule): the same
+// the compiled step runs it, against the host's update (apply_update, from the same rule): the same
 // bits, the same state, and a set skip flag changes nothing. With a decay mask
 // (optimizer.weight_decay_on = matrices) as without: both sides read it.
 TEST(OptimizerElementUpdate, CpuBackendRunsThePluginsUpdateBitForBit) {
@@ -268,7 +268,7 @@ TEST(OptimizerElementUpdate, CpuBackendRunsThePluginsUpdateBitForBit) {
       std::vector<unsigned char> scalars(update->scalars_bytes());
       const int32_t no = 0, yes = 1;
       for (int step = 0; step < 3; ++step) {
-        host->step(p.data(), kGrads[step].data(), p.size());
+        host->apply_update(p.data(), kGrads[step].data(), p.size());
         update->scalars(host->learning_rate(), step + 1, scalars.data());
         op->run(q.data(), kGrads[step].data(), state_ptrs.data(), scalars.data(), q.size(), decayed, &no);
         ASSERT_EQ(q, p) << ini << " step " << step + 1 << (masked ? " (masked)" : "");
@@ -298,8 +298,8 @@ TEST(OptimizerElementUpdate, DecayMaskSparesTheElementsItLeavesOut) {
     some->setup(kP0.size());
     some->set_decay_mask({1, 0, 0});
     std::vector<float> p_all = kP0, p_some = kP0;
-    all->step(p_all.data(), zeros.data(), kP0.size());
-    some->step(p_some.data(), zeros.data(), kP0.size());
+    all->apply_update(p_all.data(), zeros.data(), kP0.size());
+    some->apply_update(p_some.data(), zeros.data(), kP0.size());
     const float shrink = 1.0f - 0.1f * 0.5f;
     for (size_t i = 0; i < kP0.size(); ++i) EXPECT_FLOAT_EQ(p_all[i], kP0[i] * shrink) << name << " element " << i;
     EXPECT_FLOAT_EQ(p_some[0], kP0[0] * shrink) << name;
@@ -356,8 +356,9 @@ TEST(OptimizerElementUpdate, SharedParametersUpdateHasTheBitsOfThePlainOne) {
   }
 }
 
-// The SDK's step() runs the element update: an optimizer that gives neither it nor a step() of its
-// own, or whose state buffers are not the update's, is refused by name on its first step.
+// The SDK's default step() runs the element update: an optimizer that gives neither it nor a
+// step() of its own, or whose state buffers are not the update's, is refused by name on its first
+// step.
 class NoUpdate final : public mgt::Optimizer {
  public:
   explicit NoUpdate(int states) : states_(states) {}
@@ -401,6 +402,49 @@ TEST(OptimizerDefaultStep, NeedsAnElementUpdateWithTheSameStateBuffers) {
   fine.step(p.data(), kGrads[0].data(), p.size());
   EXPECT_EQ(fine.step_count(), 1);
   expect_near(p, {0.95, -2.1, 0.6}, "step 1");  // the first momentum step is the plain one
+}
+
+// An optimizer that overrides step() with an update of its own (every parameter set to 42) and
+// may have sgd's element update as well.
+class OwnStep final : public mgt::Optimizer {
+ public:
+  explicit OwnStep(bool has_element_update) : has_element_update_(has_element_update) {}
+  void setup(size_t size) override { momentum_.assign(size, 0.0f); }
+  void step(float* params, const float*, size_t size) override {
+    ++step_count_;
+    for (size_t i = 0; i < size; ++i) params[i] = 42.0f;
+  }
+  double learning_rate() const override { return 0.1; }
+  void set_learning_rate(double) override {}
+  std::vector<mgt::OptimizerStateBuffer> state_buffers() override { return {{"momentum", momentum_.data()}}; }
+  std::unique_ptr<mgt::ElementwiseUpdate> element_update() const override {
+    if (!has_element_update_) return nullptr;
+    return make("sgd", "[optimizer]\nlr = 0.1\nmomentum = 0.9\n")->element_update();
+  }
+
+ private:
+  bool has_element_update_;
+  std::vector<float> momentum_;
+};
+
+// apply_update(), the host's one entry point, runs the element update where there is one, so an
+// optimizer's step() that states another update is never run; without one it runs step().
+TEST(OptimizerApplyUpdate, RunsTheElementUpdateAndStepOnlyWithoutOne) {
+  auto sgd = make("sgd", "[optimizer]\nlr = 0.1\nmomentum = 0.9\n");
+  OwnStep both(true), step_alone(false);
+  std::vector<float> p_sgd = kP0, p_both = kP0, p_step = kP0;
+  sgd->setup(kP0.size());
+  both.setup(kP0.size());
+  step_alone.setup(kP0.size());
+  for (int s = 0; s < 3; ++s) {
+    sgd->apply_update(p_sgd.data(), kGrads[s].data(), kP0.size());
+    both.apply_update(p_both.data(), kGrads[s].data(), kP0.size());
+    step_alone.apply_update(p_step.data(), kGrads[s].data(), kP0.size());
+    EXPECT_EQ(p_both, p_sgd) << "update " << s + 1 << ": not the element update's bits";
+  }
+  EXPECT_EQ(both.step_count(), 3);
+  EXPECT_EQ(p_step, std::vector<float>(kP0.size(), 42.0f)) << "without an element update, step() is the update";
+  EXPECT_EQ(step_alone.step_count(), 3);
 }
 
 }  // namespace

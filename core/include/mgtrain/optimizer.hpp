@@ -24,30 +24,37 @@ class MGT_API Optimizer {
   virtual ~Optimizer() = default;
   // Allocates state for `size` floats of the flat buffer (zero-filled).
   virtual void setup(size_t size) = 0;
-  // One update over the range: params[i] -= f(grads[i], state[i]); `size` as in setup. The
-  // default runs element_update() over the range on the host, with state_buffers() as its state
-  // and decay_mask(): the update is stated once, as the element update, and every path (this
-  // step(), the GPU's compiled update) runs that one statement. Override step() only in an
-  // optimizer that has no element update (it then trains on the host alone).
+  // One update over the range on the host, params[i] -= f(grads[i], state[i]) (`size` as in
+  // setup), for an optimizer that has no element update: called only when element_update() is
+  // null, through apply_update(). Override it only in such an optimizer (it then trains on the
+  // host alone). Where element_update() is not null the core never calls step(), so an override
+  // there is never run: the update is stated once and every path runs that one statement. The
+  // default runs the element update, as apply_update() does.
   virtual void step(float* params, const float* grads, size_t size);
   virtual double learning_rate() const = 0;
   // The trainer's schedule (train.lr_schedule) sets the rate before each update; the plugin's
   // optimizer.lr is the base rate the schedule scales.
   virtual void set_learning_rate(double lr) = 0;
   virtual std::vector<OptimizerStateBuffer> state_buffers() = 0;
-  // The update written once (mgtrain/update_rule.hpp): the default step() runs it on the host and
-  // an executor that applies the update itself (the GPU path) compiles it, with its state buffers
-  // in the order state_buffers() lists them. Called once per optimizer and kept, so its result
-  // must depend on the configuration alone (the learning rate comes with each call). Null: only
-  // the plugin's own step() on the host can update.
+  // The update written once (mgtrain/update_rule.hpp): apply_update() runs it on the host and an
+  // executor that applies the update itself (the CPU backend's step, the GPU path) runs the
+  // plugin's loop or compiles its text, with its state buffers in the order state_buffers() lists
+  // them. Kept once asked for, so its result must depend on the configuration alone (the learning
+  // rate comes with each call). Null: only the plugin's own step() on the host can update.
   virtual std::unique_ptr<ElementwiseUpdate> element_update() const { return nullptr; }
   // Which elements of the range the weight decay applies to (optimizer.weight_decay_on =
   // matrices: the weights of rank 2 and more, not biases or normalisation scales and shifts),
   // given by the core after setup(): decay_mask()[i] != 0 for a decayed element i; null when the
-  // decay applies to every element. The default step() and the executors pass it to the element
+  // decay applies to every element. apply_update() and the executors pass it to the element
   // update.
   void set_decay_mask(std::vector<uint8_t> mask) { decay_mask_ = std::move(mask); }
   const uint8_t* decay_mask() const { return decay_mask_.empty() ? nullptr : decay_mask_.data(); }
+  // The update of the range on the host, which the core (and a sync strategy that runs the
+  // optimizer itself, as a parameter server's shards do) calls: element_update() run over the
+  // range with state_buffers() and decay_mask(), counting step_count(); step() where there is no
+  // element update. One entry point, so that no caller can pick the other form of an optimizer
+  // that has both.
+  void apply_update(float* params, const float* grads, size_t size);
   // Number of updates done so far (Adam's bias correction depends on it); restored on resume.
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t n) { step_count_ = n; }
@@ -57,9 +64,10 @@ class MGT_API Optimizer {
   std::vector<uint8_t> decay_mask_;
 
  private:
-  // The default step()'s: element_update(), made on its first call, and room for its scalars.
+  // element_update(), asked for on the first host update (null: none), and room for its scalars.
+  const ElementwiseUpdate* host_update();
   std::unique_ptr<ElementwiseUpdate> host_update_;
-  std::vector<double> host_scalars_;
+  std::vector<double> host_scalars_;  // empty until element_update() was asked for
 };
 
 }  // namespace mgt

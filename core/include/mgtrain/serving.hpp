@@ -52,7 +52,8 @@ class MGT_API ServingRole {
   virtual int train_rank(const Communicator& comm) const { return comm.rank(); }
   virtual int train_world(const Communicator& comm) const = 0;
   // Runs the serving side until every training rank is done; `optimizer` was set up for
-  // serve_size() floats and updates this rank's shard.
+  // serve_size() floats and updates this rank's shard, through optimizer.apply_update() (not
+  // step(), which is the update of an optimizer without an element update alone).
   virtual void serve(Optimizer& optimizer, const ServeContext& context) = 0;
   virtual size_t serve_size() const = 0;
   // Where this serving rank's range starts in the flat buffer: its optimizer updates floats

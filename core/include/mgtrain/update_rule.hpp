@@ -8,8 +8,8 @@
 //     param = (decayed ? param * s.decay : param) - s.lr * (c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f));
 //     state0 = s.b2 * state0 + (1.0f - s.b2) * grad;)
 //
-// The same text becomes a C++ function, compiled with the plugin for the CPU (the plugin's own
-// step() and the CPU backend run it), and CUDA source that a GPU backend compiles at run time
+// The same text becomes a C++ function, compiled with the plugin for the CPU (Optimizer's
+// apply_update() and the CPU backend run it), and CUDA source that a GPU backend compiles at run time
 // (NVRTC) into its update kernel: no CUDA in the plugin, one definition for every device. In the
 // body, `param`, `state0`..`state3` (float&), `grad` (float), `decayed` (bool) and `s` (the
 // scalars) are in scope. `decayed` says whether the optimizer's weight decay applies to the element
@@ -78,7 +78,7 @@ class MGT_API ElementwiseUpdate {
 
 // The host loop of a rule: one pass over memory that the compiler vectorizes (the state
 // references of unused buffers point at a local). `decayed`: as in ElementwiseUpdate::run; an
-// optimizer's step() passes its decay_mask().
+// optimizer's apply_update() passes its decay_mask().
 template <typename Rule, bool Masked>
 void run_element_update_loop(float* __restrict params, const float* __restrict grads, float* const* state,
                              const typename Rule::Scalars& s, size_t n, const uint8_t* __restrict decayed) {

@@ -156,7 +156,7 @@ struct CompiledStep::Program {
   StepTotals* totals = nullptr;
   double* row_loss = nullptr;
   std::vector<float*> state;                  // the optimizer's state buffers, in state_buffers() order
-  std::unique_ptr<ElementwiseUpdate> update;  // null: Optimizer::step on the host (in place only)
+  std::unique_ptr<ElementwiseUpdate> update;  // null: the optimizer's own step() on the host (in place only)
   std::unique_ptr<kernels::UpdateOp> update_op;
   const uint8_t* decayed = nullptr;  // the optimizer's decay mask where it runs, or null: every element
   std::unique_ptr<kernels::RecordedStep> recorded[2];
@@ -295,7 +295,7 @@ void CompiledStep::upload_state(const ParameterStore& host) {
 
 void CompiledStep::download_state(ParameterStore& host) {
   MGT_CHECK(collected_ == submitted_, Error, "compiled step: download_state with steps in flight");
-  if (program_->update) optimizer_.set_step_count(applied_);  // Optimizer::step counts its own
+  if (program_->update) optimizer_.set_step_count(applied_);  // an optimizer's own step() counts its own
   if (options_.in_place) return;
   const size_t bytes = host.flat_size() * sizeof(float);
   backend_.download(host.params_data(), store_.params_data(), bytes);
@@ -512,9 +512,9 @@ bool CompiledStep::enqueue_program(int slot) {
   if (p.update_op) {
     p.update_op->run(params, grads, p.state.data(), p.scalars->update, size, p.decayed, &p.totals->nonfinite);
   } else if (p.totals->nonfinite == 0) {
-    // An optimizer with no element update, in place: its own step on the host (the flag is
-    // current, the CPU backend having run the check at once).
-    optimizer_.step(params, grads, size);
+    // An optimizer with no element update, in place: its own step() on the host, through the one
+    // host entry point (the flag is current, the CPU backend having run the check at once).
+    optimizer_.apply_update(params, grads, size);
   }
   // Every rank skipped or updated alike; the updated shards go to every rank.
   if (shard && p.totals->nonfinite == 0) shard->gather_parameters();

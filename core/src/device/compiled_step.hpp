@@ -77,7 +77,7 @@ struct CompiledStepOptions {
   int64_t micro_batches_per_pass = 1;
   // The backend computes in host memory (the CPU): the step works on the store it is given (the
   // host store), the optimizer's own state buffers and the caller's rows in place, and runs the
-  // Model itself; the optimizer may then lack an element update (Optimizer::step runs instead).
+  // Model itself; the optimizer may then lack an element update (its own step() runs instead).
   bool in_place = false;
   float grad_scale = 0.0f;  // 1 / (global batch x labels_per_row)
   // train.label_smoothing: the loss's target (1 - e) * onehot + e / classes, in [0, 1).

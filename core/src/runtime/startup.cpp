@@ -16,7 +16,6 @@
 #include "runtime/decay_mask.hpp"
 #include "runtime/evaluate.hpp"
 #include "runtime/job_checks.hpp"
-#include "runtime/optimizer_check.hpp"
 #include "runtime/run.hpp"
 #include "testing/fault_injection.hpp"
 
@@ -335,9 +334,6 @@ void build(Run& run) {
   agree(run.comm, [&] {
     run.model = run.registry.create_model(run.choice.model, run.config);
     run.optimizer = run.registry.create_optimizer(run.choice.optimizer, run.config);
-    check_step_matches_element_update(*run.registry.create_optimizer(run.choice.optimizer, run.config),
-                                      *run.registry.create_optimizer(run.choice.optimizer, run.config),
-                                      run.choice.optimizer);
     run.sync = run.registry.create_sync(run.choice.sync, run.config);
     run.serving = run.sync->serving();
     run.model->declare(run.store);

@@ -228,7 +228,7 @@ class ParamServer final : public mgt::SyncStrategy, public mgt::ServingRole {
         }
         interval.add(version_ - h.b);
         optimizer.set_learning_rate(context.learning_rate(version_ / workers_));
-        optimizer.step(params, reinterpret_cast<const float*>(payload(worker.inbox)), n);
+        optimizer.apply_update(params, reinterpret_cast<const float*>(payload(worker.inbox)), n);
         ++version_;
         worker.clock = h.a + 1;
         worker.owed_reply = true;

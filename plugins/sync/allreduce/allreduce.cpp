@@ -5,16 +5,15 @@
 // leader per node and send the gradients in bfloat16 with error feedback.
 // With sync.deterministic, the global batch is cut into sync.micro_shards micro-shards summed in
 // one fixed tree instead, which gives the same bits at any power-of-two number of ranks.
-#include "mgtrain/deterministic_reduce.hpp"
-#include "mgtrain/gradient_buckets.hpp"
+// One implementation with grad_accum (../common/bucketed_allreduce.hpp): users name both plugins.
+#include "../common/bucketed_allreduce.hpp"
 #include "mgtrain/plugin.hpp"
 
 namespace {
 
 const mgt::ConfigKey kKeys[] = {
-    {"sync.bucket_mb", mgt::KeyType::positive_real, "4", "size of one all-reduce bucket in MB"},
-    {"sync.overlap", mgt::KeyType::boolean, "false",
-     "start each bucket's all-reduce during backward (non-blocking) instead of after it (blocking)"},
+    kBucketMbKey,
+    kOverlapKey,
     mgt::kHierarchicalKey,
     mgt::kSharedMemoryKey,
     mgt::kWireKey,
@@ -25,57 +24,10 @@ const mgt::ConfigKey kKeys[] = {
      "deterministic mode: micro-shards per global batch (a power of two, a multiple of the ranks)"},
 };
 
-class AllReduce final : public mgt::SyncStrategy {
+class AllReduce final : public BucketedAllreduce {
  public:
   explicit AllReduce(const mgt::ConfigSection& config)
-      : bucket_bytes_(static_cast<size_t>(config.get_real("bucket_mb") * 1e6)),
-        options_(mgt::bucket_options(config)),
-        deterministic_(config.get_bool("deterministic")),
-        micro_shards_(config.get_int("micro_shards")) {
-    options_.shared_update = true;  // this strategy hands GradientBuckets::sharding() on
-  }
-
-  void setup(mgt::Communicator& comm, mgt::ParameterStore& store) override {
-    if (!deterministic_) {
-      buckets_.setup(comm, store, bucket_bytes_, options_);
-      return;
-    }
-    mgt::refuse_in_deterministic_mode(options_);
-    shards_per_rank_ = mgt::DeterministicReducer::shards_per_rank(micro_shards_, comm);
-    reducer_.setup(comm, store, shards_per_rank_);
-  }
-  int64_t accumulation_steps() const override { return deterministic_ ? shards_per_rank_ : 1; }
-  bool micro_batches_are_shards() const override { return deterministic_; }
-  // On one node through shared memory the ranks split the optimizer step (GradientBuckets).
-  mgt::OptimizerSharding* sharding() override { return deterministic_ ? nullptr : buckets_.sharding(); }
-  // The bucketed all-reduce works on NCCL and device memory alike; the deterministic reduction
-  // forms its sums on the host, and the bfloat16 wire rounds and widens there.
-  bool reduces_device_memory() const override { return !deterministic_ && options_.wire == mgt::WireFormat::fp32; }
-  std::vector<mgt::SyncStateArray> checkpoint_state() override { return buckets_.checkpoint_state(); }
-  void restore_state(const std::vector<mgt::SyncStateArray>& saved, int saved_ranks) override {
-    if (!deterministic_) buckets_.restore_state(saved, saved_ranks, "allreduce");
-  }
-  void gradients_ready(const std::vector<mgt::ParamHandle>& handles) override {
-    if (!deterministic_) buckets_.mark_ready(handles);
-  }
-  bool end_backward(int64_t micro_step) override {
-    if (!deterministic_) {
-      buckets_.finish();
-      return true;
-    }
-    reducer_.add_shard();
-    if (micro_step != shards_per_rank_ - 1) return false;
-    reducer_.finish();
-    return true;
-  }
-
- private:
-  size_t bucket_bytes_;
-  mgt::BucketOptions options_;
-  bool deterministic_;
-  int64_t micro_shards_, shards_per_rank_ = 1;
-  mgt::GradientBuckets buckets_;
-  mgt::DeterministicReducer reducer_;
+      : BucketedAllreduce(config, {"allreduce", 1, config.get_int("micro_shards")}) {}
 };
 
 }  // namespace

@@ -4,17 +4,16 @@
 // Global batch = world x micro-batch x accum_steps. With sync.deterministic, the world x
 // accum_steps micro-batches are summed in one fixed tree instead: (np=1, k=8) and (np=8, k=1)
 // give the same bits.
-#include "mgtrain/deterministic_reduce.hpp"
-#include "mgtrain/gradient_buckets.hpp"
+// One implementation with allreduce (../common/bucketed_allreduce.hpp): users name both plugins.
+#include "../common/bucketed_allreduce.hpp"
 #include "mgtrain/plugin.hpp"
 
 namespace {
 
 const mgt::ConfigKey kKeys[] = {
     {"sync.accum_steps", mgt::KeyType::positive_integer, "2", "micro-batches accumulated per optimizer step"},
-    {"sync.bucket_mb", mgt::KeyType::positive_real, "4", "size of one all-reduce bucket in MB"},
-    {"sync.overlap", mgt::KeyType::boolean, "false",
-     "start each bucket's all-reduce during backward (non-blocking) instead of after it (blocking)"},
+    kBucketMbKey,
+    kOverlapKey,
     mgt::kHierarchicalKey,
     mgt::kSharedMemoryKey,
     mgt::kWireKey,
@@ -23,58 +22,10 @@ const mgt::ConfigKey kKeys[] = {
      "world x accum_steps (both powers of two)"},
 };
 
-class GradAccum final : public mgt::SyncStrategy {
+class GradAccum final : public BucketedAllreduce {
  public:
   explicit GradAccum(const mgt::ConfigSection& config)
-      : steps_(config.get_int("accum_steps")),
-        bucket_bytes_(static_cast<size_t>(config.get_real("bucket_mb") * 1e6)),
-        options_(mgt::bucket_options(config)),
-        deterministic_(config.get_bool("deterministic")) {
-    options_.shared_update = true;  // this strategy hands GradientBuckets::sharding() on
-  }
-
-  void setup(mgt::Communicator& comm, mgt::ParameterStore& store) override {
-    if (deterministic_) {
-      mgt::refuse_in_deterministic_mode(options_);
-      reducer_.setup(comm, store, steps_);
-    } else {
-      buckets_.setup(comm, store, bucket_bytes_, options_);
-    }
-  }
-  int64_t accumulation_steps() const override { return steps_; }
-  bool micro_batches_are_shards() const override { return deterministic_; }
-  // On one node through shared memory the ranks split the optimizer step (GradientBuckets).
-  mgt::OptimizerSharding* sharding() override { return deterministic_ ? nullptr : buckets_.sharding(); }
-  // The bucketed all-reduce works on NCCL and device memory alike; the deterministic reduction
-  // forms its sums on the host, and the bfloat16 wire rounds and widens there.
-  bool reduces_device_memory() const override { return !deterministic_ && options_.wire == mgt::WireFormat::fp32; }
-  std::vector<mgt::SyncStateArray> checkpoint_state() override { return buckets_.checkpoint_state(); }
-  void restore_state(const std::vector<mgt::SyncStateArray>& saved, int saved_ranks) override {
-    if (!deterministic_) buckets_.restore_state(saved, saved_ranks, "grad_accum");
-  }
-  void begin_micro_batch(int64_t micro_step) override { last_ = micro_step == steps_ - 1; }
-  void gradients_ready(const std::vector<mgt::ParamHandle>& handles) override {
-    // Only the last micro-batch completes a gradient; earlier ones stay local.
-    if (last_ && !deterministic_) buckets_.mark_ready(handles);
-  }
-  bool end_backward(int64_t micro_step) override {
-    if (deterministic_) reducer_.add_shard();
-    if (micro_step != steps_ - 1) return false;
-    if (deterministic_)
-      reducer_.finish();
-    else
-      buckets_.finish();
-    return true;
-  }
-
- private:
-  int64_t steps_;
-  size_t bucket_bytes_;
-  mgt::BucketOptions options_;
-  bool deterministic_;
-  bool last_ = false;
-  mgt::GradientBuckets buckets_;
-  mgt::DeterministicReducer reducer_;
+      : BucketedAllreduce(config, {"grad_accum", config.get_int("accum_steps"), 0}) {}
 };
 
 }  // namespace

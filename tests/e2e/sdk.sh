@@ -75,7 +75,7 @@ while read -r path; do
   path=$(canon "$path")
   [[ $path == "$(canon "$PLUGIN_DIR")/"* || $path == "$(canon "$PREFIX")/"* ]] ||
     { cat plugins.txt; fail "plugin used from outside the install: $path"; }
-done < <(awk '/^(model|optimizer|sync) / {print $4}' plugins.txt)
+done < <(awk '/^(model|optimizer|sync|schedule) / {print $4}' plugins.txt)
 ! grep '^refused:' plugins.txt || { cat plugins.txt; fail "a plugin was refused"; }
 "$PREFIX/bin/mgtrain" plugins >plugins-plain.txt 2>&1 || { cat plugins-plain.txt; fail "mgtrain plugins"; }
 ! grep -e '^refused:' -e "$BUILD/plugins" plugins-plain.txt || { cat plugins-plain.txt; fail "the installed mgtrain looked at the build tree"; }

@@ -119,20 +119,36 @@ TEST(Config, CoreKeysHaveHelpAndUniqueNames) {
 
 #include "runtime/lr_schedule.hpp"
 
+namespace {
+// A built-in schedule set up for base rate `base`, `warmup` warm-up steps and a horizon of `total`.
+std::unique_ptr<LearningRateSchedule> builtin(const std::string& name, double base, int64_t warmup, int64_t total) {
+  auto schedule = make_builtin_schedule(name);
+  ScheduleRun run;
+  run.base_rate = base;
+  run.warmup_steps = warmup;
+  run.horizon_steps = total;
+  run.run_steps = total;
+  schedule->setup(run);
+  return schedule;
+}
+}  // namespace
+
 TEST(Config, LearningRateSchedules) {
-  const LearningRateSchedule constant("constant", 0.1, 0, 100);
-  EXPECT_DOUBLE_EQ(constant.at(0), 0.1);
-  EXPECT_DOUBLE_EQ(constant.at(99), 0.1);
-  const LearningRateSchedule warm("constant", 0.1, 4, 100);
-  EXPECT_DOUBLE_EQ(warm.at(0), 0.025);
-  EXPECT_DOUBLE_EQ(warm.at(3), 0.1);
-  EXPECT_DOUBLE_EQ(warm.at(4), 0.1);
-  const LearningRateSchedule cosine("cosine", 0.2, 10, 110);
-  EXPECT_DOUBLE_EQ(cosine.at(10), 0.2);
-  EXPECT_NEAR(cosine.at(60), 0.1, 1e-12);
-  EXPECT_NEAR(cosine.at(110), 0.0, 1e-12);
-  EXPECT_GT(cosine.at(30), cosine.at(31));
-  EXPECT_THROW(LearningRateSchedule("linear", 0.1, 0, 10), ConfigError);
+  const auto constant = builtin("constant", 0.1, 0, 100);
+  EXPECT_DOUBLE_EQ(constant->rate(0), 0.1);
+  EXPECT_DOUBLE_EQ(constant->rate(99), 0.1);
+  const auto warm = builtin("constant", 0.1, 4, 100);
+  EXPECT_DOUBLE_EQ(warm->rate(0), 0.025);
+  EXPECT_DOUBLE_EQ(warm->rate(3), 0.1);
+  EXPECT_DOUBLE_EQ(warm->rate(4), 0.1);
+  const auto cosine = builtin("cosine", 0.2, 10, 110);
+  EXPECT_DOUBLE_EQ(cosine->rate(10), 0.2);
+  EXPECT_NEAR(cosine->rate(60), 0.1, 1e-12);
+  EXPECT_NEAR(cosine->rate(110), 0.0, 1e-12);
+  EXPECT_GT(cosine->rate(30), cosine->rate(31));
+  EXPECT_THROW(make_builtin_schedule("linear"), ConfigError);
+  EXPECT_TRUE(is_builtin_schedule("cosine"));
+  EXPECT_FALSE(is_builtin_schedule("wsd"));
 }
 
 TEST(Config, ChoiceKeysAcceptOnlyTheirValues) {

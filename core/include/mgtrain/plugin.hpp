@@ -13,6 +13,7 @@
 #include "mgtrain/layer_plugin.hpp"
 #include "mgtrain/model.hpp"
 #include "mgtrain/optimizer.hpp"
+#include "mgtrain/schedule.hpp"
 #include "mgtrain/sync.hpp"
 
 // Bumped on every change that breaks a built plugin; docs/plugins.md ("ABI history") lists what
@@ -25,15 +26,16 @@ namespace mgt {
 extern "C" {
 struct PluginDescriptor {
   uint32_t abi_version;  // MGTRAIN_PLUGIN_ABI_VERSION at the plugin's build
-  const char* kind;      // "model", "optimizer", "sync" or "layer"
+  const char* kind;      // "model", "optimizer", "sync", "layer" or "schedule"
   const char* name;
   const char* version;
   const char* description;        // one line
   const char* build_fingerprint;  // MGT_BUILD_FINGERPRINT: "<compiler>/<standard library>"
   const ConfigKey* config_keys;   // the plugin's keys, full "section.key" names
   size_t config_key_count;
-  // Returns a new Model*, Optimizer*, SyncStrategy* or LayerFactory* (by kind) built from the
-  // plugin's section (a layer plugin's: none, its layers take their arguments from their entry).
+  // Returns a new Model*, Optimizer*, SyncStrategy*, LayerFactory* or LearningRateSchedule* (by
+  // kind) built from the plugin's section (a layer plugin's: none, its layers take their arguments
+  // from their entry).
   void* (*create)(const ConfigSection* section);
 };
 }
@@ -60,6 +62,10 @@ struct PluginDescriptor {
   MGT_PLUGIN_IMPL("optimizer", ::mgt::Optimizer, NAME, VERSION, DESCRIPTION, KEYS, TYPE)
 #define MGT_SYNC_PLUGIN(NAME, VERSION, DESCRIPTION, KEYS, TYPE) \
   MGT_PLUGIN_IMPL("sync", ::mgt::SyncStrategy, NAME, VERSION, DESCRIPTION, KEYS, TYPE)
+// A learning-rate schedule (mgtrain/schedule.hpp), chosen by train.lr_schedule = NAME; its KEYS
+// are in the [schedule] section.
+#define MGT_SCHEDULE_PLUGIN(NAME, VERSION, DESCRIPTION, KEYS, TYPE) \
+  MGT_PLUGIN_IMPL("schedule", ::mgt::LearningRateSchedule, NAME, VERSION, DESCRIPTION, KEYS, TYPE)
 
 // A layer plugin (mgtrain/layer_plugin.hpp): TYPE, an mgt::LayerFactory constructible with no
 // arguments, makes the layers of model.layers' entries `NAME ARG...`. No config keys.

@@ -373,6 +373,10 @@ std::unique_ptr<SyncStrategy> PluginRegistry::create_sync(const std::string& nam
   return std::unique_ptr<SyncStrategy>(static_cast<SyncStrategy*>(create("sync", name, config)));
 }
 
+std::unique_ptr<LearningRateSchedule> PluginRegistry::create_schedule(const std::string& name, const Config& config) {
+  return std::unique_ptr<LearningRateSchedule>(static_cast<LearningRateSchedule*>(create("schedule", name, config)));
+}
+
 std::string PluginRegistry::loaded_summary() const {
   std::string out;
   for (const auto& l : loaded_) {

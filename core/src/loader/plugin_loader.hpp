@@ -11,6 +11,7 @@
 #include "mgtrain/model.hpp"
 #include "mgtrain/optimizer.hpp"
 #include "mgtrain/plugin.hpp"
+#include "mgtrain/schedule.hpp"
 #include "mgtrain/sync.hpp"
 
 namespace mgt {
@@ -42,6 +43,8 @@ class PluginRegistry {
   std::unique_ptr<Model> create_model(const std::string& name, const Config& config);
   std::unique_ptr<Optimizer> create_optimizer(const std::string& name, const Config& config);
   std::unique_ptr<SyncStrategy> create_sync(const std::string& name, const Config& config);
+  // A schedule plugin (train.lr_schedule names one that is not built in), from [schedule]; not set up.
+  std::unique_ptr<LearningRateSchedule> create_schedule(const std::string& name, const Config& config);
 
   // The layer plugin libmgtrain-layer-<kind>.so, loaded and checked, or null when the search path
   // (and a checkpoint's recorded paths) has no file of that name.

@@ -6,6 +6,7 @@
 
 #include "mgtrain/error.hpp"
 #include "runtime/core_keys.hpp"
+#include "runtime/lr_schedule.hpp"
 
 namespace mgt {
 
@@ -19,17 +20,20 @@ std::string drop_keys_of_unchosen_plugins(PluginRegistry& registry, Config& conf
   // Per kind, the chosen plugin and the keys nobody chosen declares.
   std::map<std::string, std::string> chosen;
   std::map<std::string, std::vector<std::string>> unknown;
-  for (const std::string kind : {"model", "optimizer", "sync"}) {
-    const std::string name_key = kind + ".name";
+  for (const std::string kind : {"model", "optimizer", "sync", "schedule"}) {
+    // A schedule is chosen by train.lr_schedule, the other kinds by <kind>.name.
+    const std::string name_key = kind == "schedule" ? "train.lr_schedule" : kind + ".name";
     const std::string name = config.has(name_key)       ? config.get_string(name_key)
                              : defaults.count(name_key) ? defaults[name_key]
                                                         : "";
     if (name.empty()) continue;
-    std::set<std::string> known;
-    try {
-      for (const auto& k : registry.config_keys(kind, name)) known.insert(k.key);
-    } catch (const PluginError&) {
-      continue;
+    std::set<std::string> known;  // a built-in schedule declares no keys
+    if (kind != "schedule" || !is_builtin_schedule(name)) {
+      try {
+        for (const auto& k : registry.config_keys(kind, name)) known.insert(k.key);
+      } catch (const PluginError&) {
+        continue;
+      }
     }
     for (const auto& [key, value] : config.values())
       if (key.rfind(kind + ".", 0) == 0 && !core.count(key) && !known.count(key)) unknown[kind].push_back(key);

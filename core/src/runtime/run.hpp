@@ -95,7 +95,7 @@ struct Run {
   ServingRole* serving = nullptr;  // sync's, or null when every rank trains
   ParameterStore store;
   std::unique_ptr<data::BatchReader> reader;
-  std::optional<LearningRateSchedule> schedule;
+  std::optional<RunSchedule> schedule;       // train.lr_schedule's, built in or a plugin
   std::unique_ptr<Communicator> train_comm;  // the training ranks among themselves
   // Batch statistics over more than one pass (deterministic mode, model.sync_bn); null otherwise.
   std::unique_ptr<Communicator> statistics_comm;

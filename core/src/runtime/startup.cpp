@@ -125,6 +125,19 @@ double scaled_learning_rate(Run& run) {
          static_cast<double>(run.config.get_int("optimizer.lr_base_batch"));
 }
 
+// What the schedule is told of the run (mgtrain/schedule.hpp): both its horizon, train.epochs,
+// and where train.max_steps ends it, since which one a curve should end at is the schedule's call.
+ScheduleRun schedule_run(Run& run) {
+  ScheduleRun told;
+  told.base_rate = scaled_learning_rate(run);
+  told.warmup_steps = run.config.get_int("train.warmup_steps");
+  told.steps_per_epoch = run.per_epoch;
+  told.horizon_steps = run.config.get_int("train.epochs") * run.per_epoch;
+  const int64_t max_steps = run.config.get_int("train.max_steps");
+  told.run_steps = max_steps > 0 ? std::min(max_steps, told.horizon_steps) : told.horizon_steps;
+  return told;
+}
+
 // Clipping needs the one reduced gradient every rank holds, and an evaluation mid-run every
 // training rank at the same step with the same parameters: neither exists with an asynchronous
 // strategy (a parameter server), whose workers push their own gradients at their own pace.
@@ -393,8 +406,7 @@ void build(Run& run) {
     check_training_options(run);
     check_batch_statistics(run);
     check_test_file(run);
-    run.schedule.emplace(run.config.get_string("train.lr_schedule"), scaled_learning_rate(run),
-                         run.config.get_int("train.warmup_steps"), run.config.get_int("train.epochs") * run.per_epoch);
+    run.schedule.emplace(run.registry, run.config, schedule_run(run));
     if (run.trains()) compile_step(run);
   });
   if (run.leader && !run.serving) log_optimizer_state(run);

@@ -8,6 +8,7 @@
 #include "mgtrain/sync.hpp"
 #include "runtime/core_keys.hpp"
 #include "runtime/evaluate.hpp"
+#include "runtime/lr_schedule.hpp"
 
 namespace mgt {
 
@@ -115,6 +116,7 @@ PluginChoice plugin_choice(const Config& config) {
   choice.model = need("model.name");
   choice.optimizer = need("optimizer.name");
   choice.sync = config.has("sync.name") ? config.get_string("sync.name") : "allreduce";
+  choice.schedule = config.has("train.lr_schedule") ? config.get_string("train.lr_schedule") : "constant";
   return choice;
 }
 
@@ -124,6 +126,17 @@ std::vector<ConfigKey> known_config_keys(PluginRegistry& registry, const PluginC
        {std::pair{"model", choice.model}, std::pair{"optimizer", choice.optimizer}, std::pair{"sync", choice.sync}}) {
     const auto plugin_keys = registry.config_keys(kind, name);
     keys.insert(keys.end(), plugin_keys.begin(), plugin_keys.end());
+  }
+  if (!is_builtin_schedule(choice.schedule)) {
+    std::vector<ConfigKey> schedule_keys;
+    try {
+      schedule_keys = registry.config_keys("schedule", choice.schedule);
+    } catch (const PluginError& e) {
+      // Said as a bad value of the key, since a misspelt built-in ends up here too.
+      throw ConfigError("config key 'train.lr_schedule' = '" + choice.schedule +
+                        "': not a built-in schedule (constant, cosine), and " + e.what());
+    }
+    keys.insert(keys.end(), schedule_keys.begin(), schedule_keys.end());
   }
   return keys;
 }
@@ -152,6 +165,9 @@ RankPlan plan_rank(Communicator& comm, Config config, const std::vector<std::str
   const auto model = build_model(registry, config, store);
   const auto sync = registry.create_sync(choice.sync, config);
   sync->setup(comm, store);
+  // A schedule plugin's constructor checks its keys; its setup needs the optimizer's rate and the
+  // epoch length, which the run's start-up gives it.
+  if (!is_builtin_schedule(choice.schedule)) registry.create_schedule(choice.schedule, config);
   const ServingRole* serving = sync->serving();
   const bool trains = !serving || serving->trains();
   // The data as the run's start-up reads it, with its messages: a training rank opens data.train

@@ -16,9 +16,10 @@ namespace mgt {
 
 class PluginRegistry;
 
-// Plugin names a config asks for, read before validation so their keys can be added.
+// Plugin names a config asks for, read before validation so their keys can be added. `schedule`
+// is train.lr_schedule: a plugin's name unless is_builtin_schedule (runtime/lr_schedule.hpp).
 struct PluginChoice {
-  std::string model, optimizer, sync;
+  std::string model, optimizer, sync, schedule;
 };
 PluginChoice plugin_choice(const Config& config);
 

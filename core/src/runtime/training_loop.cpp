@@ -155,11 +155,24 @@ void TrainingLoop::run_step(data::Batch& batch, int64_t step) {
   const auto t = Clock::now();
   const double host_phases_before = run_.phases.sync + run_.phases.optimizer;
   absorb(run_.compiled_step->begin(batch.x.data(), batch.y));
-  run_.compiled_step->launch(step, run_.schedule->at(step));
+  interval_.learning_rate = scheduled_rate(step);
+  run_.compiled_step->launch(step, interval_.learning_rate);
   // On the CPU the step is done and its rows still here: where a non-finite gradient came from.
   if (run_.compiled_step->launched_nonfinite() && run_.lockstep()) diagnose_nonfinite(step);
   // The rest of the step is compute: forward, loss and backward (on a GPU: staging and enqueueing).
   run_.phases.compute += seconds_since(t) - (run_.phases.sync + run_.phases.optimizer - host_phases_before);
+}
+
+// The schedule's rate for `step`. Lock-step ranks all ask the same schedule for the same step, so
+// a rate it must not give stops every one of them here: they end cleanly, rank 0 says why. An
+// asynchronous run's ranks are at different steps: the job ends from the rank that found it.
+double TrainingLoop::scheduled_rate(int64_t step) const {
+  try {
+    return run_.schedule->at(step);
+  } catch (const Error& e) {
+    if (run_.lockstep()) throw StartupError(e.what(), run_.leader);
+    throw;
+  }
 }
 
 // Waits for every step in flight, taking its figures.
@@ -249,7 +262,7 @@ void TrainingLoop::log_interval(int64_t step, int64_t epoch) {
   f.data_wait_share = sums[1] / reporting / elapsed;
   f.samples_per_s = static_cast<double>(interval_.samples) / elapsed;
   f.tokens_per_s = run_.labels_per_sample > 1 ? f.samples_per_s * static_cast<double>(run_.labels_per_sample) : 0.0;
-  f.learning_rate = run_.optimizer->learning_rate();
+  f.learning_rate = interval_.learning_rate;
   f.grad_norm = interval_.grad_norm;  // rank 0's: every lock-step rank holds the same gradient
   f.time_s = seconds_since(run_start_);
   f.rss_mb = static_cast<double>(resources[0]) / 1024.0;

@@ -34,13 +34,17 @@ class TrainingLoop {
   struct Interval {
     double loss = 0, wait = 0, correct = 0;
     double grad_norm = 0;  // the last step's, before clipping
-    double busy = 0;       // this rank's seconds outside the sync strategy: compute, data wait, update
+    // The last step's rate, as the schedule gave it to the optimizer: the metrics' lr is what was
+    // applied, whatever the optimizer's learning_rate() reports.
+    double learning_rate = 0;
+    double busy = 0;  // this rank's seconds outside the sync strategy: compute, data wait, update
     int64_t steps = 0;
     int64_t samples = 0;
   };
 
   void say_what_is_trained(int64_t step) const;
   void run_step(data::Batch& batch, int64_t step);
+  double scheduled_rate(int64_t step) const;
   void finish_steps();
   void diagnose_nonfinite(int64_t step);
   void absorb(const StepFigures& f);

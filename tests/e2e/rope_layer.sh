@@ -4,7 +4,7 @@
 # built out of tree against the installed SDK. Its backward agrees with finite differences
 # (rope_gradients, mgtrain/gradient_check.hpp); in a declared language model it trains at np=2 in
 # deterministic mode to the same bits twice and at np=1 (one micro-shard at a time: the uploaded
-# tables are not saved per shard), differently from the same model without it (the tables are
+# tables are not saved per shard), its embedding differently with another base (the tables are
 # there, not zeros), through the GPU path's program on the CPU backend (the upload into the
 # step's own memory) to the parameters of in place, and a shape it cannot take gets one line.
 source "$(dirname "$0")/lib.sh"
@@ -38,10 +38,13 @@ run_np 1 300 train "${common[@]}" "${rope[@]}" "${deterministic[@]}" --checkpoin
   { cat np1.log; fail "the rope layer, deterministic at np=1"; }
 [ "$(group_hash a/step-8.h5 /params)" = "$(group_hash np1/step-8.h5 /params)" ] ||
   fail "deterministic: the rope layer's model differs between np=1 and np=2"
-run_np 2 300 train "${common[@]}" "--model.layers=embed 256 32, $block" "${deterministic[@]}" \
-  --checkpoint.dir="$WORK/plain" >plain.log 2>&1 || { cat plain.log; fail "the model without rope"; }
-[ "$(group_hash a/step-8.h5 /params)" != "$(group_hash plain/step-8.h5 /params)" ] ||
-  fail "the rope layer changed nothing: its tables did not reach the executor"
+# The embedding's gradient passes through rope's tables alone: with another base its table must
+# train otherwise (tables that never reached the executor, zeros, would leave both untouched).
+run_np 2 300 train "${common[@]}" "--model.layers=embed 256 32, rope 500, $block" "${deterministic[@]}" \
+  --checkpoint.dir="$WORK/base500" >base500.log 2>&1 || { cat base500.log; fail "the rope layer with base 500"; }
+embedding_hash() { h5dump -d /params/embed1.weight -b LE -o "$WORK/.embed" "$1" >/dev/null && sha256sum <"$WORK/.embed"; }
+[ "$(embedding_hash a/step-8.h5)" != "$(embedding_hash base500/step-8.h5)" ] ||
+  fail "the embedding trained the same under rope of base 10000 and 500: its tables did not reach the executor"
 echo "rope: deterministic np=2 twice and np=1, the same bits"
 
 for memory in host device; do

@@ -32,6 +32,10 @@ MGT_HOST_DEVICE float apply_unary(UnaryOp op, float x) {
       return fabsf(x);
     case UnaryOp::erf:
       return erff(x);
+    case UnaryOp::sin:
+      return sinf(x);
+    case UnaryOp::cos:
+      return cosf(x);
   }
   return x;
 }

@@ -134,6 +134,8 @@ void unary(UnaryOp op, const float* x, float* y, int64_t n) {
     MGT_UNARY_CASE(square)
     MGT_UNARY_CASE(abs)
     MGT_UNARY_CASE(erf)
+    MGT_UNARY_CASE(sin)
+    MGT_UNARY_CASE(cos)
 #undef MGT_UNARY_CASE
   }
 }

@@ -12,7 +12,7 @@
 # The checker needs python3 with the venv module (Debian: python3-venv) and PyPI for onnxruntime,
 # onnx, numpy and h5py, installed into "$WORK/../onnx-venv" (ONNX_VENV overrides) on first use and
 # reused; exits 77 (skip) when PyPI cannot be reached.
-# Usage: onnx_export.sh mlp|cnn|resnet|layers|plugin_operator|plugin_nodes|gpt|gpt_untied|errors
+# Usage: onnx_export.sh mlp|cnn|resnet|layers|plugin_operator|plugin_nodes|gpt|gpt_untied|rope|errors
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/lib.sh"
 : "${TEST_PLUGIN_DIR:?}"
@@ -190,6 +190,19 @@ print("\n".join(n.name for n in onnx.load(sys.argv[1]).graph.node))' tanh_nodes.
     prepare_venv
     convert_text
     gpt_export_check gpt_untied --model.tie_weights=false --model.dropout=0.1
+    ;;
+  rope)
+    # A layer plugin whose export form has constants of its own (its cos/sin tables and int64
+    # shapes), a Split into two outputs and a Shape with attributes (examples/plugin's rope, built
+    # against the installed SDK), in a declared language model; T stays free.
+    prepare_venv
+    convert_text
+    build_example_plugins libmgtrain-layer-rope.so
+    gpt_export_check rope --plugin-path "$PLUGIN_BUILD/plugins" --model.name=layers --model.input_shape=64 \
+      "--model.layers=embed 256 64, rope, residual { layernorm, linear 192, attention 4 causal, linear 64 }, layernorm, tied_head"
+    grep -q "rope1.cos" <("$venv/bin/python" -c 'import onnx, sys
+print("\n".join(t.name for t in onnx.load(sys.argv[1]).graph.initializer))' rope.onnx) ||
+      fail "the rope layer's cos table is not an initializer of the graph"
     ;;
   errors)
     run_np 2 300 train --config run.ini --train.max_steps=5 --checkpoint.dir="$WORK/mlp" >train.log 2>&1 ||

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The installable SDK, end to end: `cmake --install` the build into a prefix, build the
 # out-of-tree plugin in examples/plugin against it (find_package(mgtrain) +
-# mgtrain_add_plugin), check that the installed launcher lists it next to the installed built-in
+# mgtrain_add_plugin) and a program that checks a layer's gradients with the installed
+# mgtrain/gradient_check.hpp, check that the installed launcher lists it next to the installed built-in
 # plugins (from the prefix, not the build tree), then train with it at np=2: the run must end
 # with a checkpoint and the loss must go down.
 source "$(dirname "$0")/lib.sh"
@@ -17,6 +18,7 @@ PLUGIN_DIR=$PLUGIN_BUILD/plugins
 # 1. Install.
 cmake --install "$BUILD" --prefix "$PREFIX" >install.log 2>&1 || { cat install.log; fail "cmake --install $BUILD"; }
 for f in bin/mgtrain lib/libmgtrain.so include/mgtrain/plugin.hpp include/mgtrain/version.hpp \
+         include/mgtrain/gradient_check.hpp share/mgtrain/examples/plugin/rope_gradients.cpp \
          lib/cmake/mgtrain/mgtrainConfig.cmake lib/cmake/mgtrain/mgtrainConfigVersion.cmake \
          lib/cmake/mgtrain/mgtrainTargets.cmake lib/cmake/mgtrain/MgtrainPlugin.cmake \
          lib/mgtrain/plugins/libmgtrain-model-mlp.so lib/mgtrain/plugins/libmgtrain-optimizer-sgd.so \
@@ -43,6 +45,29 @@ so=$PLUGIN_DIR/libmgtrain-optimizer-signsgd.so
 [[ -f $so ]] || fail "no $so"
 # Only the descriptor is exported from the plugin.
 nm -D --defined-only "$so" | grep -q ' mgtrain_plugin_descriptor$' || fail "$so does not export the descriptor"
+# A program against the installed headers and library alone: the gradient checker
+# (mgtrain/gradient_check.hpp) on the example's RoPE layer passes, and fails on a layer whose
+# backward is wrong on purpose (a check that cannot fail proves nothing).
+"$PLUGIN_BUILD/rope_gradients" >gradients.log 2>&1 || { cat gradients.log; fail "rope_gradients"; }
+grep -q "^gradients of layer 'rope1': all [0-9]* elements checked within the tolerance" gradients.log ||
+  { cat gradients.log; fail "rope_gradients did not report its check"; }
+mkdir -p wrong-src
+sed 's/ops.binary(mgt::BinaryOp::multiply, grad_out.data(), cos_, scratch_, n);/ops.zero(scratch_, n * sizeof(float));/' \
+  "$SRC/examples/plugin/rope.hpp" >wrong-src/rope.hpp
+! cmp -s "$SRC/examples/plugin/rope.hpp" wrong-src/rope.hpp || fail "could not make a wrong rope backward"
+cp "$SRC/examples/plugin/rope_gradients.cpp" wrong-src/
+cat >wrong-src/CMakeLists.txt <<CMAKE
+cmake_minimum_required(VERSION 3.20)
+project(wrong_gradients LANGUAGES CXX)
+find_package(mgtrain 0.1 REQUIRED)
+add_executable(rope_gradients rope_gradients.cpp)
+target_link_libraries(rope_gradients PRIVATE mgtrain::sdk)
+CMAKE
+{ cmake -S wrong-src -B wrong-build -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_BUILD_TYPE=Release &&
+  cmake --build wrong-build; } >wrong-build.log 2>&1 || { cat wrong-build.log; fail "build the wrong rope check"; }
+wrong-build/rope_gradients >wrong.log 2>&1 && { cat wrong.log; fail "the gradient check passed a wrong backward"; }
+grep -q "^gradients of layer 'rope1': [0-9]* of [0-9]* elements outside the tolerance; worst: input element" wrong.log ||
+  { cat wrong.log; fail "the gradient check did not name the wrong input gradient"; }
 
 # 3. The installed launcher lists the new plugin and the installed built-in ones.
 "$PREFIX/bin/mgtrain" plugins --plugin-path "$PLUGIN_DIR" >plugins.txt 2>&1 || { cat plugins.txt; fail "mgtrain plugins"; }

@@ -48,8 +48,8 @@ TEST_F(GpuOps, ElementWiseOpsMatchTheCpu) {
   float* dy = upload(std::vector<float>(n));
   std::vector<float> want(n);
   const auto m = static_cast<int64_t>(n);
-  for (UnaryOp op :
-       {UnaryOp::relu, UnaryOp::sigmoid, UnaryOp::tanh, UnaryOp::exp, UnaryOp::square, UnaryOp::abs, UnaryOp::erf}) {
+  for (UnaryOp op : {UnaryOp::relu, UnaryOp::sigmoid, UnaryOp::tanh, UnaryOp::exp, UnaryOp::square, UnaryOp::abs,
+                     UnaryOp::erf, UnaryOp::sin, UnaryOp::cos}) {
     gpu_->unary(op, dx, dy, m);
     cpu_->unary(op, x.data(), want.data(), m);
     expect_close(download(dy, n), want, 1e-6, "unary op " + std::to_string(static_cast<int>(op)));

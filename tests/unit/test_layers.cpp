@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "mgtrain/error.hpp"
+#include "mgtrain/gradient_check.hpp"
 #include "mgtrain/layers.hpp"
 #include "mgtrain/model.hpp"
 #include "mgtrain/parameters.hpp"
@@ -105,17 +106,22 @@ struct Harness {
       for (size_t i = 0; i < noise.size(); ++i) store.param(h)[i] += noise[i];
     }
   }
-
-  double loss(const Tensor& x, const Tensor& r, const StepContext& ctx) {
-    Tensor out(layer->output_shape(x.shape()));
-    run_forward(*layer, store, x, out, ctx);
-    double s = 0.0;
-    for (int64_t i = 0; i < out.numel(); ++i) s += double(out.data()[i]) * r.data()[i];
-    return s;
-  }
 };
 
-// |analytic - numeric| within abs + rel * scale; float forward passes limit how tight this can be.
+// Checks the input gradient and every parameter gradient of the harness's layer at x, with the
+// SDK's checker (mgtrain/gradient_check.hpp) and its default tolerances: 48 probes a tensor,
+// |analytic - numeric| within 2e-3 + 1e-2 * scale.
+void check_gradients(Harness& h, const Tensor& x, const StepContext& ctx, bool check_input = true) {
+  mgt::GradientCheckOptions options;
+  options.step = ctx;
+  options.check_input = check_input;
+  const mgt::GradientCheckReport report = mgt::check_layer_gradients(*h.layer, h.store, x, options);
+  EXPECT_TRUE(report.passed) << report.summary;
+  EXPECT_GT(report.checked, 0) << report.summary;
+}
+
+// The same comparison by hand, for what is not one layer: the loss, layers sharing a table, a
+// whole model. The SDK checker's default tolerance.
 void expect_close(double analytic, double numeric, const std::string& what) {
   const double tol = 2e-3 + 1e-2 * std::max(std::abs(analytic), std::abs(numeric));
   EXPECT_NEAR(analytic, numeric, tol) << what;
@@ -140,34 +146,6 @@ double central_difference(float& value, float eps, const std::function<double()>
   return (up - down) / (2.0 * eps);
 }
 
-// Checks the input gradient and every parameter gradient of the harness's layer at x.
-void check_gradients(Harness& h, Tensor& x, const StepContext& ctx, bool check_input = true) {
-  constexpr float eps = 1e-3f;
-  const Shape out_shape = h.layer->output_shape(x.shape());
-  const Tensor r = random_tensor(out_shape, 77);
-
-  Tensor out(out_shape);
-  run_forward(*h.layer, h.store, x, out, ctx);
-  Tensor grad_in(x.shape());
-  grad_in.fill(12345.0f);  // must be overwritten
-  h.store.zero_grads();
-  run_backward(*h.layer, h.store, x, out, r, check_input ? &grad_in : nullptr, ctx);
-
-  if (check_input) {
-    for (int64_t i : probe_indices(x.numel()))
-      expect_close(grad_in.data()[i], central_difference(x.data()[i], eps, [&] { return h.loss(x, r, ctx); }),
-                   h.layer->name() + " input gradient at " + std::to_string(i));
-  }
-  for (auto handle : h.layer->param_handles()) {
-    float* p = h.store.param(handle);
-    const float* g = h.store.grad(handle);
-    const auto& info = h.store.info(handle);
-    for (int64_t i : probe_indices(static_cast<int64_t>(info.numel)))
-      expect_close(g[i], central_difference(p[i], eps, [&] { return h.loss(x, r, ctx); }),
-                   info.name + " gradient at " + std::to_string(i));
-  }
-}
-
 StepContext training_ctx() {
   StepContext ctx;
   ctx.seed = 42;
@@ -177,6 +155,67 @@ StepContext training_ctx() {
 }
 
 // ---------------------------------------------------------------------------------------------
+
+// y = w x element-wise for one parameter w, whose backward gets one gradient wrong on purpose:
+// the checker must fail and name it.
+class ScaleLayer final : public Layer {
+ public:
+  enum class Wrong { nothing, input, weight };
+  explicit ScaleLayer(Wrong wrong) : Layer("scale"), wrong_(wrong) {}
+  void declare(ParameterStore& store) override { w_ = store.declare(name() + ".weight", {1}, mgt::Init::ones, 1); }
+  Shape output_shape(const Shape& input) const override { return input; }
+  void forward(const mgt::LayerRun& run, const Tensor& in, Tensor& out) override {
+    const float w = run.store.param(w_)[0];  // host memory: host_ops
+    run.ops.affine(in.data(), out.data(), in.numel(), w, 0.0f);
+  }
+  void backward(const mgt::LayerRun& run, const Tensor& in, const Tensor&, const Tensor& grad_out,
+                Tensor* grad_in) override {
+    const float w = run.store.param(w_)[0];
+    double dw = 0;
+    for (int64_t i = 0; i < in.numel(); ++i) dw += double(in.data()[i]) * grad_out.data()[i];
+    run.store.grad(w_)[0] += static_cast<float>(wrong_ == Wrong::weight ? 1.5 * dw : dw);
+    if (grad_in) run.ops.affine(grad_out.data(), grad_in->data(), in.numel(), wrong_ == Wrong::input ? -w : w, 0.0f);
+  }
+  std::vector<mgt::ParamHandle> param_handles() const override { return {w_}; }
+
+ private:
+  Wrong wrong_;
+  mgt::ParamHandle w_ = 0;
+};
+
+TEST(GradientCheck, PassesARightBackwardAndNamesTheWorstElementOfAWrongOne) {
+  const Tensor x = random_tensor({3, 5}, 4);
+  mgt::GradientCheckOptions options;
+  options.step = training_ctx();
+  ScaleLayer right(ScaleLayer::Wrong::nothing);
+  const mgt::GradientCheckReport ok = mgt::check_layer_gradients(right, x, options);
+  EXPECT_TRUE(ok.passed) << ok.summary;
+  EXPECT_EQ(ok.checked, 15 + 1);  // every input element and the weight
+  EXPECT_EQ(ok.failed, 0);
+
+  ScaleLayer wrong_input(ScaleLayer::Wrong::input);
+  const mgt::GradientCheckReport in = mgt::check_layer_gradients(wrong_input, x, options);
+  EXPECT_FALSE(in.passed);
+  EXPECT_EQ(in.failed, 15);
+  EXPECT_EQ(in.worst.tensor, "input");
+  EXPECT_NEAR(in.worst.analytic, -in.worst.numeric, 1e-2 * std::abs(in.worst.numeric)) << in.summary;
+  EXPECT_NE(in.summary.find("15 of 16 elements outside the tolerance; worst: input element"), std::string::npos)
+      << in.summary;
+
+  ScaleLayer wrong_weight(ScaleLayer::Wrong::weight);
+  const mgt::GradientCheckReport w = mgt::check_layer_gradients(wrong_weight, x, options);
+  EXPECT_FALSE(w.passed);
+  EXPECT_EQ(w.failed, 1);
+  EXPECT_EQ(w.worst.tensor, "scale.weight");
+  EXPECT_EQ(w.worst.element, 0);
+  EXPECT_NEAR(w.worst.analytic, 1.5 * w.worst.numeric, 1e-2 * std::abs(w.worst.numeric)) << w.summary;
+  // Without the input check the wrong input gradient goes unseen, and a looser tolerance lets the
+  // wrong weight pass: the caller's settings are the ones applied.
+  options.check_input = false;
+  EXPECT_TRUE(mgt::check_layer_gradients(wrong_input, x, options).passed);
+  options.rel_tolerance = 0.5;
+  EXPECT_TRUE(mgt::check_layer_gradients(wrong_weight, x, options).passed);
+}
 
 TEST(LinearLayer, GradientsMatchFiniteDifferences) {
   Harness h(mgt::make_linear("fc", 7, 5));
@@ -461,6 +500,10 @@ class CountingPlanner final : public mgt::LayerPlanner {
   void* allocate(size_t bytes) override {
     total += bytes;
     return host_->allocate(bytes);
+  }
+  const void* upload(const void* host, size_t bytes) override {
+    total += bytes;
+    return host_->upload(host, bytes);
   }
   size_t total = 0;
 

@@ -236,6 +236,105 @@ TEST(OnnxExport, APluginLayerDescribedAsAnOperator) {
   EXPECT_EQ(initializer(g, "scale1.weight"), std::vector<float>(4, 1.0f));
 }
 
+// A composition with what real layers need: constants of its own (float and int64), list and
+// string attributes, and a node of two outputs. [N, 4] -> split into halves, each scaled by a
+// constant row, concatenated, transposed twice (the identity) and reshaped by a constant shape.
+class Halves final : public mgt::Layer {
+ public:
+  explicit Halves(bool bad_constant = false) : Layer("halves1"), bad_constant_(bad_constant) {}
+  mgt::Shape output_shape(const mgt::Shape& input) const override { return input; }
+  void forward(const mgt::LayerRun&, const mgt::Tensor&, mgt::Tensor&) override {}
+  void backward(const mgt::LayerRun&, const mgt::Tensor&, const mgt::Tensor&, const mgt::Tensor&,
+                mgt::Tensor*) override {}
+  mgt::LayerDescription describe() const override {
+    mgt::LayerDescription d;
+    d.kind = mgt::LayerKind::onnx_nodes;
+    d.constants = {{"scale", {1, 2}, {0.5f, 2.0f}, {}}, {"sizes", {2}, {}, {2, 2}}, {"shape", {2}, {}, {0, 4}}};
+    if (bad_constant_) d.constants[0].shape = {3};
+    mgt::OnnxNode split{"Split", {"x", "constant:1"}, "", {{"axis", 1}}};
+    split.outputs = {"left", "right"};
+    mgt::OnnxNode transpose{"Transpose", {"joined"}, "turned"};
+    transpose.int_lists = {{"perm", {1, 0}}};
+    mgt::OnnxNode back{"Transpose", {"turned"}, "back"};
+    back.int_lists = {{"perm", {1, 0}}};
+    back.strings = {{"note", "identity"}};
+    back.float_lists = {{"weights", {0.25f, 4.0f}}};
+    d.nodes = {split,
+               {"Mul", {"left", "constant:0"}, "left_scaled"},
+               {"Mul", {"right", "constant:0"}, "right_scaled"},
+               {"Concat", {"left_scaled", "right_scaled"}, "joined", {{"axis", 1}}},
+               transpose,
+               back,
+               {"Reshape", {"back", "constant:2"}, "y"}};
+    return d;
+  }
+
+ private:
+  bool bad_constant_;
+};
+
+TEST(OnnxExport, ACompositionWithConstantsListsAndTwoOutputs) {
+  mgt::SequentialModel model;
+  model.add(std::make_unique<Halves>());
+  model.add(mgt::make_linear("fc", 4, 2));
+  mgt::ParameterStore store;
+  model.declare(store);
+  store.finalize();
+  store.initialize(1);
+  const auto g = parse(mgt::onnx_model(model, store, "m", {4}, {}).bytes).graph();
+  EXPECT_EQ(op_types(g),
+            (std::vector<std::string>{"Split", "Mul", "Mul", "Concat", "Transpose", "Transpose", "Reshape", "Gemm"}));
+  const onnx::NodeProto& split = g.node(0);
+  ASSERT_EQ(split.output_size(), 2);
+  EXPECT_EQ(split.output(0), "halves1.left");
+  EXPECT_EQ(split.output(1), "halves1.right");
+  EXPECT_EQ(split.input(1), "halves1.sizes");
+  EXPECT_EQ(g.node(1).input(0), "halves1.left");
+  EXPECT_EQ(g.node(2).input(0), "halves1.right");
+  // One initializer per constant, however many nodes read it.
+  EXPECT_EQ(g.node(1).input(1), "halves1.scale");
+  EXPECT_EQ(g.node(2).input(1), "halves1.scale");
+  Shape dims;
+  EXPECT_EQ(initializer(g, "halves1.scale", &dims), (std::vector<float>{0.5f, 2.0f}));
+  EXPECT_EQ(dims, (Shape{1, 2}));
+  bool found_shape = false;
+  for (const auto& t : g.initializer())
+    if (t.name() == "halves1.shape") {
+      found_shape = true;
+      EXPECT_EQ(t.data_type(), onnx::TensorProto::INT64);
+      EXPECT_EQ(std::vector<int64_t>(t.int64_data().begin(), t.int64_data().end()), (std::vector<int64_t>{0, 4}));
+    }
+  EXPECT_TRUE(found_shape);
+  const auto& perm = attribute(node_named(g, "halves1.turned"), "perm");
+  EXPECT_EQ(perm.type(), onnx::AttributeProto::INTS);
+  EXPECT_EQ(ints(perm), (std::vector<int64_t>{1, 0}));
+  const auto& back = node_named(g, "halves1.back");
+  EXPECT_EQ(attribute(back, "note").type(), onnx::AttributeProto::STRING);
+  EXPECT_EQ(attribute(back, "note").s(), "identity");
+  const auto& weights = attribute(back, "weights");
+  EXPECT_EQ(weights.type(), onnx::AttributeProto::FLOATS);
+  EXPECT_EQ(std::vector<float>(weights.floats().begin(), weights.floats().end()), (std::vector<float>{0.25f, 4.0f}));
+  EXPECT_EQ(g.node(6).output(0), "halves1");  // the last node's output is the layer's
+  EXPECT_EQ(g.node(7).input(0), "halves1");
+}
+
+TEST(OnnxExport, RefusesAConstantWhoseValuesDoNotFillItsShape) {
+  mgt::SequentialModel model;
+  model.add(std::make_unique<Halves>(/*bad_constant=*/true));
+  mgt::ParameterStore store;
+  model.declare(store);
+  store.finalize();
+  try {
+    mgt::onnx_model(model, store, "m", {4}, {});
+    FAIL() << "exported a constant of 2 values as shape [3]";
+  } catch (const mgt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model 'm': layer 'halves1' describes constant 0 ('scale') of shape [3] "
+                                         "with 2 values: expected a name and as many values as the shape holds"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(OnnxExport, RefusesALayerWithNoForm) {
   mgt::SequentialModel model;
   model.add(mgt::make_linear("fc1", 4, 4));

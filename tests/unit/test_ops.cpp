@@ -49,6 +49,10 @@ TEST(Ops, ElementWiseFunctions) {
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], x[i] * x[i]) << i;
   ops.unary(mgt::UnaryOp::erf, x.data(), y.data(), n);
   for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], std::erf(x[i]), 1e-6) << i;
+  ops.unary(mgt::UnaryOp::sin, x.data(), y.data(), n);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], std::sin(x[i]), 1e-6) << i;
+  ops.unary(mgt::UnaryOp::cos, x.data(), y.data(), n);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], std::cos(x[i]), 1e-6) << i;
   ops.affine(x.data(), y.data(), n, -2.0f, 1.0f);
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], -2.0f * x[i] + 1.0f) << i;
   std::vector<float> z(x.size());

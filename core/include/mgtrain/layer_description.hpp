@@ -38,8 +38,9 @@ enum class LayerKind {
 };
 
 // One operator of an onnx_nodes description. An input is the layer's input "x", a parameter
-// "param:K" or buffer "buffer:K" (K indexes params or buffers), a float32 scalar "scalar:V"
-// ("scalar:0.5"), or the `output` of an earlier node of the layer. Swish, x * sigmoid(x):
+// "param:K" or buffer "buffer:K" (K indexes params or buffers), a constant "constant:K" (K indexes
+// the description's constants), a float32 scalar "scalar:V" ("scalar:0.5"), or an output of an
+// earlier node of the layer. Swish, x * sigmoid(x):
 //   {{"Sigmoid", {"x"}, "gate"}, {"Mul", {"x", "gate"}, "y"}}
 // and GELU's erf form, x * 0.5 * (1 + erf(x / sqrt 2)):
 //   {{"Div", {"x", "scalar:1.41421356"}, "u"}, {"Erf", {"u"}, "e"}, {"Add", {"e", "scalar:1"}, "one_plus"},
@@ -50,6 +51,25 @@ struct OnnxNode {
   std::string output;                                 // its name for later nodes; the last node's is the layer's
   std::vector<std::pair<std::string, int64_t>> ints;  // named integer attributes
   std::vector<std::pair<std::string, float>> floats;  // named real attributes
+  // Named list and string attributes: Transpose's perm, a Resize's mode. (Since opset 13 a Split's
+  // sizes and a Reshape's shape are inputs: an int64 constant.)
+  std::vector<std::pair<std::string, std::vector<int64_t>>> int_lists;
+  std::vector<std::pair<std::string, std::vector<float>>> float_lists;
+  std::vector<std::pair<std::string, std::string>> strings;
+  // Several outputs (Split's parts), named for later nodes; when set, `output` is not read. The
+  // layer's output is the last node's first.
+  std::vector<std::string> outputs;
+};
+
+// A constant tensor of a description, an input "constant:K" of its nodes (written as an ONNX
+// initializer): float32 `floats` or, when that is empty, int64 `ints`, of `shape` (row-major; its
+// element count must match). A table the layer computes on the host (RoPE's cos and sin), a
+// Reshape's target shape, a Split's sizes.
+struct OnnxConstant {
+  std::string name;  // the initializer is "<layer>.<name>"
+  std::vector<int64_t> shape;
+  std::vector<float> floats;
+  std::vector<int64_t> ints;
 };
 
 // onnx_operator: the ONNX operator `op_type` (default domain, opset 17) over (input, params...,
@@ -65,6 +85,8 @@ struct LayerDescription {
   std::vector<BufferHandle> buffers;                  // in the order the kind lists them
   std::vector<const Layer*> branch, shortcut;         // residual
   std::vector<OnnxNode> nodes;                        // onnx_nodes, in order
+  // Appended: the constants its nodes read ("constant:K").
+  std::vector<OnnxConstant> constants;
 };
 
 }  // namespace mgt

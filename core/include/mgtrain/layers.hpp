@@ -106,6 +106,21 @@ class MGT_API LayerPlanner {
   // True when the layer runs the ReLU that follows it (LayerHints::fuses_relu): forward writes the
   // ReLU's output, backward gets the gradient of that output, the output being the ReLU's.
   virtual bool fused_relu() const { return false; }
+  // Executor memory holding a copy of `bytes` of host memory: constants a layer computes on the
+  // host in plan() (RoPE's cos/sin tables, ALiBi's slopes, a fixed mask), which Ops cannot make.
+  // Why a method of its own: allocate() gives zero-filled memory and no operation copies from the
+  // host, and on a GPU the copy must be made while planning (outside any recorded step), not from
+  // forward. The host memory may be freed when it returns. The copy is read-only and kept until
+  // the layer is planned again; it is not planned memory a micro-shard's backward reads back, so a
+  // layer run one shard at a time (LayerHints::planned_memory_is_scratch) never has it saved or
+  // put back: only allocate()'s memory is, and a layer whose only planned memory is uploaded
+  // constants may still say its planned memory is scratch.
+  virtual const void* upload(const void* host, size_t bytes) = 0;
+  template <typename T>
+  const T* upload_array(const T* host, size_t count) {
+    static_assert(std::is_trivially_copyable_v<T>, "upload_array copies bytes");
+    return static_cast<const T*>(upload(host, count * sizeof(T)));
+  }
 };
 
 // Which activations in a channel block (mgtrain/ops.hpp) a layer takes, for an input shape.

@@ -104,8 +104,10 @@ struct AttentionShape {
 };
 
 // Element-wise functions of one tensor, for layers of a plugin's own (an activation and its
-// derivative are compositions of these with binary() and affine()).
-enum class UnaryOp { relu, sigmoid, tanh, exp, log, sqrt, reciprocal, square, abs, erf };
+// derivative are compositions of these with binary() and affine()). Values are only appended.
+// sin and cos (radians): a rotary position embedding's tables made on the device, and periodic
+// activations.
+enum class UnaryOp { relu, sigmoid, tanh, exp, log, sqrt, reciprocal, square, abs, erf, sin, cos };
 // Element-wise functions of two tensors of the same size.
 enum class BinaryOp { add, subtract, multiply, divide, maximum, minimum };
 

@@ -16,6 +16,7 @@ class ForwardingPlanner : public LayerPlanner {
   int64_t input_block() const override { return inner_.input_block(); }
   int64_t output_block() const override { return inner_.output_block(); }
   bool fused_relu() const override { return inner_.fused_relu(); }
+  const void* upload(const void* host, size_t bytes) override { return inner_.upload(host, bytes); }
 
  protected:
   LayerPlanner& inner_;

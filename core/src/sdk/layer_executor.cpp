@@ -19,6 +19,12 @@ class LayerExecutor::Planner final : public LayerPlanner {
   void* allocate(size_t bytes) override {
     return memory_.device_bytes(bytes, "a buffer layer '" + planning_ + "' planned");
   }
+  // A synchronous copy into the backend's memory: planning runs outside any recorded step.
+  const void* upload(const void* host, size_t bytes) override {
+    void* p = memory_.device_bytes(bytes, "constants layer '" + planning_ + "' uploaded");
+    if (bytes > 0) memory_.backend().upload(p, host, bytes);
+    return p;
+  }
   void planning(const std::string& layer) { planning_ = layer; }
   bool bf16() const override { return bf16_; }
   int64_t shards() const override { return shards_; }

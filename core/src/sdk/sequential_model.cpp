@@ -125,6 +125,11 @@ class HostLayerPlanner final : public LayerPlanner {
  public:
   Ops& ops() override { return host_ops(); }
   void* allocate(size_t bytes) override;
+  const void* upload(const void* host, size_t bytes) override {
+    void* p = allocate(bytes);
+    if (p) std::memcpy(p, host, bytes);
+    return p;
+  }
 
  private:
   struct Block;

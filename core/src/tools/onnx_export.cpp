@@ -107,6 +107,22 @@ onnx::AttributeProto ints_attr(const std::string& name, const std::vector<int64_
   return a;
 }
 
+onnx::AttributeProto floats_attr(const std::string& name, const std::vector<float>& values) {
+  onnx::AttributeProto a;
+  a.set_name(name);
+  a.set_type(onnx::AttributeProto::FLOATS);
+  for (float v : values) a.add_floats(v);
+  return a;
+}
+
+onnx::AttributeProto string_attr(const std::string& name, const std::string& value) {
+  onnx::AttributeProto a;
+  a.set_name(name);
+  a.set_type(onnx::AttributeProto::STRING);
+  a.set_s(value);
+  return a;
+}
+
 onnx::AttributeProto float_attr(const std::string& name, float value) {
   onnx::AttributeProto a;
   a.set_name(name);
@@ -158,6 +174,17 @@ class GraphBuilder {
     for (int64_t d : dims) t->add_dims(d);
     // raw_data is little-endian, as every host mgtrain builds for.
     t->set_raw_data(std::string(reinterpret_cast<const char*>(values), count * sizeof(float)));
+    return unique_name;
+  }
+
+  // An int64 constant tensor of shape `dims`, under a name of its own.
+  std::string int64_tensor(const std::string& name, const Shape& dims, const std::vector<int64_t>& values) {
+    onnx::TensorProto* t = graph_.add_initializer();
+    const std::string unique_name = unique(name);
+    t->set_name(unique_name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    for (int64_t d : dims) t->add_dims(d);
+    for (int64_t v : values) t->add_int64_data(v);
     return unique_name;
   }
 
@@ -298,11 +325,12 @@ class GraphBuilder {
   }
 
   // A layer described as several operators: each node's inputs resolved to the graph's names, the
-  // last node's output named after the layer.
+  // last node's (first) output named after the layer.
   std::string composition(const Layer& layer, const LayerDescription& d, const std::string& x) {
     if (d.nodes.empty()) no_form(layer, "describes itself as onnx_nodes but lists no node");
     const std::string& name = layer.name();
     std::map<std::string, std::string> outputs{{"x", x}};
+    constants_.clear();
     std::string y;
     for (size_t i = 0; i < d.nodes.size(); ++i) {
       const OnnxNode& n = d.nodes[i];
@@ -313,14 +341,40 @@ class GraphBuilder {
       std::vector<onnx::AttributeProto> attributes;
       for (const auto& [key, v] : n.ints) attributes.push_back(int_attr(key, v));
       for (const auto& [key, v] : n.floats) attributes.push_back(float_attr(key, v));
+      for (const auto& [key, v] : n.int_lists) attributes.push_back(ints_attr(key, v));
+      for (const auto& [key, v] : n.float_lists) attributes.push_back(floats_attr(key, v));
+      for (const auto& [key, v] : n.strings) attributes.push_back(string_attr(key, v));
       const bool last = i + 1 == d.nodes.size();
-      y = node(n.op_type, inputs, last ? name : name + "." + (n.output.empty() ? std::to_string(i) : n.output),
-               attributes);
-      if (!n.output.empty() && !outputs.emplace(n.output, y).second)
-        no_form(layer,
-                "describes " + which + " with the output '" + n.output + "', a name an earlier input or node has");
+      const std::vector<std::string> named = n.outputs.empty() ? std::vector<std::string>{n.output} : n.outputs;
+      std::vector<std::string> graph_names;
+      for (size_t k = 0; k < named.size(); ++k)
+        graph_names.push_back(last && k == 0 ? name : name + "." + (named[k].empty() ? std::to_string(i) : named[k]));
+      const std::vector<std::string> made = node_outputs(n.op_type, inputs, graph_names, attributes);
+      y = made[0];
+      for (size_t k = 0; k < named.size(); ++k)
+        if (!named[k].empty() && !outputs.emplace(named[k], made[k]).second)
+          no_form(layer,
+                  "describes " + which + " with the output '" + named[k] + "', a name an earlier input or node has");
     }
     return y;
+  }
+
+  // Constant K of a description, written once per layer as "<layer>.<name>".
+  std::string description_constant(const Layer& layer, const LayerDescription& d, size_t k, const std::string& which) {
+    if (k >= d.constants.size())
+      no_form(layer, "describes " + which + " reading constant " + std::to_string(k) + ", but it has " +
+                         std::to_string(d.constants.size()) + " constant(s)");
+    if (auto it = constants_.find(k); it != constants_.end()) return it->second;
+    const OnnxConstant& c = d.constants[k];
+    const bool floats = !c.floats.empty();
+    const size_t count = floats ? c.floats.size() : c.ints.size();
+    if (c.name.empty() || static_cast<int64_t>(count) != shape_numel(c.shape))
+      no_form(layer, "describes constant " + std::to_string(k) + " ('" + c.name + "') of shape " +
+                         shape_string(c.shape) + " with " + std::to_string(count) +
+                         " values: expected a name and as many values as the shape holds");
+    const std::string tensor = layer.name() + "." + c.name;
+    return constants_[k] =
+               floats ? constant(tensor, c.shape, c.floats.data(), count) : int64_tensor(tensor, c.shape, c.ints);
   }
 
   std::string node_input(const Layer& layer, const LayerDescription& d,
@@ -336,6 +390,7 @@ class GraphBuilder {
     if (auto it = outputs.find(in); it != outputs.end()) return it->second;
     if (in.rfind("param:", 0) == 0) return param(layer, d, index("param:"));
     if (in.rfind("buffer:", 0) == 0) return buffer(layer, d, index("buffer:"));
+    if (in.rfind("constant:", 0) == 0) return description_constant(layer, d, index("constant:"), which);
     if (in.rfind("scalar:", 0) == 0) {
       char* end = nullptr;
       const float value = std::strtof(in.c_str() + 7, &end);
@@ -344,7 +399,7 @@ class GraphBuilder {
       return scalar("scalar_" + in.substr(7), value);
     }
     no_form(layer, "describes " + which + " reading '" + in +
-                       "', which is not x, param:K, buffer:K, scalar:V or an earlier node's output");
+                       "', which is not x, param:K, buffer:K, constant:K, scalar:V or an earlier node's output");
   }
 
   int64_t int_attribute(const Layer& layer, const LayerDescription& d, const std::string& key) const {
@@ -465,6 +520,7 @@ class GraphBuilder {
   std::set<std::string> names_;
   std::map<ParamHandle, std::string> params_;
   std::map<BufferHandle, std::string> buffers_;
+  std::map<size_t, std::string> constants_;        // the current composition's, by index
   std::map<std::string, std::string> shared_;      // constants by what they hold
   std::map<std::string, std::string> transposed_;  // weights by their initializer
   std::string sequence_length_, causal_mask_;

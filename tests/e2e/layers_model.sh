@@ -7,10 +7,24 @@
 # the loss falls, the test loss is per token, its checkpoint generates text, deterministic mode
 # gives the same bits at np=1 and np=2, the step in device memory (the GPU's form) agrees with the
 # step in place, and a bad entry or a file the list cannot read gets one error line before step 1.
-# Usage: layers_model.sh cnn | deterministic | resnet_example | gpt
+# A GPT whose embed has no position table (embed V D nopositions) has no embed1.position in its
+# checkpoint, its loss falls, deterministic mode gives the same bits at np=1 and np=2 and a resume
+# the straight run's, the step in device memory agrees, its checkpoint generates with the KV cache
+# checked against the model's forward, and a bad word after embed V D gets one line before step 1.
+# Usage: layers_model.sh cnn | deterministic | resnet_example | gpt | gpt_nopositions
 source "$(dirname "$0")/lib.sh"
 data=(--data.train="$DATA_DIR/train.h5" --data.test= --checkpoint.every_steps=0)
 losses() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$1"; }
+
+# The example's split of fortunes' cookie, as token files train.h5 and test.h5 in $WORK.
+convert_cookie() {
+  require_fortunes
+  head -c 220000 "$FORTUNES/cookie" >train.txt
+  tail -c +220001 "$FORTUNES/cookie" >test.txt
+  for split in train test; do
+    "$MGTRAIN" data convert --text $split.txt --out $split.h5 >>convert.log 2>&1 || { cat convert.log; fail "convert"; }
+  done
+}
 
 case $1 in
   cnn)
@@ -46,12 +60,7 @@ case $1 in
     grep -q '^augment = crop:4,flip' resnet.log || { cat resnet.log; fail "the resolved config lacks data.augment"; }
     ;;
   gpt)
-    require_fortunes
-    head -c 220000 "$FORTUNES/cookie" >train.txt
-    tail -c +220001 "$FORTUNES/cookie" >test.txt
-    for split in train test; do
-      "$MGTRAIN" data convert --text $split.txt --out $split.h5 >>convert.log 2>&1 || { cat convert.log; fail "convert"; }
-    done
+    convert_cookie
     text=(--data.train="$WORK/train.h5" --data.test="$WORK/test.h5" --checkpoint.every_steps=0)
     # The example as it is, but for a warm-up that fits a short run.
     run_np 2 600 train --config "$EXAMPLES/text_gpt_layers.ini" "${text[@]}" --train.max_steps=40 \
@@ -108,6 +117,66 @@ linear 32 }, residual { layernorm, linear 128, gelu, linear 32 }, layernorm, tie
     line=$(one_error_line vocab.log)
     [[ $line == *"more than the model's vocabulary of 128 (the V of model.layers' embed V D)"* ]] ||
       fail "unexpected error line: $line"
+    ;;
+  gpt_nopositions)
+    convert_cookie
+    text=(--data.train="$WORK/train.h5" --data.test="$WORK/test.h5")
+    list="embed 256 32 nopositions, residual { layernorm, linear 96, attention 2 causal, linear 32 }, \
+residual { layernorm, linear 128, gelu, linear 32 }, layernorm, tied_head"
+    small=(--model.input_shape=32 "--model.layers=$list" --train.global_batch=16 --train.warmup_steps=5)
+    deterministic=(--sync.deterministic=true --sync.micro_shards=4)
+    for np in 1 2; do
+      run_np $np 600 train --config "$EXAMPLES/text_gpt_layers.ini" "${text[@]}" "${small[@]}" "${deterministic[@]}" \
+        --train.max_steps=40 --train.log_every=10 --checkpoint.every_steps=20 --checkpoint.dir="$WORK/np$np" \
+        >np$np.log 2>&1 || { cat np$np.log; fail "deterministic np=$np"; }
+    done
+    first=$(losses np2/metrics.jsonl | head -1)
+    last=$(losses np2/metrics.jsonl | tail -1)
+    echo "gpt without positions at np=2: loss $first (step 10) -> $last (step 40)"
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.85 * a) }' || { cat np2.log; fail "the loss did not fall"; }
+    # The table alone: no position parameter, nor optimizer state for one.
+    h5ls -r np2/step-40.h5 >listing.txt
+    grep -q '^/params/embed1\.weight ' listing.txt || { cat listing.txt; fail "no parameter embed1.weight"; }
+    ! grep -q 'position' listing.txt || { cat listing.txt; fail "a position table in the checkpoint"; }
+    [ "$(group_hash np1/step-40.h5 /params)" = "$(group_hash np2/step-40.h5 /params)" ] ||
+      fail "deterministic parameters without positions differ between np=1 and np=2"
+    # A resume from step 20 gives the straight run's bits at step 40.
+    run_np 2 600 train --config "$EXAMPLES/text_gpt_layers.ini" "${text[@]}" "${small[@]}" "${deterministic[@]}" \
+      --train.max_steps=40 --train.log_every=10 --checkpoint.every_steps=20 --checkpoint.dir="$WORK/resumed" \
+      --resume "$WORK/np2/step-20.h5" >resumed.log 2>&1 || { cat resumed.log; fail "the resume from step 20"; }
+    for group in /params /optimizer/exp_avg /optimizer/exp_avg_sq; do
+      [ "$(group_hash np2/step-40.h5 $group)" = "$(group_hash resumed/step-40.h5 $group)" ] ||
+        fail "$group after a resume at step 20 differs from the straight run"
+    done
+    # Generation: the KV cache without a position row, against the model's forward over the window
+    # (the prompt and 40 tokens overflow the window of 32, so it slides too), repeatable.
+    for run in 1 2; do
+      "$MGTRAIN" generate --checkpoint np2/step-40.h5 --prompt "The " --tokens 40 --seed 3 --check-cache \
+        >generated$run.txt 2>generate$run.log || { cat generate$run.log; fail "generate"; }
+    done
+    cat generate1.log
+    grep -q "^cache check: the logits for [0-9]* tokens ([1-9][0-9]* after the window slid) are within" \
+      generate1.log || fail "no cache check line, or the window never slid"
+    ! grep -q "without a cache" generate1.log || fail "generated without the KV cache"
+    [ "$(wc -c <generated1.txt)" -eq 40 ] || fail "generate wrote $(wc -c <generated1.txt) bytes"
+    cmp -s generated1.txt generated2.txt || fail "the same seed generated different text"
+    # The GPU path's program (the step in device memory, the embedding with a null position),
+    # checked on the CPU backend.
+    for memory in host device; do
+      in_memory $memory run_np 2 600 train --config "$EXAMPLES/text_gpt_layers.ini" "${text[@]}" "${small[@]}" \
+        --train.max_steps=8 --checkpoint.every_steps=0 --checkpoint.dir="$WORK/$memory" >$memory.log 2>&1 ||
+        { cat $memory.log; fail "the step in $memory memory"; }
+    done
+    "$MGTRAIN" compare host/step-8.h5 device/step-8.h5 --rtol 1e-5 >compare.txt 2>&1 ||
+      { cat compare.txt; fail "the parameters with the step in device memory differ from in place"; }
+    # A word after embed V D that is neither positions nor nopositions: one line, before step 1.
+    run_np 2 120 train --config "$EXAMPLES/text_gpt_layers.ini" "${text[@]}" --checkpoint.dir="$WORK/bad" \
+      --model.input_shape=32 --model.layers="embed 256 32 positions=none, layernorm, tied_head" >bad.log 2>&1 &&
+      fail "embed 256 32 positions=none trained"
+    line=$(one_error_line bad.log)
+    [[ $line == *"config key 'model.layers' (command line): entry 1 'embed 256 32 positions=none': expected embed V D [positions|nopositions] with V (vocabulary) and D (width) positive integers"* ]] ||
+      fail "unexpected error line: $line"
+    ! grep -q "step 1/" bad.log || fail "the bad list reached step 1"
     ;;
   *) fail "unknown case $1" ;;
 esac

@@ -6,13 +6,14 @@
 # the rows and the logits differ by at most 1e-4. The gpt cases (the head tied to the embedding, and
 # one of its own with dropout) train on the fortunes package's text and run the graph on 128
 # windows of held-out text fed as int64 token ids: logits within 1e-4 of eval's, per token, and the
-# mean cross-entropy within 1e-4 of eval's test loss. The errors case: a file that is no checkpoint,
+# mean cross-entropy within 1e-4 of eval's test loss; so does the gpt declared in model.layers with
+# an embedding without positions (embed V D nopositions), whose embedding is a Gather alone. The errors case: a file that is no checkpoint,
 # an output that cannot be written, a layer and a model with no ONNX form, a data file of the wrong
 # kind; each one error line naming it, a non-zero exit and no file (nor a temporary one) left behind.
 # The checker needs python3 with the venv module (Debian: python3-venv) and PyPI for onnxruntime,
 # onnx, numpy and h5py, installed into "$WORK/../onnx-venv" (ONNX_VENV overrides) on first use and
 # reused; exits 77 (skip) when PyPI cannot be reached.
-# Usage: onnx_export.sh mlp|cnn|resnet|layers|plugin_operator|plugin_nodes|gpt|gpt_untied|rope|errors
+# Usage: onnx_export.sh mlp|cnn|resnet|layers|plugin_operator|plugin_nodes|gpt|gpt_untied|layers_nopositions|rope|errors
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/lib.sh"
 : "${TEST_PLUGIN_DIR:?}"
@@ -184,6 +185,21 @@ print("\n".join(n.name for n in onnx.load(sys.argv[1]).graph.node))' tanh_nodes.
     prepare_venv
     convert_text
     gpt_export_check gpt
+    ;;
+  layers_nopositions)
+    # The gpt declared in model.layers with an embed of the table alone (no position table): the
+    # embedding is a Gather alone in the graph.
+    prepare_venv
+    convert_text
+    layers="embed 256 64 nopositions, residual { layernorm, linear 192, attention 4 causal, linear 64 },
+            residual { layernorm, linear 256, gelu, linear 64 }, layernorm, tied_head"
+    gpt_export_check layers_nopositions --model.name=layers --model.input_shape=64 "--model.layers=${layers//$'\n'/ }"
+    "$venv/bin/python" -c 'import onnx, sys
+g = onnx.load(sys.argv[1]).graph
+first = g.node[0]
+assert (first.op_type, first.name, list(first.input)) == ("Gather", "embed1", ["embed1.weight", "input"]), first
+assert not [t.name for t in g.initializer if "position" in t.name], "a position table in the graph"' \
+      layers_nopositions.onnx || fail "the embedding without positions is not a Gather alone"
     ;;
   gpt_untied)
     # A head of its own (a token linear layer with a bias) and dropout, the identity in the graph.

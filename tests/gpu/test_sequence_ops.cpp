@@ -62,6 +62,12 @@ TEST_F(GpuSequenceOps, EmbeddingAndItsScatterAddMatchTheCpuBitForBit) {
   cpu_->embedding_backward(ids.data(), dy.data(), dtable.data(), rows, dim);
   gpu_->embedding_backward(g_ids, g_dy, g_dtable, rows, dim);
   EXPECT_EQ(download(g_dtable, dtable.size()), dtable) << "the scatter-add, rows in order";
+  // No position table (make_token_embedding with kNoPositions): the table's rows alone.
+  cpu_->embedding_forward(ids.data(), table.data(), nullptr, y.data(), rows, positions, dim);
+  gpu_->embedding_forward(g_ids, g_table, nullptr, g_y, rows, positions, dim);
+  EXPECT_EQ(download(g_y, y.size()), y) << "embedding forward without positions";
+  EXPECT_EQ(std::vector<float>(y.begin(), y.begin() + dim), std::vector<float>(table.begin(), table.begin() + dim))
+      << "row 0 is token 0's row of the table";
 }
 
 TEST_F(GpuSequenceOps, LayerNormAndItsBackwardMatchTheCpu) {

@@ -27,13 +27,13 @@ Sampling sampling(double temperature, int64_t top_k = 0, uint64_t seed = 0) {
 // The gpt plugin with every parameter drawn from U(-0.5, 0.5): far from GPT-2's small start, so
 // attention does not spread evenly and a wrong mask or position shows in the logits.
 struct GptModel {
-  explicit GptModel(const std::string& extra_keys) {
-    Config config =
-        Config::from_string("[model]\nname = gpt\nlayers = 2\nheads = 2\ndim = 16\ncontext = 8\n" + extra_keys, "test");
-    auto keys = registry.config_keys("model", "gpt");
+  explicit GptModel(const std::string& extra_keys, const std::string& plugin = "gpt",
+                    const std::string& plugin_keys = "layers = 2\nheads = 2\ndim = 16\ncontext = 8\n") {
+    Config config = Config::from_string("[model]\nname = " + plugin + "\n" + plugin_keys + extra_keys, "test");
+    auto keys = registry.config_keys("model", plugin);
     keys.push_back({"model.name", KeyType::string, nullptr, "model"});
     config.validate(keys);
-    model = registry.create_model("gpt", config);
+    model = registry.create_model(plugin, config);
     model->declare(store);
     store.finalize();
     rng::fill_uniform(store.params_data(), store.flat_size(), -0.5f, 0.5f, rng::make_key(11, 0), 0);
@@ -58,8 +58,7 @@ double cache_difference(TokenGenerator& generator) {
   return difference / largest;
 }
 
-void expect_cache_matches_forward(const std::string& extra_keys) {
-  GptModel gpt(extra_keys);
+void expect_cache_matches_forward(GptModel& gpt) {
   TokenGenerator generator(*gpt.model, gpt.store);
   ASSERT_TRUE(generator.cached()) << generator.uncached_reason();
   EXPECT_EQ(generator.context(), 8);
@@ -83,10 +82,24 @@ void expect_cache_matches_forward(const std::string& extra_keys) {
 
 }  // namespace
 
-TEST(Generate, CachedLogitsMatchTheForwardOverTheWindowTiedHead) { expect_cache_matches_forward(""); }
+TEST(Generate, CachedLogitsMatchTheForwardOverTheWindowTiedHead) {
+  GptModel gpt("");
+  expect_cache_matches_forward(gpt);
+}
 
 TEST(Generate, CachedLogitsMatchTheForwardOverTheWindowUntiedHeadWithDropout) {
-  expect_cache_matches_forward("tie_weights = false\ndropout = 0.2\n");
+  GptModel gpt("tie_weights = false\ndropout = 0.2\n");
+  expect_cache_matches_forward(gpt);
+}
+
+TEST(Generate, CachedLogitsMatchTheForwardOverTheWindowWithoutPositions) {
+  // The layers model with an embedding of the table alone: the cache adds no position row.
+  GptModel declared("", "layers",
+                    "input_shape = 8\nlayers = embed 256 16 nopositions, "
+                    "residual { layernorm, linear 48, attention 2 causal, linear 16 }, "
+                    "residual { layernorm, linear 64, gelu, linear 16 }, layernorm, tied_head\n");
+  for (const auto& info : declared.store.params()) ASSERT_EQ(info.name.find("position"), std::string::npos);
+  expect_cache_matches_forward(declared);
 }
 
 TEST(Generate, ALayerWithoutACachedFormRunsTheForwardOverTheWindow) {

@@ -203,12 +203,41 @@ TEST(LayerList, AnUntiedHeadIsALinearOnEachToken) {
             (Shape{2, 10}));
 }
 
+TEST(LayerList, AnEmbedWithoutPositionsHasTheTableAloneAndTheTiedHeadReadsIt) {
+  const auto entries = list::parse(
+      "embed 32 16 nopositions, residual { layernorm, linear 48, attention 2 causal, linear 16 }, layernorm, "
+      "tied_head");
+  EXPECT_EQ(list::sequence_length(entries, {8}), 8);
+  const auto layers = list::build(entries, {8});
+  EXPECT_EQ(names_of(layers), (std::vector<std::string>{"embed1", "res1", "ln1", "head1"}));
+  EXPECT_EQ(output_of(layers, {2, 8}), (Shape{2, 8, 32}));
+  const auto params = param_names(layers);
+  EXPECT_EQ(params.front(), "embed1.weight [32, 16]");
+  for (const auto& name : params) EXPECT_EQ(name.find("position"), std::string::npos) << name;
+  EXPECT_EQ(layers.front()->describe().params.size(), 1u);
+  // The default, and the word for it, keep the position table.
+  for (const char* embed : {"embed 32 16", "embed 32 16 positions"}) {
+    const auto with = param_names(list::build(list::parse(std::string(embed) + ", layernorm, tied_head"), {8}));
+    EXPECT_EQ(with, (std::vector<std::string>{"embed1.weight [32, 16]", "embed1.position [8, 16]", "ln1.weight [16]",
+                                              "ln1.bias [16]"}))
+        << embed;
+  }
+}
+
 TEST(LayerList, TokenEntriesNameTheEntryExpectedAndActual) {
   // Arguments.
   EXPECT_EQ(error_of("embed 256", {8}),
-            "entry 1 'embed 256': expected embed V D with V (vocabulary) and D (width) positive integers");
+            "entry 1 'embed 256': expected embed V D [positions|nopositions] with V (vocabulary) and D (width) "
+            "positive integers");
   EXPECT_EQ(error_of("embed 256 0", {8}),
-            "entry 1 'embed 256 0': expected embed V D with V (vocabulary) and D (width) positive integers");
+            "entry 1 'embed 256 0': expected embed V D [positions|nopositions] with V (vocabulary) and D (width) "
+            "positive integers");
+  EXPECT_EQ(error_of("embed 256 8 positions=none", {8}),
+            "entry 1 'embed 256 8 positions=none': expected embed V D [positions|nopositions] with V (vocabulary) "
+            "and D (width) positive integers");
+  EXPECT_EQ(error_of("embed 256 8 nopositions causal", {8}),
+            "entry 1 'embed 256 8 nopositions causal': expected embed V D [positions|nopositions] with V "
+            "(vocabulary) and D (width) positive integers");
   EXPECT_EQ(error_of("embed 16 8, linear 24, attention", {8}),
             "entry 3 'attention': expected attention H [causal|bidirectional] with H (heads) a positive integer");
   EXPECT_EQ(error_of("embed 16 8, linear 24, attention 2 masked", {8}),

@@ -1148,6 +1148,26 @@ TEST(TokenEmbeddingLayer, AddsTheTokensRowAndThePositionsRowWithTheirGradients) 
   check_gradients(h, ids, training_ctx(), /*check_input=*/false);
 }
 
+TEST(TokenEmbeddingLayer, WithoutPositionsIsTheTokensRowAloneForAnyLength) {
+  Harness h(mgt::make_token_embedding("wte", 7, mgt::kNoPositions, 4));
+  // The table alone: no position parameter in the store (nor in a checkpoint), none to export.
+  ASSERT_EQ(h.store.params().size(), 1u);
+  EXPECT_EQ(h.store.params()[0].name, "wte.weight");
+  EXPECT_EQ(h.layer->param_handles().size(), 1u);
+  EXPECT_EQ(h.layer->describe().params.size(), 1u);
+  // No table of positions bounds the window.
+  EXPECT_EQ(h.layer->output_shape({3, 50}), (Shape{3, 50, 4}));
+  Tensor ids = random_ids({3, 5}, 7, 8);
+  Tensor y({3, 5, 4});
+  run_forward(*h.layer, h.store, ids, y, training_ctx());
+  const float* table = h.store.param(h.layer->param_handles()[0]);
+  for (int64_t r = 0; r < 15; ++r)
+    for (int64_t i = 0; i < 4; ++i)
+      ASSERT_EQ(y.data()[r * 4 + i], table[static_cast<int64_t>(ids.data()[r]) * 4 + i]) << "row " << r;
+  check_gradients(h, ids, training_ctx(), /*check_input=*/false);
+  EXPECT_THROW(mgt::make_token_embedding("wte", 7, -1, 4), mgt::ConfigError);
+}
+
 TEST(LayerNormLayer, NormalisesEachTokenWithItsGradients) {
   Harness h(mgt::make_layer_norm("ln", 6));
   Tensor x = random_tensor({2, 3, 6}, 9);

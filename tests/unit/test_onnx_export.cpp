@@ -357,8 +357,8 @@ TEST(OnnxExport, RefusesALayerWithNoForm) {
 // 11, context 8, width 8, 2 heads.
 class TinyGpt final : public mgt::SequentialModel {
  public:
-  TinyGpt(bool tied, bool causal) {
-    add(mgt::make_token_embedding("wte", 11, 8, 8, tied));
+  TinyGpt(bool tied, bool causal, bool positions = true) {
+    add(mgt::make_token_embedding("wte", 11, positions ? 8 : mgt::kNoPositions, 8, tied));
     std::vector<std::unique_ptr<mgt::Layer>> attention, mlp;
     attention.push_back(mgt::make_layer_norm("h0.ln1", 8, 1e-4f));
     attention.push_back(mgt::make_token_linear("h0.attn.qkv", 8, 24));
@@ -380,8 +380,8 @@ class TinyGpt final : public mgt::SequentialModel {
   int64_t sequence_length() const override { return 8; }
 };
 
-onnx::GraphProto tiny_gpt_graph(bool tied, bool causal, mgt::OnnxModel* exported = nullptr) {
-  TinyGpt model(tied, causal);
+onnx::GraphProto tiny_gpt_graph(bool tied, bool causal, mgt::OnnxModel* exported = nullptr, bool positions = true) {
+  TinyGpt model(tied, causal, positions);
   mgt::ParameterStore store;
   model.declare(store);
   store.finalize();
@@ -492,6 +492,24 @@ TEST(OnnxExport, AnUntiedHeadAndBidirectionalAttention) {
   // No mask: the scaled scores go straight to the softmax.
   for (const auto& t : g.initializer()) EXPECT_NE(t.name(), "causal_mask");
   EXPECT_EQ(node_named(g, "h0.attn.probs").input(0), "h0.attn.scaled");
+}
+
+TEST(OnnxExport, AnEmbeddingWithoutPositionsIsAGatherAlone) {
+  mgt::OnnxModel exported;
+  const onnx::GraphProto g = tiny_gpt_graph(true, true, &exported, /*positions=*/false);
+  EXPECT_EQ(exported.context, 8);  // still the model's window: the causal mask is cut from it
+  const auto& gather = g.node(0);
+  EXPECT_EQ(gather.op_type(), "Gather");
+  EXPECT_EQ(gather.name(), "wte");
+  EXPECT_EQ(gather.input(0), "wte.weight");
+  EXPECT_EQ(gather.input(1), "input");
+  EXPECT_EQ(attribute(gather, "axis").i(), 0);
+  // The first block reads the Gather's rows as they are: no position table, no Add after it.
+  EXPECT_EQ(g.node(1).op_type(), "LayerNormalization");
+  EXPECT_EQ(g.node(1).input(0), gather.output(0));
+  for (const auto& t : g.initializer()) EXPECT_EQ(t.name().find("position"), std::string::npos) << t.name();
+  // The tied head still reads the one table.
+  EXPECT_EQ(uses_of(g, "wte.weight"), 2);
 }
 
 class HandWritten final : public mgt::Model {

@@ -27,7 +27,8 @@ enum class LayerKind {
   flatten,            // [B, ...] -> [B, features]
   dropout,            // the identity outside training
   residual,           // branch(x) + shortcut(x); an empty shortcut is the identity
-  token_embedding,    // params {weight [vocab, dim], position [positions, dim]}: [B, T] ids -> [B, T, dim]
+  token_embedding,    // params {weight [vocab, dim], position [positions, dim]}: [B, T] ids -> [B, T, dim];
+                      // {weight} alone: no position term (make_token_embedding with kNoPositions)
   layer_norm,         // params {weight, bias} over the last dimension; floats epsilon
   gelu_tanh,          // GELU, tanh form
   attention,          // [B, T, 3 dim] -> [B, T, dim]; ints heads, causal (0 or 1)

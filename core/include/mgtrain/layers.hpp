@@ -298,8 +298,12 @@ MGT_API std::unique_ptr<Layer> make_dropout(const std::string& name, float proba
 // Sequence models (a transformer), over [B, T, features] activations, the token rows of each sample
 // in order:
 // Token ids [B, T] (floats) -> [B, T, dim]: the token's row of "<name>.weight" [vocab, dim] plus
-// the position's row of "<name>.position" [positions, dim], both N(0, 0.02^2). table_shared: an
-// output head (make_tied_head) uses the table too and runs its backward first.
+// the position's row of "<name>.position" [positions, dim] (T at most positions), both
+// N(0, 0.02^2). positions = kNoPositions: the table's row alone, no "<name>.position" parameter
+// and any T, for a model whose attention places the tokens itself (rotary) or that relies on the
+// causal mask alone. table_shared: an output head (make_tied_head) uses the table too and runs
+// its backward first.
+inline constexpr int64_t kNoPositions = 0;
 MGT_API std::unique_ptr<Layer> make_token_embedding(const std::string& name, int64_t vocab, int64_t positions,
                                                     int64_t dim, bool table_shared = false);
 // Layer normalisation over the last dimension, as PyTorch's LayerNorm(dim, eps).

@@ -111,14 +111,22 @@ bool compile(const std::vector<const Layer*>& layers, ParameterStore& store, int
     switch (d.kind) {
       case LayerKind::token_embedding: {
         if (features != 0) return refuse("is a token embedding after the first layer");
-        if (d.params.size() != 2 || d.params[0] >= store.params().size() || d.params[1] >= store.params().size())
-          return refuse("describes a token embedding without its two tables");
-        const Shape table = store.info(d.params[0]).shape, position = store.info(d.params[1]).shape;
-        if (table.size() != 2 || position.size() != 2 || table[1] != position[1] || position[0] < context)
-          return refuse("has tables " + shape_string(table) + " and " + shape_string(position) +
-                        ", expected [vocab, dim] and [positions >= " + std::to_string(context) + ", dim]");
+        // {table} alone (no position term) or {table, position table}.
+        const bool positions = d.params.size() == 2;
+        if ((d.params.size() != 1 && !positions) || d.params[0] >= store.params().size() ||
+            (positions && d.params[1] >= store.params().size()))
+          return refuse("describes a token embedding with " + std::to_string(d.params.size()) +
+                        " parameter(s), expected its table and, optionally, its position table");
+        const Shape table = store.info(d.params[0]).shape;
+        if (table.size() != 2) return refuse("has a table of " + shape_string(table) + ", expected [vocab, dim]");
+        if (positions) {
+          const Shape position = store.info(d.params[1]).shape;
+          if (position.size() != 2 || table[1] != position[1] || position[0] < context)
+            return refuse("has tables " + shape_string(table) + " and " + shape_string(position) +
+                          ", expected [vocab, dim] and [positions >= " + std::to_string(context) + ", dim]");
+          node.bias = store.param(d.params[1]);  // the position table
+        }
         node.weight = store.param(d.params[0]);
-        node.bias = store.param(d.params[1]);  // the position table
         node.table_rows = table[0];
         node.out = table[1];
         break;
@@ -232,6 +240,10 @@ void run_nodes(std::vector<Node>& nodes, Ops& ops, std::vector<float>& x, int64_
                     "token " + std::to_string(id) + " is outside the embedding's " + std::to_string(node.table_rows) +
                         " rows");
           const float* token = node.weight + id * node.out;
+          if (!node.bias) {  // no position term
+            std::copy_n(token, node.out, y.data() + r * node.out);
+            continue;
+          }
           const float* position = node.bias + (first + r) * node.out;
           for (int64_t c = 0; c < node.out; ++c) y[r * node.out + c] = token[c] + position[c];
         }
@@ -335,7 +347,8 @@ const std::vector<float>& TokenGenerator::start(const std::vector<int32_t>& prom
 
 const std::vector<float>& TokenGenerator::push(int32_t token) {
   if (static_cast<int64_t>(window_.size()) == context_) {
-    // Every position moves down one: the cached keys and values no longer hold.
+    // Every token moves down one position and the first leaves the window (what the others
+    // attended to): the cached keys and values no longer hold, with or without a position table.
     window_.erase(window_.begin());
     window_.push_back(token);
     recompute();

@@ -423,7 +423,12 @@ class GraphBuilder {
       case LayerKind::none:
         no_form(layer, "has no ONNX form: its describe() says LayerKind::none");
       case LayerKind::token_embedding: {
-        // The ids' rows of the table, plus the first T rows of the position table.
+        // The ids' rows of the table, plus the first T rows of the position table; an embedding
+        // without positions (params {weight} alone) is the Gather alone.
+        if (d.params.size() == 1) {
+          y = node("Gather", {param(layer, d, 0), x}, name, {int_attr("axis", 0)});
+          break;
+        }
         const std::string tokens = node("Gather", {param(layer, d, 0), x}, name + ".tokens", {int_attr("axis", 0)});
         const std::string positions =
             node("Slice", {param(layer, d, 1), int64_constant({0}), sequence_length(x), int64_constant({0})},

@@ -152,8 +152,9 @@ class Parser {
         bad("expected dropout P with P a probability in [0, 1)");
     } else if (e.kind == "embed") {
       int64_t width = 0;
-      if (a.size() != 2 || !to_integer(a[0], value) || value <= 0 || !to_integer(a[1], width) || width <= 0)
-        bad("expected embed V D with V (vocabulary) and D (width) positive integers");
+      if (a.size() < 2 || a.size() > 3 || !to_integer(a[0], value) || value <= 0 || !to_integer(a[1], width) ||
+          width <= 0 || (a.size() == 3 && a[2] != "positions" && a[2] != "nopositions"))
+        bad("expected embed V D [positions|nopositions] with V (vocabulary) and D (width) positive integers");
     } else if (e.kind == "attention") {
       if (a.empty() || a.size() > 2 || !to_integer(a[0], value) || value <= 0 ||
           (a.size() == 2 && a[1] != "causal" && a[1] != "bidirectional"))
@@ -260,7 +261,11 @@ Shape build_list(const std::vector<Entry>& entries, Shape shape, const std::stri
       tokens.embed_name = name;
       tokens.vocab = std::stoll(a[0]);
       tokens.dim = std::stoll(a[1]);
-      layer = make_token_embedding(name, tokens.vocab, shape[1], tokens.dim, tokens.table_shared);
+      // nopositions: the table's row alone, for attention that needs no learned position (the
+      // causal mask orders the tokens) or places them itself.
+      const bool positions = a.size() < 3 || a[2] == "positions";
+      layer = make_token_embedding(name, tokens.vocab, positions ? shape[1] : kNoPositions, tokens.dim,
+                                   tokens.table_shared);
     } else if (e.kind == "layernorm") {
       if (shape.size() != 2 && shape.size() != 3)
         throw ConfigError(where + ": normalises the last dimension of [B, features] or [B, T, features], got " +

@@ -10,11 +10,13 @@
 // are taken from the shape the previous entry gives): conv C kK [sS] [pP], linear N, maxpool K [sS],
 // avgpool K [sS] (S defaults to K), gap, bn, relu, flatten, dropout P, and residual { BRANCH }
 // or residual { BRANCH | SHORTCUT } (an empty shortcut is the identity). A language model starts
-// with embed V D (token ids [B, T] -> [B, T, D], T the sample shape's one integer) and may then use
-// layernorm, gelu, attention H [causal|bidirectional] (on [B, T, 3 x dim] from a linear before it)
-// and tied_head (logits over the embed's table); there linear N acts on each token. Any other kind
-// is a layer plugin's (libmgtrain-layer-<kind>.so in the plugin path, mgtrain/layer_plugin.hpp),
-// which takes the entry's arguments and input shape.
+// with embed V D [positions|nopositions] (token ids [B, T] -> [B, T, D], T the sample shape's one
+// integer: the token's row plus a learned position's row, or with nopositions the token's row
+// alone, no embed1.position parameter) and may then use layernorm, gelu, attention H
+// [causal|bidirectional] (on [B, T, 3 x dim] from a linear before it) and tied_head (logits over
+// the embed's table); there linear N acts on each token. Any other kind is a layer plugin's
+// (libmgtrain-layer-<kind>.so in the plugin path, mgtrain/layer_plugin.hpp), which takes the
+// entry's arguments and input shape.
 #include <cstdint>
 #include <memory>
 #include <string>

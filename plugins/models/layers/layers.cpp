@@ -17,9 +17,9 @@ const mgt::ConfigKey kKeys[] = {
      "T: the window of token ids"},
     {"model.layers", mgt::KeyType::string, nullptr,
      "the layers, comma-separated: conv C kK [sS] [pP], linear N, maxpool K [sS], avgpool K [sS], gap, bn, relu, "
-     "flatten, dropout P, residual { BRANCH } (a shortcut follows the branch after a bar); for text, embed V D first, "
-     "then layernorm, attention H [causal|bidirectional], gelu, tied_head; any other kind a layer plugin's "
-     "(libmgtrain-layer-KIND.so); README: A model declared in the config"},
+     "flatten, dropout P, residual { BRANCH } (a shortcut follows the branch after a bar); for text, "
+     "embed V D [positions|nopositions] first, then layernorm, attention H [causal|bidirectional], gelu, tied_head; "
+     "any other kind a layer plugin's (libmgtrain-layer-KIND.so); README: A model declared in the config"},
 };
 
 class Layers final : public mgt::SequentialModel {

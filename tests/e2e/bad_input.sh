@@ -34,7 +34,7 @@ case $1 in
                   expect="data.test: data file '$WORK/test.h5'" ;;
   not_divisible)  args+=(--train.global_batch=127); expect="127" ;;
   unknown_plugin) args+=(--model.name=resnet9000); expect="resnet9000" ;;
-  bad_abi)        args+=(--plugin-path="$TEST_PLUGIN_DIR" --model.name=badabi); expect="ABI version 999" ;;
+  bad_abi)        args+=(--plugin-path="$TEST_PLUGIN_DIR" --model.name=badabi); expect="plugin ABI version 19, from before SDK 1.0" ;;
   unknown_key)    args+=(--model.hiden=64); expect="model.hiden" ;;
   negative_lr)    args+=(--optimizer.lr=-0.5); expect="optimizer.lr" ;;
   non_numeric_lr) args+=(--optimizer.lr=fast); expect="got 'fast'" ;;

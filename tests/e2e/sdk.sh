@@ -144,7 +144,7 @@ mkdir -p other-src
 cat >other-src/CMakeLists.txt <<CMAKE
 cmake_minimum_required(VERSION 3.20)
 project(other_compiler_plugin LANGUAGES CXX)
-find_package(mgtrain 0.1 REQUIRED)
+find_package(mgtrain 1.0 REQUIRED)
 mgtrain_add_plugin(optimizer signsgd SOURCES $SRC/examples/plugin/signsgd.cpp)
 CMAKE
 CXX=$CXX_OTHER cmake -S other-src -B other-build -DCMAKE_PREFIX_PATH="$PREFIX" >other-configure.log 2>&1 ||
@@ -172,7 +172,7 @@ CPP
 cat >nomacro-src/CMakeLists.txt <<CMAKE
 cmake_minimum_required(VERSION 3.20)
 project(no_macro_plugin LANGUAGES CXX)
-find_package(mgtrain 0.1 REQUIRED)
+find_package(mgtrain 1.0 REQUIRED)
 mgtrain_add_plugin(model tiny SOURCES tiny.cpp)
 CMAKE
 cmake -S nomacro-src -B nomacro-build -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_BUILD_TYPE=Release >nomacro-configure.log 2>&1 ||

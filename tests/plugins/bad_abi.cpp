@@ -1,7 +1,8 @@
-// A model plugin built to report another plugin ABI version: the loader must refuse it.
+// A model plugin as built before SDK 1.0, which recorded plugin ABI version 19: the loader must
+// refuse it and say to rebuild it.
 #include "mgtrain/plugin.hpp"
 #undef MGTRAIN_PLUGIN_ABI_VERSION
-#define MGTRAIN_PLUGIN_ABI_VERSION 999u
+#define MGTRAIN_PLUGIN_ABI_VERSION 19u
 
 namespace {
 const mgt::ConfigKey kKeys[] = {{"model.unused", mgt::KeyType::integer, "0", "unused"}};
@@ -11,4 +12,4 @@ class Tiny final : public mgt::SequentialModel {
 };
 }  // namespace
 
-MGT_MODEL_PLUGIN("badabi", "1.0.0", "reports ABI version 999", kKeys, Tiny)
+MGT_MODEL_PLUGIN("badabi", "1.0.0", "reports plugin ABI version 19, from before SDK 1.0", kKeys, Tiny)

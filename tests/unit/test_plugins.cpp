@@ -52,12 +52,38 @@ TEST(Plugins, CreatedModelDeclaresCanonicalNames) {
   EXPECT_EQ(store.params()[3].name, "fc2.bias");
 }
 
-TEST(Plugins, RefusesAnotherAbiVersionNamingFileAndBothVersions) {
+TEST(Plugins, RefusesAPluginFromBeforeSdk1NamingFileAndBothVersions) {
   PluginRegistry registry({kTestPlugins});
   const auto msg = load_error(registry, "model", "badabi");
   EXPECT_NE(msg.find("libmgtrain-model-badabi.so"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("ABI version 999"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("expects ABI version " + std::to_string(MGTRAIN_PLUGIN_ABI_VERSION)), std::string::npos) << msg;
+  EXPECT_NE(msg.find("plugin ABI version 19, from before SDK 1.0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("loads plugins built against SDK 1.0 to " + sdk_version_text(MGTRAIN_PLUGIN_ABI_VERSION)),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Plugins, RefusesANewerMinorAndAnotherMajorNamingBothVersions) {
+  PluginRegistry registry({kTestPlugins});
+  const std::string ours = sdk_version_text(MGTRAIN_PLUGIN_ABI_VERSION);
+  const std::string newer =
+      std::to_string(MGTRAIN_SDK_VERSION_MAJOR) + "." + std::to_string(MGTRAIN_SDK_VERSION_MINOR + 1);
+  auto msg = load_error(registry, "model", "newerminor");
+  EXPECT_NE(msg.find("libmgtrain-model-newerminor.so"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("was built against SDK " + newer + ", newer than this mgtrain's SDK " + ours), std::string::npos)
+      << msg;
+  msg = load_error(registry, "model", "nextmajor");
+  EXPECT_NE(msg.find("was built against SDK " + std::to_string(MGTRAIN_SDK_VERSION_MAJOR + 1) + ".0;"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Plugins, AcceptsEveryMinorOfItsMajorUpToItsOwn) {
+  for (uint32_t minor = 0; minor <= MGTRAIN_SDK_VERSION_MINOR; ++minor)
+    EXPECT_EQ(sdk_version_refusal((MGTRAIN_SDK_VERSION_MAJOR << 16) | minor), "") << minor;
+  EXPECT_NE(sdk_version_refusal((MGTRAIN_SDK_VERSION_MAJOR << 16) | (MGTRAIN_SDK_VERSION_MINOR + 1)), "");
+  EXPECT_NE(sdk_version_refusal((MGTRAIN_SDK_VERSION_MAJOR - 1) << 16), "");
+  EXPECT_NE(sdk_version_refusal(19), "");
+  EXPECT_EQ(sdk_version_text(19), "0.19");
 }
 
 TEST(Plugins, RefusesKindMismatchAndMissingSymbol) {
@@ -102,11 +128,12 @@ TEST(Plugins, ScanReportsEveryCandidateAndWhyItWasRefused) {
       ++usable;
     else
       ++refused;
-    if (c.path.find("badabi") != std::string::npos) EXPECT_NE(c.refusal.find("999"), std::string::npos);
+    if (c.path.find("badabi") != std::string::npos) EXPECT_NE(c.refusal.find("version 19"), std::string::npos);
     if (c.path.find("wrongkind") != std::string::npos)
       EXPECT_NE(c.refusal.find("by its descriptor, so its file must be named"), std::string::npos) << c.refusal;
   }
-  EXPECT_EQ(refused, 3);
+  // badabi, newerminor, nextmajor, wrongkind, nosymbol.
+  EXPECT_EQ(refused, 5);
   EXPECT_GE(usable, 5);
 }
 

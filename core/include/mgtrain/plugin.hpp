@@ -1,8 +1,9 @@
 #pragma once
 // The plugin ABI. A plugin is a shared library libmgtrain-<kind>-<name>.so exporting one symbol,
-// `mgtrain_plugin_descriptor`. The loader reads abi_version first and refuses a mismatch before
-// touching any other field; it also refuses a kind mismatch or a build fingerprint whose standard
-// library differs from the core's (mgtrain/build_fingerprint.hpp), naming the file and both values.
+// `mgtrain_plugin_descriptor`. The loader reads abi_version first and refuses a plugin of another
+// SDK major version (or a newer minor) before touching any other field; it also refuses a kind
+// mismatch or a build fingerprint whose standard library differs from the core's
+// (mgtrain/build_fingerprint.hpp), naming the file and both values.
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -16,9 +17,15 @@
 #include "mgtrain/schedule.hpp"
 #include "mgtrain/sync.hpp"
 
-// Bumped on every change that breaks a built plugin; docs/plugins.md ("ABI history") lists what
-// each version changed.
-#define MGTRAIN_PLUGIN_ABI_VERSION 19u
+// The SDK's version. Within a major version the SDK only grows, so a plugin built against 1.0 loads
+// into every mgtrain of SDK 1.x: the minor is bumped when something is added (a plugin using it
+// needs that minor or later), the major on any change that breaks a built plugin.
+// docs/plugins.md ("The SDK's promise") says what is stable and lists each version's changes.
+#define MGTRAIN_SDK_VERSION_MAJOR 1u
+#define MGTRAIN_SDK_VERSION_MINOR 0u
+// What a plugin records: its SDK's major << 16 | minor. Before SDK 1.0 it was a plain counter
+// (the last one 19), which reads as major 0.
+#define MGTRAIN_PLUGIN_ABI_VERSION ((MGTRAIN_SDK_VERSION_MAJOR << 16) | MGTRAIN_SDK_VERSION_MINOR)
 #define MGTRAIN_PLUGIN_SYMBOL "mgtrain_plugin_descriptor"
 
 namespace mgt {
@@ -26,7 +33,9 @@ namespace mgt {
 extern "C" {
 struct PluginDescriptor {
   uint32_t abi_version;  // MGTRAIN_PLUGIN_ABI_VERSION at the plugin's build
-  const char* kind;      // "model", "optimizer", "sync", "layer" or "schedule"
+  // Fields are only appended, in a new minor version; the core reads one only from a plugin whose
+  // minor has it.
+  const char* kind;  // "model", "optimizer", "sync", "layer" or "schedule"
   const char* name;
   const char* version;
   const char* description;        // one line

@@ -20,6 +20,29 @@ namespace fs = std::filesystem;
 
 namespace mgt {
 
+std::string sdk_version_text(uint32_t abi_version) {
+  // Before SDK 1.0 the version was one counter (the last 19): major 0, that counter as the minor.
+  return std::to_string(abi_version >> 16) + "." + std::to_string(abi_version & 0xffffu);
+}
+
+std::string sdk_version_refusal(uint32_t abi_version) {
+  const uint32_t major = abi_version >> 16, minor = abi_version & 0xffffu;
+  const std::string ours = sdk_version_text(MGTRAIN_PLUGIN_ABI_VERSION);
+  const std::string range = std::to_string(MGTRAIN_SDK_VERSION_MAJOR) + ".0 to " + ours;
+  if (major == 0)
+    return "was built for plugin ABI version " + std::to_string(abi_version) +
+           ", from before SDK 1.0; this mgtrain loads plugins built against SDK " + range +
+           ": rebuild it against this mgtrain's SDK";
+  if (major != MGTRAIN_SDK_VERSION_MAJOR)
+    return "was built against SDK " + sdk_version_text(abi_version) +
+           "; this mgtrain loads plugins built against SDK " + range + ": rebuild it against this mgtrain's SDK";
+  if (minor > MGTRAIN_SDK_VERSION_MINOR)
+    return "was built against SDK " + sdk_version_text(abi_version) + ", newer than this mgtrain's SDK " + ours +
+           ": run it with an mgtrain of SDK " + sdk_version_text(abi_version) +
+           " or later, or rebuild it against this mgtrain's SDK";
+  return "";
+}
+
 struct PluginRegistry::Loaded {
   std::string path;
   boost::dll::shared_library library;
@@ -135,7 +158,7 @@ std::string open_and_check(const std::string& path, boost::dll::shared_library& 
       boost::dll::shared_library lazy(path, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
       if (lazy.has(MGTRAIN_PLUGIN_SYMBOL)) {
         const auto& d = lazy.get<const PluginDescriptor>(MGTRAIN_PLUGIN_SYMBOL);
-        if (d.abi_version == MGTRAIN_PLUGIN_ABI_VERSION) {
+        if (sdk_version_refusal(d.abi_version).empty()) {
           const std::string mismatch = fingerprint_mismatch(d.build_fingerprint);
           if (!mismatch.empty()) refusal = mismatch;
         }
@@ -149,9 +172,7 @@ std::string open_and_check(const std::string& path, boost::dll::shared_library& 
   const auto& d = library.get<const PluginDescriptor>(MGTRAIN_PLUGIN_SYMBOL);
   *descriptor = &d;
   // abi_version is the only field read before it is known to match.
-  if (d.abi_version != MGTRAIN_PLUGIN_ABI_VERSION)
-    return "was built for plugin ABI version " + std::to_string(d.abi_version) + ", this mgtrain expects ABI version " +
-           std::to_string(MGTRAIN_PLUGIN_ABI_VERSION);
+  if (std::string refusal = sdk_version_refusal(d.abi_version); !refusal.empty()) return refusal;
   const std::string refusal = fingerprint_mismatch(d.build_fingerprint);
   if (!refusal.empty()) return refusal;
   if (!d.create) return "has no factory function";
@@ -295,7 +316,7 @@ std::vector<PluginCandidate> PluginRegistry::scan() {
       boost::dll::shared_library library;
       const PluginDescriptor* d = nullptr;
       c.refusal = open_and_check(c.path, library, &d);
-      if (d && d->abi_version == MGTRAIN_PLUGIN_ABI_VERSION) {
+      if (d && sdk_version_refusal(d->abi_version).empty()) {
         c.kind = d->kind;
         c.name = d->name;
         c.version = d->version;

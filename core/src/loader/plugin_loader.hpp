@@ -2,6 +2,7 @@
 // Finds, loads and checks plugins (Boost.DLL). Search order: --plugin-path, MGTRAIN_PLUGIN_PATH,
 // the install's lib/mgtrain/plugins, the build tree (only for the build tree's own libmgtrain).
 // Libraries stay loaded for the process's life.
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +16,13 @@
 #include "mgtrain/sync.hpp"
 
 namespace mgt {
+
+// Whether a plugin that recorded SDK version `abi_version` (MGTRAIN_PLUGIN_ABI_VERSION at its
+// build) runs in this core: the same major version and a minor no newer than ours. "" when it
+// does, else the reason in words ("was built against SDK 2.0, ...").
+std::string sdk_version_refusal(uint32_t abi_version);
+// "1.0" for MGTRAIN_PLUGIN_ABI_VERSION's value of SDK 1.0; a value from before 1.0 reads "0.19".
+std::string sdk_version_text(uint32_t abi_version);
 
 struct PluginCandidate {
   std::string path;

@@ -59,7 +59,7 @@ cp "$SRC/examples/plugin/rope_gradients.cpp" wrong-src/
 cat >wrong-src/CMakeLists.txt <<CMAKE
 cmake_minimum_required(VERSION 3.20)
 project(wrong_gradients LANGUAGES CXX)
-find_package(mgtrain 0.1 REQUIRED)
+find_package(mgtrain 1.0 REQUIRED)
 add_executable(rope_gradients rope_gradients.cpp)
 target_link_libraries(rope_gradients PRIVATE mgtrain::sdk)
 CMAKE

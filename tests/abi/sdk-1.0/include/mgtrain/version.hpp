@@ -1,0 +1,2 @@
+#pragma once
+#define MGTRAIN_VERSION "1.0.0"

@@ -21,7 +21,7 @@ for style in mpirun srun; do
   echo "== $style: job $job"; tail -n 3 "$log"
   grep -q "^done: 30 steps" "$log" || fail "$style: the log does not end with the run's summary"
   [ -f "$WORK/runs/$job/step-30.h5" ] || fail "$style: no checkpoint in runs/$job (checkpoint.dir = runs/%j)"
-  [ "$(grep -c '^mgtrain 0' "$log")" -eq 1 ] || fail "$style: expected one rank-0 banner (ranks not told apart?)"
+  [ "$(grep -c '^mgtrain [0-9][0-9.]*: ' "$log")" -eq 1 ] || fail "$style: expected one rank-0 banner (ranks not told apart?)"
 done
 
 # scancel of a running job: SIGTERM to every rank, a final checkpoint, then resubmit to finish.

@@ -3,7 +3,7 @@
 // `bucket_bytes` in reverse layer order (the order backward produces them). With `overlap`, each
 // bucket's non-blocking all-reduce starts as soon as all its gradients are final and runs while
 // the rest of backward does; without it, the buckets are reduced after backward by blocking
-// all-reduces, which Open MPI runs about 1.5x faster on one node (its tuned collectives against
+// all-reduces, which Open MPI runs faster on one node (its tuned collectives against
 // libnbc) and which leave the cores to compute. Sync strategies built on all-reduce share it.
 // The communicator's AllreduceObserver, when set, hears each bucket's start and completion.
 //

@@ -11,8 +11,7 @@
 // The worker is a fiber (Boost.Context), not a thread: it runs on a stack of its own but on the
 // step's thread, which switches to it when it lends the core and back when the worker pauses. A
 // switch is a change of registers and stack in user space, where handing the core to a thread and
-// back took two context switches of the kernel (9 us on a 2-core virtual machine, several times a
-// step).
+// back took two context switches of the kernel, several times a step.
 //
 // Internal to mgtrain's own libraries (the data reader, the shared-memory barrier): declared here,
 // below the data reader, and built into libmgtrain (sdk/idle_core.cpp), whose shared-memory

@@ -119,6 +119,21 @@ function(mgtrain_add_plugin kind name)
     set(output_dir ${CMAKE_BINARY_DIR}/plugins)
   endif()
   set_target_properties(${target} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${output_dir})
+  # RUNPATH: the one it is installed with, also in the build tree (the build tree's own, padded with
+  # ':' for the install-time edit, would end in an empty entry: the current directory). Installed,
+  # <prefix>/lib/mgtrain/plugins -> <prefix>/lib holds libmgtrain; in tree, also the build's lib/
+  # relative to the plugin; out of tree, the directory of the mgtrain it was built against (for a
+  # plugin installed into another prefix). Never an absolute build directory in an installed plugin.
+  set(rpath "$ORIGIN/../..")
+  if(in_tree)
+    file(RELATIVE_PATH to_library_dir "${output_dir}" "${CMAKE_LIBRARY_OUTPUT_DIRECTORY}")
+    list(PREPEND rpath "$ORIGIN/${to_library_dir}")
+  elseif(DEFINED MGTRAIN_LIBRARY_DIR)
+    list(APPEND rpath ${MGTRAIN_LIBRARY_DIR})
+  endif()
+  list(REMOVE_DUPLICATES rpath)
+  set_target_properties(${target} PROPERTIES INSTALL_RPATH "${rpath}" BUILD_WITH_INSTALL_RPATH ON
+                                             INSTALL_RPATH_USE_LINK_PATH ON)
   # A source without an MGT_*_PLUGIN macro links into a library the loader would refuse at run
   # time; refuse it here instead (and remove it, so the next build checks again).
   if(NOT ARG_NO_DESCRIPTOR_CHECK AND CMAKE_NM)
@@ -148,11 +163,4 @@ MGT_SYNC_PLUGIN or MGT_LAYER_PLUGIN in one of its sources (mgtrain/plugin.hpp)\"
     set(destination ${CMAKE_INSTALL_LIBDIR}/mgtrain/plugins)
   endif()
   install(TARGETS ${target} LIBRARY DESTINATION ${destination})
-  # <prefix>/lib/mgtrain/plugins -> <prefix>/lib holds libmgtrain; out of tree, also the directory
-  # of the mgtrain the plugin was built against, for a plugin installed into another prefix.
-  set(rpath "$ORIGIN/../..")
-  if(NOT in_tree AND DEFINED MGTRAIN_LIBRARY_DIR)
-    list(APPEND rpath ${MGTRAIN_LIBRARY_DIR})
-  endif()
-  set_target_properties(${target} PROPERTIES INSTALL_RPATH "${rpath}")
 endfunction()

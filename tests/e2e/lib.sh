@@ -162,3 +162,26 @@ check_residuals() {  # check_residuals CHECKPOINT RANKS
   h5dump -d /sync/residual.rank1 -y -w 0 "$1" | awk '/DATA \{/ { on = 1; next } on && /\}/ { exit } on' |
     tr ',' '\n' | awk '$1 != 0 { n++ } END { exit !(n > 0) }' || fail "rank 1's residual in $1 is all zero"
 }
+
+# No library looked up in the current directory: every ELF file under each DIR has only absolute
+# or $ORIGIN entries in its RUNPATH/RPATH (an empty entry, as from a leading, trailing or doubled
+# ':', and a relative one are the current directory to the loader). Counts the files checked in
+# SEARCH_PATHS_CHECKED. Usage: check_search_paths DIR...
+SEARCH_PATHS_CHECKED=0
+check_search_paths() {
+  local file entries entry
+  while IFS= read -r -d '' file; do
+    head -c 4 "$file" | grep -q $'^\x7fELF' || continue
+    SEARCH_PATHS_CHECKED=$((SEARCH_PATHS_CHECKED + 1))
+    entries=$(readelf -d "$file" | sed -n 's/.*(\(RUNPATH\|RPATH\)).*\[\(.*\)\]$/\2/p')
+    [[ -n $entries ]] || continue
+    # An empty entry (leading, trailing or doubled ':') is the current directory.
+    [[ $entries != :* && $entries != *: && $entries != *::* ]] ||
+      fail "$file: RUNPATH '$entries' has an empty entry (the current directory)"
+    IFS=: read -ra parts <<<"$entries"
+    for entry in "${parts[@]}"; do
+      [[ $entry == /* || $entry == '$ORIGIN'* || $entry == '${ORIGIN}'* ]] ||
+        fail "$file: RUNPATH '$entries' has the relative entry '$entry'"
+    done
+  done < <(find "$@" -type f -print0)
+}

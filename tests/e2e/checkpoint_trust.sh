@@ -14,6 +14,8 @@
 #   compare     mgtrain compare verifies optimizer state (checksum, finite, present) and compares it;
 #               --params-only compares the parameters alone
 #   finished    resuming a finished run: nothing to train, the checkpoint resumed from, a null loss
+#   plugin_paths  a checkpoint whose recorded plugin path holds a library with a constructor: eval,
+#               export and generate never load it (a checkpoint names plugins, not files)
 source "$(dirname "$0")/lib.sh"
 case=$1
 write_config run.ini "[train]" "log_every = 10" "progress = lines" "[checkpoint]" "every_steps = 10" "keep = 0"
@@ -185,6 +187,39 @@ finished)
   echo "$line"
   [[ $line == *'"final_loss":null,"checkpoint":"'"$WORK/ckpt/step-20.h5"'"'* ]] || fail "the JSON line"
   [ "$(listing ckpt)" = "latest step-10.h5 step-20.h5 " ] || fail "left: $(listing ckpt)"
+  ;;
+plugin_paths)
+  # The run takes a model plugin from a --plugin-path; the checkpoint records where.
+  mkdir plugins
+  cp "$TEST_PLUGIN_DIR/hand-written/libmgtrain-model-tanh_mlp.so" plugins/
+  run_np 2 120 train --config run.ini --train.max_steps=10 --model.name=tanh_mlp --plugin-path "$WORK/plugins" \
+    >first.log 2>&1 || { cat first.log; fail "the run with a plugin from --plugin-path"; }
+  h5dump -a /plugin_paths ckpt/step-10.h5 | grep -qF "model:tanh_mlp=$WORK/plugins/libmgtrain-model-tanh_mlp.so" ||
+    { h5dump -a /plugin_paths ckpt/step-10.h5; fail "the checkpoint does not record the plugin's path"; }
+  # Someone replaces that file with a library whose constructor leaves a marker.
+  cat >evil.c <<'C'
+#include <fcntl.h>
+#include <unistd.h>
+__attribute__((constructor)) static void evil_loaded(void) {
+  int fd = open(MARKER, O_WRONLY | O_CREAT, 0644);
+  if (fd >= 0) close(fd);
+}
+C
+  cc -shared -fPIC -DMARKER="\"$WORK/evil-ran\"" evil.c -o plugins/libmgtrain-model-tanh_mlp.so ||
+    fail "could not build the planted library"
+  for command in eval export generate; do
+    case $command in
+    eval) args=(--data "$DATA_DIR/test.h5") ;;
+    export) args=(--out "$WORK/model.onnx") ;;
+    generate) args=(--prompt "a" --tokens 1) ;;
+    esac
+    rc=0
+    "$MGTRAIN" $command --checkpoint "$WORK/ckpt/step-10.h5" "${args[@]}" >$command.log 2>&1 || rc=$?
+    [ ! -e "$WORK/evil-ran" ] || { cat $command.log; fail "$command loaded the library the checkpoint recorded"; }
+    [ $command = generate ] && { [ $rc -ne 0 ] || fail "generate of an MLP's checkpoint succeeded"; continue; }
+    refused $command.log "unknown model plugin 'tanh_mlp'" \
+      "the checkpoint's run loaded it from $WORK/plugins/libmgtrain-model-tanh_mlp.so, which is not loaded on a checkpoint's word"
+  done
   ;;
 *) fail "unknown case $case" ;;
 esac

@@ -4,7 +4,7 @@
 # SDK) in `model.layers = flatten, linear 64, swish, linear 10` trains at np=2 to the parameters
 # of swish_mlp (the same layer in a model plugin of its own) bit for bit, runs through the GPU
 # path's program on the CPU backend (train.device = emulated_gpu, in the installed build), keeps deterministic mode's bits at np=1 and np=2, is listed by
-# `mgtrain plugins`, evaluates from its checkpoint without --plugin-path (the recorded path), and
+# `mgtrain plugins`, evaluates from its checkpoint with the plugin found by name in the --plugin-path, and
 # exports (Swish describes itself as two ONNX operators), and each mistake gets one line: an
 # unknown kind names the file it looked for, a bad argument the entry and the plugin's words.
 source "$(dirname "$0")/lib.sh"
@@ -42,9 +42,9 @@ done
 "$MGTRAIN" plugins "${plugins[@]}" >plugins.txt 2>&1 || { cat plugins.txt; fail "mgtrain plugins"; }
 grep -qE "^layer +swish +1\.0\.0 " plugins.txt ||
   { cat plugins.txt; fail "mgtrain plugins does not list the layer plugin"; }
-# eval finds the plugin where the run loaded it.
-"$MGTRAIN" eval --checkpoint list/step-40.h5 --data "$DATA_DIR/test.h5" >eval.log 2>&1 ||
-  { cat eval.log; fail "eval of a checkpoint with a layer plugin, without --plugin-path"; }
+# eval finds the checkpoint's layer plugin by name in the search path.
+"$MGTRAIN" eval --checkpoint list/step-40.h5 --data "$DATA_DIR/test.h5" "${plugins[@]}" >eval.log 2>&1 ||
+  { cat eval.log; fail "eval of a checkpoint with a layer plugin"; }
 
 expect_error() {  # expect_error PATTERN ARGS...: exit non-zero with one error line matching PATTERN
   local pattern=$1; shift

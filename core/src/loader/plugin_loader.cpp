@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -57,6 +58,13 @@ namespace {
 void pin_for_process_lifetime(const boost::dll::shared_library& library) {
   static auto* pinned = new std::vector<boost::dll::shared_library>();  // never destroyed
   pinned->push_back(library);
+}
+
+// A plugin is named, never pathed: the name goes into a file name inside each search directory, so
+// '/' or ".." (from a config or a checkpoint's) would reach a library outside them.
+bool is_plain_name(const std::string& name) {
+  return !name.empty() &&
+         std::all_of(name.begin(), name.end(), [](unsigned char c) { return std::isalnum(c) || c == '_'; });
 }
 
 std::string file_name_for(const std::string& kind, const std::string& name) {
@@ -222,6 +230,10 @@ PluginRegistry::PluginRegistry(std::vector<std::string> cli_paths) {
 }
 
 const PluginDescriptor& PluginRegistry::load(const std::string& kind, const std::string& name) {
+  if (!is_plain_name(name))
+    throw PluginError(kind + " plugin name '" + printable(name) +
+                      "' is not a plugin name (expected letters, digits and '_'; plugins are found by name in "
+                      "the plugin search path, never by a path)");
   for (const auto& l : loaded_)
     if (l->descriptor->kind == kind && l->descriptor->name == name) return *l->descriptor;
 
@@ -231,19 +243,14 @@ const PluginDescriptor& PluginRegistry::load(const std::string& kind, const std:
     std::error_code ec;
     if (fs::exists(path, ec)) return load_from(path.string(), kind, name);
   }
-  // Last, where a checkpoint's run found it (`mgtrain eval` of a run that had a --plugin-path).
-  std::string recorded_missing;
+  // A checkpoint names its plugins, never the files to load: where its run found one is only a
+  // hint for the refusal (a crafted checkpoint would otherwise run any library's constructors).
+  std::string recorded_hint;
   for (const auto& [plugin, path] : recorded_) {
     if (plugin != kind + ":" + name) continue;
-    std::error_code ec;
-    if (!fs::exists(path, ec)) {
-      recorded_missing = "; nor at " + path + ", where " + recorded_origin_ + " loaded it";
-      continue;
-    }
-    const PluginDescriptor& d = load_from(path, kind, name);
-    notes_.push_back(kind + " plugin '" + name + "' is in no directory of the search path; loaded " + path +
-                     ", where " + recorded_origin_ + " loaded it (--plugin-path overrides)");
-    return d;
+    const std::string dir = fs::path(path).parent_path().string();
+    recorded_hint = "; " + recorded_origin_ + " loaded it from " + path +
+                    ", which is not loaded on a checkpoint's word (pass --plugin-path " + dir + " if you trust it)";
   }
 
   std::string available, misnamed;
@@ -254,7 +261,7 @@ const PluginDescriptor& PluginRegistry::load(const std::string& kind, const std:
   }
   std::string searched;
   for (const auto& d : dirs_) searched += (searched.empty() ? "" : ":") + d;
-  throw PluginError("unknown " + kind + " plugin '" + name + "': no " + file + " in " + searched + recorded_missing +
+  throw PluginError("unknown " + kind + " plugin '" + name + "': no " + file + " in " + searched + recorded_hint +
                     misnamed + "; available " + kind + " plugins: " + (available.empty() ? "none" : available));
 }
 
@@ -362,14 +369,11 @@ std::unique_ptr<Model> PluginRegistry::create_model(const std::string& name, con
 }
 
 std::string PluginRegistry::locate(const std::string& kind, const std::string& name) {
+  if (!is_plain_name(name)) return "";  // no file in the search path can have this name
   for (const auto& dir : dirs_) {
     const fs::path path = fs::path(dir) / file_name_for(kind, name);
     std::error_code ec;
     if (fs::exists(path, ec)) return path.string();
-  }
-  for (const auto& [plugin, path] : recorded_) {
-    std::error_code ec;
-    if (plugin == kind + ":" + name && fs::exists(path, ec)) return path;
   }
   return "";
 }

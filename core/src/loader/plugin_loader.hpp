@@ -55,7 +55,7 @@ class PluginRegistry {
   std::unique_ptr<LearningRateSchedule> create_schedule(const std::string& name, const Config& config);
 
   // The layer plugin libmgtrain-layer-<kind>.so, loaded and checked, or null when the search path
-  // (and a checkpoint's recorded paths) has no file of that name.
+  // has no file of that name.
   std::unique_ptr<LayerFactory> find_layer(const std::string& kind);
 
   // "kind:name@version;..." of every loaded plugin, in load order; compared across ranks and
@@ -65,23 +65,21 @@ class PluginRegistry {
   // checkpoints so that `mgtrain eval` finds a plugin the run took from a --plugin-path.
   std::string loaded_paths() const;
 
-  // Libraries a checkpoint's run loaded (a loaded_paths() text), tried for a plugin that is in no
-  // directory of the search path. `origin` says whose they are, for notes() and errors.
+  // Libraries a checkpoint's run loaded (a loaded_paths() text), for diagnostics only: a plugin in
+  // no directory of the search path is refused with where `origin` (whose they are) loaded it, never
+  // loaded from there. A checkpoint names plugins; it never names files to load.
   void add_recorded_paths(const std::string& paths, const std::string& origin);
-  // One line per plugin taken from a recorded path rather than the search path.
-  const std::vector<std::string>& notes() const { return notes_; }
 
  private:
   struct Loaded;
   void* create(const std::string& kind, const std::string& name, const Config& config);
   const PluginDescriptor& load_from(const std::string& path, const std::string& kind, const std::string& name);
-  // The library of plugin kind:name in the search path, then in the recorded paths; "" if none.
+  // The library of plugin kind:name in the search path; "" if none.
   std::string locate(const std::string& kind, const std::string& name);
   std::vector<std::string> dirs_;
   std::vector<std::shared_ptr<Loaded>> loaded_;
   std::vector<std::pair<std::string, std::string>> recorded_;  // "kind:name", library path
   std::string recorded_origin_;
-  std::vector<std::string> notes_;
 };
 
 }  // namespace mgt

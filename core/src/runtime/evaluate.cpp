@@ -129,7 +129,6 @@ CheckpointModel::CheckpointModel(const std::string& checkpoint, CheckpointMeta m
       registry(plugin_paths) {
   registry.add_recorded_paths(stored.plugin_paths, "the checkpoint's run");
   model = build_model(registry, config, store);
-  for (const auto& note : registry.notes()) std::fprintf(stderr, "mgtrain: note: %s\n", note.c_str());
   load_checkpoint(checkpoint, store, nullptr);
 }
 

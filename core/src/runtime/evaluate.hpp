@@ -53,7 +53,7 @@ EvalSums evaluate_share(Model& model, const std::string& data_path, const std::s
 EvalResult eval_result(const EvalSums& total);
 
 // A checkpoint's model as its run built it, from the config and plugins stored in the checkpoint
-// (no config file needed; `plugin_paths` searched first), with the checkpoint's parameters and
+// (no config file needed; found by name in the search path, `plugin_paths` first), with the checkpoint's parameters and
 // buffers loaded. The registry outlives the model its library made (members go in reverse order).
 struct CheckpointModel {
   CheckpointModel(const std::string& checkpoint, const std::vector<std::string>& plugin_paths)

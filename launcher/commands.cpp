@@ -13,6 +13,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "checkpoint/checkpoint.hpp"
 #include "command_line_config.hpp"
 #include "commands.hpp"
 #include "datasets/convert.hpp"
@@ -55,6 +56,20 @@ po::variables_map parse(const std::vector<std::string>& args, const po::options_
 std::vector<std::string> plugin_paths(const po::variables_map& vm) {
   return vm.count("plugin-path") ? vm["plugin-path"].as<std::vector<std::string>>() : std::vector<std::string>{};
 }
+
+}  // namespace
+
+void add_allow_unchecked_option(po::options_description& desc) {
+  desc.add_options()("allow-unchecked", po::bool_switch(),
+                     "read a checkpoint written before attribute checksums (format_version 1 without "
+                     "attributes_crc32), whose step, config and attributes cannot be verified");
+}
+
+void apply_allow_unchecked_option(const po::variables_map& vm) {
+  allow_unchecked_checkpoints(vm.count("allow-unchecked") && vm["allow-unchecked"].as<bool>());
+}
+
+namespace {
 
 std::string require(const po::variables_map& vm, const char* name, const char* command) {
   if (!vm.count(name))
@@ -126,11 +141,13 @@ int run_eval(const std::vector<std::string>& args) {
       "write every row's logits to this .npy file (float32 [N, classes]; a token file's windows: [N, T, "
       "vocab]; the data file's row order)")("plugin-path", po::value<std::vector<std::string>>()->composing(),
                                             "extra plugin directory");
+  add_allow_unchecked_option(desc);
   const auto vm = parse(args, desc);
   if (vm.count("help")) {
     std::cout << desc << "\n";
     return 0;
   }
+  apply_allow_unchecked_option(vm);
   const std::string checkpoint = require(vm, "checkpoint", "eval");
   const std::string data = require(vm, "data", "eval");
   const auto batch = vm["batch"].as<int64_t>();
@@ -165,11 +182,13 @@ int run_export(const std::vector<std::string>& args) {
       "data file giving the sample shape and normalisation (default: the checkpoint's data.train; eval "
       "normalises each file by its own statistics); a language model needs none, a token file named is checked")(
       "plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory");
+  add_allow_unchecked_option(desc);
   const auto vm = parse(args, desc);
   if (vm.count("help")) {
     std::cout << desc << "\n";
     return 0;
   }
+  apply_allow_unchecked_option(vm);
   const std::string checkpoint = require(vm, "checkpoint", "export");
   const std::string out = require(vm, "out", "export");
   const std::string data = vm.count("data") ? vm["data"].as<std::string>() : "";
@@ -217,11 +236,13 @@ int run_generate(const std::vector<std::string>& args) {
       "self-check: for every token also run the model's forward over the whole window and stop with an "
       "error if the cached logits differ by more than 1e-4 of their largest magnitude (slow)")(
       "plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory");
+  add_allow_unchecked_option(desc);
   const auto vm = parse(args, desc);
   if (vm.count("help")) {
     std::cout << desc << "\n";
     return 0;
   }
+  apply_allow_unchecked_option(vm);
   GenerateOptions options;
   options.checkpoint = require(vm, "checkpoint", "generate");
   options.prompt = require(vm, "prompt", "generate");
@@ -430,6 +451,7 @@ int run_compare(const std::vector<std::string>& args) {
       "rtol", po::value<double>()->default_value(0.0),
       "tolerance relative to each tensor's largest value (0: bit for bit)")(
       "params-only", po::bool_switch(), "compare the parameters alone, not buffers, optimizer and sync state");
+  add_allow_unchecked_option(desc);
   po::positional_options_description positional;
   positional.add("a", 1).add("b", 1);
   const auto vm = parse(args, desc, &positional);
@@ -437,6 +459,7 @@ int run_compare(const std::vector<std::string>& args) {
     std::cout << desc << "\n";
     return 0;
   }
+  apply_allow_unchecked_option(vm);
   // Its lines quote the checkpoints' paths and tensor names.
   PrintableStream out(std::cout);
   return compare_checkpoints(require(vm, "a", "compare"), require(vm, "b", "compare"), vm["rtol"].as<double>(),

@@ -1,9 +1,15 @@
 #pragma once
 // One function per `mgtrain` subcommand; each returns the process exit code.
+#include <boost/program_options.hpp>
 #include <string>
 #include <vector>
 
 namespace mgt::cli {
+
+// --allow-unchecked, for every command that reads a checkpoint: one older than the attribute
+// checksums is read rather than refused (allow_unchecked_checkpoints). Apply after parsing.
+void add_allow_unchecked_option(boost::program_options::options_description& desc);
+void apply_allow_unchecked_option(const boost::program_options::variables_map& vm);
 
 int run_train(int argc, char** argv, const std::vector<std::string>& args);
 int run_bench(int argc, char** argv, const std::vector<std::string>& args);

@@ -141,12 +141,14 @@ int run_train(int argc, char** argv, const std::vector<std::string>& args) {
       "Any config key can be given on the command line as --section.key=value.\noptions");
   add_run_options(desc);
   desc.add_options()("resume", po::value<std::string>(), "'latest' (newest in checkpoint.dir) or a checkpoint path");
+  add_allow_unchecked_option(desc);
   bool stopped_by_signal = false;
   // Before MPI_Init, whose threads (like every later one) must not run a stop signal's handler.
   take_stop_signals();
   const int rc = run_under_mpi(argc, argv, "train", args, desc,
                                [&](Communicator& comm, TrainOptions& options, const po::variables_map& vm) {
                                  if (vm.count("resume")) options.resume = vm["resume"].as<std::string>();
+                                 apply_allow_unchecked_option(vm);
                                  accept_stop_signals();
                                  const TrainResult r = train(comm, std::move(options), std::cout);
                                  if (r.stopped) stopped_by_signal = true;

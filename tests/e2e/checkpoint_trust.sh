@@ -14,6 +14,9 @@
 #   compare     mgtrain compare verifies optimizer state (checksum, finite, present) and compares it;
 #               --params-only compares the parameters alone
 #   finished    resuming a finished run: nothing to train, the checkpoint resumed from, a null loss
+#   downgraded  a forged step and parameter with the checksums dropped and format_version lowered to
+#               1 (as written before checksums) is refused by eval, compare and --resume, naming
+#               --allow-unchecked, which reads it
 #   plugin_paths  a checkpoint whose recorded plugin path holds a library with a constructor: eval,
 #               export and generate never load it (a checkpoint names plugins, not files)
 source "$(dirname "$0")/lib.sh"
@@ -187,6 +190,34 @@ finished)
   echo "$line"
   [[ $line == *'"final_loss":null,"checkpoint":"'"$WORK/ckpt/step-20.h5"'"'* ]] || fail "the JSON line"
   [ "$(listing ckpt)" = "latest step-10.h5 step-20.h5 " ] || fail "left: $(listing ckpt)"
+  ;;
+downgraded)
+  run_np 2 120 train --config run.ini --train.max_steps=20 >first.log 2>&1 || { cat first.log; fail "the first run"; }
+  param=$(h5ls ckpt/step-20.h5/params | awk 'NR == 1 { print $1 }')
+  cp ckpt/step-20.h5 forged.h5
+  for attr in attributes_crc32 global_batch samples_in_epoch; do h5edit forged.h5 delattr / $attr; done
+  h5edit forged.h5 delattr /optimizer attributes_crc32
+  h5edit forged.h5 setint / format_version 1
+  h5edit forged.h5 setint / step 1000
+  h5edit forged.h5 setfloat "/params/$param" 0 0.5
+  expect=("checkpoint '$WORK/forged.h5' has format_version 1 without attribute checksums"
+          "cannot be verified; refused (--allow-unchecked reads it anyway)")
+  rc=0
+  "$MGTRAIN" eval --checkpoint "$WORK/forged.h5" --data "$DATA_DIR/test.h5" >eval.log 2>&1 || rc=$?
+  refused eval.log "${expect[@]}"
+  rc=0
+  "$MGTRAIN" compare "$WORK/forged.h5" "$WORK/forged.h5" >compare.log 2>&1 || rc=$?
+  refused compare.log "${expect[@]}"
+  ! grep -q "^MATCH" compare.log || fail "compare printed MATCH for the forged checkpoint"
+  rc=0
+  run_np 2 120 train --config run.ini --train.max_steps=1010 --resume "$WORK/forged.h5" \
+    --checkpoint.dir="$WORK/resumed" >resume.log 2>&1 || rc=$?
+  refused resume.log "${expect[@]}"
+  ! grep -q "^training " resume.log || fail "the run trained from the forged checkpoint"
+  # Asked for explicitly, it is read.
+  "$MGTRAIN" eval --checkpoint "$WORK/forged.h5" --data "$DATA_DIR/test.h5" --allow-unchecked >allowed.log 2>&1 ||
+    { cat allowed.log; fail "eval --allow-unchecked"; }
+  grep -q "^accuracy " allowed.log || { cat allowed.log; fail "eval --allow-unchecked printed no accuracy"; }
   ;;
 plugin_paths)
   # The run takes a model plugin from a --plugin-path; the checkpoint records where.

@@ -86,7 +86,10 @@ class CheckpointTest : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    mgt::allow_unchecked_checkpoints(false);
+    fs::remove_all(dir_);
+  }
 
   std::string ckdir() const { return (dir_ / "ckpt").string(); }
 
@@ -356,7 +359,28 @@ TEST_F(CheckpointTest, AnAttributeHoldingManyValuesIsRefused) {
   }
 }
 
+// Without the root's checksum a file's step and parameters can be edited and the format lowered to
+// pass as one written before checksums: refused, naming --allow-unchecked, unless that is given.
+TEST_F(CheckpointTest, ACheckpointOlderThanChecksumsIsReadOnlyWhenAllowed) {
+  const std::string path = write(40);
+  make_old_format(path);
+  set_root_attr(path, "step", 1000);
+  auto store = make_store(0.0f);
+  for (const auto& msg : {error_message<mgt::IoError>([&] { mgt::load_checkpoint(path, *store, nullptr); }),
+                          error_message<mgt::IoError>([&] { mgt::read_checkpoint_meta(path); }),
+                          error_message<mgt::IoError>([&] { mgt::read_checkpoint_contents(path); })})
+    EXPECT_NE(msg.find("checkpoint '" + path +
+                       "' has format_version 1 without attribute checksums (written before they were added, or "
+                       "edited to look so): its step, config and attributes cannot be verified; refused "
+                       "(--allow-unchecked reads it anyway)"),
+              std::string::npos)
+        << msg;
+  mgt::allow_unchecked_checkpoints(true);
+  EXPECT_EQ(mgt::read_checkpoint_meta(path).step, 1000);
+}
+
 TEST_F(CheckpointTest, OldCheckpointWithoutAttributeChecksumLoadsAndIsValidated) {
+  mgt::allow_unchecked_checkpoints(true);
   const std::string path = write(40);
   make_old_format(path);
   auto store = make_store(0.0f);
@@ -414,6 +438,7 @@ TEST_F(CheckpointTest, NonFiniteParametersOrStateAreRefusedNamingTheDataset) {
 TEST_F(CheckpointTest, OldCheckpointTakesItsGlobalBatchFromItsConfig) {
   const std::string path = write(40);
   EXPECT_EQ(mgt::read_checkpoint_meta(path).global_batch, 64);
+  mgt::allow_unchecked_checkpoints(true);
   make_old_format(path);
   EXPECT_EQ(mgt::read_checkpoint_meta(path).global_batch, 64) << "taken from the stored config";
 }

@@ -68,6 +68,9 @@ constexpr const char* kLockFile = ".lock";
 
 std::string quote(const std::string& s) { return "'" + s + "'"; }
 
+// --allow-unchecked: a checkpoint older than the attribute checksums is read (allow_unchecked_checkpoints).
+bool unchecked_checkpoints_allowed = false;
+
 std::string errno_text(int err) { return std::strerror(err); }
 
 namespace h5 = data::h5;
@@ -504,6 +507,12 @@ CheckpointMeta read_meta(const H5Context& h5, hid_t file, FormatInfo* format = n
   if (!has_checksum && (has_attribute(h5, file, "global_batch") || has_attribute(h5, file, "samples_in_epoch")))
     missing_checksum(h5, root, covers,
                      "a checkpoint with attributes 'global_batch' and 'samples_in_epoch' (written with it)");
+  // Without the root's checksum nothing ties step, config and parameters together: lowering
+  // format_version and dropping the checksums would let an edited file pass as an old one.
+  if (!has_checksum && !unchecked_checkpoints_allowed)
+    throw IoError("checkpoint " + quote(h5.path) + " has format_version " + std::to_string(version) +
+                  " without attribute checksums (written before they were added, or edited to look so): its "
+                  "step, config and attributes cannot be verified; refused (--allow-unchecked reads it anyway)");
   std::optional<int64_t> samples_in_epoch;
   if (has_checksum) {
     meta.global_batch = read_int_attr<int64_t>(h5, file, root, "global_batch", H5T_NATIVE_INT64);
@@ -947,6 +956,8 @@ ResumePosition resume_position(const std::string& path, const CheckpointMeta& me
                   " (the checkpoint's run took " + std::to_string(stored_batch) + " samples a step)";
   return position;
 }
+
+void allow_unchecked_checkpoints(bool allow) { unchecked_checkpoints_allowed = allow; }
 
 CheckpointMeta read_checkpoint_meta(const std::string& path) {
   std::lock_guard lock(data::hdf5_mutex());

@@ -108,6 +108,11 @@ struct ResumePosition {
 ResumePosition resume_position(const std::string& path, const CheckpointMeta& meta, int64_t global_batch,
                                int64_t num_samples, int64_t batches_per_epoch);
 
+// Checkpoints without the root's attribute checksum (format_version 1, written before it was added)
+// are refused unless allowed here (the commands' --allow-unchecked): their step, config and
+// attributes cannot be verified, and an edited file can be made to look like one.
+void allow_unchecked_checkpoints(bool allow);
+
 // One dataset of a checkpoint group, as stored.
 struct StoredTensor {
   std::string name;

@@ -17,6 +17,8 @@
 #   downgraded  a forged step and parameter with the checksums dropped and format_version lowered to
 #               1 (as written before checksums) is refused by eval, compare and --resume, naming
 #               --allow-unchecked, which reads it
+#   hollow      a parameter or sync array declaring 8 GiB with nothing stored is refused by compare
+#               and --resume under a 2 GiB address-space limit, before anything is allocated
 #   plugin_paths  a checkpoint whose recorded plugin path holds a library with a constructor: eval,
 #               export and generate never load it (a checkpoint names plugins, not files)
 source "$(dirname "$0")/lib.sh"
@@ -218,6 +220,27 @@ downgraded)
   "$MGTRAIN" eval --checkpoint "$WORK/forged.h5" --data "$DATA_DIR/test.h5" --allow-unchecked >allowed.log 2>&1 ||
     { cat allowed.log; fail "eval --allow-unchecked"; }
   grep -q "^accuracy " allowed.log || { cat allowed.log; fail "eval --allow-unchecked printed no accuracy"; }
+  ;;
+hollow)
+  run_np 2 120 train --config run.ini --train.max_steps=20 --sync.wire=bf16 >first.log 2>&1 ||
+    { cat first.log; fail "the first run"; }
+  param=$(h5ls ckpt/step-20.h5/params | awk 'NR == 1 { print $1 }')
+  # 2^31 float32 values: 8 GiB declared, nothing stored.
+  cp ckpt/step-20.h5 params.h5
+  h5edit params.h5 hollow "/params/$param" 2147483648
+  cp ckpt/step-20.h5 sync.h5
+  h5edit sync.h5 hollow /sync/residual.rank0 2147483648
+  limited() { bash -c 'ulimit -v 2097152 && exec "$@"' limited "$@"; }
+  rc=0
+  limited "$MGTRAIN" compare ckpt/step-20.h5 params.h5 >compare.log 2>&1 || rc=$?
+  refused compare.log "checkpoint 'params.h5': dataset '/params/$param' declares shape [2147483648] but stores 0 of its 8589934592 bytes"
+  ! grep -q "bad_alloc\|out of host memory" compare.log || fail "compare allocated the declared size"
+  rc=0
+  timeout --kill-after=10 120 mpirun -np 2 --oversubscribe bash -c 'ulimit -v 2097152 && exec "$@"' limited \
+    "$MGTRAIN" train --config run.ini --train.max_steps=30 --sync.wire=bf16 --resume "$WORK/sync.h5" \
+    --checkpoint.dir="$WORK/resumed" >resume.log 2>&1 || rc=$?
+  refused resume.log "checkpoint '$WORK/sync.h5': dataset '/sync/residual.rank0' declares shape [2147483648] but stores 0"
+  ! grep -q "bad_alloc\|out of host memory" resume.log || fail "--resume allocated the declared size"
   ;;
 plugin_paths)
   # The run takes a model plugin from a --plugin-path; the checkpoint records where.

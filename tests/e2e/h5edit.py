@@ -9,6 +9,8 @@ Usage: h5edit.py FILE OP ARGS...
                                the old checksum stays, as after damage)
   fill DATASET VALUE           writes VALUE into every float32 element, the crc32 attribute to match
   unlink PATH                  removes the link PATH (a group or dataset)
+  hollow DATASET N             replaces DATASET by a one-dimensional one of N elements of its type,
+                               its attributes kept, nothing written (HDF5 would read fill values)
 """
 import sys
 import zlib
@@ -40,6 +42,13 @@ def main():
             dataset.attrs.modify("crc32", numpy.uint32(zlib.crc32(values.tobytes())))
         elif op == "unlink":
             del f[args[0]]
+        elif op == "hollow":
+            old = f[args[0]]
+            dtype, attrs = old.dtype, dict(old.attrs)
+            del f[args[0]]
+            new = f.create_dataset(args[0], shape=(int(args[1]),), dtype=dtype)
+            for name, value in attrs.items():
+                new.attrs[name] = value
         else:
             sys.exit(f"h5edit.py: unknown operation {op}")
 

@@ -324,6 +324,49 @@ h5::Id open_group(const H5Context& h5, hid_t parent, const std::string& name, co
   return h5.check(H5Gopen2(parent, name.c_str(), H5P_DEFAULT), H5Gclose, "cannot open group " + quote(full));
 }
 
+// A dataset's declared size against what the file stores, before anything is allocated or read
+// for it: a dataset extended with nothing written (or whose chunks were never stored) would have
+// HDF5 hand back gigabytes of fill value, allocated first, checked against its checksum last.
+// mgtrain writes every array contiguous and whole; a chunked one (another writer) must store every
+// chunk. Returns the element count.
+size_t stored_element_count(const H5Context& h5, hid_t dset, const std::string& full, const Shape& shape,
+                            size_t element_size) {
+  const auto damaged = [&](const std::string& what) {
+    return IoError("checkpoint " + quote(h5.path) + ": dataset " + quote(full) + " declares shape " +
+                   shape_string(shape) + " but " + what +
+                   ": the file is damaged or was edited; use another checkpoint");
+  };
+  uint64_t numel = 1, bytes = 0;
+  for (const int64_t d : shape)
+    if (d < 0 || __builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel))
+      throw damaged("that is more elements than a size can hold");
+  if (__builtin_mul_overflow(numel, element_size, &bytes) || bytes > static_cast<uint64_t>(PTRDIFF_MAX))
+    throw damaged("that is more bytes than a size can hold");
+  if (numel == 0) return 0;
+  h5::Id dcpl = h5.check(H5Dget_create_plist(dset), H5Pclose, "cannot read dataset " + quote(full));
+  const hsize_t stored = H5Dget_storage_size(dset);
+  if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED) {
+    if (stored != bytes)
+      throw damaged("stores " + std::to_string(stored) + " of its " + std::to_string(bytes) + " bytes");
+    return static_cast<size_t>(numel);
+  }
+  std::vector<hsize_t> chunk(shape.size());
+  if (H5Pget_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) != static_cast<int>(chunk.size()))
+    h5.fail("cannot read the chunks of dataset " + quote(full));
+  uint64_t expected_chunks = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const uint64_t per_dim = (static_cast<uint64_t>(shape[i]) + chunk[i] - 1) / std::max<hsize_t>(chunk[i], 1);
+    if (__builtin_mul_overflow(expected_chunks, per_dim, &expected_chunks))
+      throw damaged("that is more chunks than a size can hold");
+  }
+  h5::Id space = h5.check(H5Dget_space(dset), H5Sclose, "cannot read dataset " + quote(full));
+  hsize_t chunks = 0;
+  h5.check(H5Dget_num_chunks(dset, space.get(), &chunks), "cannot read the chunks of dataset " + quote(full));
+  if (chunks != expected_chunks || stored == 0)
+    throw damaged("stores " + std::to_string(chunks) + " of its " + std::to_string(expected_chunks) + " chunks");
+  return static_cast<size_t>(numel);
+}
+
 // Reads one float32 dataset whose shape must be `expected`, verifying its checksum.
 std::vector<float> read_dataset(const H5Context& h5, hid_t group, const std::string& group_path,
                                 const std::string& name, const Shape& expected, const std::string& what) {
@@ -344,7 +387,7 @@ std::vector<float> read_dataset(const H5Context& h5, hid_t group, const std::str
   if (shape != expected)
     throw DataError("checkpoint " + quote(h5.path) + ": " + what + " " + quote(name) + " has shape " +
                     shape_string(shape) + ", the model expects " + shape_string(expected));
-  std::vector<float> data(static_cast<size_t>(shape_numel(expected)));
+  std::vector<float> data(stored_element_count(h5, dset.get(), full, shape, sizeof(float)));
   if (!data.empty())
     h5.check(H5Dread(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()),
              "cannot read dataset " + quote(full));
@@ -426,7 +469,7 @@ SyncState read_sync_state(const H5Context& h5, hid_t file, const FormatInfo& for
       sync.arrays[name] = read_dataset(h5, group.get(), "/sync", name, shape, "sync state");
       continue;
     }
-    std::vector<int64_t> values(static_cast<size_t>(shape[0]));
+    std::vector<int64_t> values(stored_element_count(h5, dset.get(), full, shape, sizeof(int64_t)));
     if (!values.empty())
       h5.check(H5Dread(dset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
                "cannot read dataset " + quote(full));

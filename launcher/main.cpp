@@ -4,9 +4,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
+#include "base/host_memory.hpp"
 #include "command_line_config.hpp"
 #include "commands.hpp"
 #include "mgtrain/error.hpp"
@@ -75,6 +77,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mgtrain: error: [rank %d] %s: %s (see mgtrain %s --help)\n", mgt::cli::launch_rank(),
                  command.c_str(), mgt::printable(e.what()).c_str(), command.c_str());
     return 2;
+  } catch (const std::bad_alloc&) {
+    // Allocations whose size a file or an option decides (a checkpoint's dataset, --batch) name
+    // themselves (HostMemoryError); any other says what ran.
+    std::fprintf(stderr, "mgtrain: error: [rank %d] %s\n", mgt::cli::launch_rank(),
+                 mgt::out_of_host_memory("mgtrain " + command,
+                                         "free memory, raise the limit (ulimit -v), or give it less at once")
+                     .c_str());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mgtrain: error: [rank %d] %s\n", mgt::cli::launch_rank(), mgt::printable(e.what()).c_str());
     return 1;

@@ -10,6 +10,7 @@
 #include <new>
 #include <thread>
 
+#include "base/host_memory.hpp"
 #include "base/stop_signal.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "command_line_config.hpp"
@@ -81,8 +82,7 @@ int run_under_mpi(int argc, char** argv, const std::string& command, const std::
     return 2;
   } catch (const std::bad_alloc&) {
     console::final_line("mgtrain: error: [rank " + std::to_string(comm->rank()) +
-                        "] out of host memory: lower the micro-batch (sync.name = grad_accum with more "
-                        "sync.accum_steps keeps the global batch) or data.prefetch\n");
+                        "] out of host memory: " + kLowerTheMicroBatch + "\n");
     if (comm->size() > 1) comm->abort(1);
     return 1;
   } catch (const std::exception& e) {

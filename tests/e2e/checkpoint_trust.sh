@@ -21,6 +21,8 @@
 #               and --resume under a 2 GiB address-space limit, before anything is allocated
 #   plugin_paths  a checkpoint whose recorded plugin path holds a library with a constructor: eval,
 #               export and generate never load it (a checkpoint names plugins, not files)
+#   out_of_memory  a model too large for a 2 GiB address-space limit, and compare of a checkpoint
+#               larger than what is left: the out-of-host-memory line, never std::bad_alloc
 source "$(dirname "$0")/lib.sh"
 case=$1
 write_config run.ini "[train]" "log_every = 10" "progress = lines" "[checkpoint]" "every_steps = 10" "keep = 0"
@@ -274,6 +276,39 @@ C
     refused $command.log "unknown model plugin 'tanh_mlp'" \
       "the checkpoint's run loaded it from $WORK/plugins/libmgtrain-model-tanh_mlp.so, which is not loaded on a checkpoint's word"
   done
+  ;;
+out_of_memory)
+  # A model whose parameters, gradients and momentum (3 x 4 x 16384^2 bytes, 3 GiB) exceed 2 GiB.
+  rc=0
+  timeout --kill-after=10 120 mpirun -np 1 --oversubscribe bash -c 'ulimit -v 2097152 && exec "$@"' limited \
+    "$MGTRAIN" train --config run.ini --model.hidden=16384,16384 --train.max_steps=1 >model.log 2>&1 || rc=$?
+  refused model.log "[rank 0] out of host memory during start-up: lower the model's sizes (model.* keys)"
+  ! grep -q "bad_alloc" model.log || fail "std::bad_alloc reached the user"
+  # A real 1 GiB parameter in a checkpoint, compared with 2 GiB of address space: the second copy
+  # does not fit.
+  run_np 2 120 train --config run.ini --train.max_steps=10 >first.log 2>&1 || { cat first.log; fail "the first run"; }
+  param=$(h5ls ckpt/step-10.h5/params | awk 'NR == 1 { print $1 }')
+  cp ckpt/step-10.h5 big.h5
+  "$python" - "$WORK/big.h5" "/params/$param" <<'PY' || fail "could not write the large parameter"
+import sys, zlib, h5py, numpy
+with h5py.File(sys.argv[1], "r+") as f:
+    attrs = dict(f[sys.argv[2]].attrs)
+    del f[sys.argv[2]]
+    n = 1 << 28
+    d = f.create_dataset(sys.argv[2], shape=(n,), dtype="<f4")
+    block, crc = numpy.zeros(1 << 24, dtype="<f4"), 0
+    for start in range(0, n, 1 << 24):
+        d[start:start + (1 << 24)] = block
+        crc = zlib.crc32(block.tobytes(), crc)
+    for name, value in attrs.items():
+        d.attrs[name] = value
+    d.attrs.modify("crc32", numpy.uint32(crc))
+PY
+  rc=0
+  bash -c 'ulimit -v 2097152 && exec "$@"' limited "$MGTRAIN" compare big.h5 big.h5 >compare.log 2>&1 || rc=$?
+  refused compare.log "out of host memory reading dataset '/params/$param' of checkpoint 'big.h5' (1024 MiB)"
+  ! grep -q "bad_alloc" compare.log || fail "std::bad_alloc reached the user"
+  rm -f big.h5
   ;;
 *) fail "unknown case $case" ;;
 esac

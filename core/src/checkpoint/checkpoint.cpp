@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "base/atomic_file.hpp"
+#include "base/host_memory.hpp"
 #include "base/host_name.hpp"
 #include "datasets/crc32.hpp"
 #include "datasets/hdf5_format.hpp"
@@ -367,6 +368,17 @@ size_t stored_element_count(const H5Context& h5, hid_t dset, const std::string& 
   return static_cast<size_t>(numel);
 }
 
+// A vector of `n` elements for dataset `full`; out of host memory names it.
+template <typename T>
+std::vector<T> allocate_for(const H5Context& h5, const std::string& full, size_t n) {
+  try {
+    return std::vector<T>(n);
+  } catch (const std::bad_alloc&) {
+    throw HostMemoryError("reading dataset " + quote(full) + " of checkpoint " + quote(h5.path) + " (" +
+                          std::to_string(n * sizeof(T) >> 20) + " MiB)");
+  }
+}
+
 // Reads one float32 dataset whose shape must be `expected`, verifying its checksum.
 std::vector<float> read_dataset(const H5Context& h5, hid_t group, const std::string& group_path,
                                 const std::string& name, const Shape& expected, const std::string& what) {
@@ -387,7 +399,8 @@ std::vector<float> read_dataset(const H5Context& h5, hid_t group, const std::str
   if (shape != expected)
     throw DataError("checkpoint " + quote(h5.path) + ": " + what + " " + quote(name) + " has shape " +
                     shape_string(shape) + ", the model expects " + shape_string(expected));
-  std::vector<float> data(stored_element_count(h5, dset.get(), full, shape, sizeof(float)));
+  std::vector<float> data =
+      allocate_for<float>(h5, full, stored_element_count(h5, dset.get(), full, shape, sizeof(float)));
   if (!data.empty())
     h5.check(H5Dread(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()),
              "cannot read dataset " + quote(full));
@@ -469,7 +482,8 @@ SyncState read_sync_state(const H5Context& h5, hid_t file, const FormatInfo& for
       sync.arrays[name] = read_dataset(h5, group.get(), "/sync", name, shape, "sync state");
       continue;
     }
-    std::vector<int64_t> values(stored_element_count(h5, dset.get(), full, shape, sizeof(int64_t)));
+    std::vector<int64_t> values =
+        allocate_for<int64_t>(h5, full, stored_element_count(h5, dset.get(), full, shape, sizeof(int64_t)));
     if (!values.empty())
       h5.check(H5Dread(dset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
                "cannot read dataset " + quote(full));

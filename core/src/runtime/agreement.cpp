@@ -1,7 +1,10 @@
 #include "runtime/agreement.hpp"
 
+#include <new>
 #include <sstream>
 #include <utility>
+
+#include "base/host_memory.hpp"
 
 #include "comm/mpi_communicator.hpp"
 #include "mgtrain/rng.hpp"
@@ -57,6 +60,8 @@ void agree(Communicator& comm, const std::function<void()>& check) {
   std::string message;
   try {
     check();
+  } catch (const std::bad_alloc&) {
+    message = out_of_host_memory("start-up", kLowerTheModelOrMicroBatch);
   } catch (const std::exception& e) {
     message = e.what();
     if (message.empty()) message = "unknown error";
@@ -78,6 +83,9 @@ void agree_after_sleeping(Communicator& comm, const std::string& waiting_for, co
   } catch (const StartupError& e) {
     message = e.what();
     reportable = e.report();
+  } catch (const std::bad_alloc&) {
+    message = out_of_host_memory("start-up", kLowerTheModelOrMicroBatch);
+    reportable = true;
   } catch (const std::exception& e) {
     message = e.what();
     reportable = true;

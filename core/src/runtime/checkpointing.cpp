@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <new>
 
+#include "base/host_memory.hpp"
 #include "runtime/run.hpp"
 
 namespace mgt {
@@ -108,6 +110,8 @@ SyncState gather_sync_state(Run& run) {
   std::string why;
   try {
     mine = pack_sync_arrays(run.sync->checkpoint_state(), run.comm.rank());
+  } catch (const std::bad_alloc&) {
+    why = out_of_host_memory("packing the sync strategy's state for the checkpoint", kLowerTheMicroBatch);
   } catch (const std::exception& e) {
     why = e.what();
   }

@@ -57,7 +57,7 @@ expect_error "entry 3 'swoosh': unknown layer 'swoosh'; expected one of .*, or a
 expect_error "entry 3 'swish 3' \(swish1\): swish takes no arguments, got '3'" \
   train "${common[@]}" --model.name=layers "--model.layers=flatten, linear 64, swish 3, linear 10" \
   --checkpoint.dir="$WORK/bad"
-"$MGTRAIN" export --checkpoint list/step-40.h5 --out swish.onnx >export.log 2>&1 ||
+"$MGTRAIN" export --checkpoint list/step-40.h5 --out swish.onnx "${plugins[@]}" >export.log 2>&1 ||
   { cat export.log; fail "export of the layers model with the swish layer plugin"; }
 [[ -s swish.onnx ]] || fail "export wrote no file"
 echo "PASS"

@@ -124,14 +124,14 @@ gpt_export_check() {
   run_np 2 600 train --config gpt.ini --checkpoint.dir="$WORK/$name" "$@" >"$name-train.log" 2>&1 ||
     { cat "$name-train.log"; fail "training $name"; }
   local ckpt=$WORK/$name/step-40.h5
-  "$MGTRAIN" eval --checkpoint "$ckpt" --data text_test.h5 --logits "$name-logits.npy" --json \
+  "$MGTRAIN" eval --checkpoint "$ckpt" --data text_test.h5 --logits "$name-logits.npy" --json "${plugin_args[@]}" \
     >"$name-eval.log" 2>&1 || { cat "$name-eval.log"; fail "eval --logits of $name"; }
   local loss
   loss=$(json_field loss <"$name-eval.log")
   [[ -n $loss ]] || { cat "$name-eval.log"; fail "eval of $name printed no loss"; }
   # A language model needs no data file: the training file may be gone.
   mv text_train.h5 text_train.h5.away
-  "$MGTRAIN" export --checkpoint "$ckpt" --out "$name.onnx" >"$name-export.log" 2>&1 ||
+  "$MGTRAIN" export --checkpoint "$ckpt" --out "$name.onnx" "${plugin_args[@]}" >"$name-export.log" 2>&1 ||
     { cat "$name-export.log"; fail "export of $name"; }
   mv text_train.h5.away text_train.h5
   cat "$name-export.log"
@@ -214,7 +214,8 @@ assert not [t.name for t in g.initializer if "position" in t.name], "a position 
     prepare_venv
     convert_text
     build_example_plugins libmgtrain-layer-rope.so
-    gpt_export_check rope --plugin-path "$PLUGIN_BUILD/plugins" --model.name=layers --model.input_shape=64 \
+    plugin_args=(--plugin-path "$PLUGIN_BUILD/plugins")
+    gpt_export_check rope "${plugin_args[@]}" --model.name=layers --model.input_shape=64 \
       "--model.layers=embed 256 64, rope, residual { layernorm, linear 192, attention 4 causal, linear 64 }, layernorm, tied_head"
     grep -q "rope1.cos" <("$venv/bin/python" -c 'import onnx, sys
 print("\n".join(t.name for t in onnx.load(sys.argv[1]).graph.initializer))' rope.onnx) ||

@@ -178,8 +178,8 @@ int run_export(const std::vector<std::string>& args) {
     std::printf(
         "wrote %s: model %s, %lld nodes; input \"input\" int64 [N, T] token ids, T from 1 to %lld; output "
         "\"logits\" [N, T, %lld]\n",
-        out.c_str(), e.model_name.c_str(), static_cast<long long>(e.onnx.nodes), static_cast<long long>(e.onnx.context),
-        static_cast<long long>(e.onnx.classes));
+        printable(out).c_str(), printable(e.model_name).c_str(), static_cast<long long>(e.onnx.nodes),
+        static_cast<long long>(e.onnx.context), static_cast<long long>(e.onnx.classes));
     return 0;
   }
   std::printf(

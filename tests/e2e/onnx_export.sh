@@ -10,6 +10,7 @@
 # an embedding without positions (embed V D nopositions), whose embedding is a Gather alone. The errors case: a file that is no checkpoint,
 # an output that cannot be written, a layer and a model with no ONNX form, a data file of the wrong
 # kind; each one error line naming it, a non-zero exit and no file (nor a temporary one) left behind.
+# It also exports a gpt to an --out holding an escape byte: the line quotes it escaped (\x1b).
 # The checker needs python3 with the venv module (Debian: python3-venv) and PyPI for onnxruntime,
 # onnx, numpy and h5py, installed into "$WORK/../onnx-venv" (ONNX_VENV overrides) on first use and
 # reused; exits 77 (skip) when PyPI cannot be reached.
@@ -257,6 +258,12 @@ print("\n".join(t.name for t in onnx.load(sys.argv[1]).graph.initializer))' rope
       --checkpoint "$WORK/gpt/step-2.h5" --out out/m.onnx --data "$DATA_DIR/test.h5"
     refused vocab_beyond_model "token file 'text_test.h5' has vocab_size 256, more than the vocabulary of 128" \
       --checkpoint "$WORK/gpt/step-2.h5" --out out/m.onnx --data text_test.h5
+    # A gpt's line quotes --out with its control bytes escaped, as a sample model's does.
+    mkdir escaped
+    "$MGTRAIN" export --checkpoint "$WORK/gpt/step-2.h5" --out $'escaped/m\e[2J.onnx' >escaped.log 2>&1 ||
+      { cat escaped.log; fail "export to a name with an escape byte"; }
+    ! grep -q $'\e' escaped.log || { cat -v escaped.log; fail "export printed a raw escape byte"; }
+    grep -qF 'wrote escaped/m\x1b[2J.onnx: model gpt' escaped.log || { cat escaped.log; fail "export did not quote --out"; }
 
     hand=(--plugin-path "$TEST_PLUGIN_DIR/hand-written")
     run_np 2 300 train --config run.ini --train.max_steps=5 --checkpoint.dir="$WORK/no-form" "${hand[@]}" \

@@ -28,6 +28,7 @@
 #include "runtime/result_json.hpp"
 #include "tools/checkpoint_compare.hpp"
 #include "tools/generate.hpp"
+#include "tools/onnx_check.hpp"
 #include "tools/onnx_export.hpp"
 
 namespace po = boost::program_options;
@@ -174,14 +175,20 @@ int run_export(const std::vector<std::string>& args) {
       "  data reader does; output \"logits\" [N, classes]; N is free. Batch norm runs on its running\n"
       "  statistics, dropout is the identity. A language model (gpt) takes \"input\", int64 token ids [N, T]\n"
       "  (T from 1 to its context), and gives \"logits\" [N, T, vocab]. A layer or model with no ONNX form is\n"
-      "  refused by name.\n"
+      "  refused by name. Before writing, the graph is run on a sample batch (the data file's first 4\n"
+      "  samples; 2 windows of random token ids) by mgtrain's own evaluator and compared with the model's\n"
+      "  forward at every layer's output: a layer whose output differs by more than 1e-4 of its largest\n"
+      "  |value| is refused by name (docs/models.md, \"Export to ONNX\").\n"
       "options");
   desc.add_options()("help", "show this help")("checkpoint", po::value<std::string>(), "checkpoint file (step-<N>.h5)")(
       "out", po::value<std::string>(), "ONNX file to write (under a temporary name, renamed when complete)")(
       "data", po::value<std::string>(),
       "data file giving the sample shape and normalisation (default: the checkpoint's data.train; eval "
       "normalises each file by its own statistics); a language model needs none, a token file named is checked")(
-      "plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory");
+      "plugin-path", po::value<std::vector<std::string>>()->composing(), "extra plugin directory")(
+      "no-check", po::bool_switch(),
+      "write the graph without running it against the model's forward first (a model too large for the "
+      "check's plain loops)");
   add_allow_unchecked_option(desc);
   const auto vm = parse(args, desc);
   if (vm.count("help")) {
@@ -192,21 +199,31 @@ int run_export(const std::vector<std::string>& args) {
   const std::string checkpoint = require(vm, "checkpoint", "export");
   const std::string out = require(vm, "out", "export");
   const std::string data = vm.count("data") ? vm["data"].as<std::string>() : "";
-  const OnnxExport e = export_onnx(checkpoint, out, data, plugin_paths(vm));
-  if (e.onnx.context > 0) {
+  const OnnxExport e = export_onnx(checkpoint, out, data, plugin_paths(vm), !vm["no-check"].as<bool>());
+  if (e.onnx.context > 0)
     std::printf(
         "wrote %s: model %s, %lld nodes; input \"input\" int64 [N, T] token ids, T from 1 to %lld; output "
         "\"logits\" [N, T, %lld]\n",
-        out.c_str(), e.model_name.c_str(), static_cast<long long>(e.onnx.nodes), static_cast<long long>(e.onnx.context),
+        printable(out).c_str(), printable(e.model_name).c_str(), static_cast<long long>(e.onnx.nodes),
+        static_cast<long long>(e.onnx.context), static_cast<long long>(e.onnx.classes));
+  else
+    std::printf(
+        "wrote %s: model %s, %lld nodes; input \"input\" float32 [N, %s samples of %s, normalised in the "
+        "graph: %s; output \"logits\" [N, %lld]\n",
+        printable(out).c_str(), printable(e.model_name).c_str(), static_cast<long long>(e.onnx.nodes),
+        shape_string(e.sample_shape).substr(1).c_str(), printable(e.data_path).c_str(), e.normalisation.text().c_str(),
         static_cast<long long>(e.onnx.classes));
-    return 0;
-  }
-  std::printf(
-      "wrote %s: model %s, %lld nodes; input \"input\" float32 [N, %s samples of %s, normalised in the "
-      "graph: %s; output \"logits\" [N, %lld]\n",
-      printable(out).c_str(), printable(e.model_name).c_str(), static_cast<long long>(e.onnx.nodes),
-      shape_string(e.sample_shape).substr(1).c_str(), printable(e.data_path).c_str(), e.normalisation.text().c_str(),
-      static_cast<long long>(e.onnx.classes));
+  if (e.check.checked)
+    std::printf(
+        "checked: %lld layer outputs agree with the model's forward on %s, within %.2g of their largest "
+        "|value| (at most %g)\n",
+        static_cast<long long>(e.check.outputs), printable(e.check.sample).c_str(), e.check.largest,
+        kOnnxCheckTolerance);
+  else if (!e.check.not_checked.empty())
+    std::fprintf(stderr,
+                 "mgtrain: warning: the ONNX file was written unchecked: %s, which mgtrain's evaluator does "
+                 "not compute (docs/models.md, \"Export to ONNX\")\n",
+                 printable(e.check.not_checked).c_str());
   return 0;
 }
 

@@ -10,10 +10,12 @@
 # an embedding without positions (embed V D nopositions), whose embedding is a Gather alone. The errors case: a file that is no checkpoint,
 # an output that cannot be written, a layer and a model with no ONNX form, a data file of the wrong
 # kind; each one error line naming it, a non-zero exit and no file (nor a temporary one) left behind.
+# It also exports a gpt to an --out holding an escape byte: the line quotes it escaped (\x1b).
 # The checker needs python3 with the venv module (Debian: python3-venv) and PyPI for onnxruntime,
 # onnx, numpy and h5py, installed into "$WORK/../onnx-venv" (ONNX_VENV overrides) on first use and
 # reused; exits 77 (skip) when PyPI cannot be reached.
-# Usage: onnx_export.sh mlp|cnn|resnet|layers|plugin_operator|plugin_nodes|gpt|gpt_untied|layers_nopositions|rope|errors
+# The check case: a layer whose export form is wrong is refused by name (no Python needed).
+# Usage: onnx_export.sh mlp|cnn|resnet|layers|plugin_operator|plugin_nodes|gpt|gpt_untied|layers_nopositions|rope|check|errors
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/lib.sh"
 : "${TEST_PLUGIN_DIR:?}"
@@ -221,6 +223,41 @@ assert not [t.name for t in g.initializer if "position" in t.name], "a position 
 print("\n".join(t.name for t in onnx.load(sys.argv[1]).graph.initializer))' rope.onnx) ||
       fail "the rope layer's cos table is not an initializer of the graph"
     ;;
+  check)
+    # Before it writes, export runs the graph on a sample batch with mgtrain's own evaluator and
+    # compares it with the model's forward at every layer. An RMSNorm layer whose export form leaves
+    # out its eps (tests/plugins/rms_mlp.cpp, model.export_eps=false) is refused in one line naming
+    # the layer and the difference, nothing written; described right it exports, saying what it
+    # checked; --no-check writes the wrong one unchecked. Needs no Python.
+    hand=(--plugin-path "$TEST_PLUGIN_DIR/hand-written")
+    for form in right wrong; do
+      eps=true
+      [[ $form == wrong ]] && eps=false
+      run_np 2 300 train --config run.ini --train.max_steps=5 --checkpoint.dir="$WORK/rms-$form" "${hand[@]}" \
+        --model.name=rms_mlp --model.export_eps=$eps >"rms-$form.log" 2>&1 || { cat "rms-$form.log"; fail "training rms_mlp ($form)"; }
+    done
+    mkdir out
+    "$MGTRAIN" export --checkpoint "$WORK/rms-right/step-5.h5" --out out/right.onnx "${hand[@]}" >right.log 2>&1 ||
+      { cat right.log; fail "export of the RMSNorm described right"; }
+    cat right.log
+    grep -qF "checked: 4 layer outputs agree with the model's forward on the first 4 samples of '$DATA_DIR/train.h5'" \
+      right.log || fail "export did not say what it checked"
+    status=0
+    "$MGTRAIN" export --checkpoint "$WORK/rms-wrong/step-5.h5" --out out/wrong.onnx "${hand[@]}" >wrong.log 2>&1 ||
+      status=$?
+    [[ $status -ne 0 ]] || { cat wrong.log; fail "export of an RMSNorm described without its eps exited 0"; }
+    line=$(one_error_line wrong.log)
+    echo "wrong: $line"
+    for expected in "model 'rms_mlp': layer 'rms1' computes another output in the exported graph than in its forward" \
+      "on the first 4 samples of '$DATA_DIR/train.h5': largest difference" "expected at most 0.0001" "--no-check"; do
+      grep -qF -- "$expected" <<<"$line" || fail "the refusal does not say '$expected'"
+    done
+    [[ $(ls -A out) == right.onnx ]] || { ls -la out; fail "a refused export left a file"; }
+    "$MGTRAIN" export --checkpoint "$WORK/rms-wrong/step-5.h5" --out out/wrong.onnx --no-check "${hand[@]}" \
+      >no-check.log 2>&1 || { cat no-check.log; fail "export --no-check"; }
+    [[ -s out/wrong.onnx ]] || fail "export --no-check wrote no file"
+    ! grep -q "^checked:" no-check.log || { cat no-check.log; fail "export --no-check says it checked"; }
+    ;;
   errors)
     run_np 2 300 train --config run.ini --train.max_steps=5 --checkpoint.dir="$WORK/mlp" >train.log 2>&1 ||
       { cat train.log; fail "training the mlp"; }
@@ -258,6 +295,12 @@ print("\n".join(t.name for t in onnx.load(sys.argv[1]).graph.initializer))' rope
       --checkpoint "$WORK/gpt/step-2.h5" --out out/m.onnx --data "$DATA_DIR/test.h5"
     refused vocab_beyond_model "token file 'text_test.h5' has vocab_size 256, more than the vocabulary of 128" \
       --checkpoint "$WORK/gpt/step-2.h5" --out out/m.onnx --data text_test.h5
+    # A gpt's line quotes --out with its control bytes escaped, as a sample model's does.
+    mkdir escaped
+    "$MGTRAIN" export --checkpoint "$WORK/gpt/step-2.h5" --out $'escaped/m\e[2J.onnx' >escaped.log 2>&1 ||
+      { cat escaped.log; fail "export to a name with an escape byte"; }
+    ! grep -q $'\e' escaped.log || { cat -v escaped.log; fail "export printed a raw escape byte"; }
+    grep -qF 'wrote escaped/m\x1b[2J.onnx: model gpt' escaped.log || { cat escaped.log; fail "export did not quote --out"; }
 
     hand=(--plugin-path "$TEST_PLUGIN_DIR/hand-written")
     run_np 2 300 train --config run.ini --train.max_steps=5 --checkpoint.dir="$WORK/no-form" "${hand[@]}" \

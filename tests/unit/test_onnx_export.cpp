@@ -1,8 +1,9 @@
 // The ONNX export's graph, read back with ONNX's own protobuf messages: the nodes each SDK layer
 // becomes (attributes, initializers under the canonical names holding the store's values), the
 // input's normalisation, the free batch dimension, a language model's token input and shared
-// table, and the refusals of a layer and a model with no ONNX form. ONNX Runtime runs the
-// exported models in tests/e2e/onnx_export.sh.
+// table, and the refusals of a layer and a model with no ONNX form; the check of the graph against
+// the model's forward (onnx_check.hpp) and its evaluator. ONNX Runtime runs the exported models in
+// tests/e2e/onnx_export.sh.
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
@@ -15,6 +16,8 @@
 #include "mgtrain/error.hpp"
 #include "mgtrain/layers.hpp"
 #include "mgtrain/model.hpp"
+#include "tools/onnx_check.hpp"
+#include "tools/onnx_evaluate.hpp"
 #include "tools/onnx_export.hpp"
 
 namespace {
@@ -535,6 +538,194 @@ TEST(OnnxExport, RefusesAModelThatIsNoStack) {
               std::string::npos)
         << e.what();
   }
+}
+
+// The check of `mgtrain export` (onnx_check.hpp): the graph run by the project's evaluator against
+// the model's own forward on a batch, at every layer's output.
+
+// A batch of `shape` in [-1, 1) for a graph without normalisation (the model sees the same values).
+mgt::OnnxSample uniform_sample(const Shape& shape) {
+  mgt::OnnxSample sample;
+  sample.shape = shape;
+  sample.description = "a test batch";
+  uint32_t state = 12345;
+  for (int64_t k = 0; k < mgt::shape_numel(shape); ++k) {
+    state = state * 1664525u + 1013904223u;
+    sample.graph_input.push_back(static_cast<float>(state >> 8) / static_cast<float>(1u << 24) * 2.0f - 1.0f);
+  }
+  sample.model_input = sample.graph_input;
+  return sample;
+}
+
+// Parameters as a run initialises them; running statistics away from 0 and 1, so that the graph's
+// batch norm is seen to read them.
+void initialise(mgt::ParameterStore& store) {
+  store.initialize(7);
+  for (size_t h = 0; h < store.buffers().size(); ++h)
+    for (size_t i = 0; i < store.buffers()[h].numel; ++i)
+      store.buffer(h)[i] = 0.5f + 0.01f * static_cast<float>(i % 17);
+}
+
+// Convolutions of 16 channels, which the CPU executor may keep in channel blocks between layers.
+class WideConvModel final : public mgt::SequentialModel {
+ public:
+  WideConvModel() {
+    add(mgt::make_conv2d("conv1", 3, 16, 3, 1, 1));
+    add(mgt::make_batch_norm2d("bn1", 16, 1e-5f));
+    add(mgt::make_relu("relu1"));
+    std::vector<std::unique_ptr<mgt::Layer>> branch;
+    branch.push_back(mgt::make_conv2d("res1.conv1", 16, 16, 3, 1, 1));
+    branch.push_back(mgt::make_batch_norm2d("res1.bn1", 16, 1e-5f));
+    branch.push_back(mgt::make_relu("res1.relu1"));
+    branch.push_back(mgt::make_conv2d("res1.conv2", 16, 16, 3, 1, 1));
+    add(mgt::make_residual("res1", std::move(branch)));
+    add(mgt::make_relu("relu2"));
+    add(mgt::make_max_pool2d("pool1", 2, 2));
+    add(mgt::make_global_avg_pool2d("gap"));
+    add(mgt::make_linear("fc", 16, 5));
+  }
+};
+
+template <typename M>
+mgt::OnnxCheck check_model(M& model, const Shape& sample_shape, const mgt::OnnxSample& sample) {
+  mgt::ParameterStore store;
+  model.declare(store);
+  store.finalize();
+  initialise(store);
+  const mgt::OnnxModel exported = mgt::onnx_model(model, store, "m", sample_shape, {});
+  return mgt::check_onnx_model(model, exported, "m", sample);
+}
+
+TEST(OnnxCheck, EverySdkLayerComputesWhatItsForwardDoes) {
+  TestModel image;
+  const mgt::OnnxCheck a = check_model(image, {1, 16, 16}, uniform_sample({3, 1, 16, 16}));
+  EXPECT_TRUE(a.checked) << a.not_checked;
+  EXPECT_GE(a.outputs, 9);
+  EXPECT_LE(a.largest, mgt::kOnnxCheckTolerance);
+  WideConvModel wide;
+  const mgt::OnnxCheck b = check_model(wide, {3, 8, 8}, uniform_sample({2, 3, 8, 8}));
+  EXPECT_TRUE(b.checked) << b.not_checked;
+  EXPECT_GE(b.outputs, 10);
+  for (const bool tied : {true, false})
+    for (const bool causal : {true, false}) {
+      TinyGpt gpt(tied, causal);
+      // Fewer tokens than the context, as export checks a long one.
+      for (const int64_t length : {8, 5}) {
+        const mgt::OnnxCheck c = check_model(gpt, {8}, mgt::token_sample(11, 2, length));
+        EXPECT_TRUE(c.checked) << c.not_checked;
+        EXPECT_GE(c.outputs, 12);
+        EXPECT_LE(c.largest, mgt::kOnnxCheckTolerance) << "tied " << tied << " causal " << causal;
+        EXPECT_EQ(c.sample, "2 windows of " + std::to_string(length) + " random token ids");
+      }
+    }
+}
+
+// y = 2x, described as x times `factor`: right at 2, wrong by 0.05% at 2.001.
+class Twice final : public mgt::Layer {
+ public:
+  Twice(const std::string& name, std::string factor, std::string op = "Mul")
+      : Layer(name), factor_(std::move(factor)), op_(std::move(op)) {}
+  mgt::Shape output_shape(const mgt::Shape& input) const override { return input; }
+  void forward(const mgt::LayerRun& run, const mgt::Tensor& in, mgt::Tensor& out) override {
+    run.ops.affine(in.data(), out.data(), in.numel(), 2.0f, 0.0f);
+  }
+  void backward(const mgt::LayerRun&, const mgt::Tensor&, const mgt::Tensor&, const mgt::Tensor&,
+                mgt::Tensor*) override {}
+  mgt::LayerDescription describe() const override {
+    mgt::LayerDescription d;
+    d.kind = mgt::LayerKind::onnx_nodes;
+    d.nodes = {{op_, {"x", "scalar:" + factor_}, "y"}};
+    return d;
+  }
+
+ private:
+  std::string factor_, op_;
+};
+
+class TwiceMlp final : public mgt::SequentialModel {
+ public:
+  TwiceMlp(const std::string& factor, const std::string& op = "Mul") {
+    add(mgt::make_linear("fc1", 6, 5));
+    add(std::make_unique<Twice>("twice1", factor, op));
+    add(mgt::make_relu("relu1"));
+    add(mgt::make_linear("fc2", 5, 3));
+  }
+};
+
+TEST(OnnxCheck, ALayerDescribedWronglyIsRefusedByName) {
+  TwiceMlp right("2");
+  EXPECT_TRUE(check_model(right, {6}, uniform_sample({4, 6})).checked);
+  TwiceMlp wrong("2.001");
+  try {
+    check_model(wrong, {6}, uniform_sample({4, 6}));
+    FAIL() << "a layer described as 2.001 x, computing 2 x, passed";
+  } catch (const mgt::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("model 'm': layer 'twice1' computes another output in the exported graph than in its "
+                        "forward, on a test batch: largest difference "),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("expected at most 0.0001"), std::string::npos) << what;
+    // Measured against the layer's largest |value|: 0.0005 of it.
+    EXPECT_NE(what.find(", 0.0005 of the largest |value| "), std::string::npos) << what;
+  }
+}
+
+TEST(OnnxCheck, AnOperatorTheEvaluatorLacksLeavesTheGraphUnchecked) {
+  TwiceMlp model("2", "BitShift");
+  const mgt::OnnxCheck c = check_model(model, {6}, uniform_sample({4, 6}));
+  EXPECT_FALSE(c.checked);
+  EXPECT_EQ(c.not_checked, "layer 'twice1': node 'twice1' (BitShift): operator BitShift");
+}
+
+mgt::onnx_eval::Value floats(Shape dims, std::vector<float> values) {
+  mgt::onnx_eval::Value v;
+  v.dims = std::move(dims);
+  v.f = std::move(values);
+  return v;
+}
+
+// Operators the SDK's layers do not use but descriptions do, against values worked by hand.
+TEST(OnnxEvaluate, ReductionsSlicesAndBroadcasts) {
+  onnx::GraphProto g;
+  g.add_input()->set_name("x");
+  const auto add_node = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
+    onnx::NodeProto* n = g.add_node();
+    n->set_op_type(op);
+    n->set_name(out);
+    for (const auto& i : in) n->add_input(i);
+    n->add_output(out);
+    return n;
+  };
+  const auto ints_initializer = [&](const std::string& name, std::vector<int64_t> values) {
+    onnx::TensorProto* t = g.add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    t->add_dims(static_cast<int64_t>(values.size()));
+    for (int64_t v : values) t->add_int64_data(v);
+  };
+  onnx::NodeProto* mean = add_node("ReduceMean", {"x"}, "mean");  // [2, 3] -> [2, 1]
+  onnx::AttributeProto* axes = mean->add_attribute();
+  axes->set_name("axes");
+  axes->set_type(onnx::AttributeProto::INTS);
+  axes->add_ints(-1);
+  add_node("Sub", {"x", "mean"}, "centred");  // broadcast over the columns
+  ints_initializer("starts", {-1});
+  ints_initializer("ends", {-4});
+  ints_initializer("axes", {1});
+  ints_initializer("steps", {-2});
+  add_node("Slice", {"x", "starts", "ends", "axes", "steps"}, "reversed");  // columns 2, 0
+  ints_initializer("rows", {1, 0, 1});
+  add_node("Gather", {"x", "rows"}, "gathered");
+  const auto out =
+      mgt::onnx_eval::run(g, {{"x", floats({2, 3}, {1, 2, 6, 4, 5, 9})}}, {"mean", "centred", "reversed", "gathered"});
+  EXPECT_EQ(out.at("mean").dims, (Shape{2, 1}));
+  EXPECT_EQ(out.at("mean").f, (std::vector<float>{3, 6}));
+  EXPECT_EQ(out.at("centred").f, (std::vector<float>{-2, -1, 3, -2, -1, 3}));
+  EXPECT_EQ(out.at("reversed").dims, (Shape{2, 2}));
+  EXPECT_EQ(out.at("reversed").f, (std::vector<float>{6, 1, 9, 4}));
+  EXPECT_EQ(out.at("gathered").dims, (Shape{3, 3}));
+  EXPECT_EQ(out.at("gathered").f, (std::vector<float>{4, 5, 9, 1, 2, 6, 4, 5, 9}));
 }
 
 }  // namespace

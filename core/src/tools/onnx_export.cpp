@@ -2,6 +2,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include "mgtrain/version.hpp"
 #include "runtime/evaluate.hpp"
 #include "runtime/trainer.hpp"
+#include "tools/onnx_check.hpp"
 
 namespace mgt {
 
@@ -414,7 +416,21 @@ class GraphBuilder {
     no_form(layer, std::string("describes itself as ") + kind_name(d.kind) + " without the attribute '" + key + "'");
   }
 
+ public:
+  // Each layer's output and its nodes (a block's own after those of its layers), for the check.
+  std::vector<std::pair<const Layer*, std::string>> layer_outputs;
+  std::map<std::string, std::string> node_layers;
+
   std::string layer_nodes(const Layer& layer, std::string x, Shape& shape) {
+    const int first_node = graph_.node_size();
+    const std::string y = layer_nodes_of(layer, std::move(x), shape);
+    for (int k = first_node; k < graph_.node_size(); ++k) node_layers.emplace(graph_.node(k).name(), layer.name());
+    layer_outputs.emplace_back(&layer, y);
+    return y;
+  }
+
+ private:
+  std::string layer_nodes_of(const Layer& layer, std::string x, Shape& shape) {
     const LayerDescription d = layer.describe();
     const Shape out = layer.output_shape(shape);
     const std::string& name = layer.name();
@@ -547,6 +563,20 @@ void set_tensor_type(onnx::ValueInfoProto* value, const std::string& name, onnx:
   }
 }
 
+// The batch the check runs: a few of the data file's samples, or two windows of token ids, shorter
+// than the context where the model takes them (the evaluator's attention is quadratic in T).
+OnnxSample check_sample(const Model& model, const data::DatasetInfo& info, const OnnxExport& e) {
+  constexpr int64_t kSamples = 4, kWindows = 2, kTokens = 64;
+  if (e.onnx.context == 0) return data_sample(info, e.normalisation, kSamples);
+  int64_t length = std::min(e.onnx.context, kTokens);
+  try {
+    model.output_shape({kWindows, length});
+  } catch (const Error&) {
+    length = e.onnx.context;  // a model that takes whole windows alone
+  }
+  return token_sample(e.onnx.classes, kWindows, length);
+}
+
 }  // namespace
 
 std::string InputNormalisation::text() const {
@@ -650,6 +680,8 @@ OnnxModel onnx_model(const Model& model, ParameterStore& store, const std::strin
   // The last node's output is the graph's.
   if (builder.nodes() > before && graph.node(graph.node_size() - 1).output(0) == x) {
     graph.mutable_node(graph.node_size() - 1)->set_output(0, "logits");
+    for (auto& [layer, output] : builder.layer_outputs)
+      if (output == x) output = "logits";
   } else {
     builder.node("Identity", {x}, "logits_identity");
     graph.mutable_node(graph.node_size() - 1)->set_output(0, "logits");
@@ -660,13 +692,15 @@ OnnxModel onnx_model(const Model& model, ParameterStore& store, const std::strin
   result.nodes = graph.node_size();
   result.classes = logits.back();
   result.context = tokens ? input[1] : 0;
+  result.layer_outputs = std::move(builder.layer_outputs);
+  result.node_layers = std::move(builder.node_layers);
   if (!proto.SerializeToString(&result.bytes))
     throw Error("model '" + model_name + "': the ONNX graph cannot be serialized (over 2 GB?)");
   return result;
 }
 
 OnnxExport export_onnx(const std::string& checkpoint, const std::string& out, const std::string& data_path,
-                       const std::vector<std::string>& plugin_paths) {
+                       const std::vector<std::string>& plugin_paths, bool check) {
   AtomicFile file(out, "ONNX file");  // refuses an output that cannot be written before any work
   CheckpointModel loaded(checkpoint, plugin_paths);
   const CheckpointMeta& stored = loaded.stored;
@@ -730,6 +764,10 @@ OnnxExport export_onnx(const std::string& checkpoint, const std::string& out, co
   }
   try {
     result.onnx = onnx_model(*model, store, result.model_name, result.sample_shape, result.normalisation, metadata);
+    if (check)
+      result.check = check_onnx_model(*model, result.onnx, result.model_name, check_sample(*model, info, result));
+  } catch (const DataError&) {
+    throw;
   } catch (const Error& e) {
     throw Error("cannot export checkpoint '" + checkpoint + "' to ONNX: " + e.what());
   }

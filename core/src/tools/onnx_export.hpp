@@ -6,7 +6,9 @@
 // language model takes token ids ("input", int64 [N, T]) and gives "logits" [N, T, vocab].
 // It is built from the layers' descriptions (Layer::describe), so no ONNX type reaches the SDK.
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mgtrain/model.hpp"
@@ -33,6 +35,11 @@ struct OnnxModel {
   int64_t nodes = 0;
   int64_t classes = 0;  // a language model's vocabulary
   int64_t context = 0;  // a language model's longest sequence T; 0 for a model of samples
+  // Each layer's output tensor in the graph, in the order the graph computes them (a residual
+  // block's layers before the block), for the check against the model's forward (onnx_check.hpp).
+  std::vector<std::pair<const Layer*, std::string>> layer_outputs;
+  // The layer each node of the graph belongs to, by node name, for messages.
+  std::map<std::string, std::string> node_layers;
 };
 
 // Builds the graph of `model` (its parameters and buffers in `store`) for samples of
@@ -44,20 +51,34 @@ OnnxModel onnx_model(const Model& model, ParameterStore& store, const std::strin
                      const Shape& sample_shape, const InputNormalisation& normalisation,
                      const std::vector<std::pair<std::string, std::string>>& metadata = {});
 
+// What check_onnx_model (onnx_check.hpp) found; `checked` false with `not_checked` empty: not run
+// (--no-check).
+struct OnnxCheck {
+  bool checked = false;
+  std::string not_checked;  // why the graph could not be checked (an operator the evaluator lacks)
+  int64_t outputs = 0;      // layer outputs compared, the logits included
+  double largest = 0;       // the largest difference, relative to each output's largest |value|
+  std::string sample;       // the batch it ran on, for messages
+};
+
 struct OnnxExport {
   std::string model_name;
   std::string data_path;  // where the sample shape and normalisation came from (a language model: "" or --data)
   Shape sample_shape;
   InputNormalisation normalisation;
   OnnxModel onnx;
+  OnnxCheck check;
 };
 
 // Rebuilds the model from the checkpoint as `mgtrain eval` does and writes it to `out` under a
 // temporary name in the same directory, renamed when complete: a failure leaves no file. The
 // sample shape and normalisation come from `data_path`, or when it is empty from the
 // checkpoint's data.train. A language model reads no data file unless `data_path` names one, which
-// is then checked to be a token file within the model's vocabulary.
+// is then checked to be a token file within the model's vocabulary. With `check`, the graph is run
+// on a sample batch (the data file's first samples; random token ids for a language model) and
+// compared with the model's forward before anything is written (check_onnx_model): a layer whose
+// output differs is refused by name.
 OnnxExport export_onnx(const std::string& checkpoint, const std::string& out, const std::string& data_path,
-                       const std::vector<std::string>& plugin_paths);
+                       const std::vector<std::string>& plugin_paths, bool check = true);
 
 }  // namespace mgt

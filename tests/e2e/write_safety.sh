@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Where mgtrain writes, nobody else's file is written and nothing is left half-done:
 # - links: a symbolic link planted at a name mgtrain writes (the checkpoint directory's lock and
-#   metrics file, report.svg, an --out) is refused naming it, and what it leads to is not touched;
+#   metrics file, report.svg, an --out), or a hard link at the lock file, is refused naming it,
+#   and what it leads to is not touched;
 #   links planted at the temporaries' old names (".NAME.tmp-<pid>", which another user could
 #   predict: the pid is known here because mgtrain is exec'd by a shell whose pid is $$) are
 #   never followed (the temporaries' names now end in a random part) and the checkpoint
@@ -79,6 +80,12 @@ case $1 in
     # The lock file, opened for reading and writing and then truncated.
     ln -s "$WORK/victims/existing" ckpt/.lock
     refused "its lock file '$WORK/ckpt/.lock' $LINK/existing': mgtrain writes no file through a link" \
+      train --config run.ini
+    untouched existing
+    rm ckpt/.lock
+    # A hard link is written through as well (where the kernel lets a user link others' files).
+    ln victims/existing ckpt/.lock
+    refused "its lock file '$WORK/ckpt/.lock' has 2 hard links: mgtrain writes no file that is also another" \
       train --config run.ini
     untouched existing
     rm ckpt/.lock

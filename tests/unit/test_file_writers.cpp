@@ -131,6 +131,17 @@ TEST(OpenForWriting, RefusesALinkDanglingOrNot) {
                        "': mgtrain writes no file through a link (remove it, or name the file it leads to)");
     EXPECT_FALSE(fs::exists(victim));
   }
+  // A hard link to another file is written through as well: refused where the file is opened in
+  // place (a new file cannot have one).
+  const std::string victim_file = (dir / "victim-file").string(), lock = (dir / ".lock").string();
+  std::ofstream(victim_file) << "keep";
+  fs::create_hard_link(victim_file, lock);
+  for (const auto how : {mgt::WriteOpen::append, mgt::WriteOpen::lock}) {
+    std::string why;
+    EXPECT_EQ(mgt::open_for_writing(lock, how, why), -1);
+    EXPECT_EQ(why, "has 2 hard links: mgtrain writes no file that is also another (remove it, or name another file)");
+  }
+  EXPECT_EQ(read_file(victim_file), "keep");
   const std::string temporary = mgt::AtomicFile::temporary_path((dir / "step-1.h5").string());
   EXPECT_EQ(temporary, mgt::AtomicFile::temporary_path((dir / "step-1.h5").string()));
   EXPECT_NE(temporary.find("/.step-1.h5.tmp-" + std::to_string(::getpid()) + "-"), std::string::npos) << temporary;

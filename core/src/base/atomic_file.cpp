@@ -135,6 +135,15 @@ int open_for_writing(const std::string& path, WriteOpen how, std::string& why) {
     errno = EINVAL;
     return -1;
   }
+  // A file opened in place that has another name too is written through that name as well: a hard
+  // link made by another user (where the kernel lets one link others' files) acts as a symbolic one.
+  if (how != WriteOpen::create_new && info.st_nlink > 1) {
+    why = "has " + std::to_string(info.st_nlink) +
+          " hard links: mgtrain writes no file that is also another (remove it, or name another file)";
+    ::close(fd);
+    errno = EMLINK;
+    return -1;
+  }
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   return fd;
 }

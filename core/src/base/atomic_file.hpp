@@ -27,7 +27,8 @@ enum class WriteOpen {
 };
 
 // Opens `path` for writing as `how` says, never following a final symbolic link and refusing
-// anything there that is not a regular file (before opening it: opening a device can act). Returns
+// anything there that is not a regular file (before opening it: opening a device can act), or a
+// file with another hard link (append, lock: it would be written in place). Returns
 // the descriptor, or -1 with `why` saying why after the path's name ("is a symbolic link to 'T':
 // mgtrain writes no file through a link ...", "is a FIFO, not a regular file ...", "cannot be
 // created: <errno's text>").

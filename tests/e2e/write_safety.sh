@@ -9,9 +9,9 @@
 #   directory's clean-up removes them;
 # - out_is_input: an output that is an input (the same path, another path, a hard link), a device
 #   or a FIFO is refused without writing or waiting;
-# - interrupted: SIGINT and SIGTERM mid-way through `data convert`, and `ulimit -f` under data
-#   convert, export, eval --logits and a training rank's checkpoint, leave no temporary and say so
-#   in one line (the signals: exit 128 + the signal);
+# - interrupted: SIGINT and SIGTERM mid-way through `data convert` and `eval --logits`, and
+#   `ulimit -f` under data convert, export, eval --logits and a training rank's checkpoint, leave
+#   no temporary and say so in one line (the signals: exit 128 + the signal);
 # - full_disk: `data convert` onto a full tmpfs says "No space left on device" in one line naming
 #   the output, not HDF5's dump of pointers (mounting needs root: a skip without it).
 # Usage: write_safety.sh links|out_is_input|interrupted|full_disk
@@ -185,37 +185,52 @@ case $1 in
   interrupted)
     # Ctrl-C and SIGTERM while the temporary is being written. A background job of a script ignores
     # SIGINT: env gives it back its default action, as a terminal's foreground job has it. The
-    # signal is sent once the temporary is there; a conversion that ended first (rc 0) is tried
-    # again on twice the input, so the test waits on the conversion, not on the machine's speed.
+    # signal is sent once the temporary is there; a command that ended first (rc 0) is tried again
+    # (a conversion on twice the input), so the test waits on the command, not on the machine's
+    # speed. interrupt SIG OUT ARGS...: runs mgtrain ARGS, sends SIG once OUT's temporary is there,
+    # and checks the exit status, the line and that nothing is left; returns 2 when mgtrain ended
+    # (rc 0) before the signal was sent.
+    interrupt() {
+      local sig=$1 out=$2 rc=0 pid line; shift 2
+      env --default-signal=INT "$MGTRAIN" "$@" >out.log 2>err.log &
+      pid=$!
+      while kill -0 $pid 2>/dev/null && ! ls -a | grep -q "^\.$out\.tmp-"; do sleep 0.02; done
+      kill -s "$sig" $pid 2>/dev/null || true
+      wait $pid || rc=$?
+      [ $rc != 0 ] || return 2
+      echo "mgtrain $*, SIG$sig: exit $rc"
+      cat err.log
+      [ $rc = $((128 + $(kill -l "$sig"))) ] || fail "exit $rc after SIG$sig, expected $((128 + $(kill -l "$sig")))"
+      no_temporaries .
+      [ ! -e "$out" ] || fail "$out was written"
+      line=$(one_error_line err.log)
+      grep -qF "stopped by SIG$sig: '$out' was not written (its unfinished temporary is removed)" <<<"$line" ||
+        fail "no line saying $out was not written"
+    }
+    train
     for sig in INT TERM; do
+      # A conversion that ended first is tried again on twice the input.
       size=256
       while :; do
         rm -f big.h5 && truncate -s "${size}M" big.txt
-        env --default-signal=INT "$MGTRAIN" data convert --text big.txt --out big.h5 >out.log 2>err.log &
-        pid=$!
-        while kill -0 $pid 2>/dev/null && ! ls -a | grep -q '^\.big\.h5\.tmp-'; do sleep 0.02; done
-        kill -s $sig $pid 2>/dev/null || true
         rc=0
-        wait $pid || rc=$?
-        [ $rc = 0 ] || break
+        interrupt $sig big.h5 data convert --text big.txt --out big.h5 || rc=$?
+        [ $rc = 2 ] || break
         [ $size -lt 8192 ] || fail "data convert of ${size} MiB ended before SIG$sig could be sent"
         size=$((size * 2))
       done
-      echo "data convert, SIG$sig: exit $rc"
-      cat err.log
-      expected=$((128 + $(kill -l $sig)))
-      [ $rc = $expected ] || fail "exit $rc after SIG$sig, expected $expected"
-      no_temporaries .
-      [ ! -e big.h5 ] || fail "big.h5 was written"
-      line=$(one_error_line err.log)
-      grep -qF "stopped by SIG$sig: 'big.h5' was not written (its unfinished temporary is removed)" <<<"$line" ||
-        fail "no line saying the output was not written"
+      for try in $(seq 20); do
+        rm -f l.npy
+        rc=0
+        interrupt $sig l.npy eval --checkpoint ckpt/step-3.h5 --data "$DATA_DIR/test.h5" --logits l.npy || rc=$?
+        [ $rc = 2 ] || break
+        [ "$try" -lt 20 ] || fail "eval ended 20 times before SIG$sig could be sent"
+      done
     done
     rm -f big.txt
 
     # ulimit -f: a write past it fails (EFBIG), and each writer says so and removes its temporary.
     truncate -s 4M text.txt
-    train
     # limited EXPECT [mpi] ARGS...: mgtrain ARGS under ulimit -f 64 (KiB), refused with EXPECT. With
     # mpi, as the rank of mpirun -np 1: the limit is the rank's alone, not mpirun's (its PMIx
     # server's files would exceed it).

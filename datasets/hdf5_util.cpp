@@ -2,6 +2,7 @@
 #include "datasets/hdf5_util.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -21,6 +22,15 @@ herr_t innermost(unsigned n, const H5E_error2_t* err, void* data) {
     auto* out = static_cast<Innermost*>(data);
     out->desc = err->desc;
     if (err->func_name) out->func = err->func_name;
+    // A failed read or write of the file driver: "file write failed: time = <a ctime, with its
+    // line break>, filename = ..., errno = 28, error message = '...', buf = 0x...": its errno says it.
+    if (const size_t at = out->desc.find(", errno = "); at != std::string::npos) {
+      const int error = std::atoi(out->desc.c_str() + at + 10);
+      if (error > 0) {
+        out->desc = std::strerror(error);
+        out->func.clear();
+      }
+    }
   }
   return 0;
 }
@@ -36,13 +46,19 @@ Innermost walk_errors() {
 }  // namespace
 
 TemporaryOutput::TemporaryOutput(const std::string& out)
-    : out_(out), file_on_disk_(out, [this](AtomicFile::Step step, int error) {
+    : out_(out), file_on_disk_(out, "output file", [this](AtomicFile::Step step, int error) {
+        if (step == AtomicFile::Step::create)
+          return "output file '" + out_ + "' could not be created (" + file_on_disk_.temporary() +
+                 "): " + std::strerror(error);
         const std::string how = step == AtomicFile::Step::rename ? "rename from " : "fsync of ";
         return "output file '" + out_ + "' could not be written (" + how + file_on_disk_.temporary() +
                "): " + std::strerror(error);
       }) {
   silence_errors();
-  file_ = file(H5Fcreate(file_on_disk_.temporary().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  // Created here (new, never through a link), then opened by HDF5 through /proc/self/fd/N: HDF5
+  // opens by name and follows links, and this way that name leads to the new file and no other.
+  file_on_disk_.create();
+  file_ = file(H5Fcreate(file_on_disk_.descriptor_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
   if (!file_)
     throw IoError("output file '" + out + "' could not be created (" + file_on_disk_.temporary() +
                   "): " + error_text());
@@ -56,7 +72,9 @@ void TemporaryOutput::commit() {
 }
 
 void TemporaryOutput::fail(const std::string& what) const {
-  throw IoError("output file '" + out_ + "': " + what + " failed: " + error_text());
+  // Thrown on: the destructors close the file and remove the temporary before the line is printed.
+  throw IoError("output file '" + out_ + "' could not be written: " + error_text() + " (" + what +
+                "); its unfinished temporary is removed");
 }
 
 std::string error_text() {

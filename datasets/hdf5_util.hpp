@@ -60,8 +60,8 @@ inline Id plist(hid_t id) { return Id(id, H5Pclose); }
 inline Id attr(hid_t id) { return Id(id, H5Aclose); }
 inline Id group(hid_t id) { return Id(id, H5Gclose); }
 
-// A new HDF5 file written by HDF5 as the temporary of an AtomicFile (".NAME.tmp-PID" beside
-// `out`) and renamed into place by commit(), so that a write that fails half way leaves nothing
+// A new HDF5 file written by HDF5 as the temporary of an AtomicFile (".NAME.tmp-PID-RANDOM"
+// beside `out`) and renamed into place by commit(), so that a write that fails half way leaves nothing
 // under the final name; the temporary is removed when commit() was never reached. Declare it
 // before the ids of the file's datasets, which must be closed before it.
 class TemporaryOutput {
@@ -73,7 +73,8 @@ class TemporaryOutput {
   // Flushes, closes, syncs to the disk and renames into place; every other id of the file must be
   // closed first.
   void commit();
-  // Throws IoError "output file 'OUT': <what> failed: <HDF5's reason>".
+  // Throws IoError "output file 'OUT' could not be written: <HDF5's reason, or the errno's text>
+  // (<what>); its unfinished temporary is removed".
   [[noreturn]] void fail(const std::string& what) const;
 
  private:
@@ -87,7 +88,8 @@ class TemporaryOutput {
 void silence_errors();
 
 // The innermost message of the current thread's HDF5 error stack, e.g. "can't open file", or
-// "unknown HDF5 error" when the stack is empty.
+// "unknown HDF5 error" when the stack is empty. A failed read or write of the file says only its
+// errno's text ("No space left on device"), not the driver's dump of pointers and times.
 std::string error_text();
 // Only that message's description, without the function name, or "HDF5 error" when the stack is
 // empty (the checkpoint's messages use this form).

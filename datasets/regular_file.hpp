@@ -9,19 +9,13 @@
 #include <cstring>
 #include <string>
 
+#include "base/file_kind.hpp"
+
 namespace mgt::data {
 
 // "a directory", "a FIFO", "a character device", ... for a file of `mode` that is not a regular
 // file; "" for a regular file. Also for the config file, which the SDK opens itself.
-inline std::string non_regular_kind(mode_t mode) {
-  if (S_ISREG(mode)) return "";
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "a special file";
-}
+using mgt::non_regular_kind;
 
 // The same for what `path` is; "" also for a path that cannot be looked at (the caller's own open
 // then says why).

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "base/atomic_file.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "command_line_config.hpp"
 #include "commands.hpp"
@@ -154,6 +155,7 @@ int run_eval(const std::vector<std::string>& args) {
   const auto batch = vm["batch"].as<int64_t>();
   if (batch <= 0) throw ConfigError("eval: --batch must be positive, got " + std::to_string(batch));
   const std::string logits = vm.count("logits") ? vm["logits"].as<std::string>() : "";
+  if (!logits.empty()) refuse_output_that_is_input("eval: --logits", logits, {checkpoint, data});
   const EvalResult r = evaluate_checkpoint(checkpoint, data, plugin_paths(vm), batch, logits);
   if (vm["json"].as<bool>())
     std::printf("%s\n", eval_result_json(r).c_str());
@@ -199,6 +201,7 @@ int run_export(const std::vector<std::string>& args) {
   const std::string checkpoint = require(vm, "checkpoint", "export");
   const std::string out = require(vm, "out", "export");
   const std::string data = vm.count("data") ? vm["data"].as<std::string>() : "";
+  refuse_output_that_is_input("export: --out", out, {checkpoint, data});
   const OnnxExport e = export_onnx(checkpoint, out, data, plugin_paths(vm), !vm["no-check"].as<bool>());
   if (e.onnx.context > 0)
     std::printf(
@@ -379,6 +382,11 @@ int run_data(const std::vector<std::string>& args) {
       return 0;
     }
     const std::string out = require(vm, "out", "data convert");
+    std::vector<std::string> inputs =
+        vm.count("text") ? vm["text"].as<std::vector<std::string>>() : std::vector<std::string>{};
+    for (const char* input : {"csv", "images", "labels"})
+      if (vm.count(input)) inputs.push_back(vm[input].as<std::string>());
+    refuse_output_that_is_input("data convert: --out", out, inputs);
     if (vm.count("text")) {
       const auto sources = data::convert_text(vm["text"].as<std::vector<std::string>>(), out);
       int64_t tokens = 0;

@@ -1,6 +1,8 @@
 // The `mgtrain` executable: subcommands, option parsing and the one place errors are printed.
+#include <hdf5.h>
 #include <boost/program_options.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -8,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/atomic_file.hpp"
 #include "base/host_memory.hpp"
 #include "command_line_config.hpp"
 #include "commands.hpp"
@@ -54,6 +57,18 @@ int main(int argc, char** argv) {
   }
   const std::string command = args[0];
   args.erase(args.begin());
+  // No HDF5 clean-up at exit: HDF5 1.10 leaves a file whose write failed (EFBIG, ENOSPC) half
+  // closed, and its exit handler then crashes on it after the error line. Every file mgtrain
+  // writes with HDF5 is closed explicitly, so nothing is lost. Before any other HDF5 call.
+  H5dont_atexit();
+  // A write past `ulimit -f` fails with EFBIG, which every writer reports (and cleans up after),
+  // instead of SIGXFSZ killing the process with half a file and no word.
+  std::signal(SIGXFSZ, SIG_IGN);
+  // Ctrl-C or SIGTERM in a command that writes a file leaves no unfinished temporary. Training has
+  // its own stop (stop_signal.hpp).
+  if (command == "data" || command == "export" || command == "eval" || command == "report")
+    mgt::remove_unfinished_outputs_on_signals("mgtrain: error: [rank " + std::to_string(mgt::cli::launch_rank()) +
+                                              "] ");
   try {
     if (command == "train") return mgt::cli::run_train(argc, argv, args);
     if (command == "bench") return mgt::cli::run_bench(argc, argv, args);

@@ -279,7 +279,7 @@ print("\n".join(t.name for t in onnx.load(sys.argv[1]).graph.initializer))' rope
     refused missing_checkpoint "missing.h5' does not exist" --checkpoint missing.h5 --out out/m.onnx
     refused unwritable_out "ONNX file 'no/such/dir/m.onnx' cannot be written" --checkpoint "$ckpt" \
       --out no/such/dir/m.onnx
-    refused out_is_directory "ONNX file 'out' cannot be written: it is a directory" --checkpoint "$ckpt" --out out
+    refused out_is_directory "ONNX file 'out' is a directory, not a regular file" --checkpoint "$ckpt" --out out
     refused missing_data "data file 'missing.h5'" --checkpoint "$ckpt" --out out/m.onnx --data missing.h5
     # Data of the other kind: token ids for an image model, images for a language model.
     convert_text

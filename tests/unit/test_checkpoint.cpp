@@ -804,13 +804,20 @@ TEST(CheckpointLeftovers, TemporariesOfAKilledWriteAreRemovedCheckpointsKept) {
   for (const char* name :
        {".step-40.h5.tmp-123", ".latest.tmp-123", "step-20.h5", "latest", "metrics.jsonl", ".hidden-user-file"})
     touch(name);
+  // Links with a temporary's name, dangling or not (planted where a write would have followed
+  // them): the links go, what they lead to stays.
+  touch("kept-target");
+  std::filesystem::create_symlink(dir / "kept-target", dir / ".step-50.h5.tmp-124");
+  std::filesystem::create_symlink(dir / "missing-target", dir / ".latest.tmp-124");
   {
     // Only under the directory's lock: another job's temporaries look the same.
     const mgt::CheckpointDirLock lock(dir.string());
-    EXPECT_EQ(lock.remove_leftover_temporaries(), 2);
+    EXPECT_EQ(lock.remove_leftover_temporaries(), 4);
   }
-  EXPECT_FALSE(std::filesystem::exists(dir / ".step-40.h5.tmp-123"));
-  EXPECT_FALSE(std::filesystem::exists(dir / ".latest.tmp-123"));
+  for (const char* removed : {".step-40.h5.tmp-123", ".latest.tmp-123", ".step-50.h5.tmp-124", ".latest.tmp-124"})
+    EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(dir / removed))) << removed;
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir / "kept-target"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "missing-target"));
   for (const char* kept : {"step-20.h5", "latest", "metrics.jsonl", ".hidden-user-file", ".lock"})
     EXPECT_TRUE(std::filesystem::exists(dir / kept)) << kept;
   const mgt::CheckpointDirLock created((dir / "missing").string());

@@ -86,27 +86,86 @@ TEST(AtomicFile, PartsAppearTogetherAtTheCommit) {
   fs::remove_all(dir);
 }
 
-// A path that is a pipe or a device (/dev/stdout, /dev/null) is written in place: renaming a
-// temporary over it would replace the device itself, as root even /dev/null.
-TEST(AtomicFile, APipeIsWrittenInPlaceNotReplaced) {
-  const fs::path dir = scratch_dir("atomic-pipe");
-  const std::string path = (dir / "out.svg").string();
-  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
-  // Opened for reading first, so that the writer's open does not wait for a reader.
-  const int reader = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
-  ASSERT_GE(reader, 0) << std::strerror(errno);
-  {
-    mgt::AtomicFile file(path, [](mgt::AtomicFile::Step, int error) { return std::string(std::strerror(error)); });
-    EXPECT_EQ(file.temporary(), path);
-    file.create();
-    file.commit("<svg/>");
+// A path that is a FIFO, a device or a symbolic link is refused before anything is written: a FIFO
+// would hang the writer, a device would be written over (or, renamed over, replaced: as root even
+// /dev/null), a link planted by another user could lead anywhere. The link's target is untouched.
+TEST(AtomicFile, ALinkAFifoOrADeviceIsRefused) {
+  const fs::path dir = scratch_dir("atomic-refused");
+  const std::string fifo = (dir / "out.svg").string(), link = (dir / "link.svg").string();
+  const std::string victim = (dir / "victim").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  std::ofstream(victim) << "keep";
+  fs::create_symlink(victim, link);
+  const auto refusal = [](const std::string& path) {
+    try {
+      mgt::AtomicFile file(path, "report");
+    } catch (const mgt::IoError& e) {
+      return std::string(e.what());
+    }
+    return std::string("written");
+  };
+  EXPECT_EQ(refusal(fifo), "report '" + fifo + "' is a FIFO, not a regular file (mgtrain writes its outputs to " +
+                               "regular files only)");
+  EXPECT_EQ(refusal("/dev/null"),
+            "report '/dev/null' is a character device, not a regular file (mgtrain writes "
+            "its outputs to regular files only)");
+  EXPECT_EQ(refusal(link), "report '" + link + "' is a symbolic link to '" + victim +
+                               "': mgtrain writes no file through a link (remove it, or name the file it leads to)");
+  EXPECT_EQ(read_file(victim), "keep");
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 3);
+  fs::remove_all(dir);
+}
+
+// open_for_writing never follows a final link, not even a dangling one (O_CREAT would create its
+// target), and names it; a temporary's name is new to the directory each process.
+TEST(OpenForWriting, RefusesALinkDanglingOrNot) {
+  const fs::path dir = scratch_dir("open-refused");
+  const std::string link = (dir / "metrics.jsonl").string(), victim = (dir / "victim").string();
+  fs::create_symlink(victim, link);
+  for (const auto how : {mgt::WriteOpen::create_new, mgt::WriteOpen::append, mgt::WriteOpen::lock}) {
+    std::string why;
+    EXPECT_EQ(mgt::open_for_writing(link, how, why), -1);
+    EXPECT_EQ(why, "is a symbolic link to '" + victim +
+                       "': mgtrain writes no file through a link (remove it, or name the file it leads to)");
+    EXPECT_FALSE(fs::exists(victim));
   }
-  char buf[16] = {};
-  EXPECT_EQ(::read(reader, buf, sizeof buf), 6);
-  EXPECT_STREQ(buf, "<svg/>");
-  ::close(reader);
-  EXPECT_TRUE(fs::is_fifo(path));
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
+  // A hard link to another file is written through as well: refused where the file is opened in
+  // place (a new file cannot have one).
+  const std::string victim_file = (dir / "victim-file").string(), lock = (dir / ".lock").string();
+  std::ofstream(victim_file) << "keep";
+  fs::create_hard_link(victim_file, lock);
+  for (const auto how : {mgt::WriteOpen::append, mgt::WriteOpen::lock}) {
+    std::string why;
+    EXPECT_EQ(mgt::open_for_writing(lock, how, why), -1);
+    EXPECT_EQ(why, "has 2 hard links: mgtrain writes no file that is also another (remove it, or name another file)");
+  }
+  EXPECT_EQ(read_file(victim_file), "keep");
+  const std::string temporary = mgt::AtomicFile::temporary_path((dir / "step-1.h5").string());
+  EXPECT_EQ(temporary, mgt::AtomicFile::temporary_path((dir / "step-1.h5").string()));
+  EXPECT_NE(temporary.find("/.step-1.h5.tmp-" + std::to_string(::getpid()) + "-"), std::string::npos) << temporary;
+  EXPECT_EQ(temporary.size(), (dir / ".step-1.h5.tmp-").string().size() + std::to_string(::getpid()).size() + 17);
+  fs::remove_all(dir);
+}
+
+// An output that is an input, by another path or a hard link too, is refused.
+TEST(OpenForWriting, AnOutputThatIsAnInputIsRefused) {
+  const fs::path dir = scratch_dir("output-input");
+  const std::string input = (dir / "in.txt").string(), hard = (dir / "hard.txt").string();
+  std::ofstream(input) << "text";
+  fs::create_hard_link(input, hard);
+  EXPECT_NO_THROW(mgt::refuse_output_that_is_input("--out", (dir / "new.h5").string(), {input}));
+  for (const std::string& out : {input, hard, (dir / "." / "in.txt").string()}) {
+    try {
+      mgt::refuse_output_that_is_input("data convert --out", out, {"missing", input});
+      ADD_FAILURE() << out << " was not refused";
+    } catch (const mgt::IoError& e) {
+      EXPECT_EQ(std::string(e.what()), "data convert --out '" + out + "' is the input '" + input +
+                                           "' (the same file): writing it would destroy what is read; give "
+                                           "another output path");
+    }
+  }
   fs::remove_all(dir);
 }
 

@@ -3,9 +3,11 @@
 // tests and people read.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -114,23 +116,56 @@ TEST(MetricsFile, UnwritablePathIsNamed) {
     FAIL() << "a directory opened as the metrics file";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
-    // The reason, as the system gave it.
-    EXPECT_NE(std::string(e.what()).find(": Is a directory"), std::string::npos) << e.what();
+    // The reason, as a refusal of anything but a regular file says it.
+    EXPECT_NE(std::string(e.what()).find("' is a directory, not a regular file"), std::string::npos) << e.what();
   }
 }
 
-// A metrics line that cannot be written (/dev/full: every write fails with ENOSPC) is a warning
-// naming the file and the reason, once; the run goes on with the metrics off.
-TEST(MetricsFile, FullDiskWarnsOnceAndTurnsTheMetricsOff) {
-  auto metrics = make_metrics_file("/dev/full");
+// A metrics line that cannot be written is a warning naming the file and the reason, once; the
+// run goes on with the metrics off. The file may not grow (RLIMIT_FSIZE, SIGXFSZ ignored as
+// mgtrain ignores it): every write fails with EFBIG, as on a full disk with ENOSPC (e2e.full_disk).
+TEST(MetricsFile, AFailedWriteWarnsOnceAndTurnsTheMetricsOff) {
+  TempDir dir;
+  fs::create_directories(dir.path());
+  const std::string path = (dir.path() / "metrics.jsonl").string();
+  // Already at the limit, which the captured stderr's file stays under.
+  constexpr size_t kLimit = 4096;
+  std::ofstream(path) << std::string(kLimit - 1, ' ') << '\n';
+  auto metrics = make_metrics_file(path);
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit none = before;
+  none.rlim_cur = kLimit;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &none), 0);
   ::testing::internal::CaptureStderr();
   EXPECT_NO_THROW(metrics->on_interval(figures(5, 0)));
   EXPECT_NO_THROW(metrics->on_interval(figures(10, 0)));
   EXPECT_NO_THROW(metrics->on_run_end({10, 0, false}));
   const std::string warnings = ::testing::internal::GetCapturedStderr();
-  EXPECT_EQ(warnings,
-            "mgtrain: warning: metrics file '/dev/full' cannot be written: No space left on device; metrics are off "
-            "for the rest of the run\n");
+  ::setrlimit(RLIMIT_FSIZE, &before);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(warnings, "mgtrain: warning: metrics file '" + path +
+                          "' cannot be written: File too large; metrics are off for the rest of the run\n");
+  EXPECT_EQ(fs::file_size(path), kLimit);
+}
+
+// The metrics file is never opened through a symbolic link (a dangling one would create what it
+// leads to), nor as a device.
+TEST(MetricsFile, ALinkOrADeviceIsRefused) {
+  TempDir dir;
+  fs::create_directories(dir.path());
+  const std::string link = (dir.path() / "metrics.jsonl").string(), victim = (dir.path() / "victim").string();
+  fs::create_symlink(victim, link);
+  for (const std::string& path : {link, std::string("/dev/full")}) {
+    try {
+      make_metrics_file(path);
+      ADD_FAILURE() << path << " was opened";
+    } catch (const mgt::IoError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("metrics file '" + path + "' is a ", 0), 0u) << e.what();
+    }
+  }
+  EXPECT_FALSE(fs::exists(victim));
 }
 
 TEST(ProgressObserver, LinesAtIntervalsOnly) {

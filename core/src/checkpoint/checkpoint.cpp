@@ -814,8 +814,9 @@ std::string write_checkpoint_files(const std::string& dir, const CheckpointMeta&
   const std::string name = "step-" + std::to_string(meta.step) + ".h5";
   const std::string final_path = (fs::path(dir) / name).string();
 
-  // Written as ".step-<N>.h5.tmp-<pid>", then ".latest.tmp-<pid>" (remove_leftover_temporaries).
-  AtomicFile file(final_path, describe_failure(AtomicFile::temporary_path(final_path), final_path, dir));
+  // Written as ".step-<N>.h5.tmp-<pid>-<random>", then ".latest.tmp-<pid>-<random>"
+  // (remove_leftover_temporaries).
+  AtomicFile file(final_path, "checkpoint", describe_failure(AtomicFile::temporary_path(final_path), final_path, dir));
   {
     const FileImage image = build_image(final_path, file.temporary(), meta, store, optimizer);
     file.create();
@@ -829,7 +830,8 @@ std::string write_checkpoint_files(const std::string& dir, const CheckpointMeta&
   fsync_directory(dir);
 
   const std::string latest_path = (fs::path(dir) / "latest").string();
-  AtomicFile latest(latest_path, describe_failure(AtomicFile::temporary_path(latest_path), latest_path, dir));
+  AtomicFile latest(latest_path, "checkpoint file",
+                    describe_failure(AtomicFile::temporary_path(latest_path), latest_path, dir));
   latest.create();
   latest.append(name + "\n");
   latest.sync_and_close();
@@ -890,16 +892,18 @@ CheckpointDirLock::CheckpointDirLock(std::string dir) : dir_(std::move(dir)) {
   if (!fs::is_directory(dir_, ec)) throw IoError(where + " is not a directory: " + errno_text(ENOTDIR));
   // Every checkpoint is a new file renamed into place: create and remove one now rather than find
   // out after the training (access(W_OK) says yes to root on a read-only mount, for one).
-  const std::string probe = (fs::path(dir_) / (".write-check.tmp-" + std::to_string(::getpid()))).string();
-  const int probe_fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (probe_fd < 0)
-    throw IoError(where + " does not take new files: cannot create " + quote(probe) + ": " + errno_text(errno));
+  // Named as a temporary is (".write-check.tmp-<pid>-<random>"), so nobody can plant a link there.
+  const std::string probe = AtomicFile::temporary_path((fs::path(dir_) / "write-check").string());
+  std::string why;
+  const int probe_fd = open_for_writing(probe, WriteOpen::create_new, why);
+  if (probe_fd < 0) throw IoError(where + " does not take new files: " + quote(probe) + " " + why);
   ::close(probe_fd);
   ::unlink(probe.c_str());
 
+  // A lock file that is a symbolic link is refused, never opened: it could lead to any file.
   const std::string lock_path = (fs::path(dir_) / kLockFile).string();
-  fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw IoError(where + ": cannot open its lock file " + quote(lock_path) + ": " + errno_text(errno));
+  fd_ = open_for_writing(lock_path, WriteOpen::lock, why);
+  if (fd_ < 0) throw IoError(where + ": its lock file " + quote(lock_path) + " " + why);
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     const std::string holder = err == EWOULDBLOCK ? lock_holder(fd_) : "";
@@ -934,7 +938,10 @@ int CheckpointDirLock::remove_leftover_temporaries() const {
     const bool temporary =
         name.rfind('.', 0) == 0 && name.find(".tmp-") != std::string::npos &&
         (name.rfind(".step-", 0) == 0 || name.rfind(".latest.tmp-", 0) == 0 || name.rfind(".write-check.tmp-", 0) == 0);
-    if (temporary && entry.is_regular_file(ec) && fs::remove(entry.path(), ec)) ++removed;
+    // A link with such a name is removed too (the link, not what it leads to): the names are
+    // unguessable, so none is this run's, and none may lead a later write astray.
+    const fs::file_status status = entry.symlink_status(ec);
+    if (temporary && (fs::is_regular_file(status) || fs::is_symlink(status)) && fs::remove(entry.path(), ec)) ++removed;
   }
   return removed;
 }

@@ -64,8 +64,9 @@ class CheckpointDirLock {
 
   const std::string& dir() const { return dir_; }
 
-  // Removes what a write killed midway left behind (".step-<N>.h5.tmp-<pid>",
-  // ".latest.tmp-<pid>"); checkpoints and `latest` are never touched. Only under the lock: the
+  // Removes what a write killed midway left behind (".step-<N>.h5.tmp-<pid>-<random>",
+  // ".latest.tmp-...", ".write-check.tmp-..."), and symbolic links with such names (the links,
+  // not what they lead to); checkpoints and `latest` are never touched. Only under the lock: the
   // temporary files of a job still writing would look the same. Returns the number removed.
   int remove_leftover_temporaries() const;
 

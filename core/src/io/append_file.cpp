@@ -6,13 +6,15 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/atomic_file.hpp"
 #include "mgtrain/error.hpp"
 
 namespace mgt {
 
 AppendFile::AppendFile(const std::string& path, const std::string& what) : path_(path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw IoError(what + " '" + path + "' cannot be opened for writing: " + std::strerror(errno));
+  std::string why;
+  fd_ = open_for_writing(path, WriteOpen::append, why);
+  if (fd_ < 0) throw IoError(what + " '" + path + "' " + why);
 }
 
 AppendFile::~AppendFile() { close(); }

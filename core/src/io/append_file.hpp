@@ -10,8 +10,9 @@ namespace mgt {
 
 class AppendFile {
  public:
-  // Opens `path` for appending, creating it. Throws IoError "<what> '<path>' cannot be opened for
-  // writing: <strerror>".
+  // Opens `path` for appending, creating it (open_for_writing: never through a symbolic link).
+  // Throws IoError "<what> '<path>' cannot be opened for writing: <strerror>", or "<what> '<path>'
+  // is a symbolic link to ..." and the like.
   AppendFile(const std::string& path, const std::string& what);
   ~AppendFile();
   AppendFile(const AppendFile&) = delete;

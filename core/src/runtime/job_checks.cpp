@@ -2,6 +2,7 @@
 
 #include <elf.h>
 #include <link.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <random>
 #include <sstream>
 
+#include "base/atomic_file.hpp"
 #include "base/host_name.hpp"
 #include "base/sha256.hpp"
 #include "mgtrain/error.hpp"
@@ -152,7 +154,17 @@ void check_directory_shared(Communicator& comm, const std::vector<std::string>& 
   }
   comm.broadcast(&token, sizeof token, 0);
   const std::filesystem::path probe = std::filesystem::path(dir) / (".mgtrain-shared-" + token.str());
-  if (comm.rank() == 0) std::ofstream(probe) << token.str();
+  if (comm.rank() == 0) {
+    // A new file (never one already there, a link neither); one that cannot be made is seen by
+    // no rank, which the check below reports.
+    std::string why;
+    const int fd = open_for_writing(probe.string(), WriteOpen::create_new, why);
+    if (fd >= 0) {
+      const std::string text = token.str() + "\n";
+      (void)!::write(fd, text.data(), text.size());
+      ::close(fd);
+    }
+  }
   comm.barrier();
   int32_t seen = 1;
   if (comm.rank() != 0) {

@@ -487,6 +487,8 @@ ReportResult write_report(const std::string& run_dir, const std::string& out_pat
     throw DataError("metrics file '" + metrics_path + "' holds no figures to draw, only " + std::to_string(records) +
                     " non-finite step record(s) (the run ended before its first train.log_every steps)");
 
+  const std::string path = out_path.empty() ? (fs::path(run_dir) / "report.svg").string() : out_path;
+  std::vector<std::string> inputs{metrics_path};
   std::map<int, std::vector<JsonLine>> servers;
   static const std::regex kServerFile(R"(metrics\.rank([0-9]{1,9})\.jsonl)");
   for (const auto& entry : fs::directory_iterator(run_dir)) {
@@ -494,16 +496,16 @@ ReportResult write_report(const std::string& run_dir, const std::string& out_pat
     const std::string name = entry.path().filename().string();
     if (entry.is_regular_file() && std::regex_match(name, m, kServerFile)) {
       // A server that has not logged yet leaves an empty file: no panel line for it.
+      inputs.push_back(entry.path().string());
       auto lines = read_json_lines(entry.path().string(), "updates", true);
       if (!lines.empty()) servers[std::stoi(m[1].str())] = std::move(lines);
     }
   }
-
-  const std::string path = out_path.empty() ? (fs::path(run_dir) / "report.svg").string() : out_path;
+  refuse_output_that_is_input("report: --out", path, inputs);
   const std::string svg = render_report_svg(metrics, servers, "mgtrain run " + run_dir);
   // A report replaced whole or not at all, in the words the report has always used: a path that
   // cannot be opened (a missing directory, or a directory itself), or a write that failed.
-  AtomicFile out(path, [&path](AtomicFile::Step step, int error) {
+  AtomicFile out(path, "report", [&path](AtomicFile::Step step, int error) {
     if (step == AtomicFile::Step::create || (step == AtomicFile::Step::rename && error == EISDIR))
       return "report: cannot open '" + path + "' for writing";
     return "report: writing '" + path + "' failed";

@@ -44,8 +44,9 @@ const std::vector<ConfigKey>& core_config_keys() {
        "samples per optimizer step over all ranks and accumulation micro-batches"},
       {"train.seed", KeyType::non_negative_integer, "0", "seed of all randomness: initialisation, sampling, dropout"},
       {"train.lr_schedule", KeyType::string, "constant",
-       "learning-rate schedule: constant, cosine (decays to 0 at the last step of train.epochs), or the "
-       "name of a schedule plugin (libmgtrain-schedule-<name>.so in the plugin path; its keys in [schedule])"},
+       "learning-rate schedule: constant, cosine (decays to 0 at the run's last step: of train.epochs, or "
+       "train.max_steps where that is sooner), or the name of a schedule plugin (libmgtrain-schedule-<name>.so "
+       "in the plugin path; its keys in [schedule])"},
       {"train.warmup_steps", KeyType::non_negative_integer, "0",
        "steps of linear learning-rate warm-up from 0 to optimizer.lr (as optimizer.lr_scaling scales it)"},
       {"train.label_smoothing", KeyType::non_negative_real, "0",

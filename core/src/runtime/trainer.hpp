@@ -26,6 +26,9 @@ struct TrainOptions {
   bool quiet = false;
   bool write_checkpoints = true;
   int64_t timing_warmup_steps = 0;
+  // For `mgtrain verify`: end the run after this step (0: no such stop), as a stop signal would,
+  // with the schedule still told train.max_steps, so its curve is the uninterrupted run's.
+  int64_t stop_at_step = 0;
 };
 
 // Where a step's time goes, in seconds.

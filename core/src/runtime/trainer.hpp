@@ -50,6 +50,7 @@ struct TrainResult {
   std::string checkpoint;      // path of the last checkpoint written
   double peak_rss_mb = 0;      // peak resident memory of the largest rank
   bool stopped = false;        // ended early by a stop signal (after a final checkpoint)
+  int stop_signal = 0;         // the signal it stopped for (some rank's)
   double test_accuracy = -1;   // of the final model on data.test, when set (rank 0)
   double test_loss = -1;       // its mean loss per label (per token: nats), when set (rank 0)
   int64_t skipped_steps = 0;   // steps skipped for a non-finite gradient (train.nonfinite = skip)

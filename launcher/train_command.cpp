@@ -52,6 +52,7 @@ int run_under_mpi(int argc, char** argv, const std::string& command, const std::
     return 0;
   }
 
+  if (refuse_low_open_file_limit()) return 2;
   MpiRuntime mpi(&argc, &argv);
   auto comm = make_mpi_communicator();
   try {

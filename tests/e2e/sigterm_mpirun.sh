@@ -66,7 +66,7 @@ for try in $(seq "$runs"); do
     lost=$((lost + 1)) what="LOST: no stop line, no done: line"
   fi
   echo "try $try ($model): rc $rc, $what"
-  case $what in LOST* | done:*) echo "--- its log:"; tail -n 20 "$log" ;; esac
+  case $what in LOST* | done:*) echo "--- its log, and its checkpoint directory:"; tail -n 20 "$log"; ls -la ckpt || true ;; esac
 done
 rcs=$(for s in "${!statuses[@]}"; do echo "rc $s: ${statuses[$s]}"; done | sort | paste -sd, -)
 echo "sigterm to mpirun, $model np=2: $runs runs, $stopped stopped with a final checkpoint, $finished finished" \

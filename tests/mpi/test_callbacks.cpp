@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -57,9 +58,13 @@ int main(int argc, char** argv) {
   comm->barrier();
   // Agreed after every step: mpirun kills the ranks a second after passing SIGTERM on.
   check(stop->should_stop(11), "every rank stops after the next step when the last rank was signalled", rank);
+  // Rank 0 says it on stderr: mpirun stops reading the ranks' stdout while it ends a job.
+  std::ostringstream said_on_stderr;
+  std::streambuf* stderr_buffer = std::cerr.rdbuf(said_on_stderr.rdbuf());
   stop->on_run_end({11, 0, true});
+  std::cerr.rdbuf(stderr_buffer);
   check(run.result.stop_signal == SIGUSR1, "every rank knows the signal, for its exit status (128 + it)", rank);
-  const std::string said = log.str();
+  const std::string said = said_on_stderr.str() + log.str();
   if (rank == 0)
     check(contains(said, "stopped by signal " + std::to_string(SIGUSR1) + " at step 11: writing a final checkpoint") &&
               contains(said, "--resume latest"),

@@ -117,11 +117,13 @@ class StopSignalCallback final : public TrainingCallback {
     if (!end.stopped) return;
     run_.result.stop_signal = agreed_signal_ != 0 ? agreed_signal_ : stop_signal();
     if (!run_.leader) return;
-    run_.log << "stopped by signal " << run_.result.stop_signal << " at step " << end.step
-             << (run_.lockstep() ? ": writing a final checkpoint"
-                                 : " of rank 0: writing the servers' state as a final checkpoint")
-             << "; resubmit with --resume latest to continue\n"
-             << std::flush;
+    // On stderr: mpirun stops reading the ranks' stdout while it ends the job, and a line there
+    // could wait for it, ahead of the checkpoint.
+    console::warning("stopped by signal " + std::to_string(run_.result.stop_signal) + " at step " +
+                     std::to_string(end.step) +
+                     (run_.lockstep() ? ": writing a final checkpoint"
+                                      : " of rank 0: writing the servers' state as a final checkpoint") +
+                     "; resubmit with --resume latest to continue\n");
   }
 
  private:

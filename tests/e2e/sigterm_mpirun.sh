@@ -52,7 +52,8 @@ for try in $(seq "$runs"); do
   [ "$rc" != 124 ] && [ "$rc" != 137 ] || { cat "$log"; fail "try $try: the run hung after SIGTERM"; }
   statuses[$rc]=$((${statuses[$rc]:-0} + 1))
   dones=$(grep -c '^done: ' "$log" || true)
-  step=$(sed -n 's/^stopped by signal [0-9]* at step \([0-9]*\):.*/\1/p' "$log" | head -n 1)
+  # Not from the line's start: mpirun may put it after a progress line it had read only in part.
+  step=$(sed -n 's/.*stopped by signal [0-9]* at step \([0-9]*\):.*/\1/p' "$log" | head -n 1)
   what=
   if [ "$dones" -gt 1 ]; then
     twice=$((twice + 1)) what="done: $dones times"

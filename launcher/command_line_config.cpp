@@ -1,6 +1,11 @@
 #include "command_line_config.hpp"
 
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "loader/plugin_loader.hpp"
 #include "mgtrain/error.hpp"
@@ -101,6 +106,32 @@ Config checked_run_config(const std::string& ini_file, const RunCommandLine& com
   check_core_key_ranges(resolved);
   *timeout_s = resolved.get_real("comm.timeout_s");
   return config;
+}
+
+bool refuse_low_open_file_limit() {
+  // A rank under mpirun needs about 20 (Open MPI's shared memory, sockets and pipes; the plugins;
+  // HDF5's files; the checkpoint directory's lock), one started alone about 28, as Open MPI
+  // starts its own daemon; below 32 mpirun itself fails or hangs in its start-up.
+  constexpr rlim_t kNeeded = 32;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return false;
+  // Too low a soft limit is raised towards the hard one, to Linux's usual 1024 at most: Open MPI
+  // closes every descriptor up to the limit in each process it starts.
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < kNeeded && limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? 1024 : std::min<rlim_t>(limit.rlim_max, 1024);
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= kNeeded) return false;
+  if (launch_rank() == 0)
+    std::fprintf(stderr,
+                 "mgtrain: error: [rank 0] the open-file limit (ulimit -n) is %llu, hard limit %s, and a rank "
+                 "needs at least %llu (Open MPI's connections, plugins, data and checkpoint files): raise it "
+                 "(ulimit -n 1024) before mpirun\n",
+                 static_cast<unsigned long long>(limit.rlim_cur),
+                 limit.rlim_max == RLIM_INFINITY ? "unlimited" : std::to_string(limit.rlim_max).c_str(),
+                 static_cast<unsigned long long>(kNeeded));
+  return true;
 }
 
 int launch_rank() {

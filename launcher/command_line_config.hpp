@@ -43,4 +43,10 @@ Config checked_run_config(const std::string& ini_file, const RunCommandLine& com
 // without MPI: 0 when not launched as one of several ranks.
 int launch_rank();
 
+// Before MPI_Init, in every command that runs over MPI: raises an open-file soft limit below what
+// a rank needs towards the hard one, and where that is too low, returns true after rank 0 alone (no
+// rank can tell the others yet) printed the one line that says so; the caller exits with 2. Below
+// it Open MPI's MPI_Init fails with dozens of lines and no word from mgtrain.
+bool refuse_low_open_file_limit();
+
 }  // namespace mgt::cli

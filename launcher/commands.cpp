@@ -126,8 +126,9 @@ double parse_temperature(const std::string& text) {
   char* end = nullptr;
   errno = 0;
   const double value = text.empty() ? std::nan("") : std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(value) || value < 0)
-    throw ConfigError(expected);
+  // strtod says ERANGE for a value too small for a normal double too (1e-320, 1e-400): harmless
+  // here, a temperature that small samples the most likely token as 0 does. Too large is inf.
+  if (text.empty() || *end != '\0' || !std::isfinite(value) || value < 0) throw ConfigError(expected);
   return value;
 }
 

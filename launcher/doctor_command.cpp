@@ -678,6 +678,7 @@ int run_doctor(int argc, char** argv, const std::vector<std::string>& args) {
     }
   }
 
+  if (refuse_low_open_file_limit()) return 2;
   MpiRuntime mpi(&argc, &argv);
   auto comm = make_mpi_communicator();
   try {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <functional>
 #include <iostream>
@@ -52,6 +53,7 @@ int run_under_mpi(int argc, char** argv, const std::string& command, const std::
     return 0;
   }
 
+  if (refuse_low_open_file_limit()) return 2;
   MpiRuntime mpi(&argc, &argv);
   auto comm = make_mpi_communicator();
   try {
@@ -142,7 +144,7 @@ int run_train(int argc, char** argv, const std::vector<std::string>& args) {
   add_run_options(desc);
   desc.add_options()("resume", po::value<std::string>(), "'latest' (newest in checkpoint.dir) or a checkpoint path");
   add_allow_unchecked_option(desc);
-  bool stopped_by_signal = false;
+  int stopped_by_signal = 0;
   // Before MPI_Init, whose threads (like every later one) must not run a stop signal's handler.
   take_stop_signals();
   const int rc = run_under_mpi(argc, argv, "train", args, desc,
@@ -151,13 +153,14 @@ int run_train(int argc, char** argv, const std::vector<std::string>& args) {
                                  apply_allow_unchecked_option(vm);
                                  accept_stop_signals();
                                  const TrainResult r = train(comm, std::move(options), std::cout);
-                                 if (r.stopped) stopped_by_signal = true;
+                                 if (r.stopped) stopped_by_signal = r.stop_signal > 0 ? r.stop_signal : SIGTERM;
                                  if (comm.rank() == 0) print_result(r, comm.size(), vm["json"].as<bool>());
                                  if (!r.lost_ranks.empty()) end_job_without(comm, r.lost_ranks);
                                });
   // Stopped by scancel or a time limit: the final checkpoint is written, but the run is not
-  // done, which the exit status tells the scheduler (128 + SIGTERM, as if killed by it).
-  return rc == 0 && stopped_by_signal ? 143 : rc;
+  // done, which the exit status tells the scheduler (128 + the signal, as if killed by it: 143
+  // for SIGTERM). mpirun signalled itself exits 1 whatever the ranks return (docs/clusters.md).
+  return rc == 0 && stopped_by_signal != 0 ? 128 + stopped_by_signal : rc;
 }
 
 int run_bench(int argc, char** argv, const std::vector<std::string>& args) {

@@ -31,6 +31,29 @@ case $1 in
     grep -q '^mgtrain: warning: \[rank 0\] train.threads = 100000 is more than the [0-9]* core(s) this rank may use' \
       err.log || fail "no warning that train.threads was lowered"
     exit 0 ;;
+  # Too few file descriptors for MPI: one line from mgtrain before MPI_Init (Open MPI printed 30
+  # lines of its own and mgtrain none), alone, and from rank 0 of a job whose ranks have too few
+  # (mpirun's own limit left alone: below 32 mpirun itself fails). A soft limit below the hard one
+  # is raised: the run trains.
+  open_files)
+    expect_line="the open-file limit (ulimit -n) is 12, hard limit 12, and a rank needs at least 32 (Open MPI's connections, plugins, data and checkpoint files): raise it (ulimit -n 1024) before mpirun"
+    rc=0
+    (ulimit -n 12 && exec timeout 60 "$MGTRAIN" train --config run.ini) >alone.log 2>&1 || rc=$?
+    cat alone.log
+    [ "$rc" = 2 ] || fail "ulimit -n 12: exit $rc, expected 2"
+    [ "$(cat alone.log)" = "mgtrain: error: [rank 0] $expect_line" ] || fail "ulimit -n 12: not the one line"
+    rc=0
+    timeout 60 mpirun -np 2 --oversubscribe sh -c 'ulimit -n 12 && exec "$0" "$@"' "$MGTRAIN" train --config run.ini \
+      >job.log 2>&1 || rc=$?
+    [ "$rc" != 0 ] && [ "$rc" != 124 ] || { cat job.log; fail "ranks with ulimit -n 12: exit $rc"; }
+    [ "$(grep -c '^mgtrain: error:' job.log)" = 1 ] && grep -qxF "mgtrain: error: [rank 0] $expect_line" job.log ||
+      { cat job.log; fail "ranks with ulimit -n 12: not rank 0's one line"; }
+    hard=$(ulimit -Hn)
+    if [ "$hard" = unlimited ] || [ "$hard" -ge 1024 ]; then
+      (ulimit -Sn 12 && exec timeout 120 "$MGTRAIN" train --config run.ini --train.max_steps=2) >raised.log 2>&1 ||
+        { cat raised.log; fail "a soft limit of 12 under a hard limit of $hard was not raised"; }
+    fi
+    exit 0 ;;
   *) fail "unknown case $1" ;;
 esac
 

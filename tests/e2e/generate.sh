@@ -77,6 +77,11 @@ case $1 in
     bytes_are greedy1.txt 60
     generate top1.txt --checkpoint $ckpt --prompt "$PROMPT" --tokens 60 --top-k 1 --seed 5
     cmp greedy1.txt top1.txt || fail "--top-k 1 is not greedy decoding"
+    # A temperature too small for a normal double (strtod's ERANGE) is taken: it samples as 0 does.
+    for t in 1e-320 1e-400; do
+      generate tiny.txt --checkpoint $ckpt --prompt "$PROMPT" --tokens 60 --temperature $t --seed 3
+      cmp greedy1.txt tiny.txt || fail "--temperature $t is not greedy decoding"
+    done
     # Top-k sampling is reproducible too.
     generate k5a.txt --checkpoint $ckpt --prompt "$PROMPT" --tokens 80 --top-k 5 --temperature 0.7 --seed 4
     generate k5b.txt --checkpoint $ckpt --prompt "$PROMPT" --tokens 80 --top-k 5 --temperature 0.7 --seed 4

@@ -32,12 +32,19 @@ WSD='k < warmup ? base * (k + 1) / warmup : (k < start ? base : base * (1 - (1 -
 
 case $case_name in
 cosine_lr)
-  # Capped at 40 steps by train.max_steps: the curve still decays over train.epochs' 117 steps.
+  # Capped at 40 steps by train.max_steps, sooner than train.epochs' 117: the curve decays to 0 at
+  # step 40, the run's last, as the key's help says.
   run_np 2 300 train --config run.ini --train.lr_schedule=cosine --train.warmup_steps=10 --train.max_steps=40 \
     --checkpoint.dir="$WORK/cosine" >cosine.log 2>&1 || { cat cosine.log; fail "cosine run"; }
-  horizon=$(steps_per_epoch cosine.log)
-  [ "$horizon" = 117 ] || { cat cosine.log; fail "expected 117 steps/epoch, got '$horizon'"; }
-  check_lr cosine/metrics.jsonl "$COSINE" base=0.02 -v warmup=10 -v horizon="$horizon"
+  [ "$(steps_per_epoch cosine.log)" = 117 ] || { cat cosine.log; fail "expected 117 steps/epoch"; }
+  check_lr cosine/metrics.jsonl "$COSINE" base=0.02 -v warmup=10 -v horizon=40
+  last_lr=$(grep '"step":40,' cosine/metrics.jsonl | sed -n 's/.*"lr":\([^,}]*\).*/\1/p')
+  awk -v lr="$last_lr" 'BEGIN { exit !(lr != "" && lr < 0.01 * 0.02) }' ||
+    fail "the lr at step 40, the last of a run capped by train.max_steps, is '$last_lr', not ~0"
+  # Without train.max_steps the curve spans train.epochs: 117 steps.
+  run_np 2 300 train --config run.ini --train.lr_schedule=cosine --train.warmup_steps=10 \
+    --checkpoint.dir="$WORK/cosine-epoch" >cosine-epoch.log 2>&1 || { cat cosine-epoch.log; fail "cosine run"; }
+  check_lr cosine-epoch/metrics.jsonl "$COSINE" base=0.02 -v warmup=10 -v horizon=117
   ;;
 wsd)
   build_example_plugins libmgtrain-schedule-wsd.so

@@ -25,8 +25,10 @@ for style in mpirun srun; do
 done
 
 # scancel of a running job: SIGTERM to every rank, a final checkpoint, then resubmit to finish.
+# The job could train for days (100000 epochs), so the cancel finds it training on any machine,
+# however fast or loaded (one of 40 epochs could end before the cancel reached it).
 job=$(sbatch --parsable --chdir="$WORK" --output="$WORK/long-%j.log" "$EXAMPLES/slurm/train_srun.sbatch" \
-  --checkpoint.dir="$WORK/long" --train.epochs=40 --train.log_every=50)
+  --checkpoint.dir="$WORK/long" --train.epochs=100000 --train.log_every=50)
 cluster_cancel_when_training "$job" "$WORK/long" ||
   { cat "$WORK"/long-*.log; fail "the long job never started training"; }
 log="$WORK/long-$job.log"
@@ -36,7 +38,7 @@ stopped_at=$(sed -n 's/.*stopped by signal 15 at step \([0-9]*\).*/\1/p' "$log")
 [ "$(cat "$WORK/long/latest")" = "step-$stopped_at.h5" ] || fail "latest does not name the final checkpoint step-$stopped_at.h5"
 
 out=$(sbatch --parsable --wait --chdir="$WORK" --output="$WORK/resume-%j.log" "$EXAMPLES/slurm/train_srun.sbatch" \
-  --checkpoint.dir="$WORK/long" --train.epochs=40 --train.log_every=50 --train.max_steps=$((stopped_at + 40)) \
+  --checkpoint.dir="$WORK/long" --train.epochs=100000 --train.log_every=50 --train.max_steps=$((stopped_at + 40)) \
   --resume latest) || { cat "$WORK"/resume-*.log; fail "the resubmitted job failed"; }
 log="$WORK/resume-${out%%;*}.log"
 tail -n 2 "$log"

@@ -125,7 +125,8 @@ CLUSTER_NODE_SETUP='
 # started training.
 cluster_cancel_when_training() {  # cluster_cancel_when_training JOB DIR
   local job=$1 dir=$2
-  for _ in $(seq 120); do
+  # A hang guard with room for a loaded machine's start-up.
+  for _ in $(seq 360); do
     [ -s "$dir/metrics.jsonl" ] && break
     sleep 0.5
   done

@@ -120,13 +120,15 @@ TEST(Config, CoreKeysHaveHelpAndUniqueNames) {
 #include "runtime/lr_schedule.hpp"
 
 namespace {
-// A built-in schedule set up for base rate `base`, `warmup` warm-up steps and a horizon of `total`.
-std::unique_ptr<LearningRateSchedule> builtin(const std::string& name, double base, int64_t warmup, int64_t total) {
+// A built-in schedule set up for base rate `base`, `warmup` warm-up steps and a run of `total`
+// steps (of train.epochs' `horizon`, where given).
+std::unique_ptr<LearningRateSchedule> builtin(const std::string& name, double base, int64_t warmup, int64_t total,
+                                              int64_t horizon = 0) {
   auto schedule = make_builtin_schedule(name);
   ScheduleRun run;
   run.base_rate = base;
   run.warmup_steps = warmup;
-  run.horizon_steps = total;
+  run.horizon_steps = horizon > 0 ? horizon : total;
   run.run_steps = total;
   schedule->setup(run);
   return schedule;
@@ -146,6 +148,10 @@ TEST(Config, LearningRateSchedules) {
   EXPECT_NEAR(cosine->rate(60), 0.1, 1e-12);
   EXPECT_NEAR(cosine->rate(110), 0.0, 1e-12);
   EXPECT_GT(cosine->rate(30), cosine->rate(31));
+  // Capped by train.max_steps at 110 of train.epochs' 1000 steps: 0 at the run's end, not at 1000.
+  const auto capped = builtin("cosine", 0.2, 10, 110, 1000);
+  EXPECT_NEAR(capped->rate(60), 0.1, 1e-12);
+  EXPECT_NEAR(capped->rate(110), 0.0, 1e-12);
   EXPECT_THROW(make_builtin_schedule("linear"), ConfigError);
   EXPECT_TRUE(is_builtin_schedule("cosine"));
   EXPECT_FALSE(is_builtin_schedule("wsd"));

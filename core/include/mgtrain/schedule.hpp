@@ -24,14 +24,13 @@ struct ScheduleRun {
   int64_t warmup_steps = 0;
   // Optimizer steps per epoch (of the global batch).
   int64_t steps_per_epoch = 0;
-  // train.epochs x steps_per_epoch: the horizon the built-in cosine decays over. It does not
-  // depend on train.max_steps, so a run stopped early (max_steps, a signal) and resumed with
-  // another max_steps follows the same curve as the run never stopped: the horizon to use for a
-  // curve that must survive a resume.
+  // train.epochs x steps_per_epoch. It does not depend on train.max_steps, so a run resumed with
+  // another max_steps follows the same curve: the horizon to use for a curve that must not bend
+  // when train.max_steps changes.
   int64_t horizon_steps = 0;
-  // The step this run ends at: train.max_steps where it caps the run, else horizon_steps. A curve
-  // that ends with the run (a decay to the last step of a capped run) reads this, and then bends
-  // when a resumed run is given another train.max_steps.
+  // The step this run ends at: train.max_steps where it caps the run, else horizon_steps; the
+  // built-in cosine decays to 0 here. A run stopped by a signal and resumed with the same keys
+  // gets the same value; one resumed with another train.max_steps gets a curve that bends there.
   int64_t run_steps = 0;
 };
 

@@ -774,7 +774,8 @@ std::optional<std::string> read_latest_name(const std::string& dir) {
   return name;
 }
 
-// What `latest` names now, for messages: "latest still names step-20.h5".
+}  // namespace
+
 std::string latest_state(const std::string& dir) {
   std::optional<std::string> name;
   try {
@@ -784,8 +785,6 @@ std::string latest_state(const std::string& dir) {
   if (!name) return "there is no earlier checkpoint in " + quote(dir);
   return "the previous checkpoint is intact: " + quote((fs::path(dir) / "latest").string()) + " still names " + *name;
 }
-
-}  // namespace
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {
   std::vector<std::pair<int64_t, std::string>> found;

@@ -135,6 +135,10 @@ struct CheckpointContents {
 };
 CheckpointContents read_checkpoint_contents(const std::string& path);
 
+// What <dir>/latest names now, for a message about a checkpoint not written: "the previous
+// checkpoint is intact: '<dir>/latest' still names step-20.h5", or that there is none. Never throws.
+std::string latest_state(const std::string& dir);
+
 // The checkpoints (step-<N>.h5) in `dir`, newest first.
 std::vector<std::string> list_checkpoints(const std::string& dir);
 

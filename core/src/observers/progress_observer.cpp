@@ -1,11 +1,13 @@
 // Rank 0's progress output. On a terminal: a live bar per epoch (steps, ETA, loss, samples/s)
 // redrawn a few times a second. Elsewhere (batch logs): plain lines every train.log_every steps.
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <ostream>
 #include <string>
 
@@ -29,6 +31,17 @@ bool output_is_terminal() {
   if (n <= 0) return false;
   const std::string where(target, static_cast<size_t>(n));
   return where.rfind("/dev/pts/", 0) == 0 || where.rfind("/dev/tty", 0) == 0;
+}
+
+// Whether `out` takes a line now without making the training thread wait. Under mpirun a rank's
+// stdout is Open MPI's pseudo-terminal of a few KB, which mpirun stops reading while it ends a job
+// (from its SIGTERM until it kills the ranks): a progress line written then held the training
+// thread, which never reached the stop, so the run ended without its final checkpoint. Such a
+// line is left out; the metrics file has the figures.
+bool takes_a_line_now(std::ostream& out) {
+  if (&out != &std::cout) return true;
+  pollfd stdout_fd{STDOUT_FILENO, POLLOUT, 0};
+  return poll(&stdout_fd, 1, 0) != 0;  // 0: full; an error or a closed reader does not wait
 }
 
 // The bar, redrawn after steps and closed with a new line at each epoch's end; or a line per
@@ -76,7 +89,7 @@ class ProgressObserver final : public TrainingCallback {
     rate_ = f.tokens_per_s > 0 ? f.tokens_per_s : f.samples_per_s;
     rate_unit_ = f.tokens_per_s > 0 ? "tokens/s" : "samples/s";
     has_loss_ = true;
-    if (bar_) return;
+    if (bar_ || !takes_a_line_now(out_)) return;
     char line[256];
     std::snprintf(line, sizeof(line), "epoch %lld/%lld step %lld/%lld loss %.4f %s %.0f data-wait %.1f%%\n",
                   static_cast<long long>(f.epoch + 1), static_cast<long long>(epochs_), static_cast<long long>(f.step),
@@ -93,6 +106,7 @@ class ProgressObserver final : public TrainingCallback {
   using Clock = std::chrono::steady_clock;
 
   void draw(int64_t step, int64_t epoch) {
+    if (!takes_a_line_now(out_)) return;
     const int64_t in_epoch = step - epoch * per_epoch_;
     // The steps of this epoch the run takes: the last one may end early, at train.max_steps.
     const int64_t epoch_steps = std::clamp<int64_t>(total_ - epoch * per_epoch_, 1, per_epoch_);

@@ -1,9 +1,18 @@
 #include "runtime/callbacks.hpp"
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
 #include <ostream>
 #include <string>
+#include <thread>
 
 #include "base/stop_signal.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "io/console.hpp"
 #include "runtime/agreement.hpp"
 #include "runtime/checkpointing.hpp"
 #include "runtime/evaluate.hpp"
@@ -63,9 +72,41 @@ class StopSignalCallback final : public TrainingCallback {
  public:
   explicit StopSignalCallback(Run& run) : run_(run) {}
 
+  // While the loop steps, a stop it cannot wait for (a second signal, or a step that outlasts
+  // train.stop_grace_s) ends the rank from the signal thread, mid-step: nothing new is written,
+  // and rank 0 names the newest intact checkpoint, the one a resubmitted run resumes from.
+  void on_run_start(const RunStart& start) override {
+    step_in_flight_->store(start.first_step + 1);
+    // By value: the signal thread may call it as the loop unwinds.
+    end_now_on_a_stop_not_taken(
+        [leader = run_.leader, dir = run_.checkpoint_dir, step = step_in_flight_](int signal, const std::string& why) {
+          if (leader) {
+            console::final_line("mgtrain: stopped by signal " + std::to_string(signal) + " during step " +
+                                std::to_string(step->load()) + ", which " + why +
+                                ": ending without finishing it, no new checkpoint; " + latest_state(dir) +
+                                (std::filesystem::exists(std::filesystem::path(dir) / "latest")
+                                     ? " (resubmit with --resume latest to continue)\n"
+                                     : "\n"));
+          } else {
+            // mpirun ends the whole job once one rank leaves: the others leave a little after rank
+            // 0, so that its line is out first.
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          }
+          std::fflush(nullptr);
+          std::_Exit(128 + signal);
+        },
+        run_.config.get_real("train.stop_grace_s"));
+  }
+  ~StopSignalCallback() override { stop_taken(); }
+
+  // Lock-step ranks agree after every step, so the final checkpoint follows the step in flight
+  // when the signal came: mpirun kills the ranks odls_base_sigkill_timeout (1 s) after passing on
+  // its SIGTERM, and a wait of several steps did not fit in it.
   bool should_stop(int64_t step) override {
+    step_in_flight_->store(step + 1);  // unless this stops the run: the next one
     if (!run_.lockstep()) return stop_requested();
-    if (step % kCheckEvery != 0) return false;
+    // bench and verify take no stop signals: no agreement to time along with their steps.
+    if (!stop_signals_accepted()) return false;
     int64_t signal = stop_signal();
     run_.train_comm->allreduce_max(&signal, 1);
     agreed_signal_ = static_cast<int>(signal);
@@ -73,19 +114,22 @@ class StopSignalCallback final : public TrainingCallback {
   }
 
   void on_run_end(const RunEnd& end) override {
-    if (!end.stopped || !run_.leader) return;
-    run_.log << "stopped by signal " << (agreed_signal_ != 0 ? agreed_signal_ : stop_signal()) << " at step "
-             << end.step
-             << (run_.lockstep() ? ": writing a final checkpoint"
-                                 : " of rank 0: writing the servers' state as a final checkpoint")
-             << "; resubmit with --resume latest to continue\n"
-             << std::flush;
+    if (!end.stopped) return;
+    run_.result.stop_signal = agreed_signal_ != 0 ? agreed_signal_ : stop_signal();
+    if (!run_.leader) return;
+    // On stderr: mpirun stops reading the ranks' stdout while it ends the job, and a line there
+    // could wait for it, ahead of the checkpoint.
+    console::warning("stopped by signal " + std::to_string(run_.result.stop_signal) + " at step " +
+                     std::to_string(end.step) +
+                     (run_.lockstep() ? ": writing a final checkpoint"
+                                      : " of rank 0: writing the servers' state as a final checkpoint") +
+                     "; resubmit with --resume latest to continue\n");
   }
 
  private:
-  static constexpr int64_t kCheckEvery = 10;
   Run& run_;
   int agreed_signal_ = 0;
+  std::shared_ptr<std::atomic<int64_t>> step_in_flight_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 class CheckpointCallback final : public TrainingCallback {

@@ -44,8 +44,14 @@ const std::vector<ConfigKey>& core_config_keys() {
        "samples per optimizer step over all ranks and accumulation micro-batches"},
       {"train.seed", KeyType::non_negative_integer, "0", "seed of all randomness: initialisation, sampling, dropout"},
       {"train.lr_schedule", KeyType::string, "constant",
-       "learning-rate schedule: constant, cosine (decays to 0 at the last step of train.epochs), or the "
-       "name of a schedule plugin (libmgtrain-schedule-<name>.so in the plugin path; its keys in [schedule])"},
+       "learning-rate schedule: constant, cosine (decays to 0 at the run's last step: of train.epochs, or "
+       "train.max_steps where that is sooner), or the name of a schedule plugin (libmgtrain-schedule-<name>.so "
+       "in the plugin path; its keys in [schedule])"},
+      {"train.stop_grace_s", KeyType::non_negative_real, "10",
+       "after a stop signal, seconds the step in flight (or an evaluation) may run on before the ranks "
+       "end without finishing it, with no new checkpoint, rank 0 naming the newest intact one (0: no "
+       "limit); a second signal a second or more after the first ends them at once. Keep it below the "
+       "launcher's wait before SIGKILL (Slurm's KillWait, 30 s by default)"},
       {"train.warmup_steps", KeyType::non_negative_integer, "0",
        "steps of linear learning-rate warm-up from 0 to optimizer.lr (as optimizer.lr_scaling scales it)"},
       {"train.label_smoothing", KeyType::non_negative_real, "0",
@@ -150,6 +156,7 @@ void check_core_key_ranges(const Config& config) {
       {"data.prefetch", INT_MAX, "a 32-bit int"},
       {"train.epochs", INT_MAX, "a 32-bit int, so that epochs x steps per epoch fits 64 bits"},
       {"comm.timeout_s", 1e9, "a deadline on the steady clock"},
+      {"train.stop_grace_s", 1e9, "a deadline on the steady clock"},
       {"metrics.gpu_sample_s", 1e9, "a deadline on the steady clock"},
       {"data.cache_mb", static_cast<double>(SIZE_MAX) / 1e6 / 2, "a byte count"},
   };

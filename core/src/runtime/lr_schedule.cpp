@@ -11,7 +11,7 @@ namespace mgt {
 
 namespace {
 
-// Linear warm-up, then constant or a cosine decay to 0 at the horizon. The expressions are the
+// Linear warm-up, then constant or a cosine decay to 0 at the run's last step. The expressions are the
 // ones the runs before schedule plugins used, so their rates (and parameters) keep their bits.
 class BuiltinSchedule final : public LearningRateSchedule {
  public:
@@ -20,7 +20,9 @@ class BuiltinSchedule final : public LearningRateSchedule {
   void setup(const ScheduleRun& run) override {
     base_ = run.base_rate;
     warmup_ = run.warmup_steps;
-    total_ = run.horizon_steps;
+    // Where the run ends: train.max_steps caps it, and the curve reaches 0 at its last step (as
+    // the key's help says). A resumed run with the same train.max_steps follows the same curve.
+    total_ = run.run_steps;
   }
 
   double rate(int64_t step) const override {

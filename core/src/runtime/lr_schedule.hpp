@@ -17,9 +17,10 @@ namespace mgt {
 bool is_builtin_schedule(const std::string& name);
 
 // The built-in schedule `name`, not set up. Both rise linearly from base_rate / warmup_steps to
-// base_rate over the warm-up steps; then constant stays there and cosine decays to 0 at
-// horizon_steps (train.epochs, not train.max_steps, so stopping early and resuming does not bend
-// it). Throws ConfigError for another name.
+// base_rate over the warm-up steps; then constant stays there and cosine decays to 0 at run_steps
+// (the last step of train.epochs, or train.max_steps where that is sooner: a run stopped by a
+// signal or `verify` and resumed with the same keys follows the same curve). Throws ConfigError
+// for another name.
 std::unique_ptr<LearningRateSchedule> make_builtin_schedule(const std::string& name);
 
 class RunSchedule {

@@ -125,6 +125,16 @@ double scaled_learning_rate(Run& run) {
          static_cast<double>(run.config.get_int("optimizer.lr_base_batch"));
 }
 
+// The step this run ends at: train.epochs x steps per epoch, or train.max_steps where it is
+// sooner, or sooner still where verify stops it midway (TrainOptions::stop_at_step).
+int64_t last_step_of_run(const Run& run) {
+  const int64_t horizon = run.config.get_int("train.epochs") * run.per_epoch;
+  const int64_t max_steps = run.config.get_int("train.max_steps");
+  int64_t last = max_steps > 0 ? std::min(max_steps, horizon) : horizon;
+  if (run.options.stop_at_step > 0) last = std::min(last, run.options.stop_at_step);
+  return last;
+}
+
 // What the schedule is told of the run (mgtrain/schedule.hpp): both its horizon, train.epochs,
 // and where train.max_steps ends it, since which one a curve should end at is the schedule's call.
 ScheduleRun schedule_run(Run& run) {
@@ -230,9 +240,7 @@ void compile_step(Run& run) {
   o.clip_norm = static_cast<float>(run.config.get_real("optimizer.clip_norm"));
   // The steps whose figures are logged (train_loop's log_interval).
   o.norm_every = run.config.get_int("train.log_every");
-  o.last_step = std::min(run.config.get_int("train.max_steps") > 0 ? run.config.get_int("train.max_steps")
-                                                                   : run.config.get_int("train.epochs") * run.per_epoch,
-                         run.config.get_int("train.epochs") * run.per_epoch);
+  o.last_step = last_step_of_run(run);
   o.record = run.config.get_bool("gpu.cuda_graphs") && run.device->can_record();
   o.bf16 = run.config.get_string("gpu.precision") == "bf16";
   o.timeout_s = run.config.get_real("comm.timeout_s");
@@ -445,8 +453,7 @@ void prepare_run(Run& run) {
               << run.checkpoint_dir << "\n";
   });
   run.epochs = run.config.get_int("train.epochs");
-  const int64_t max_steps = run.config.get_int("train.max_steps");
-  run.total_steps = max_steps > 0 ? std::min(max_steps, run.epochs * run.per_epoch) : run.epochs * run.per_epoch;
+  run.total_steps = last_step_of_run(run);
   run.log_every = run.config.get_int("train.log_every");
   run.skip_nonfinite = run.config.get_string("train.nonfinite") == "skip";
   // bench and verify (quiet) time or compare the steps alone.

@@ -26,6 +26,9 @@ struct TrainOptions {
   bool quiet = false;
   bool write_checkpoints = true;
   int64_t timing_warmup_steps = 0;
+  // For `mgtrain verify`: end the run after this step (0: no such stop), as a stop signal would,
+  // with the schedule still told train.max_steps, so its curve is the uninterrupted run's.
+  int64_t stop_at_step = 0;
 };
 
 // Where a step's time goes, in seconds.
@@ -47,6 +50,7 @@ struct TrainResult {
   std::string checkpoint;      // path of the last checkpoint written
   double peak_rss_mb = 0;      // peak resident memory of the largest rank
   bool stopped = false;        // ended early by a stop signal (after a final checkpoint)
+  int stop_signal = 0;         // the signal it stopped for (some rank's)
   double test_accuracy = -1;   // of the final model on data.test, when set (rank 0)
   double test_loss = -1;       // its mean loss per label (per token: nats), when set (rank 0)
   int64_t skipped_steps = 0;   // steps skipped for a non-finite gradient (train.nonfinite = skip)

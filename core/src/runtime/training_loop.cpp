@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "base/resident_memory.hpp"
+#include "base/stop_signal.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "runtime/agreement.hpp"
 #include "runtime/callbacks.hpp"
@@ -119,6 +120,8 @@ TrainResult TrainingLoop::run() {
     }
     for (auto& c : callbacks_) c->before_next_step(step);
   }
+  // No more steps: a stop signal from now on waits for the final checkpoint.
+  stop_taken();
   // The device's parameters and optimizer state, for the final checkpoint and the test set.
   download_step_state();
   for (auto& c : callbacks_) c->on_run_end({step, epoch, stopped});
@@ -307,7 +310,9 @@ TrainResult TrainingLoop::finish(int64_t start_step, int64_t step) {
   // The final model on the test set, by rank 0 (the parameters are the same everywhere now), in
   // batches of the training micro-batch so the model's activations are reused, not grown.
   const std::string test_path = run_.config.get_string("data.test");
-  if (run_.leader && !test_path.empty() && !run_.options.quiet && step > start_step) {
+  // Not after a stop signal: the launcher kills the ranks soon after it (mpirun a second after
+  // passing on its SIGTERM), and the run is not done; the checkpoint is written, the line said.
+  if (run_.leader && !test_path.empty() && !run_.options.quiet && step > start_step && !run_.result.stopped) {
     TraceSpan span(run_.traced(), "evaluation");
     const EvalResult test = evaluate_model(*run_.model, test_path, run_.config.get_string("data.x_name"),
                                            run_.config.get_string("data.y_name"), run_.micro_batch);

@@ -24,9 +24,11 @@ std::string parameter_hash(const std::string& checkpoint) {
   return sha.hex_digest();
 }
 
+// A run of `max_steps`, stopped after `stop_at_step` where that is sooner (0: not stopped).
 std::string run(Communicator& comm, TrainOptions options, const std::string& dir, int64_t max_steps,
-                const std::string& resume) {
+                const std::string& resume, int64_t stop_at_step = 0) {
   options.quiet = true;
+  options.stop_at_step = stop_at_step;
   options.resume = resume;
   options.config.set("checkpoint.dir", dir, "mgtrain verify");
   options.config.set("checkpoint.every_steps", "0", "mgtrain verify");
@@ -51,7 +53,9 @@ bool run_verify(Communicator& world, const TrainOptions& options, int64_t steps,
   const std::string scratch = (std::filesystem::path(base) / ("verify-" + std::to_string(id))).string();
 
   const std::string straight = run(world, options, scratch + "/straight", steps, "");
-  run(world, options, scratch + "/resumed", steps / 2, "");
+  // Stopped midway, not a shorter run: the schedule's curve (a cosine over train.max_steps) is the
+  // straight run's.
+  run(world, options, scratch + "/resumed", steps, "", steps / 2);
   const std::string resumed = run(world, options, scratch + "/resumed", steps, "latest");
   std::string other;
   if (other_world > 0) {

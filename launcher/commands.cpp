@@ -13,6 +13,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "checkpoint/checkpoint.hpp"
 #include "command_line_config.hpp"
 #include "commands.hpp"
 #include "datasets/convert.hpp"
@@ -118,10 +119,13 @@ double parse_temperature(const std::string& text) {
 
 int run_eval(const std::vector<std::string>& args) {
   po::options_description desc("usage: mgtrain eval --checkpoint FILE --data FILE [options]\noptions");
-  desc.add_options()("help", "show this help")("checkpoint", po::value<std::string>(), "checkpoint file (step-<N>.h5)")(
-      "data", po::value<std::string>(), "HDF5 data file to evaluate on")(
-      "batch", po::value<int64_t>()->default_value(1000), "samples per forward pass")("json", po::bool_switch(),
-                                                                                      "print one JSON line")(
+  desc.add_options()("help", "show this help")(
+      "checkpoint", po::value<std::string>(),
+      "checkpoint file (step-<N>.h5), a run's latest or its checkpoint directory")("data", po::value<std::string>(),
+                                                                                   "HDF5 data file to evaluate on")(
+      "batch", po::value<int64_t>(),
+      "samples per forward pass (default 1000; a language model's windows: as many as hold 4096 tokens, "
+      "at least 1)")("json", po::bool_switch(), "print one JSON line")(
       "logits", po::value<std::string>(),
       "write every row's logits to this .npy file (float32 [N, classes]; a token file's windows: [N, T, "
       "vocab]; the data file's row order)")("plugin-path", po::value<std::vector<std::string>>()->composing(),
@@ -131,10 +135,11 @@ int run_eval(const std::vector<std::string>& args) {
     std::cout << desc << "\n";
     return 0;
   }
-  const std::string checkpoint = require(vm, "checkpoint", "eval");
+  const std::string checkpoint = resolve_checkpoint(require(vm, "checkpoint", "eval"));
   const std::string data = require(vm, "data", "eval");
-  const auto batch = vm["batch"].as<int64_t>();
-  if (batch <= 0) throw ConfigError("eval: --batch must be positive, got " + std::to_string(batch));
+  const int64_t batch = vm.count("batch") ? vm["batch"].as<int64_t>() : 0;  // 0: the model's default
+  if (vm.count("batch") && batch <= 0)
+    throw ConfigError("eval: --batch must be positive, got " + std::to_string(batch));
   const std::string logits = vm.count("logits") ? vm["logits"].as<std::string>() : "";
   const EvalResult r = evaluate_checkpoint(checkpoint, data, plugin_paths(vm), batch, logits);
   if (vm["json"].as<bool>())
@@ -159,7 +164,9 @@ int run_export(const std::vector<std::string>& args) {
       "  (T from 1 to its context), and gives \"logits\" [N, T, vocab]. A layer or model with no ONNX form is\n"
       "  refused by name.\n"
       "options");
-  desc.add_options()("help", "show this help")("checkpoint", po::value<std::string>(), "checkpoint file (step-<N>.h5)")(
+  desc.add_options()("help", "show this help")(
+      "checkpoint", po::value<std::string>(),
+      "checkpoint file (step-<N>.h5), a run's latest or its checkpoint directory")(
       "out", po::value<std::string>(), "ONNX file to write (under a temporary name, renamed when complete)")(
       "data", po::value<std::string>(),
       "data file giving the sample shape and normalisation (default: the checkpoint's data.train; eval "
@@ -170,7 +177,7 @@ int run_export(const std::vector<std::string>& args) {
     std::cout << desc << "\n";
     return 0;
   }
-  const std::string checkpoint = require(vm, "checkpoint", "export");
+  const std::string checkpoint = resolve_checkpoint(require(vm, "checkpoint", "export"));
   const std::string out = require(vm, "out", "export");
   const std::string data = vm.count("data") ? vm["data"].as<std::string>() : "";
   const OnnxExport e = export_onnx(checkpoint, out, data, plugin_paths(vm));
@@ -204,8 +211,9 @@ int run_generate(const std::vector<std::string>& args) {
       "  last ones, and once the window is full each new token pushes the oldest out and the cache is\n"
       "  computed again over the window, one pass over the context per token from then on.\n"
       "options");
-  desc.add_options()("help", "show this help")("checkpoint", po::value<std::string>(),
-                                               "checkpoint file of a language model (step-<N>.h5)")(
+  desc.add_options()("help", "show this help")(
+      "checkpoint", po::value<std::string>(),
+      "checkpoint of a language model (step-<N>.h5, a run's latest or its directory)")(
       "prompt", po::value<std::string>(), "text to continue (its bytes; --prompt=TEXT when it starts with -)")(
       "tokens", po::value<std::string>(), "tokens (bytes) to generate, a positive integer")(
       "temperature", po::value<std::string>()->default_value("1"),
@@ -223,7 +231,7 @@ int run_generate(const std::vector<std::string>& args) {
     return 0;
   }
   GenerateOptions options;
-  options.checkpoint = require(vm, "checkpoint", "generate");
+  options.checkpoint = resolve_checkpoint(require(vm, "checkpoint", "generate"));
   options.prompt = require(vm, "prompt", "generate");
   const std::string tokens = require(vm, "tokens", "generate");
   options.tokens = parse_count(tokens, "generate: --tokens", "a positive integer");
@@ -341,6 +349,18 @@ int run_data(const std::vector<std::string>& args) {
       return 0;
     }
     const std::string out = require(vm, "out", "data convert");
+    // One input a conversion: the others would be left out without a word.
+    std::vector<std::string> inputs;
+    if (vm.count("text")) inputs.push_back("--text");
+    if (vm.count("csv")) inputs.push_back("--csv");
+    if (vm.count("image-folder")) inputs.push_back("--image-folder");
+    if (vm.count("images") || vm.count("labels")) inputs.push_back(vm.count("images") ? "--images" : "--labels");
+    if (inputs.size() > 1) {
+      std::string given = inputs[0];
+      for (size_t i = 1; i < inputs.size(); ++i) given += (i + 1 == inputs.size() ? " and " : ", ") + inputs[i];
+      throw ConfigError("data convert: give one input, got " + given +
+                        " (--text, --csv, --image-folder or --images with --labels: one file a conversion)");
+    }
     if (vm.count("text")) {
       const auto sources = data::convert_text(vm["text"].as<std::vector<std::string>>(), out);
       int64_t tokens = 0;
@@ -439,7 +459,8 @@ int run_compare(const std::vector<std::string>& args) {
   }
   // Its lines quote the checkpoints' paths and tensor names.
   PrintableStream out(std::cout);
-  return compare_checkpoints(require(vm, "a", "compare"), require(vm, "b", "compare"), vm["rtol"].as<double>(),
+  return compare_checkpoints(resolve_checkpoint(require(vm, "a", "compare")),
+                             resolve_checkpoint(require(vm, "b", "compare")), vm["rtol"].as<double>(),
                              vm["params-only"].as<bool>(), out)
              ? 0
              : 1;

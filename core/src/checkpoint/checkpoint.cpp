@@ -874,13 +874,14 @@ int CheckpointDirLock::remove_leftover_temporaries() const {
 }
 
 namespace {
-// What --resume SPEC names, for the checks of which run it continues: "" where it names nothing
-// (the resume itself then says what is wrong with it).
+// What --resume SPEC names, for the checks of which run it continues: a run's `latest` or its
+// directory as the checkpoint it names; SPEC itself where it names nothing there (the resume then
+// says what is wrong with it), "" for a `latest` that names nothing.
 std::string resumed_checkpoint(const std::string& dir, const std::string& spec) {
   try {
     return resolve_resume(dir, spec);
   } catch (const Error&) {
-    return "";
+    return spec == "latest" ? "" : spec;
   }
 }
 }  // namespace
@@ -892,7 +893,6 @@ std::string checkpoint_of_another_run(const std::string& dir, const std::string&
   if (spec == "latest") return "";
   // A run directory or its `latest` names the checkpoint in it.
   const std::string resume = spec.empty() ? spec : resumed_checkpoint(dir, spec);
-  if (!spec.empty() && resume.empty()) return "";
   if (!resume.empty()) {
     // A checkpoint of this directory continues its run (an older one too: the user's choice).
     std::error_code ec;

@@ -72,7 +72,7 @@ struct CheckpointModel {
 // `mgtrain eval`'s batch when none is given: 1000 samples of a sample file; for a language model,
 // whose activations are per token (logits over the vocabulary, attention over the context), as
 // many windows as hold kEvalBatchTokens tokens, at least one: the example's gpt (context 128) takes
-// 32 windows, about 250 MB, where 1000 took 7.8 GB.
+// 32 windows, about 290 MB, where 1000 took 7.8 GB.
 inline constexpr int64_t kEvalSampleBatch = 1000;
 inline constexpr int64_t kEvalBatchTokens = 4096;
 int64_t default_eval_batch(const Model& model);

@@ -1064,9 +1064,10 @@ std::string resolve_checkpoint(const std::string& spec) {
   struct stat info {};
   const bool directory = ::stat(spec.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
   if (!directory && fs::path(spec).filename() != "latest") return spec;
-  const fs::path dir = directory ? fs::path(spec) : fs::path(spec).parent_path();
-  const std::string latest = ((dir.empty() ? fs::path(".") : dir) / "latest").string();
-  const std::optional<std::string> name = read_latest_name(dir.empty() ? "." : dir.string());
+  const fs::path named_dir = directory ? fs::path(spec) : fs::path(spec).parent_path();
+  const fs::path dir = named_dir.empty() ? fs::path(".") : named_dir;
+  const std::string latest = (dir / "latest").string();
+  const std::optional<std::string> name = read_latest_name(dir.string());
   if (!name && !directory) return spec;  // no such `latest`: its reader says so
   if (!name)
     throw IoError("checkpoint " + quote(spec) + " is a directory with no 'latest' file (expected a checkpoint file, " +
@@ -1074,7 +1075,7 @@ std::string resolve_checkpoint(const std::string& spec) {
   if (name->empty() || name->find('/') != std::string::npos)
     throw IoError(quote(latest) + " does not name a checkpoint file (expected 'step-<N>.h5', found " + quote(*name) +
                   ")");
-  const std::string path = ((dir.empty() ? fs::path(".") : dir) / *name).string();
+  const std::string path = (dir / *name).string();
   if (const std::string why = data::unreachable_path(path); !why.empty())
     throw IoError(quote(latest) + " names " + quote(*name) + ", but " + quote(path) + " " + why);
   return path;

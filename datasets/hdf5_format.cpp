@@ -33,19 +33,18 @@ std::string where(const std::string& path, const std::string& name) {
 }
 
 // Checks the file is there, readable and HDF5 before asking HDF5 to open it, so the message says
-// which of these is wrong rather than HDF5's generic "unable to open file".
-void check_file(const std::string& path) {
+// which of these is wrong rather than HDF5's generic "unable to open file". `named` starts it.
+void check_file(const std::string& path, const std::string& named) {
   struct stat info {};
-  if (const std::string why = unreachable_path(path, &info); !why.empty())
-    throw DataError(file_prefix(path) + " " + why);
-  if (S_ISDIR(info.st_mode)) throw DataError(file_prefix(path) + " is a directory, expected an HDF5 file");
+  if (const std::string why = unreachable_path(path, &info); !why.empty()) throw DataError(named + " " + why);
+  if (S_ISDIR(info.st_mode)) throw DataError(named + " is a directory, expected an HDF5 file");
   if (const std::string kind = non_regular_kind(info.st_mode); !kind.empty())
-    throw DataError(file_prefix(path) + " is " + kind + ", not a regular file (expected an HDF5 file)");
+    throw DataError(named + " is " + kind + ", not a regular file (expected an HDF5 file)");
   std::ifstream probe(path, std::ios::binary);
-  if (!probe) throw DataError(file_prefix(path) + " is not readable: " + std::strerror(errno));
+  if (!probe) throw DataError(named + " is not readable: " + std::strerror(errno));
   char first = 0;
-  if (!probe.read(&first, 1)) throw DataError(file_prefix(path) + " is empty, expected an HDF5 file");
-  if (H5Fis_hdf5(path.c_str()) <= 0) throw DataError(file_prefix(path) + " is not an HDF5 file (no HDF5 signature)");
+  if (!probe.read(&first, 1)) throw DataError(named + " is empty, expected an HDF5 file");
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw DataError(named + " is not an HDF5 file (no HDF5 signature)");
 }
 
 std::string shape_of(const Shape& s) { return shape_string(s); }
@@ -60,7 +59,7 @@ constexpr int64_t kMaxClasses = int64_t{1} << 20;
 // that disagrees with the layout (an unfiltered chunk shorter than its chunk). So every dataset the
 // reader reads must store all its rows: every chunk present, and unfiltered storage of exactly the
 // size the layout implies.
-void require_rows_stored(hid_t dset, const std::string& what, int depth = 0);
+void require_rows_stored_at(hid_t dset, const std::string& what, int depth = 0);
 
 // Where libhdf5 1.10 looks for a file another one refers to (a virtual dataset's source, with
 // `prefix_variable` HDF5_VDS_PREFIX; an external link's target, HDF5_EXT_PREFIX): as given (an
@@ -183,7 +182,7 @@ void require_virtual_sources(hid_t dset, hid_t dcpl, const std::string& what, co
     if (!source_set)
       throw DataError(what + " is virtual and maps its " + mapped + " to " + source + ", which is not a dataset");
     if (depth > 8) throw DataError(what + " is virtual through more than 8 levels of sources (a cycle?)");
-    require_rows_stored(source_set.get(), what + " (" + source + ")", depth + 1);
+    require_rows_stored_at(source_set.get(), what + " (" + source + ")", depth + 1);
     // The rows no mapping covers.
     if (!vspace || all_covered || !union_known) continue;
     const H5S_sel_type kind = H5Sget_select_type(vspace.get());
@@ -228,7 +227,7 @@ void require_filters_available(hid_t dcpl, const std::string& what) {
   }
 }
 
-void require_rows_stored(hid_t dset, const std::string& what, int depth) {
+void require_rows_stored_at(hid_t dset, const std::string& what, int depth) {
   h5::Id dcpl = h5::plist(H5Dget_create_plist(dset));
   h5::Id type = h5::type(H5Dget_type(dset));
   h5::Id space = h5::space(H5Dget_space(dset));
@@ -346,6 +345,23 @@ void require_float32_statistics(const std::string& path, const char* name, const
 
 namespace h5 {
 
+void require_rows_stored(hid_t dset, const std::string& what) { require_rows_stored_at(dset, what); }
+
+Id open_readonly(const std::string& path, const std::string& named) {
+  silence_errors();
+  check_file(path, named);
+  Id opened = file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (opened) return opened;
+  const std::string why = error_text();
+  // A copy or a write cut short: HDF5 says it in its own terms ("truncated file: eof = ...").
+  unsigned long long has = 0, base = 0, says = 0;
+  if (std::sscanf(why.c_str(), "truncated file: eof = %llu, sblock->base_addr = %llu, stored_eof = %llu", &has, &base,
+                  &says) == 3)
+    throw DataError(named + " could not be opened: it is truncated (" + std::to_string(has) +
+                    " bytes, its HDF5 superblock says " + std::to_string(says) + "; copied or written only in part?)");
+  throw DataError(named + " could not be opened: " + why);
+}
+
 // Opens /row_crc32 when it covers this x and y; it must then be [N] of an unsigned 32-bit type.
 void open_row_checksums(Opened& o, const std::string& path, const std::string& x_name, const std::string& y_name,
                         DatasetInfo& info) {
@@ -368,18 +384,15 @@ void open_row_checksums(Opened& o, const std::string& path, const std::string& x
       H5Tget_size(t.get()) != 4 || H5Tget_sign(t.get()) != H5T_SGN_NONE)
     throw DataError(where(path, kRowChecksums) + " is " + type_name(t.get()) + " " + shape_of(dims) +
                     ", expected uint32 [" + std::to_string(info.num_samples) + "] (one checksum per row)");
-  require_rows_stored(crc.get(), where(path, kRowChecksums));
+  require_rows_stored_at(crc.get(), where(path, kRowChecksums));
   o.row_crc = std::move(crc);
   info.row_checksums = true;
 }
 
 Opened open_validated(const std::string& path, const std::string& x_name, const std::string& y_name, DatasetInfo& info,
                       hid_t x_dapl) {
-  silence_errors();
-  check_file(path);
   Opened o;
-  o.file = file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!o.file) throw DataError(file_prefix(path) + " could not be opened: " + error_text());
+  o.file = open_readonly(path, file_prefix(path));
   o.x = open_dataset(o.file.get(), path, x_name, "samples [N, ...]", x_dapl);
   o.y = open_dataset(o.file.get(), path, y_name, "labels [N]", H5P_DEFAULT);
 
@@ -431,8 +444,8 @@ Opened open_validated(const std::string& path, const std::string& x_name, const 
                       ", expected sizes of at least 1 whose product, in bytes, fits in 64 bits");
 
   // Before any row is read, here or by the reader: each dataset stores all the rows it declares.
-  require_rows_stored(o.x.get(), where(path, x_name));
-  require_rows_stored(o.y.get(), where(path, y_name));
+  require_rows_stored_at(o.x.get(), where(path, x_name));
+  require_rows_stored_at(o.y.get(), where(path, y_name));
 
   info.num_samples = xd[0];
   info.sample_shape.assign(xd.begin() + 1, xd.end());
@@ -586,7 +599,8 @@ std::string filters_of(hid_t dset) {
     const H5Z_filter_t f =
         H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &ncd, cd, sizeof(name), name, nullptr);
     if (!out.empty()) out += ", ";
-    out += f == H5Z_FILTER_DEFLATE && ncd > 0 ? "deflate level " + std::to_string(cd[0]) : std::string(name);
+    // A filter this HDF5 lacks is named by the file: its control bytes escaped.
+    out += f == H5Z_FILTER_DEFLATE && ncd > 0 ? "deflate level " + std::to_string(cd[0]) : printable(name);
   }
   return "filters: " + out;
 }

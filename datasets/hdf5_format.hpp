@@ -46,6 +46,9 @@ struct DatasetInfo {
   // labels the tokens that follow each. 1 for a sample file (one class label a sample).
   int64_t labels_per_sample = 1;
   int64_t tokens = 0;  // a token file's length
+  // A token file's windows, a language model's data: a label per token, one token a window
+  // (model.context = 1) too, so labels_per_sample alone does not tell.
+  bool token_windows() const { return tokens > 0; }
 };
 
 // Opens and validates a data file: it exists and is readable HDF5; x and y exist and are

@@ -168,6 +168,19 @@ struct DatasetInfo;
 
 namespace mgt::data::h5 {
 
+// Opens the HDF5 file at `path` read-only, or throws DataError "<named> <why>" (`named`: "data
+// file 'P'", "token file 'P'") saying which is wrong: missing (a dangling link, a loop), not a
+// regular file, unreadable, empty, not HDF5, or truncated (shorter than its superblock says), not
+// HDF5's generic "unable to open file".
+Id open_readonly(const std::string& path, const std::string& named);
+
+// Refuses (DataError "<what> ...") a dataset whose elements libhdf5 would make up or misread:
+// every chunk it declares must be stored (one never written reads as the fill value, zeros, and
+// a small file can declare 2^50 of them), in the size its layout implies, through filters this
+// HDF5 has (a missing one is named). Checked from the chunk index before anything is read or
+// allocated for the elements; `what` names the file and the dataset.
+void require_rows_stored(hid_t dset, const std::string& what);
+
 // The file and its two datasets, open and validated (see open_dataset_info). `x_dapl` is the
 // dataset access property list for x (the reader's chunk cache).
 struct Opened {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -46,6 +47,14 @@ inline std::string unreachable_path(const std::string& path, struct stat* info =
     return std::string(is_link ? "is a symbolic link loop" : "cannot be reached: a symbolic link on its way loops") +
            " (ELOOP: " + std::strerror(ELOOP) + ")";
   return std::string("cannot be looked at: ") + std::strerror(error);
+}
+
+// How a line about a data file found shorter than when the run opened it ends (rewritten in place
+// while training: a read past its new end finds zeros through HDF5, a SIGBUS through a mapping).
+// The readers of sample and token files measure their file once a batch and name it with this.
+inline std::string changed_since_opened(int64_t epoch, int64_t batch) {
+  return " when the run opened it (epoch " + std::to_string(epoch) + ", batch " + std::to_string(batch) +
+         "): rewritten while training? expected it unchanged";
 }
 
 }  // namespace mgt::data

@@ -26,6 +26,7 @@
 #include "datasets/crc32.hpp"
 #include "datasets/hdf5_util.hpp"
 #include "datasets/mapped_copy.hpp"
+#include "datasets/regular_file.hpp"
 #include "mgtrain/rng.hpp"
 
 namespace mgt::data {
@@ -525,8 +526,7 @@ struct ShardedReader::Impl {
     const bool measured = fstat(direct_fd, &file_stat) == 0;
     const bool shorter = measured && static_cast<uint64_t>(file_stat.st_size) < opened_bytes;
     if (!shorter && (read_ended_at == 0 || !mapping)) return;
-    const std::string when = " when the run opened it (epoch " + std::to_string(epoch) + ", batch " +
-                             std::to_string(batch) + "): rewritten while training? expected it unchanged";
+    const std::string when = changed_since_opened(epoch, batch);
     if (shorter)
       throw DataError("data file '" + opt.path + "' is now " + std::to_string(file_stat.st_size) + " bytes, was " +
                       std::to_string(opened_bytes) + when);

@@ -31,10 +31,14 @@ void write_attr_array(hid_t obj, const char* name, hid_t file_type, hid_t mem_ty
     throw IoError(std::string("writing attribute '") + name + "' failed: " + h5::error_text());
 }
 
-// A source file opened for reading, refused by name when it is not a readable regular file.
+// A source file opened for reading, refused by name when it is not a readable regular file: a
+// missing one, a dangling link or a loop in the words --csv and `data inspect` use.
 int open_source(const std::string& path) {
-  const std::string kind = non_regular_kind(path);
-  if (!kind.empty()) throw DataError("text file '" + path + "' is " + kind + ", expected a regular file");
+  struct stat info {};
+  if (const std::string why = unreachable_path(path, &info); !why.empty())
+    throw DataError("text file '" + path + "' " + why);
+  if (const std::string kind = non_regular_kind(info.st_mode); !kind.empty())
+    throw DataError("text file '" + path + "' is " + kind + ", expected a regular file");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw DataError("text file '" + path + "' cannot be read: " + std::strerror(errno));
   return fd;
@@ -110,13 +114,18 @@ class TokenFileWriter {
 std::vector<TextSource> convert_text(const std::vector<std::string>& files, const std::string& out) {
   if (files.empty()) throw ConfigError("data convert --text: give at least one text file");
   std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
-  // Every source is checked before the output is created: a bad one leaves nothing behind.
+  // Every source is checked before the output is created: a bad one leaves nothing behind. Empty
+  // is what a read finds, not stat's size: a /proc file has size 0 and content.
   for (const std::string& path : files) {
     const int fd = open_source(path);
-    struct stat st {};
-    const bool empty = ::fstat(fd, &st) == 0 && st.st_size == 0;
+    char first = 0;
+    ssize_t got = 0;
+    do got = ::read(fd, &first, 1);
+    while (got < 0 && errno == EINTR);
+    const int err = errno;
     ::close(fd);
-    if (empty) throw DataError("text file '" + path + "' is empty, expected at least one byte of text");
+    if (got < 0) throw DataError("text file '" + path + "' cannot be read: " + std::strerror(err));
+    if (got == 0) throw DataError("text file '" + path + "' is empty, expected at least one byte of text");
   }
   TokenFileWriter writer(out);
   std::vector<TextSource> sources;
@@ -167,16 +176,12 @@ struct OpenedTokens {
   h5::Id file, tokens, crc;
 };
 
+std::string token_file_named(const std::string& path) { return "token file '" + path + "'"; }
+
 OpenedTokens open_tokens(const std::string& path, TokenFileInfo& info) {
-  const auto fail = [&](const std::string& what) { throw DataError("token file '" + path + "': " + what); };
-  h5::silence_errors();
+  const auto fail = [&](const std::string& what) { throw DataError(token_file_named(path) + ": " + what); };
   OpenedTokens o;
-  const std::string kind = non_regular_kind(path);
-  if (!kind.empty()) throw DataError("token file '" + path + "' is " + kind + ", expected a regular file");
-  if (H5Fis_hdf5(path.c_str()) <= 0)
-    throw DataError("token file '" + path + "' cannot be opened as HDF5 (missing, unreadable or not HDF5)");
-  o.file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!o.file) fail("cannot be opened: " + h5::error_text());
+  o.file = h5::open_readonly(path, token_file_named(path));
   if (H5Lexists(o.file.get(), kTokens, H5P_DEFAULT) <= 0)
     fail("has no dataset '/tokens' (a token file is written by `mgtrain data convert --text`)");
   o.tokens = h5::dataset(H5Dopen2(o.file.get(), kTokens, H5P_DEFAULT));
@@ -191,6 +196,9 @@ OpenedTokens open_tokens(const std::string& path, TokenFileInfo& info) {
   info.path = path;
   info.tokens = dims[0];
   if (info.tokens < 1) fail("dataset '/tokens' is empty, expected at least one token");
+  // Before anything is read or sized by the declared length: every chunk stored (an extent set
+  // with nothing written reads as zeros), through filters this HDF5 has.
+  h5::require_rows_stored(o.tokens.get(), token_file_named(path) + ": dataset '/tokens'");
   if (!h5::read_attr_int64(o.file.get(), "vocab_size", info.vocab_size))
     fail("has no integer attribute 'vocab_size' on the root");
   if (info.vocab_size < 1 || info.vocab_size > 256)
@@ -216,6 +224,7 @@ OpenedTokens open_tokens(const std::string& path, TokenFileInfo& info) {
   if (crc_dims.size() != 1 || crc_dims[0] != chunks)
     fail("dataset '/tokens_crc32' has shape " + shape_string(crc_dims) + ", expected [" + std::to_string(chunks) +
          "] (one per " + std::to_string(kTokenChunk) + " tokens)");
+  h5::require_rows_stored(o.crc.get(), token_file_named(path) + ": dataset '/tokens_crc32'");
   return o;
 }
 
@@ -285,9 +294,21 @@ std::vector<uint8_t> read_tokens(const TokenFileInfo& expected) {
   return tokens;
 }
 
+void require_openable(const std::string& path) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  h5::open_readonly(path, token_file_named(path));
+}
+
 struct TokenWindows::Impl {
   TokenFileInfo info;
   OpenedTokens opened;
+  // The file as HDF5 opened it (the same inode, whatever is renamed onto its name later) and its
+  // size then, measured once a batch.
+  int fd = -1;
+  uint64_t opened_bytes = 0;
+  ~Impl() {
+    if (fd >= 0) ::close(fd);
+  }
   h5::Id direct;  // /tokens without a chunk cache: a window's read fetches its bytes, not its chunk
   h5::Id file_space;
 };
@@ -295,6 +316,11 @@ struct TokenWindows::Impl {
 TokenWindows::TokenWindows(const TokenFileInfo& expected) : impl_(std::make_unique<Impl>()) {
   std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
   impl_->opened = reopen_tokens(expected, impl_->info);
+  impl_->fd = ::open(expected.path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat at_open {};
+  if (impl_->fd < 0 || ::fstat(impl_->fd, &at_open) != 0)
+    throw DataError("token file '" + expected.path + "' cannot be read: " + std::strerror(errno));
+  impl_->opened_bytes = static_cast<uint64_t>(at_open.st_size);
   std::vector<uint8_t> buffer(static_cast<size_t>(kTokenChunk));
   check_chunks(impl_->opened, impl_->info, [&](size_t) { return buffer.data(); });
   h5::Id access = h5::plist(H5Pcreate(H5P_DATASET_ACCESS));
@@ -323,12 +349,19 @@ void TokenWindows::read(int64_t offset, int64_t count, uint8_t* out) {
                     std::to_string(offset + count - 1) + " failed: " + h5::error_text());
 }
 
+void TokenWindows::check_size(int64_t epoch, int64_t batch) const {
+  struct stat now {};
+  if (::fstat(impl_->fd, &now) != 0 || static_cast<uint64_t>(now.st_size) >= impl_->opened_bytes) return;
+  throw DataError("data file '" + impl_->info.path + "' is now " + std::to_string(now.st_size) + " bytes, was " +
+                  std::to_string(impl_->opened_bytes) + changed_since_opened(epoch, batch));
+}
+
 std::string inspect_tokens(const std::string& path) {
   const TokenFileInfo info = open_token_info(path);
   std::ostringstream out;
   out << "file: " << printable(path) << "\n"
       << "tokens: " << info.tokens << " (/tokens, uint8)\n"
-      << "vocabulary: " << info.vocab_size << " (tokenizer: " << info.tokenizer << ")\n";
+      << "vocabulary: " << info.vocab_size << " (tokenizer: " << printable(info.tokenizer) << ")\n";
   for (const TextSource& s : info.sources) {
     char crc[16];
     std::snprintf(crc, sizeof crc, "%08x", s.crc32);

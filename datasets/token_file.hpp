@@ -31,6 +31,11 @@ std::vector<TextSource> convert_text(const std::vector<std::string>& files, cons
 // False for a file that is not HDF5 or cannot be opened: the sample reader then says why.
 bool is_token_file(const std::string& path);
 
+// Throws DataError "token file 'P' ..." when the file cannot be opened as HDF5 at all (missing,
+// unreadable, not HDF5, truncated), so that a file is-token-file found no /tokens in is said to be
+// what it is rather than "not a token file".
+void require_openable(const std::string& path);
+
 struct TokenFileInfo {
   std::string path;
   int64_t tokens = 0;      // length of /tokens
@@ -61,6 +66,10 @@ class TokenWindows {
   TokenWindows& operator=(const TokenWindows&) = delete;
   // Tokens [offset, offset + count) into out; DataError naming the file on a failed read.
   void read(int64_t offset, int64_t count, uint8_t* out);
+  // Throws DataError naming the file when it is shorter now than when it was opened (cut while a
+  // run reads it: HDF5 reads the missing bytes as zeros, which the checksums checked at the
+  // opening never see). The reader calls it once a batch, after the batch's reads.
+  void check_size(int64_t epoch, int64_t batch) const;
 
  private:
   struct Impl;

@@ -25,9 +25,11 @@ void check_kind(const std::string& path, int64_t context, const std::string& mod
     throw DataError("data file '" + path + "' is a token file (/tokens), but " + model +
                     " reads sample files (/x, /y): train a language model on it (model.name = gpt, or layers "
                     "whose model.layers starts with embed V D)");
-  if (!tokens && context > 0)
+  if (!tokens && context > 0) {
+    require_openable(path);  // a file that cannot be read at all is said to be what it is
     throw DataError("data file '" + path + "' is not a token file (no dataset /tokens), but " + model +
                     " reads token files: write one with `mgtrain data convert --text FILE... --out OUT.h5`");
+  }
 }
 
 // The keys that set a language model's window and vocabulary: the gpt model's, or for a model
@@ -142,6 +144,8 @@ Batch TokenReader::next() {
       yi[t] = window[t + 1];
     }
   }
+  // After the reads: a file cut before any of them gave zeros, named here rather than trained on.
+  if (windows_) windows_->check_size(epoch_, batch_);
   Batch batch;
   batch.x = Tensor::view(x.data(), {rows, T});
   batch.y = y.data();

@@ -136,10 +136,13 @@ double parse_temperature(const std::string& text) {
 
 int run_eval(const std::vector<std::string>& args) {
   po::options_description desc("usage: mgtrain eval --checkpoint FILE --data FILE [options]\noptions");
-  desc.add_options()("help", "show this help")("checkpoint", po::value<std::string>(), "checkpoint file (step-<N>.h5)")(
-      "data", po::value<std::string>(), "HDF5 data file to evaluate on")(
-      "batch", po::value<int64_t>()->default_value(1000), "samples per forward pass")("json", po::bool_switch(),
-                                                                                      "print one JSON line")(
+  desc.add_options()("help", "show this help")(
+      "checkpoint", po::value<std::string>(),
+      "checkpoint file (step-<N>.h5), a run's latest or its checkpoint directory")("data", po::value<std::string>(),
+                                                                                   "HDF5 data file to evaluate on")(
+      "batch", po::value<int64_t>(),
+      "samples per forward pass (default 1000; a language model's windows: as many as hold 4096 tokens, "
+      "at least 1)")("json", po::bool_switch(), "print one JSON line")(
       "logits", po::value<std::string>(),
       "write every row's logits to this .npy file (float32 [N, classes]; a token file's windows: [N, T, "
       "vocab]; the data file's row order)")("plugin-path", po::value<std::vector<std::string>>()->composing(),
@@ -151,10 +154,11 @@ int run_eval(const std::vector<std::string>& args) {
     return 0;
   }
   apply_allow_unchecked_option(vm);
-  const std::string checkpoint = require(vm, "checkpoint", "eval");
+  const std::string checkpoint = resolve_checkpoint(require(vm, "checkpoint", "eval"));
   const std::string data = require(vm, "data", "eval");
-  const auto batch = vm["batch"].as<int64_t>();
-  if (batch <= 0) throw ConfigError("eval: --batch must be positive, got " + std::to_string(batch));
+  const int64_t batch = vm.count("batch") ? vm["batch"].as<int64_t>() : 0;  // 0: the model's default
+  if (vm.count("batch") && batch <= 0)
+    throw ConfigError("eval: --batch must be positive, got " + std::to_string(batch));
   const std::string logits = vm.count("logits") ? vm["logits"].as<std::string>() : "";
   if (!logits.empty()) refuse_output_that_is_input("eval: --logits", logits, {checkpoint, data});
   const EvalResult r = evaluate_checkpoint(checkpoint, data, plugin_paths(vm), batch, logits);
@@ -183,7 +187,9 @@ int run_export(const std::vector<std::string>& args) {
       "  forward at every layer's output: a layer whose output differs by more than 1e-4 of its largest\n"
       "  |value| is refused by name (docs/models.md, \"Export to ONNX\").\n"
       "options");
-  desc.add_options()("help", "show this help")("checkpoint", po::value<std::string>(), "checkpoint file (step-<N>.h5)")(
+  desc.add_options()("help", "show this help")(
+      "checkpoint", po::value<std::string>(),
+      "checkpoint file (step-<N>.h5), a run's latest or its checkpoint directory")(
       "out", po::value<std::string>(), "ONNX file to write (under a temporary name, renamed when complete)")(
       "data", po::value<std::string>(),
       "data file giving the sample shape and normalisation (default: the checkpoint's data.train; eval "
@@ -199,7 +205,7 @@ int run_export(const std::vector<std::string>& args) {
     return 0;
   }
   apply_allow_unchecked_option(vm);
-  const std::string checkpoint = require(vm, "checkpoint", "export");
+  const std::string checkpoint = resolve_checkpoint(require(vm, "checkpoint", "export"));
   const std::string out = require(vm, "out", "export");
   const std::string data = vm.count("data") ? vm["data"].as<std::string>() : "";
   refuse_output_that_is_input("export: --out", out, {checkpoint, data});
@@ -244,8 +250,9 @@ int run_generate(const std::vector<std::string>& args) {
       "  last ones, and once the window is full each new token pushes the oldest out and the cache is\n"
       "  computed again over the window, one pass over the context per token from then on.\n"
       "options");
-  desc.add_options()("help", "show this help")("checkpoint", po::value<std::string>(),
-                                               "checkpoint file of a language model (step-<N>.h5)")(
+  desc.add_options()("help", "show this help")(
+      "checkpoint", po::value<std::string>(),
+      "checkpoint of a language model (step-<N>.h5, a run's latest or its directory)")(
       "prompt", po::value<std::string>(), "text to continue (its bytes; --prompt=TEXT when it starts with -)")(
       "tokens", po::value<std::string>(), "tokens (bytes) to generate, a positive integer")(
       "temperature", po::value<std::string>()->default_value("1"),
@@ -265,7 +272,7 @@ int run_generate(const std::vector<std::string>& args) {
   }
   apply_allow_unchecked_option(vm);
   GenerateOptions options;
-  options.checkpoint = require(vm, "checkpoint", "generate");
+  options.checkpoint = resolve_checkpoint(require(vm, "checkpoint", "generate"));
   options.prompt = require(vm, "prompt", "generate");
   const std::string tokens = require(vm, "tokens", "generate");
   options.tokens = parse_count(tokens, "generate: --tokens", "a positive integer");
@@ -383,6 +390,19 @@ int run_data(const std::vector<std::string>& args) {
       return 0;
     }
     const std::string out = require(vm, "out", "data convert");
+    // One input a conversion: the others would be left out without a word.
+    std::vector<std::string> kinds;
+    if (vm.count("text")) kinds.push_back("--text");
+    if (vm.count("csv")) kinds.push_back("--csv");
+    if (vm.count("image-folder")) kinds.push_back("--image-folder");
+    if (vm.count("images") || vm.count("labels")) kinds.push_back(vm.count("images") ? "--images" : "--labels");
+    if (kinds.size() > 1) {
+      std::string given = kinds[0];
+      for (size_t i = 1; i < kinds.size(); ++i) given += (i + 1 == kinds.size() ? " and " : ", ") + kinds[i];
+      throw ConfigError("data convert: give one input, got " + given +
+                        " (--text, --csv, --image-folder or --images with --labels: one file a conversion)");
+    }
+    // The files read, which --out must not be.
     std::vector<std::string> inputs =
         vm.count("text") ? vm["text"].as<std::vector<std::string>>() : std::vector<std::string>{};
     for (const char* input : {"csv", "images", "labels"})
@@ -488,7 +508,8 @@ int run_compare(const std::vector<std::string>& args) {
   apply_allow_unchecked_option(vm);
   // Its lines quote the checkpoints' paths and tensor names.
   PrintableStream out(std::cout);
-  return compare_checkpoints(require(vm, "a", "compare"), require(vm, "b", "compare"), vm["rtol"].as<double>(),
+  return compare_checkpoints(resolve_checkpoint(require(vm, "a", "compare")),
+                             resolve_checkpoint(require(vm, "b", "compare")), vm["rtol"].as<double>(),
                              vm["params-only"].as<bool>(), out)
              ? 0
              : 1;

@@ -133,13 +133,15 @@ case $1 in
     "$MGTRAIN" train --config image.ini >image.log 2>&1 || { cat image.log; fail "training the mlp"; }
     expect_error "checkpoint '$WORK/image/step-2.h5' holds model 'mlp'.*expected a language model" \
       --checkpoint "$WORK/image/step-2.h5" --prompt "$PROMPT" --tokens 5
-    # Missing, not HDF5, truncated, a directory.
+    # Missing, not HDF5, truncated, a directory that is no run's (a run's directory is its latest).
     expect_error "checkpoint 'missing.h5' does not exist" --checkpoint missing.h5 --prompt "$PROMPT" --tokens 5
     expect_error "checkpoint 'run.ini': cannot open as HDF5" --checkpoint run.ini --prompt "$PROMPT" --tokens 5
     head -c 20000 $ckpt >truncated.h5
     expect_error "checkpoint 'truncated.h5': cannot open as HDF5: truncated" --checkpoint truncated.h5 \
       --prompt "$PROMPT" --tokens 5
-    expect_error "checkpoint 'ck' is a directory, not a regular file" --checkpoint ck --prompt "$PROMPT" --tokens 5
+    mkdir not-a-run
+    expect_error "checkpoint 'not-a-run' is a directory with no 'latest' file" --checkpoint not-a-run \
+      --prompt "$PROMPT" --tokens 5
     if [ "$(id -u)" -ne 0 ]; then  # root reads any file
       cp $ckpt unreadable.h5
       chmod 000 unreadable.h5

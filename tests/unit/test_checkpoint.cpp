@@ -706,6 +706,25 @@ TEST_F(CheckpointTest, ResolveResume) {
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
 }
 
+TEST_F(CheckpointTest, ResolveCheckpointTakesARunsLatestOrDirectory) {
+  const std::string empty = (dir_ / "empty").string();
+  fs::create_directories(empty);
+  std::string msg = error_message<mgt::IoError>([&] { mgt::resolve_checkpoint(empty); });
+  EXPECT_NE(msg.find("checkpoint '" + empty + "' is a directory with no 'latest' file"), std::string::npos) << msg;
+  const std::string path = write(7);
+  const std::string latest = (fs::path(ckdir()) / "latest").string();
+  EXPECT_EQ(mgt::resolve_checkpoint(path), path);  // a checkpoint file as given
+  EXPECT_EQ(mgt::resolve_checkpoint(latest), path);
+  EXPECT_EQ(mgt::resolve_checkpoint(ckdir()), path);
+  EXPECT_EQ(mgt::resolve_resume(ckdir(), latest), path);
+  // Anything else is left to its reader, which says what is wrong with it.
+  EXPECT_EQ(mgt::resolve_checkpoint("missing.h5"), "missing.h5");
+  fs::remove(path);
+  msg = error_message<mgt::IoError>([&] { mgt::resolve_checkpoint(ckdir()); });
+  EXPECT_NE(msg.find("'" + latest + "' names 'step-7.h5', but '" + path + "' does not exist"), std::string::npos)
+      << msg;
+}
+
 TEST_F(CheckpointTest, LoadingMissingOrNonHdf5FileIsIoError) {
   const std::string missing = (dir_ / "step-1.h5").string();
   auto store = make_store(0.0f);

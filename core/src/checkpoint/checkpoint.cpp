@@ -945,11 +945,26 @@ int CheckpointDirLock::remove_leftover_temporaries() const {
   return removed;
 }
 
-std::string checkpoint_of_another_run(const std::string& dir, const std::string& resume) {
+namespace {
+// What --resume SPEC names, for the checks of which run it continues: a run's `latest` or its
+// directory as the checkpoint it names; SPEC itself where it names nothing there (the resume then
+// says what is wrong with it), "" for a `latest` that names nothing.
+std::string resumed_checkpoint(const std::string& dir, const std::string& spec) {
+  try {
+    return resolve_resume(dir, spec);
+  } catch (const Error&) {
+    return spec == "latest" ? "" : spec;
+  }
+}
+}  // namespace
+
+std::string checkpoint_of_another_run(const std::string& dir, const std::string& spec) {
   const std::vector<std::string> found = list_checkpoints(dir);
   const std::optional<std::string> latest = read_latest_name(dir);
   if (found.empty() && !latest) return "";
-  if (resume == "latest") return "";
+  if (spec == "latest") return "";
+  // A run directory or its `latest` names the checkpoint in it.
+  const std::string resume = spec.empty() ? spec : resumed_checkpoint(dir, spec);
   if (!resume.empty()) {
     // A checkpoint of this directory continues its run (an older one too: the user's choice).
     std::error_code ec;
@@ -961,15 +976,9 @@ std::string checkpoint_of_another_run(const std::string& dir, const std::string&
 
 std::vector<std::string> checkpoints_after(const std::string& dir, const std::string& spec) {
   if (spec.empty()) return {};
-  std::string resume = spec;
-  if (spec == "latest") {
-    // `latest` names the newest unless moved back by hand: then it rolls back as a path does.
-    try {
-      resume = resolve_resume(dir, spec);
-    } catch (const Error&) {
-      return {};  // the resume itself says what is wrong with it
-    }
-  }
+  // `latest` names the newest unless moved back by hand: then it rolls back as a path does.
+  const std::string resume = resumed_checkpoint(dir, spec);
+  if (resume.empty()) return {};
   std::error_code ec;
   const fs::path parent = fs::path(resume).parent_path();
   if (!fs::equivalent(parent.empty() ? fs::path(".") : parent, dir, ec)) return {};
@@ -1122,7 +1131,28 @@ std::string resolve_resume(const std::string& dir, const std::string& spec) {
   }
   if (const std::string why = data::unreachable_path(spec); !why.empty())
     throw IoError("--resume " + spec + ": checkpoint " + quote(spec) + " " + why);
-  return spec;
+  return resolve_checkpoint(spec);
+}
+
+std::string resolve_checkpoint(const std::string& spec) {
+  struct stat info {};
+  const bool directory = ::stat(spec.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+  if (!directory && fs::path(spec).filename() != "latest") return spec;
+  const fs::path named_dir = directory ? fs::path(spec) : fs::path(spec).parent_path();
+  const fs::path dir = named_dir.empty() ? fs::path(".") : named_dir;
+  const std::string latest = (dir / "latest").string();
+  const std::optional<std::string> name = read_latest_name(dir.string());
+  if (!name && !directory) return spec;  // no such `latest`: its reader says so
+  if (!name)
+    throw IoError("checkpoint " + quote(spec) + " is a directory with no 'latest' file (expected a checkpoint file, " +
+                  "a run's checkpoint directory or its 'latest')");
+  if (name->empty() || name->find('/') != std::string::npos)
+    throw IoError(quote(latest) + " does not name a checkpoint file (expected 'step-<N>.h5', found " + quote(*name) +
+                  ")");
+  const std::string path = (dir / *name).string();
+  if (const std::string why = data::unreachable_path(path); !why.empty())
+    throw IoError(quote(latest) + " names " + quote(*name) + ", but " + quote(path) + " " + why);
+  return path;
 }
 
 namespace {

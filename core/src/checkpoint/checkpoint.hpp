@@ -142,7 +142,15 @@ std::string latest_state(const std::string& dir);
 // The checkpoints (step-<N>.h5) in `dir`, newest first.
 std::vector<std::string> list_checkpoints(const std::string& dir);
 
-// Resolves `--resume` argument: "latest" reads <dir>/latest; anything else is a path.
+// A checkpoint as a user names it: a checkpoint file, a run's `latest` (the text file naming the
+// newest checkpoint beside it) or a run's checkpoint directory (its `latest`). Returns the
+// checkpoint file's path; anything else is returned as given, for its reader to say what is wrong
+// with it. Throws IoError when a `latest` (or a directory's) names no checkpoint that is there.
+// eval, export, generate, compare and --resume take their checkpoints through it.
+std::string resolve_checkpoint(const std::string& spec);
+
+// Resolves `--resume` argument: "latest" reads <dir>/latest; anything else is a checkpoint as
+// resolve_checkpoint takes it.
 // Throws IoError naming the directory when there is no checkpoint to resume.
 std::string resolve_resume(const std::string& dir, const std::string& spec);
 

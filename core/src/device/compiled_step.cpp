@@ -195,11 +195,12 @@ CompiledStep::CompiledStep(Backend& backend, Model& model, ParameterStore& store
   in_shape.insert(in_shape.end(), options.sample_shape.begin(), options.sample_shape.end());
   const Shape out = model.output_shape(in_shape);
   const int64_t L = options.labels_per_row;
-  MGT_CHECK(L > 0 && (L == 1 ? out.size() == 2 && out[1] == options.classes
-                             : out.size() == 3 && out[1] == L && out[2] == options.classes),
+  const bool per_token = options.token_windows || L > 1;
+  MGT_CHECK(L > 0 && (per_token ? out.size() == 3 && out[1] == L && out[2] == options.classes
+                                : out.size() == 2 && out[1] == options.classes),
             Error,
             "compiled step: the model's output " + shape_string(out) + " is not [rows, " +
-                (L == 1 ? std::string() : std::to_string(L) + ", ") + std::to_string(options.classes) + "]");
+                (per_token ? std::to_string(L) + ", " : std::string()) + std::to_string(options.classes) + "]");
   if (options.in_place) {
     p.network = std::make_unique<ModelNetwork>(model, in_shape);
   } else {

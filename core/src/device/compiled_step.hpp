@@ -68,6 +68,8 @@ struct CompiledStepOptions {
   // Labels per row: 1 (logits [rows, classes]), or a language model's window T (logits [rows, T,
   // classes], a label per token, each token's logits a row of the loss).
   int64_t labels_per_row = 1;
+  // A language model's windows: logits [rows, T, classes] for any T, one (model.context = 1) too.
+  bool token_windows = false;
   int64_t pass_rows = 0;               // rows in one forward and backward pass
   int64_t passes_per_micro_batch = 1;  // > 1 after out-of-memory halving of the micro-batch
   int64_t accumulation = 1;            // the sync strategy's micro-batches per step

@@ -35,7 +35,8 @@ void check_eval_data(const Model& model, const std::string& data_path, const std
                       ", but the model gives logits of shape " + shape_string(logits) + " for input " +
                       shape_string(input) + ", expected [" + std::to_string(batch) + ", " + std::to_string(context) +
                       ", " + std::to_string(info.num_classes) + "]");
-    data::read_tokens(data::open_token_info(data_path));  // checksums, and every token in the vocabulary
+    // Checksums, and every token in the vocabulary, a chunk at a time: the reader holds a window.
+    const data::TokenWindows checked(data::open_token_info(data_path));
     return;
   }
   if (logits.size() != 2 || logits[1] < info.num_classes)
@@ -44,6 +45,11 @@ void check_eval_data(const Model& model, const std::string& data_path, const std
                     shape_string(input) + ", expected [" + std::to_string(batch) + ", " +
                     std::to_string(info.num_classes) + "]");
   data::class_counts(info);  // throws naming the row of a label outside [0, num_classes)
+}
+
+int64_t default_eval_batch(const Model& model) {
+  const int64_t context = model.sequence_length();
+  return context > 0 ? std::max<int64_t>(1, kEvalBatchTokens / context) : kEvalSampleBatch;
 }
 
 EvalResult evaluate_model(Model& model, const std::string& data_path, const std::string& x_name,
@@ -92,7 +98,7 @@ EvalSums evaluate_share(Model& model, const std::string& data_path, const std::s
     correct += count_correct(logits, next.y);
     if (logits_out) logits_out->insert(logits_out->end(), logits.data(), logits.data() + logits.numel());
     sums.samples += static_cast<double>(next.rows);
-    if (labels_per_sample > 1) sums.tokens += static_cast<double>(next.rows * labels_per_sample);
+    if (reader.info().token_windows()) sums.tokens += static_cast<double>(next.rows * labels_per_sample);
   }
   sums.correct = static_cast<double>(correct);
   return sums;
@@ -138,6 +144,7 @@ EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string&
   std::optional<AtomicFile> logits_file;
   if (!logits_path.empty()) logits_file.emplace(logits_path, "logits file");
   CheckpointModel loaded(checkpoint, plugin_paths);
+  if (batch <= 0) batch = default_eval_batch(*loaded.model);
   std::vector<float> logits;
   const EvalResult result =
       evaluate_model(*loaded.model, data_path, loaded.config.get_string("data.x_name"),

@@ -69,7 +69,16 @@ struct CheckpointModel {
   CheckpointModel(const std::string& checkpoint, CheckpointMeta meta, const std::vector<std::string>& plugin_paths);
 };
 
-// Rebuilds the model from the config stored in the checkpoint (CheckpointModel). A
+// `mgtrain eval`'s batch when none is given: 1000 samples of a sample file; for a language model,
+// whose activations are per token (logits over the vocabulary, attention over the context), as
+// many windows as hold kEvalBatchTokens tokens, at least one: the example's gpt (context 128) takes
+// 32 windows, about 290 MB, where 1000 took 7.8 GB.
+inline constexpr int64_t kEvalSampleBatch = 1000;
+inline constexpr int64_t kEvalBatchTokens = 4096;
+int64_t default_eval_batch(const Model& model);
+
+// Rebuilds the model from the config stored in the checkpoint (CheckpointModel); `batch` 0 takes
+// default_eval_batch. A
 // non-empty `logits_path` gets every row's logits as a .npy file (float32 [N, classes], a language
 // model's [N, T, vocab] for its windows; the file's row order), written whole or not at all; a path
 // that cannot be written is refused first.

@@ -69,6 +69,7 @@ struct Run {
   int64_t shards_per_pass = 1;  // micro-batches run through the model together (startup.cpp)
   int64_t epochs = 0, total_steps = 0, log_every = 1;
   int64_t labels_per_sample = 1;  // a language model's window: one label per token
+  bool token_windows = false;     // a language model's data (DatasetInfo::token_windows)
   Shape micro_shape;              // input of one forward pass: micro_batch x shards_per_pass rows
 
   std::string checkpoint_dir;

@@ -234,6 +234,7 @@ void compile_step(Run& run) {
   o.micro_batches_per_pass = run.shards_per_pass;
   o.accumulation = run.accum;
   o.labels_per_row = run.labels_per_sample;
+  o.token_windows = run.token_windows;
   // The mean over every label of the global batch: a language model's every token.
   o.grad_scale = 1.0f / static_cast<float>(run.global_batch * run.labels_per_sample);
   o.label_smoothing = static_cast<float>(run.config.get_real("train.label_smoothing"));
@@ -281,6 +282,7 @@ void open_reader(Run& run, int train_world) {
   run.reader = data::open_batch_reader(ro);
   run.per_epoch = run.reader->batches_per_epoch();
   run.labels_per_sample = run.reader->info().labels_per_sample;
+  run.token_windows = run.reader->info().token_windows();
   run.micro_shape = {run.micro_batch * run.shards_per_pass};
   for (int64_t d : run.reader->info().sample_shape) run.micro_shape.push_back(d);
   check_model_takes(*run.model, run.choice.model, run.reader->info(), run.micro_shape);

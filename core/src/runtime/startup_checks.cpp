@@ -80,7 +80,7 @@ void check_model_takes(const Model& model, const std::string& model_name, const 
     throw DataError("model '" + model_name + "' cannot take the samples of '" + info.path + "' (shape " +
                     shape_string(info.sample_shape) + "): " + e.what());
   }
-  if (info.labels_per_sample > 1) {
+  if (info.token_windows()) {
     const int64_t T = info.labels_per_sample, V = info.num_classes;
     if (logits.size() != 3 || logits[0] != micro_shape[0] || logits[1] != T || logits[2] < V)
       throw DataError("model '" + model_name + "' produces logits of shape " + shape_string(logits) + " for input " +

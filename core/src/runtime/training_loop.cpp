@@ -264,7 +264,7 @@ void TrainingLoop::log_interval(int64_t step, int64_t epoch) {
   f.accuracy = sums[2] / seen;
   f.data_wait_share = sums[1] / reporting / elapsed;
   f.samples_per_s = static_cast<double>(interval_.samples) / elapsed;
-  f.tokens_per_s = run_.labels_per_sample > 1 ? f.samples_per_s * static_cast<double>(run_.labels_per_sample) : 0.0;
+  f.tokens_per_s = run_.token_windows ? f.samples_per_s * static_cast<double>(run_.labels_per_sample) : 0.0;
   f.learning_rate = interval_.learning_rate;
   f.grad_norm = interval_.grad_norm;  // rank 0's: every lock-step rank holds the same gradient
   f.time_s = seconds_since(run_start_);
@@ -332,7 +332,7 @@ TrainResult TrainingLoop::finish(int64_t start_step, int64_t step) {
   if (all_ranks_here) run_.train_comm->allreduce_sum(totals, 5);
   run_.result.samples = static_cast<int64_t>(totals[4]);
   run_.result.samples_per_s = static_cast<double>(run_.result.samples) / std::max(run_.result.train_seconds, 1e-9);
-  if (run_.labels_per_sample > 1)
+  if (run_.token_windows)
     run_.result.tokens_per_s = run_.result.samples_per_s * static_cast<double>(run_.labels_per_sample);
   // Mean seconds per step of each phase, averaged over ranks.
   const int ranks_summed = all_ranks_here ? run_.train_comm->size() : 1;

@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
           "an unwritable trace path is refused naming the key and the path: " + proc, rank);
     const std::string directory =
         error_of([&] { mgt::Trace::check_writable(dir.string(), "metrics.trace", "run.ini:3"); });
-    check(contains(directory, "it is a directory"), "a directory is not a trace file: " + directory, rank);
+    check(contains(directory, "is a directory, not a regular file"), "a directory is not a trace file: " + directory,
+          rank);
     check(error_of([&] { mgt::Trace::check_writable(path, "metrics.trace", "run.ini:3"); }).empty(),
           "a path in a new directory can be written", rank);
     check(fs::is_directory(dir / "sub") && fs::is_empty(dir / "sub"),

@@ -114,6 +114,9 @@ case $1 in
     # n2's ranks run a copy of mgtrain whose GNU build ID differs in one byte: as another build.
     nodes_up 2
     write_config run.ini
+    # Beside a lib/ that is the build's: its RUNPATH ($ORIGIN/../lib) must find the same libraries.
+    mkdir -p other/bin
+    ln -sfn "$(cd "$(dirname "$MGTRAIN")/../lib" && pwd)" other/lib
     cp "$MGTRAIN" other-mgtrain
     id=$(readelf -n other-mgtrain | sed -n 's/^ *Build ID: \([0-9a-f]*\)$/\1/p')
     [ -n "$id" ] || fail "mgtrain has no GNU build ID"
@@ -124,11 +127,13 @@ binary = open("other-mgtrain", "rb").read()
 assert binary.count(build_id) == 1, "the build ID is not in the file once"
 open("other-mgtrain", "wb").write(binary.replace(build_id, build_id[:-1] + bytes([build_id[-1] ^ 0xFF])))
 PY
+    chmod +x other-mgtrain
+    mv other-mgtrain other/bin/mgtrain
     set +e
     # shellcheck disable=SC2046  # the MCA options are separate words
     node_run n1 timeout --kill-after=10 120 mpirun $(sim_mpirun_options) \
       -np 2 --host n1:2 "$MGTRAIN" train --config run.ini --train.max_steps=5 --checkpoint.dir="$WORK/ckpt" : \
-      -np 2 --host n2:2 "$WORK/other-mgtrain" train --config run.ini --train.max_steps=5 \
+      -np 2 --host n2:2 "$WORK/other/bin/mgtrain" train --config run.ini --train.max_steps=5 \
       --checkpoint.dir="$WORK/ckpt" >out.log 2>&1
     rc=$?
     set -e

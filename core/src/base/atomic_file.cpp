@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "base/file_kind.hpp"
+#include "base/stop_signal.hpp"
 #include "mgtrain/error.hpp"
 
 namespace mgt {
@@ -280,15 +281,7 @@ void remove_unfinished_outputs_on_signals(const std::string& line_start) {
       (void)!::write(STDERR_FILENO, line.data(), line.size());
     }
     // End as the signal would have ended the process: by its default action.
-    struct sigaction default_action {};
-    default_action.sa_handler = SIG_DFL;
-    sigemptyset(&default_action.sa_mask);
-    sigaction(signal, &default_action, nullptr);
-    sigset_t just_this;
-    sigemptyset(&just_this);
-    sigaddset(&just_this, signal);
-    pthread_sigmask(SIG_UNBLOCK, &just_this, nullptr);
-    raise(signal);
+    end_by_default_action(signal);
   }).detach();
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <mutex>
 #include <thread>
@@ -119,15 +120,7 @@ void take_signals_forever(sigset_t set) {
       continue;
     }
     // Not training yet: end as the signal would have ended the process, by its default action.
-    struct sigaction default_action {};
-    default_action.sa_handler = SIG_DFL;
-    sigemptyset(&default_action.sa_mask);
-    sigaction(signal, &default_action, nullptr);
-    sigset_t just_this;
-    sigemptyset(&just_this);
-    sigaddset(&just_this, signal);
-    pthread_sigmask(SIG_UNBLOCK, &just_this, nullptr);
-    raise(signal);
+    end_by_default_action(signal);
   }
 }
 
@@ -169,6 +162,19 @@ void stop_taken() {
   // end_now runs on the signal thread and ends the process: nothing more is to be done here.
   lock.unlock();
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+void end_by_default_action(int signal) {
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+  sigaction(signal, &default_action, nullptr);
+  sigset_t just_this;
+  sigemptyset(&just_this);
+  sigaddset(&just_this, signal);
+  pthread_sigmask(SIG_UNBLOCK, &just_this, nullptr);
+  raise(signal);
+  std::_Exit(128 + signal);  // a signal whose default action does not end the process
 }
 
 }  // namespace mgt

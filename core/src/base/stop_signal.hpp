@@ -42,4 +42,8 @@ void stop_taken();
 // a second request.
 inline constexpr double kRepeatGap = 1.0;
 
+// Ends the process as `signal` would have by its default action (the exit status a shell and
+// mpirun expect), from a thread that took the signal with sigwait.
+[[noreturn]] void end_by_default_action(int signal);
+
 }  // namespace mgt

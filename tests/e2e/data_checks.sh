@@ -53,14 +53,6 @@ expect_inspect_refused() {  # expect_inspect_refused FILE EXPECT
   grep -q "$2" inspect.log || { cat inspect.log; fail "no line matches /$2/"; }
 }
 
-edit() {  # edit FILE PYTHON: runs PYTHON with f, the file opened read-write by h5py
-  "$python" - "$1" "$2" <<'PY'
-import sys, h5py, numpy as np
-with h5py.File(sys.argv[1], "r+") as f:
-    exec(sys.argv[2])
-PY
-}
-
 case $case in
 cut_short)
   cp "$DATA_DIR/train.h5" train.h5
@@ -136,19 +128,19 @@ PY
   ;;
 label_range)
   cp "$DATA_DIR/train.h5" train.h5
-  edit train.h5 'f["y"][59999] = 10; assert f.attrs.get("num_classes", f["x"].attrs.get("num_classes")) == 10'
+  h5py_edit train.h5 'f["y"][59999] = 10; assert f.attrs.get("num_classes", f["x"].attrs.get("num_classes")) == 10'
   expect_refused "data file '$WORK/train.h5': dataset '/y' row 59999 has label 10, expected 0 <= label < 10 (num_classes)"
   ;;
 mean_string)
   cp "$DATA_DIR/train.h5" train.h5
-  edit train.h5 'x = f["x"]; v = float(x.attrs["mean"]); del x.attrs["mean"]; x.attrs["mean"] = str(v)'
+  h5py_edit train.h5 'x = f["x"]; v = float(x.attrs["mean"]); del x.attrs["mean"]; x.attrs["mean"] = str(v)'
   expect="data file '$WORK/train.h5': attribute 'mean' of '/x' has type string, expected numbers (one, or one per channel of the samples)"
   expect_refused "$expect"
   expect_inspect_refused "$WORK/train.h5" "$expect"
   ;;
 std_missing)
   cp "$DATA_DIR/train.h5" train.h5
-  edit train.h5 'del f["x"].attrs["std"]; assert "std" not in f.attrs'
+  h5py_edit train.h5 'del f["x"].attrs["std"]; assert "std" not in f.attrs'
   expect="data file '$WORK/train.h5': attribute 'mean' is there but 'std' is not, expected both (normalisation) or neither"
   expect_refused "$expect"
   expect_inspect_refused "$WORK/train.h5" "$expect"
@@ -156,32 +148,32 @@ std_missing)
 statistics_range)
   # A mean float32 cannot hold made every sample -inf: blamed on a non-finite gradient in fc1.
   cp "$DATA_DIR/train.h5" train.h5
-  edit train.h5 'f["x"].attrs["mean"] = np.float64(1e300)'
+  h5py_edit train.h5 'f["x"].attrs["mean"] = np.float64(1e300)'
   expect="data file '$WORK/train.h5': attribute 'mean' of '/x' is 1e+300, expected a finite number of magnitude at most 3.40282e+38 (float32)"
   expect_refused "$expect"
   expect_inspect_refused "$WORK/train.h5" "$expect"
-  edit train.h5 'f["x"].attrs["mean"] = np.float64("nan")'
+  h5py_edit train.h5 'f["x"].attrs["mean"] = np.float64("nan")'
   expect_inspect_refused "$WORK/train.h5" "attribute 'mean' of '/x' is nan, expected a finite number"
   # A std whose inverse float32 cannot hold, and one of 0.
   for sd in 1e-45 0; do
     cp "$DATA_DIR/train.h5" train.h5
-    edit train.h5 "f['x'].attrs['std'] = np.float64($sd)"
+    h5py_edit train.h5 "f['x'].attrs['std'] = np.float64($sd)"
     expect_refused "data file '$WORK/train.h5': attribute 'std' of '/x' is $sd, expected a number from 1.17549e-38 to 3.40282e+38"
   done
   ;;
 dangling_link)
   # /x an external link to a file that is not there was "not a dataset".
   cp "$DATA_DIR/train.h5" train.h5
-  edit train.h5 'del f["x"]; f["x"] = h5py.ExternalLink("missing.h5", "/x")'
+  h5py_edit train.h5 'del f["x"]; f["x"] = h5py.ExternalLink("missing.h5", "/x")'
   expect="data file '$WORK/train.h5': dataset '/x' is an external link to '/x' in 'missing.h5', a file that does not exist (expected the samples"
   expect_refused "$expect"
   expect_inspect_refused "$WORK/train.h5" "$expect"
   # To a file that is there but lacks the object; a soft link to a path the file lacks.
   "$python" -c 'import h5py; h5py.File("other.h5", "w").create_dataset("z", data=[1])'
-  edit train.h5 'del f["x"]; f["x"] = h5py.ExternalLink("other.h5", "/x")'
+  h5py_edit train.h5 'del f["x"]; f["x"] = h5py.ExternalLink("other.h5", "/x")'
   expect_inspect_refused "$WORK/train.h5" "dataset '/x' is an external link to '/x' in 'other.h5', which has no object '/x'"
   cp "$DATA_DIR/train.h5" train.h5
-  edit train.h5 'del f["y"]; f["y"] = h5py.SoftLink("/labels")'
+  h5py_edit train.h5 'del f["y"]; f["y"] = h5py.SoftLink("/labels")'
   expect_inspect_refused "$WORK/train.h5" "dataset '/y' is a soft link to '/labels', which the file does not have (expected the labels"
   # A link that leads to its data is read through.
   "$python" - "$DATA_DIR/train.h5" <<'PY'
@@ -190,7 +182,7 @@ with h5py.File(sys.argv[1], "r") as src, h5py.File("x.h5", "w") as xf:
     src.copy("x", xf)
 PY
   cp "$DATA_DIR/train.h5" train.h5
-  edit train.h5 'del f["x"]; f["x"] = h5py.ExternalLink("x.h5", "/x")'
+  h5py_edit train.h5 'del f["x"]; f["x"] = h5py.ExternalLink("x.h5", "/x")'
   "$MGTRAIN" data inspect train.h5 >inspect.log 2>&1 || { cat inspect.log; fail "an external link to x.h5 was refused"; }
   ;;
 big_endian)
@@ -225,7 +217,7 @@ PY
       { cat compare.log; fail "ckpt_$run differs from the little-endian run"; }
   done
   # A stored value changed is still damage, found when its row is read.
-  edit be.h5 'x = f["x"]; row = x[5]; row.reshape(-1)[3] += 1; x[5] = row'
+  h5py_edit be.h5 'x = f["x"]; row = x[5]; row.reshape(-1)[3] += 1; x[5] = row'
   rc=0
   run_np 2 180 train --config run.ini --data.train="$WORK/be.h5" --checkpoint.dir="$WORK/ckpt_damaged" \
     >damaged.log 2>&1 || rc=$?

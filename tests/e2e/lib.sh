@@ -102,6 +102,16 @@ h5py_python() {
   fail "no python3 on PATH or in /usr/bin imports h5py (scripts/install_deps.sh installs python3-h5py)"
 }
 
+# Runs the Python statements PYTHON with f, FILE opened read-write by h5py (sys, zlib, h5py and
+# numpy as np imported): for tests that damage or forge a data file in ways h5edit.py has no verb for.
+h5py_edit() {  # h5py_edit FILE PYTHON
+  "$(h5py_python)" - "$1" "$2" <<'PY'
+import sys, zlib, h5py, numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    exec(sys.argv[2])
+PY
+}
+
 # Exactly one "mgtrain: error:" line in LOG, which is printed (the log is shown otherwise).
 one_error_line() {  # one_error_line LOG
   local n

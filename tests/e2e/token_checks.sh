@@ -55,14 +55,6 @@ expect_error() {  # expect_error PATTERN ARGS...
   ! ls ckpt/step-*.h5 >/dev/null 2>&1 || fail "'$*' wrote a checkpoint"
 }
 
-edit() {  # edit FILE PYTHON: runs PYTHON with f, the file opened read-write by h5py
-  "$python" - "$1" "$2" <<'PY'
-import sys, zlib, h5py, numpy as np
-with h5py.File(sys.argv[1], "r+") as f:
-    exec(sys.argv[2])
-PY
-}
-
 case $case in
 cut_short)
   # Four chunks of tokens, trained on until the file is cut: the run must end naming the file.
@@ -90,7 +82,7 @@ unstored)
   "$MGTRAIN" data convert --text "$FORTUNES/cookie" --out train.h5 >/dev/null
   write_gpt_config "$WORK/train.h5"
   # 20M tokens declared, the first chunk stored; the CRCs of the rest are those of zeros.
-  edit train.h5 '
+  h5py_edit train.h5 '
 n = 20_000_000; chunk = 1 << 20; chunks = (n + chunk - 1) // chunk
 f["tokens"].resize((n,))
 crc = list(f["tokens_crc32"][...]); crc[-1] = zlib.crc32(f["tokens"][(len(crc) - 1) * chunk:len(crc) * chunk].tobytes())
@@ -104,7 +96,7 @@ for k, v in attrs.items(): d.attrs[k] = v'
   expect_error "$refusal" data inspect "$WORK/train.h5"
   # 2^50 tokens declared, with a /tokens_crc32 of 2^30 values stored nowhere: refused at once,
   # not after allocating a checksum per declared chunk (4 GiB).
-  edit train.h5 '
+  h5py_edit train.h5 '
 f["tokens"].resize((1 << 50,))
 del f["tokens_crc32"]
 f.create_dataset("tokens_crc32", shape=(1 << 30,), dtype="u4", chunks=(1 << 16,))'
@@ -124,7 +116,7 @@ eval_streams)
   "$MGTRAIN" data convert --text big.txt --out big.h5 >/dev/null
   "$MGTRAIN" data convert --text "$FORTUNES/cookie" --out train.h5 >/dev/null
   cp train.h5 small.h5
-  for f in big.h5 small.h5; do edit $f 'f["tokens_crc32"][-1] ^= 1'; done
+  for f in big.h5 small.h5; do h5py_edit $f 'f["tokens_crc32"][-1] ^= 1'; done
   write_gpt_config "$WORK/train.h5"
   "$MGTRAIN" train --config run.ini --train.max_steps=2 >train.log 2>&1 || { cat train.log; fail "training"; }
   eval_peak_kib() {  # eval_peak_kib ARGS...: eval's peak RSS, its output and exit status in eval.log
@@ -193,7 +185,7 @@ PY
   ;;
 control_bytes)
   "$MGTRAIN" data convert --text "$FORTUNES/cookie" --out train.h5 >/dev/null
-  edit train.h5 'f.attrs["tokenizer"] = np.bytes_(b"bytes\x1b[2J\x07")'
+  h5py_edit train.h5 'f.attrs["tokenizer"] = np.bytes_(b"bytes\x1b[2J\x07")'
   "$MGTRAIN" data inspect train.h5 >inspect.txt 2>&1 || { cat inspect.txt; fail "data inspect"; }
   ! grep -q $'\x1b' inspect.txt || fail "data inspect wrote an escape byte from the file"
   grep -qF 'tokenizer: bytes\x1b[2J\x07' inspect.txt || { cat inspect.txt; fail "the tokenizer is not shown escaped"; }

@@ -735,6 +735,18 @@ Value clip(const Node& n) {
   return unary(n, [&](float v) { return std::min(std::max(v, low), high); });
 }
 
+// A tensor's values from raw_data, or else from its typed field. onnx::ParseData does the same, but
+// it lives in libonnx, whose operator registry every rank's mgtrain would then load at start.
+template <typename T, typename Typed>
+void read_values(const std::string& raw, const Typed& typed, std::vector<T>& out) {
+  if (raw.empty()) {
+    out.assign(typed.begin(), typed.end());
+    return;
+  }
+  out.resize(raw.size() / sizeof(T));
+  std::memcpy(out.data(), raw.data(), out.size() * sizeof(T));
+}
+
 // A tensor held in an initializer or a Constant's attribute.
 Value tensor_value(const onnx::TensorProto& t, const std::string& where) {
   Value v;
@@ -743,22 +755,12 @@ Value tensor_value(const onnx::TensorProto& t, const std::string& where) {
   const std::string& raw = t.raw_data();
   switch (t.data_type()) {
     case onnx::TensorProto::FLOAT:
-      if (!raw.empty()) {
-        v.f.resize(raw.size() / sizeof(float));
-        std::memcpy(v.f.data(), raw.data(), v.f.size() * sizeof(float));
-      } else {
-        v.f.assign(t.float_data().begin(), t.float_data().end());
-      }
+      read_values(raw, t.float_data(), v.f);
       if (v.f.size() != count) break;
       return v;
     case onnx::TensorProto::INT64:
       v.int64 = true;
-      if (!raw.empty()) {
-        v.i.resize(raw.size() / sizeof(int64_t));
-        std::memcpy(v.i.data(), raw.data(), v.i.size() * sizeof(int64_t));
-      } else {
-        v.i.assign(t.int64_data().begin(), t.int64_data().end());
-      }
+      read_values(raw, t.int64_data(), v.i);
       if (v.i.size() != count) break;
       return v;
     default:

@@ -28,9 +28,11 @@ std::string test_line(const EvalResult& result, const std::string& path);
 
 // Checks, before any sample is read, that `model` takes the data file's samples in batches of
 // `batch` with an output for each of its classes, and that every label is one of those classes
-// (reads all of y: cheap next to an evaluation). Throws DataError naming the file.
+// (reads all of y: cheap next to an evaluation). A token file's checksums and tokens are read
+// too, a chunk at a time, unless a reader opens the file next (`tokens_read_next`), which checks
+// them itself. Throws DataError naming the file.
 void check_eval_data(const Model& model, const std::string& data_path, const std::string& x_name,
-                     const std::string& y_name, int64_t batch);
+                     const std::string& y_name, int64_t batch, bool tokens_read_next = false);
 
 // The model's parameters must be loaded; the data file is checked first (check_eval_data). With
 // `logits`, every row's logits are appended to it, in the file's order.

@@ -111,51 +111,64 @@ bool thread_multiple() {
 // When a deadline passes, each rank that hit it tells the others so on a communicator of its own
 // and listens for `grace_s`: ranks waiting in the same operation hit their deadline at about the
 // same time and answer; a rank that never answers is the one stuck elsewhere (in I/O, stopped)
-// or gone. Returns those ranks, numbered in `roll`. Runs on the watchdog thread while the
-// main thread is blocked in the collective (hence MPI_THREAD_MULTIPLE). After a deadline the
-// process ends, so requests are left as they are; with `withdraw` (the process may go on) the
-// receives still open are cancelled.
-std::vector<int> silent_ranks(MPI_Comm roll, double grace_s, bool withdraw = false) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(roll, &rank);
-  MPI_Comm_size(roll, &size);
+// or gone. `roll` spans the world, and each rank tells every rank of it: ranks stuck in
+// collectives of different communicators (the step's stop agreement among the training ranks, the
+// gradients among all) still hear each other. Listens to `members` (world ranks, indexed by the
+// rank in the communicator that waits) and returns the indices of those never heard. Runs on the
+// watchdog thread while the main thread is blocked in the collective (hence MPI_THREAD_MULTIPLE).
+// After a deadline the process ends, so requests are left as they are; with `withdraw` (the
+// process may go on) the receives still open are cancelled.
+std::vector<int> silent_ranks(MPI_Comm roll, const std::vector<int>& members, double grace_s, bool withdraw = false) {
+  int me = 0, world = 1;
+  MPI_Comm_rank(roll, &me);
+  MPI_Comm_size(roll, &world);
   constexpr int kTag = 7001;
   static const int here = 1;
-  for (int r = 0; r < size; ++r) {
-    if (r == rank) continue;
+  for (int r = 0; r < world; ++r) {
+    if (r == me) continue;
     MPI_Request request;
     if (MPI_Isend(&here, 1, MPI_INT, r, kTag, roll, &request) == MPI_SUCCESS) MPI_Request_free(&request);
   }
-  std::vector<int> heard(static_cast<size_t>(size), 0), notes(static_cast<size_t>(size));
-  std::vector<MPI_Request> requests(static_cast<size_t>(size), MPI_REQUEST_NULL);
-  heard[static_cast<size_t>(rank)] = 1;
-  for (int r = 0; r < size; ++r)
-    if (r != rank)
-      MPI_Irecv(&notes[static_cast<size_t>(r)], 1, MPI_INT, r, kTag, roll, &requests[static_cast<size_t>(r)]);
+  const size_t size = members.size();
+  std::vector<int> heard(size, 0), notes(size);
+  std::vector<MPI_Request> requests(size, MPI_REQUEST_NULL);
+  int missing = 0;
+  for (size_t i = 0; i < size; ++i) {
+    if (members[i] == me) {
+      heard[i] = 1;
+      continue;
+    }
+    MPI_Irecv(&notes[i], 1, MPI_INT, members[i], kTag, roll, &requests[i]);
+    ++missing;
+  }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
-  int missing = size - 1;
   while (missing > 0 && std::chrono::steady_clock::now() < deadline) {
-    for (int r = 0; r < size; ++r) {
+    for (size_t i = 0; i < size; ++i) {
       int done = 0;
-      if (heard[static_cast<size_t>(r)] || requests[static_cast<size_t>(r)] == MPI_REQUEST_NULL) continue;
-      if (MPI_Test(&requests[static_cast<size_t>(r)], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
-        heard[static_cast<size_t>(r)] = 1;
+      if (heard[i] || requests[i] == MPI_REQUEST_NULL) continue;
+      if (MPI_Test(&requests[i], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
+        heard[i] = 1;
         --missing;
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   std::vector<int> silent;
-  for (int r = 0; r < size; ++r) {
-    if (heard[static_cast<size_t>(r)]) continue;
-    silent.push_back(r);
-    if (withdraw && requests[static_cast<size_t>(r)] != MPI_REQUEST_NULL) {
-      MPI_Cancel(&requests[static_cast<size_t>(r)]);
-      MPI_Request_free(&requests[static_cast<size_t>(r)]);
+  for (size_t i = 0; i < size; ++i) {
+    if (heard[i]) continue;
+    silent.push_back(static_cast<int>(i));
+    if (withdraw && requests[i] != MPI_REQUEST_NULL) {
+      MPI_Cancel(&requests[i]);
+      MPI_Request_free(&requests[i]);
     }
   }
   return silent;
 }
+
+// The roll call's communicator, shared by every communicator of the process: a duplicate of the
+// world, made with the world's MpiCommunicator (the first one, and collective over all ranks).
+// It lives until MPI_Finalize.
+MPI_Comm world_roll_call = MPI_COMM_NULL;
 
 // Ranks of `comm` in the numbering users see (mpirun's and the logs').
 std::vector<int> world_ranks(MPI_Comm comm, const std::vector<int>& ranks) {
@@ -227,11 +240,12 @@ class Watchdog {
     wake_.notify_one();
     if (thread_.joinable()) thread_.join();
   }
-  // A communicator of the watched one's ranks for the roll call at a deadline (MPI_COMM_NULL:
-  // the message says only that some peer is stuck or gone), and each of its ranks' host names.
-  void set_roll_call(MPI_Comm roll, std::vector<std::string> hosts = {}) {
+  // The roll call's communicator at a deadline (MPI_COMM_NULL: the message says only that some
+  // peer is stuck or gone), and the watched communicator's ranks' world ranks and host names.
+  void set_roll_call(MPI_Comm roll, std::vector<int> members = {}, std::vector<std::string> hosts = {}) {
     std::lock_guard lock(mutex_);
     roll_ = roll;
+    members_ = std::move(members);
     hosts_ = std::move(hosts);
   }
 
@@ -280,12 +294,11 @@ class Watchdog {
         if (roll_ != MPI_COMM_NULL) {
           // Long enough for the ranks in the same operation to reach their own deadline.
           const double grace_s = std::clamp(timeout_s_ / 3, 1.0, 10.0);
-          const std::vector<int> silent = silent_ranks(roll_, grace_s);
+          const std::vector<int> silent = silent_ranks(roll_, members_, grace_s);
           waiting_for = silent.empty()
                             ? "the other ranks, which all wait too (different operations, or a stuck network)"
-                            : std::string(silent.size() == 1 ? "rank " : "ranks ") +
-                                  rank_list(world_ranks(roll_, silent)) + ", which never reached it: stuck or gone" +
-                                  where_they_run(silent, hosts_);
+                            : std::string(silent.size() == 1 ? "rank " : "ranks ") + rank_list(in_world(silent)) +
+                                  ", which never reached it: stuck or gone" + where_they_run(silent, hosts_);
         }
         const std::string size = count_ > 0 ? " of " + std::to_string(count_) + " elements" : "";
         char line[1024];
@@ -307,7 +320,7 @@ class Watchdog {
   static constexpr double kSignalGrace = 0.4;
 
   void report_stop_signal(double waited_s) {
-    const std::vector<int> silent = silent_ranks(roll_, kSignalGrace, /*withdraw=*/true);
+    const std::vector<int> silent = silent_ranks(roll_, members_, kSignalGrace, /*withdraw=*/true);
     if (silent.empty()) return;
     const std::string size = count_ > 0 ? " of " + std::to_string(count_) + " elements" : "";
     char line[1024];
@@ -315,9 +328,16 @@ class Watchdog {
                   "mgtrain: [rank %d] signal %d came after %.0f s waiting at step %lld in %s%s for %s %s, which did "
                   "not answer a roll call: stuck or gone%s\n",
                   rank_, stop_signal(), waited_s, static_cast<long long>(step_), op_, size.c_str(),
-                  silent.size() == 1 ? "rank" : "ranks", rank_list(world_ranks(roll_, silent)).c_str(),
+                  silent.size() == 1 ? "rank" : "ranks", rank_list(in_world(silent)).c_str(),
                   where_they_run(silent, hosts_).c_str());
     console::warning(line);
+  }
+
+  // The world ranks of ranks numbered in the watched communicator.
+  std::vector<int> in_world(const std::vector<int>& ranks) const {
+    std::vector<int> out;
+    for (int r : ranks) out.push_back(members_[static_cast<size_t>(r)]);
+    return out;
   }
 
   std::mutex mutex_;
@@ -331,6 +351,7 @@ class Watchdog {
   int rank_ = 0;
   std::chrono::steady_clock::time_point armed_at_, deadline_;
   MPI_Comm roll_ = MPI_COMM_NULL;
+  std::vector<int> members_;
   std::vector<std::string> hosts_;
 };
 
@@ -357,8 +378,11 @@ class MpiCommunicator final : public Communicator {
     // A timeout then names the node of the ranks it waited for, not only their numbers.
     hosts_ = gather_host_names(comm_, size_);
     if (thread_multiple()) {
-      MGT_MPI_CHECK(MPI_Comm_dup(comm_, &roll_));
-      watchdog_.set_roll_call(roll_, hosts_);
+      if (base == MPI_COMM_WORLD && world_roll_call == MPI_COMM_NULL)
+        MGT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world_roll_call));
+      std::vector<int> ranks(static_cast<size_t>(size_));
+      for (int r = 0; r < size_; ++r) ranks[static_cast<size_t>(r)] = r;
+      if (world_roll_call != MPI_COMM_NULL) watchdog_.set_roll_call(world_roll_call, world_ranks(comm_, ranks), hosts_);
     }
   }
   ~MpiCommunicator() override {
@@ -366,7 +390,6 @@ class MpiCommunicator final : public Communicator {
     MPI_Finalized(&finalized);
     if (!finalized) {
       watchdog_.set_roll_call(MPI_COMM_NULL);
-      if (roll_ != MPI_COMM_NULL) MPI_Comm_free(&roll_);
       MPI_Comm_free(&local_);
       MPI_Comm_free(&comm_);
     }
@@ -485,7 +508,6 @@ class MpiCommunicator final : public Communicator {
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm local_ = MPI_COMM_NULL;
-  MPI_Comm roll_ = MPI_COMM_NULL;  // the watchdog's roll call at a deadline
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, node_ = 0;
   std::vector<std::string> hosts_;  // each rank's host name
   Watchdog watchdog_;

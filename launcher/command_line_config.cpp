@@ -108,6 +108,16 @@ Config checked_run_config(const std::string& ini_file, const RunCommandLine& com
   return config;
 }
 
+Config resolved_run_config(const std::string& ini_file, const RunCommandLine& command_line,
+                           const std::vector<std::string>& plugin_paths) {
+  std::string note;
+  double timeout_s = 0;
+  Config config = checked_run_config(ini_file, command_line, plugin_paths, &note, &timeout_s);
+  PluginRegistry registry(plugin_paths);
+  config.validate(known_config_keys(registry, plugin_choice(config)));
+  return config;
+}
+
 bool refuse_low_open_file_limit() {
   // A rank under mpirun needs about 20 (Open MPI's shared memory, sockets and pipes; the plugins;
   // HDF5's files; the checkpoint directory's lock), one started alone about 28, as Open MPI

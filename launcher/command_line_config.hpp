@@ -39,6 +39,11 @@ Config config_from_command_line(const std::string& ini_file, const RunCommandLin
 Config checked_run_config(const std::string& ini_file, const RunCommandLine& command_line,
                           const std::vector<std::string>& plugin_paths, std::string* note, double* timeout_s);
 
+// checked_run_config's config with every key's default filled in: what a run would read, for a
+// command that starts runs rather than being one (`mgtrain launch`).
+Config resolved_run_config(const std::string& ini_file, const RunCommandLine& command_line,
+                           const std::vector<std::string>& plugin_paths);
+
 // This process's rank as the launcher (mpirun, srun) announced it, for an error printed before or
 // without MPI: 0 when not launched as one of several ranks.
 int launch_rank();

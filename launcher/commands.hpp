@@ -12,6 +12,8 @@ void add_allow_unchecked_option(boost::program_options::options_description& des
 void apply_allow_unchecked_option(const boost::program_options::variables_map& vm);
 
 int run_train(int argc, char** argv, const std::vector<std::string>& args);
+// `mgtrain launch ... -- train ...`: the supervisor that restarts a job on the nodes left.
+int run_launch(const std::vector<std::string>& args);
 int run_bench(int argc, char** argv, const std::vector<std::string>& args);
 int run_verify(int argc, char** argv, const std::vector<std::string>& args);
 int run_doctor(int argc, char** argv, const std::vector<std::string>& args);

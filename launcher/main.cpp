@@ -27,6 +27,7 @@ void print_usage(std::ostream& out) {
          "usage: mgtrain <command> [options]\n\n"
          "commands:\n"
          "  train --config FILE [--section.key=value ...]   train (launch with mpirun/srun)\n"
+         "  launch --hostfile F -- train ...                 train under mpirun, restarted on the nodes left\n"
          "  bench --config FILE [--steps N]                  throughput, scaling, time split, all-reduce bandwidth\n"
          "  verify --config FILE [--world-size M]            self-check: resume and world size change nothing\n"
          "  doctor                                           per rank: host, GPU, memory, versions; a verdict\n"
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
                                               "] ");
   try {
     if (command == "train") return mgt::cli::run_train(argc, argv, args);
+    if (command == "launch") return mgt::cli::run_launch(args);
     if (command == "bench") return mgt::cli::run_bench(argc, argv, args);
     if (command == "verify") return mgt::cli::run_verify(argc, argv, args);
     if (command == "doctor") return mgt::cli::exec_doctor(argv);

@@ -1,0 +1,487 @@
+// `mgtrain launch`: a supervisor around one training job that survives losing nodes. It starts
+// mpirun over the hostfile's nodes, and when the job ends because a node was lost (a line of
+// mpirun's or mgtrain's naming it, or a node that no longer answers a probe), drops that node and
+// starts the job again on the nodes left with --resume latest. The run keeps its global batch,
+// and in deterministic mode ends with the bits of the run never interrupted (resuming at another
+// world size changes nothing). A job that fails for any other reason is not restarted.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/atomic_file.hpp"
+#include "command_line_config.hpp"
+#include "commands.hpp"
+#include "io/append_file.hpp"
+#include "io/json_line.hpp"
+#include "mgtrain/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace mgt::cli {
+
+namespace {
+
+struct Node {
+  std::string name;
+  int slots = 1;
+};
+
+// Open MPI's hostfile: "name [slots=N] [max_slots=M]" a line, '#' comments.
+std::vector<Node> read_hostfile(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw ConfigError("--hostfile '" + path + "': " +
+                      (std::filesystem::exists(path, ec) ? "not a regular file" : "no such file") +
+                      " (expected Open MPI's hostfile: a node a line, 'name slots=N')");
+  std::ifstream in(path);
+  if (!in) throw ConfigError("--hostfile '" + path + "' cannot be read: " + std::strerror(errno));
+  std::vector<Node> nodes;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    Node node;
+    if (!(words >> node.name)) continue;
+    for (std::string word; words >> word;) {
+      if (word.rfind("slots=", 0) != 0) continue;
+      const std::string count = word.substr(6);
+      char* end = nullptr;
+      const long slots = std::strtol(count.c_str(), &end, 10);
+      if (count.empty() || *end != '\0' || slots < 1 || slots > 4096)
+        throw ConfigError("--hostfile '" + path + "' line " + std::to_string(number) + ": slots '" + count +
+                          "': expected a whole number from 1 to 4096");
+      node.slots = static_cast<int>(slots);
+    }
+    if (std::any_of(nodes.begin(), nodes.end(), [&](const Node& n) { return n.name == node.name; }))
+      throw ConfigError("--hostfile '" + path + "' line " + std::to_string(number) + ": node '" + node.name +
+                        "' is listed twice (expected each node once, with its slots)");
+    nodes.push_back(node);
+  }
+  if (nodes.empty()) throw ConfigError("--hostfile '" + path + "' names no node (expected a node a line)");
+  return nodes;
+}
+
+std::string names_of(const std::vector<Node>& nodes) {
+  std::string out;
+  for (const Node& n : nodes) out += (out.empty() ? "" : ", ") + n.name;
+  return out.empty() ? "none" : out;
+}
+
+int ranks_of(const std::vector<Node>& nodes) {
+  int ranks = 0;
+  for (const Node& n : nodes) ranks += n.slots;
+  return ranks;
+}
+
+std::vector<std::string> split_words(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+// The nodes the job's output names as lost. Open MPI's lines come first: a daemon it lost, a
+// process killed by SIGKILL (the node's processes killed, or the node gone). Else mgtrain's
+// watchdog: at its deadline it names a node none of whose ranks reached the collective (a stopped
+// node, which mpirun cannot see); failing that, its shorter roll call when mpirun's SIGTERM came.
+class LostNodes {
+ public:
+  void read(const std::string& line) {
+    static const std::regex daemon(R"(Remote daemon: .* on node (\S+))");
+    static const std::regex killed(R"(on node (\S+) exited on signal 9\b)");
+    static const std::regex silent(R"(([A-Za-z0-9_.-]+) \(all of its ranks)");
+    std::smatch m;
+    if (std::regex_search(line, m, daemon) || std::regex_search(line, m, killed)) add(by_mpirun_, m[1]);
+    if (line.rfind("mgtrain: ", 0) != 0 || line.find("on node") == std::string::npos) return;
+    auto& into = line.find("timed out after") != std::string::npos ? by_deadline_ : by_roll_call_;
+    for (std::sregex_iterator it(line.begin(), line.end(), silent), end; it != end; ++it) add(into, (*it)[1]);
+  }
+  const std::vector<std::string>& names() const {
+    return !by_mpirun_.empty() ? by_mpirun_ : !by_deadline_.empty() ? by_deadline_ : by_roll_call_;
+  }
+
+ private:
+  static void add(std::vector<std::string>& to, const std::string& node) {
+    if (std::find(to.begin(), to.end(), node) == to.end()) to.push_back(node);
+  }
+  std::vector<std::string> by_mpirun_, by_deadline_, by_roll_call_;
+};
+
+std::atomic<int> stop_signal_received{0};
+std::atomic<pid_t> running_child{0};
+
+void forward_stop_signal(int signal) {
+  stop_signal_received.store(signal);
+  const pid_t child = running_child.load();
+  if (child > 0) kill(child, signal);
+}
+
+// Runs `argv`, copying its stdout and stderr through and handing each whole line to `on_line`.
+// Returns the wait status; with `limit_s` > 0 the child is killed once it runs that long.
+template <typename OnLine>
+int run_child(const std::vector<std::string>& argv, OnLine on_line, double limit_s = 0, bool quiet = false) {
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
+    throw IoError(std::string("pipe: ") + std::strerror(errno));
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw IoError(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    // Its own process group: a signal to it reaches mpirun alone, which ends the job its way.
+    setpgid(0, 0);
+    dup2(out[1], STDOUT_FILENO);
+    dup2(err[1], STDERR_FILENO);
+    execvp(args[0], args.data());
+    std::fprintf(stderr, "mgtrain launch: cannot run '%s': %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(out[1]);
+  close(err[1]);
+  if (!quiet) running_child.store(pid);
+  if (!quiet && stop_signal_received.load() != 0) kill(pid, stop_signal_received.load());
+  const auto started = std::chrono::steady_clock::now();
+  std::string pending[2];
+  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  int open_pipes = 2;
+  bool killed = false;
+  while (open_pipes > 0) {
+    const int ready = poll(fds, 2, 200);
+    if (ready < 0 && errno != EINTR) break;
+    if (limit_s > 0 && !killed &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() > limit_s) {
+      kill(-pid, SIGKILL);
+      killed = true;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buffer[4096];
+      const ssize_t n = read(fds[i].fd, buffer, sizeof buffer);
+      if (n <= 0) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_pipes;
+        continue;
+      }
+      if (!quiet) {
+        FILE* to = i == 0 ? stdout : stderr;
+        std::fwrite(buffer, 1, static_cast<size_t>(n), to);
+        std::fflush(to);
+      }
+      pending[i].append(buffer, static_cast<size_t>(n));
+      for (size_t eol; (eol = pending[i].find('\n')) != std::string::npos;) {
+        on_line(pending[i].substr(0, eol));
+        pending[i].erase(0, eol + 1);
+      }
+    }
+  }
+  for (const std::string& rest : pending)
+    if (!rest.empty()) on_line(rest);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!quiet) running_child.store(0);
+  return status;
+}
+
+int exit_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+std::string self_executable() {
+  std::error_code ec;
+  const auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("mgtrain") : path.string();
+}
+
+// "%j" as the run expands it: the Slurm job id, or "local".
+std::string with_job_id(std::string value) {
+  const auto at = value.find("%j");
+  if (at == std::string::npos) return value;
+  const char* job = std::getenv("SLURM_JOB_ID");
+  return value.replace(at, 2, job && *job ? job : "local");
+}
+
+std::string latest_checkpoint(const std::string& dir) {
+  std::ifstream in(std::filesystem::path(dir) / "latest");
+  std::string name;
+  std::getline(in, name);
+  return name;
+}
+
+struct Supervisor {
+  std::vector<std::string> mpirun;  // the launcher command and its own options
+  std::vector<Node> hosts;          // as the hostfile gave them, in its order
+  int min_nodes = 1, max_nodes = 0, max_restarts = 3;
+  double probe_timeout_s = 20;
+  std::vector<std::string> train_args;  // after "train": the job's own arguments
+  std::string checkpoint_dir, metrics_file;
+
+  void say(const std::string& line) const {
+    std::fprintf(stderr, "mgtrain launch: %s\n", line.c_str());
+    std::fflush(stderr);
+  }
+
+  // A record in the run's metrics file, between attempts (no rank writes it then). The step is
+  // the one the next attempt resumes from, so `mgtrain report` places it.
+  void record(JsonValue fields) const {
+    try {
+      std::filesystem::create_directories(std::filesystem::path(metrics_file).parent_path());
+      AppendFile file(metrics_file, "metrics file");
+      const std::string why = file.append(json_line(fields) + "\n");
+      if (!why.empty()) say("the metrics file '" + metrics_file + "' took no record: " + why);
+    } catch (const std::exception& e) {
+      say(std::string("the metrics file took no record: ") + e.what());
+    }
+  }
+
+  // Whether mpirun can start a process on `node` within the probe's time.
+  bool answers(const Node& node) const {
+    std::vector<std::string> argv = mpirun;
+    for (const char* a : {"--host", "", "-np", "1", "true"}) argv.emplace_back(a);
+    argv[mpirun.size() + 1] = node.name;
+    const int status = run_child(argv, [](const std::string&) {}, probe_timeout_s, /*quiet=*/true);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+
+  int run() {
+    std::vector<Node> alive = hosts;
+    if (static_cast<int>(alive.size()) > max_nodes) alive.resize(static_cast<size_t>(max_nodes));
+    std::vector<Node> dropped;
+    std::string why_restarted;
+    int status = 0;
+    for (int attempt = 1;; ++attempt) {
+      const std::string resume = attempt > 1 ? latest_checkpoint(checkpoint_dir) : "";
+      std::vector<std::string> args = train_args;
+      if (attempt > 1) {
+        // The user's own --resume named where the first attempt began; later ones continue.
+        for (size_t i = 0; i < args.size(); ++i)
+          if (args[i] == "--resume" && i + 1 < args.size()) {
+            args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i) + 2);
+            break;
+          } else if (args[i].rfind("--resume=", 0) == 0) {
+            args.erase(args.begin() + static_cast<long>(i));
+            break;
+          }
+        if (!resume.empty()) {
+          args.emplace_back("--resume");
+          args.emplace_back("latest");
+        }
+      }
+      const std::string hostfile = write_hostfile(alive);
+      std::vector<std::string> argv = mpirun;
+      for (const std::string& a : {std::string("--hostfile"), hostfile, std::string("-np"),
+                                   std::to_string(ranks_of(alive)), self_executable(), std::string("train")})
+        argv.push_back(a);
+      argv.insert(argv.end(), args.begin(), args.end());
+      say("attempt " + std::to_string(attempt) + " of at most " + std::to_string(max_restarts + 1) + ": " +
+          std::to_string(ranks_of(alive)) + " rank(s) on " + names_of(alive) +
+          (attempt == 1 ? std::string()
+                        : ", " + (resume.empty() ? std::string("starting again from step 0 (no checkpoint yet)")
+                                                 : "resuming from " + resume) +
+                              " after " + why_restarted));
+      if (attempt > 1)
+        record({{"step", resume_step(resume)},
+                {"event", "restart"},
+                {"attempt", attempt},
+                {"nodes", names_of(alive)},
+                {"ranks", ranks_of(alive)},
+                {"resumed_from", resume},
+                {"reason", why_restarted}});
+      LostNodes named;
+      const auto started = std::chrono::steady_clock::now();
+      status = run_child(argv, [&](const std::string& line) { named.read(line); });
+      const std::vector<std::string>& named_lost = named.names();
+      std::filesystem::remove(hostfile);
+      const double ran_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      const int code = exit_code(status);
+      if (code == 0) {
+        say("attempt " + std::to_string(attempt) + " finished the run on " + names_of(alive));
+        return 0;
+      }
+      if (stop_signal_received.load() != 0) {
+        say("stopped by signal " + std::to_string(stop_signal_received.load()) + ": not restarted");
+        return code;
+      }
+      // The nodes lost: those the job's output named, else those that no longer answer.
+      std::vector<Node> lost, left;
+      for (const Node& n : alive)
+        (std::find(named_lost.begin(), named_lost.end(), n.name) != named_lost.end() ? lost : left).push_back(n);
+      std::string how = "named in the job's output";
+      if (lost.empty()) {
+        left.clear();
+        for (const Node& n : alive) (answers(n) ? left : lost).push_back(n);
+        how = "no longer answering a probe";
+      }
+      char took[32];
+      std::snprintf(took, sizeof took, "%.0f", ran_s);
+      if (lost.empty()) {
+        say("the job failed with status " + std::to_string(code) + " after " + took +
+            " s, and every node answers: not a lost node (see the job's error above), not restarted");
+        return code;
+      }
+      why_restarted = "losing " + names_of(lost) + " (" + how + ")";
+      say("the job ended with status " + std::to_string(code) + " after " + took + " s, " + why_restarted);
+      if (attempt > max_restarts) {
+        say("--max-restarts " + std::to_string(max_restarts) + " reached: not restarted; continue with --resume latest");
+        return code;
+      }
+      // Nodes lost before and back now return, up to --max-nodes; those just lost wait a round.
+      for (auto it = dropped.begin(); it != dropped.end() && static_cast<int>(left.size()) < max_nodes;) {
+        if (answers(*it)) {
+          say("node " + it->name + " answers again: taken back");
+          left.push_back(*it);
+          it = dropped.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      dropped.insert(dropped.end(), lost.begin(), lost.end());
+      if (static_cast<int>(left.size()) < min_nodes) {
+        say(std::to_string(left.size()) + " node(s) left (" + names_of(left) + "), below --min-nodes " +
+            std::to_string(min_nodes) + ": not restarted; continue with --resume latest once nodes are back");
+        return code;
+      }
+      alive = left;
+    }
+  }
+
+  std::string write_hostfile(const std::vector<Node>& nodes) const {
+    std::string path = (std::filesystem::temp_directory_path() / "mgtrain-launch-hosts-XXXXXX").string();
+    const int fd = mkstemp(path.data());
+    if (fd < 0) throw IoError("a hostfile in " + path + ": " + std::strerror(errno));
+    std::string text;
+    for (const Node& n : nodes) text += n.name + " slots=" + std::to_string(n.slots) + "\n";
+    const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    close(fd);
+    if (!written) throw IoError("the hostfile '" + path + "' could not be written");
+    return path;
+  }
+
+  static int64_t resume_step(const std::string& checkpoint) {
+    static const std::regex step(R"(step-(\d+))");
+    std::smatch m;
+    return std::regex_search(checkpoint, m, step) ? std::stoll(m[1]) : 0;
+  }
+};
+
+}  // namespace
+
+int run_launch(const std::vector<std::string>& all_args) {
+  po::options_description desc(
+      "usage: mgtrain launch --hostfile FILE [options] -- train --config FILE [train's options]\n"
+      "Runs the training job under mpirun on the hostfile's nodes; when a node is lost, starts it\n"
+      "again on the nodes left with --resume latest (same global batch, and in deterministic mode\n"
+      "the same bits). A job that fails for another reason is not restarted.\noptions");
+  desc.add_options()("help", "show this help")("hostfile", po::value<std::string>(),
+                                               "Open MPI hostfile: the nodes, a line each ('name slots=N')")(
+      "min-nodes", po::value<int>()->default_value(1), "fewest nodes to go on with")(
+      "max-nodes", po::value<int>(), "most nodes to use (default: all of the hostfile's)")(
+      "max-restarts", po::value<int>()->default_value(3), "restarts after lost nodes, at most")(
+      "probe-timeout", po::value<double>()->default_value(20), "seconds a node has to answer a probe")(
+      "mpirun", po::value<std::string>()->default_value("mpirun"),
+      "the launcher and its options, split at spaces (e.g. \"mpirun --mca btl tcp,self\")");
+  const auto separator = std::find(all_args.begin(), all_args.end(), "--");
+  const std::vector<std::string> own(all_args.begin(), separator);
+  const std::vector<std::string> job(separator == all_args.end() ? separator : separator + 1, all_args.end());
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(own).options(desc).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "mgtrain: error: launch: %s\n", e.what());
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return 0;
+  }
+  Supervisor s;
+  try {
+    if (!vm.count("hostfile")) throw ConfigError("--hostfile FILE is required");
+    if (job.empty() || job.front() != "train")
+      throw ConfigError("expected '-- train --config FILE ...' after its own options, found " +
+                        (job.empty() ? std::string("nothing") : "'" + job.front() + "'"));
+    s.hosts = read_hostfile(vm["hostfile"].as<std::string>());
+    const int hosts = static_cast<int>(s.hosts.size());
+    s.min_nodes = vm["min-nodes"].as<int>();
+    s.max_nodes = vm.count("max-nodes") ? vm["max-nodes"].as<int>() : hosts;
+    s.max_restarts = vm["max-restarts"].as<int>();
+    s.probe_timeout_s = vm["probe-timeout"].as<double>();
+    if (s.max_restarts < 0)
+      throw ConfigError("--max-restarts " + std::to_string(s.max_restarts) + ": expected 0 or more");
+    if (s.min_nodes < 1 || s.min_nodes > hosts)
+      throw ConfigError("--min-nodes " + std::to_string(s.min_nodes) + ": expected 1 to the hostfile's " +
+                        std::to_string(hosts) + " node(s)");
+    if (s.max_nodes < s.min_nodes)
+      throw ConfigError("--max-nodes " + std::to_string(s.max_nodes) + " is below --min-nodes " +
+                        std::to_string(s.min_nodes));
+    if (!(s.probe_timeout_s > 0))
+      throw ConfigError("--probe-timeout: expected a positive number of seconds");
+    s.mpirun = split_words(vm["mpirun"].as<std::string>());
+    if (s.mpirun.empty()) throw ConfigError("--mpirun is empty: expected the launcher, e.g. mpirun");
+    s.train_args.assign(job.begin() + 1, job.end());
+
+    // The job's config, checked here before any attempt: a bad key is one line, not a restart.
+    po::options_description train_desc;
+    train_desc.add_options()("config", po::value<std::string>())("json", po::bool_switch())(
+        "plugin-path", po::value<std::vector<std::string>>()->composing())("resume", po::value<std::string>())(
+        "allow-unchecked", po::bool_switch());
+    const RunCommandLine line = parse_run_command_line("train", s.train_args, train_desc);
+    if (!line.error.empty()) throw ConfigError(line.error);
+    if (!line.vm.count("config")) throw ConfigError("the job needs --config FILE");
+    std::vector<std::string> plugin_paths;
+    if (line.vm.count("plugin-path")) plugin_paths = line.vm["plugin-path"].as<std::vector<std::string>>();
+    const Config config = resolved_run_config(line.vm["config"].as<std::string>(), line, plugin_paths);
+    s.checkpoint_dir = with_job_id(config.get_string("checkpoint.dir"));
+    const std::string metrics = config.get_string("metrics.file");
+    s.metrics_file = metrics.empty() ? (std::filesystem::path(s.checkpoint_dir) / "metrics.jsonl").string()
+                                     : with_job_id(metrics);
+    if (config.get_string("sync.name") == "param_server" && s.min_nodes < static_cast<int>(s.hosts.size()))
+      throw ConfigError(
+          "sync.name = param_server cannot go on with fewer nodes (its servers hold the parameters, "
+          "and a run resumes only at its own world size): expected --min-nodes " +
+          std::to_string(s.hosts.size()) + " (every node) or a lock-step sync strategy, got --min-nodes " +
+          std::to_string(s.min_nodes));
+    if (config.get_int("checkpoint.every_steps") == 0)
+      s.say("note: checkpoint.every_steps = 0: a restart begins again from step 0 (set it to lose fewer steps)");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mgtrain: error: launch: %s\n", e.what());
+    return 2;
+  }
+  struct sigaction forward {};
+  forward.sa_handler = forward_stop_signal;
+  sigemptyset(&forward.sa_mask);
+  for (int signal : {SIGINT, SIGTERM, SIGUSR1}) sigaction(signal, &forward, nullptr);
+  try {
+    return s.run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mgtrain: error: launch: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace mgt::cli

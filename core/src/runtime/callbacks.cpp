@@ -101,16 +101,20 @@ class StopSignalCallback final : public TrainingCallback {
 
   // Lock-step ranks agree after every step, so the final checkpoint follows the step in flight
   // when the signal came: mpirun kills the ranks odls_base_sigkill_timeout (1 s) after passing on
-  // its SIGTERM, and a wait of several steps did not fit in it.
+  // its SIGTERM, and a wait of several steps did not fit in it. The same 16 bytes carry whether
+  // rank 0's clock says a checkpoint is due (checkpoint.every_seconds): ranks' clocks differ, and
+  // all must write it after the same step.
   bool should_stop(int64_t step) override {
     step_in_flight_->store(step + 1);  // unless this stops the run: the next one
     if (!run_.lockstep()) return stop_requested();
     // bench and verify take no stop signals: no agreement to time along with their steps.
     if (!stop_signals_accepted()) return false;
-    int64_t signal = stop_signal();
-    run_.train_comm->allreduce_max(&signal, 1);
-    agreed_signal_ = static_cast<int>(signal);
-    return signal != 0;
+    int64_t agreed[2] = {stop_signal(), run_.leader && every_seconds_ > 0 &&
+                                            seconds_since(run_.last_checkpoint_at) >= every_seconds_};
+    run_.train_comm->allreduce_max(agreed, 2);
+    agreed_signal_ = static_cast<int>(agreed[0]);
+    run_.checkpoint_due = agreed[1] != 0;
+    return agreed[0] != 0;
   }
 
   void on_run_end(const RunEnd& end) override {
@@ -128,6 +132,7 @@ class StopSignalCallback final : public TrainingCallback {
 
  private:
   Run& run_;
+  const double every_seconds_ = run_.config.get_real("checkpoint.every_seconds");
   int agreed_signal_ = 0;
   std::shared_ptr<std::atomic<int64_t>> step_in_flight_ = std::make_shared<std::atomic<int64_t>>(0);
 };
@@ -141,7 +146,8 @@ class CheckpointCallback final : public TrainingCallback {
       if (run_.leader) write_served_checkpoint(run_);
       return;
     }
-    if (step % every_ != 0 || step >= run_.total_steps) return;
+    const bool by_steps = every_ > 0 && step % every_ == 0;
+    if ((!by_steps && !run_.checkpoint_due) || step >= run_.total_steps) return;
     TraceSpan checkpoint_span(run_.traced(), "checkpoint", "step", step);
     loop_.download_step_state();
     run_.meta.sync = gather_sync_state(run_);
@@ -156,6 +162,8 @@ class CheckpointCallback final : public TrainingCallback {
     }
     // Nobody runs ahead of a checkpoint that may fail: its error ends every rank.
     run_.train_comm->barrier();
+    run_.last_checkpoint_at = Clock::now();
+    run_.checkpoint_due = false;
   }
 
  private:

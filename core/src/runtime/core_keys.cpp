@@ -119,6 +119,9 @@ const std::vector<ConfigKey>& core_config_keys() {
        "directory for step-<N>.h5, latest and metrics.jsonl; %j becomes SLURM_JOB_ID ('local' outside "
        "Slurm): give a fixed directory to resume across jobs"},
       {"checkpoint.every_steps", KeyType::non_negative_integer, "0", "steps between checkpoints (0: only at the end)"},
+      {"checkpoint.every_seconds", KeyType::non_negative_real, "0",
+       "seconds between checkpoints, as rank 0's clock says at a step's end, beside every_steps (0: off; "
+       "lock-step sync strategies)"},
       {"checkpoint.keep", KeyType::non_negative_integer, "3", "checkpoints kept (0: all)"},
       {"checkpoint.overwrite", KeyType::boolean, "false",
        "a run that does not continue the checkpoints already in checkpoint.dir (no --resume, one "

@@ -84,6 +84,10 @@ struct Run {
   // The global batch (from the first epoch's) that step 0 of this run would read: its data
   // position is this plus the step.
   int64_t run_position = 0;
+  // checkpoint.every_seconds: the last checkpoint's time (rank 0's clock), and whether the step
+  // boundary's agreement found the next one due.
+  Clock::time_point last_checkpoint_at = Clock::now();
+  bool checkpoint_due = false;
   CheckpointMeta meta;  // the run's position and what its checkpoints record
 
   // metrics.trace's recorder, or null. Declared before what records into it (the reader's thread).

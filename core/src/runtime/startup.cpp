@@ -359,6 +359,11 @@ void build(Run& run) {
     run.optimizer = run.registry.create_optimizer(run.choice.optimizer, run.config);
     run.sync = run.registry.create_sync(run.choice.sync, run.config);
     run.serving = run.sync->serving();
+    if (run.serving && !run.serving->lockstep() && run.config.get_real("checkpoint.every_seconds") > 0)
+      throw ConfigError("checkpoint.every_seconds = " + run.config.get_string("checkpoint.every_seconds") +
+                        ": sync.name = " + run.choice.sync +
+                        " writes its servers' state counted in updates: use checkpoint.every_steps, or set "
+                        "checkpoint.every_seconds = 0");
     run.model->declare(run.store);
     run.store.finalize();
     run.store.initialize(run.seed);

@@ -51,7 +51,8 @@ TrainingLoop::TrainingLoop(Run& run) : run_(run), nan_step_(fault::nan_step(run.
   if (run.trace) callbacks_.push_back(make_trace_callback(run));
   if (run.eval_every > 0) callbacks_.push_back(make_evaluation_callback(run, *this));
   callbacks_.push_back(make_stop_signal_callback(run));
-  if (run.options.write_checkpoints && run.config.get_int("checkpoint.every_steps") > 0)
+  if (run.options.write_checkpoints &&
+      (run.config.get_int("checkpoint.every_steps") > 0 || run.config.get_real("checkpoint.every_seconds") > 0))
     callbacks_.push_back(make_checkpoint_callback(run, *this));
   callbacks_.push_back(make_nonfinite_callback(run));
 }

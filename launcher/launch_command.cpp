@@ -50,8 +50,8 @@ struct Node {
 std::vector<Node> read_hostfile(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
-    throw ConfigError("--hostfile '" + path + "': " +
-                      (std::filesystem::exists(path, ec) ? "not a regular file" : "no such file") +
+    throw ConfigError("--hostfile '" + path +
+                      "': " + (std::filesystem::exists(path, ec) ? "not a regular file" : "no such file") +
                       " (expected Open MPI's hostfile: a node a line, 'name slots=N')");
   std::ifstream in(path);
   if (!in) throw ConfigError("--hostfile '" + path + "' cannot be read: " + std::strerror(errno));
@@ -263,7 +263,8 @@ struct Supervisor {
     std::vector<std::string> argv = mpirun;
     for (const char* a : {"--host", "", "-np", "1", "true"}) argv.emplace_back(a);
     argv[mpirun.size() + 1] = node.name;
-    const int status = run_child(argv, [](const std::string&) {}, probe_timeout_s, /*quiet=*/true);
+    const int status = run_child(
+        argv, [](const std::string&) {}, probe_timeout_s, /*quiet=*/true);
     return WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
 
@@ -300,8 +301,9 @@ struct Supervisor {
       say("attempt " + std::to_string(attempt) + " of at most " + std::to_string(max_restarts + 1) + ": " +
           std::to_string(ranks_of(alive)) + " rank(s) on " + names_of(alive) +
           (attempt == 1 ? std::string()
-                        : ", " + (resume.empty() ? std::string("starting again from step 0 (no checkpoint yet)")
-                                                 : "resuming from " + resume) +
+                        : ", " +
+                              (resume.empty() ? std::string("starting again from step 0 (no checkpoint yet)")
+                                              : "resuming from " + resume) +
                               " after " + why_restarted));
       if (attempt > 1)
         record({{"step", resume_step(resume)},
@@ -346,7 +348,8 @@ struct Supervisor {
       why_restarted = "losing " + names_of(lost) + " (" + how + ")";
       say("the job ended with status " + std::to_string(code) + " after " + took + " s, " + why_restarted);
       if (attempt > max_restarts) {
-        say("--max-restarts " + std::to_string(max_restarts) + " reached: not restarted; continue with --resume latest");
+        say("--max-restarts " + std::to_string(max_restarts) +
+            " reached: not restarted; continue with --resume latest");
         return code;
       }
       // Nodes lost before and back now return, up to --max-nodes; those just lost wait a round.
@@ -439,8 +442,7 @@ int run_launch(const std::vector<std::string>& all_args) {
     if (s.max_nodes < s.min_nodes)
       throw ConfigError("--max-nodes " + std::to_string(s.max_nodes) + " is below --min-nodes " +
                         std::to_string(s.min_nodes));
-    if (!(s.probe_timeout_s > 0))
-      throw ConfigError("--probe-timeout: expected a positive number of seconds");
+    if (!(s.probe_timeout_s > 0)) throw ConfigError("--probe-timeout: expected a positive number of seconds");
     s.mpirun = split_words(vm["mpirun"].as<std::string>());
     if (s.mpirun.empty()) throw ConfigError("--mpirun is empty: expected the launcher, e.g. mpirun");
     s.train_args.assign(job.begin() + 1, job.end());
@@ -458,8 +460,8 @@ int run_launch(const std::vector<std::string>& all_args) {
     const Config config = resolved_run_config(line.vm["config"].as<std::string>(), line, plugin_paths);
     s.checkpoint_dir = with_job_id(config.get_string("checkpoint.dir"));
     const std::string metrics = config.get_string("metrics.file");
-    s.metrics_file = metrics.empty() ? (std::filesystem::path(s.checkpoint_dir) / "metrics.jsonl").string()
-                                     : with_job_id(metrics);
+    s.metrics_file =
+        metrics.empty() ? (std::filesystem::path(s.checkpoint_dir) / "metrics.jsonl").string() : with_job_id(metrics);
     if (config.get_string("sync.name") == "param_server" && s.min_nodes < static_cast<int>(s.hosts.size()))
       throw ConfigError(
           "sync.name = param_server cannot go on with fewer nodes (its servers hold the parameters, "

@@ -109,8 +109,8 @@ class StopSignalCallback final : public TrainingCallback {
     if (!run_.lockstep()) return stop_requested();
     // bench and verify take no stop signals: no agreement to time along with their steps.
     if (!stop_signals_accepted()) return false;
-    int64_t agreed[2] = {stop_signal(), run_.leader && every_seconds_ > 0 &&
-                                            seconds_since(run_.last_checkpoint_at) >= every_seconds_};
+    int64_t agreed[2] = {stop_signal(),
+                         run_.leader && every_seconds_ > 0 && seconds_since(run_.last_checkpoint_at) >= every_seconds_};
     run_.train_comm->allreduce_max(agreed, 2);
     agreed_signal_ = static_cast<int>(agreed[0]);
     run_.checkpoint_due = agreed[1] != 0;

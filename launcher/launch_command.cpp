@@ -1,7 +1,8 @@
 // `mgtrain launch`: a supervisor around one training job that survives losing nodes. It starts
-// mpirun over the hostfile's nodes, and when the job ends because a node was lost (a line of
-// mpirun's or mgtrain's naming it, or a node that no longer answers a probe), drops that node and
-// starts the job again on the nodes left with --resume latest. The run keeps its global batch,
+// mpirun over the hostfile's nodes (or, inside a Slurm allocation, srun over the allocation's),
+// and when the job ends because a node was lost (a line of the launcher's or mgtrain's naming it,
+// or a node that no longer answers a probe), drops that node and starts the job again on the
+// nodes left with --resume latest. The run keeps its global batch,
 // and in deterministic mode ends with the bits of the run never interrupted (resuming at another
 // world size changes nothing). A job that fails for any other reason is not restarted.
 #include <fcntl.h>
@@ -100,8 +101,9 @@ std::vector<std::string> split_words(const std::string& text) {
   return words;
 }
 
-// The nodes the job's output names as lost. Open MPI's lines come first: a daemon it lost, a
-// process killed by SIGKILL (the node's processes killed, or the node gone). Else mgtrain's
+// The nodes the job's output names as lost. The launcher's lines come first: a daemon Open MPI
+// lost, a process killed by SIGKILL (the node's processes killed, or the node gone); srun's node
+// failure or tasks killed. Else mgtrain's
 // watchdog: at its deadline it names a node none of whose ranks reached the collective (a stopped
 // node, which mpirun cannot see); failing that, its shorter roll call when mpirun's SIGTERM came.
 class LostNodes {
@@ -109,22 +111,26 @@ class LostNodes {
   void read(const std::string& line) {
     static const std::regex daemon(R"(Remote daemon: .* on node (\S+))");
     static const std::regex killed(R"(on node (\S+) exited on signal 9\b)");
+    static const std::regex node_failure(R"(^srun: error: Node failure on (\S+))");
+    static const std::regex tasks_killed(R"(^srun: error: (\S+): tasks? [0-9,-]+: Killed)");
     static const std::regex silent(R"(([A-Za-z0-9_.-]+) \(all of its ranks)");
     std::smatch m;
-    if (std::regex_search(line, m, daemon) || std::regex_search(line, m, killed)) add(by_mpirun_, m[1]);
+    if (std::regex_search(line, m, daemon) || std::regex_search(line, m, killed) ||
+        std::regex_search(line, m, node_failure) || std::regex_search(line, m, tasks_killed))
+      add(by_launcher_, m[1]);
     if (line.rfind("mgtrain: ", 0) != 0 || line.find("on node") == std::string::npos) return;
     auto& into = line.find("timed out after") != std::string::npos ? by_deadline_ : by_roll_call_;
     for (std::sregex_iterator it(line.begin(), line.end(), silent), end; it != end; ++it) add(into, (*it)[1]);
   }
   const std::vector<std::string>& names() const {
-    return !by_mpirun_.empty() ? by_mpirun_ : !by_deadline_.empty() ? by_deadline_ : by_roll_call_;
+    return !by_launcher_.empty() ? by_launcher_ : !by_deadline_.empty() ? by_deadline_ : by_roll_call_;
   }
 
  private:
   static void add(std::vector<std::string>& to, const std::string& node) {
     if (std::find(to.begin(), to.end(), node) == to.end()) to.push_back(node);
   }
-  std::vector<std::string> by_mpirun_, by_deadline_, by_roll_call_;
+  std::vector<std::string> by_launcher_, by_deadline_, by_roll_call_;
 };
 
 std::atomic<int> stop_signal_received{0};
@@ -232,9 +238,32 @@ std::string latest_checkpoint(const std::string& dir) {
   return name;
 }
 
+// The nodes of the Slurm job this runs in (`scontrol show hostnames`), each with the job's tasks
+// per node (SLURM_NTASKS_PER_NODE, else the first count of SLURM_TASKS_PER_NODE, "2(x3)").
+std::vector<Node> slurm_nodes(const std::string& node_list) {
+  std::vector<Node> nodes;
+  const int status = run_child(
+      {"scontrol", "show", "hostnames", node_list},
+      [&](const std::string& line) {
+        if (!line.empty()) nodes.push_back({line, 1});
+      },
+      30, /*quiet=*/true);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || nodes.empty())
+    throw ConfigError("'scontrol show hostnames " + node_list + "' gave no nodes (status " +
+                      std::to_string(exit_code(status)) + "): expected the Slurm job's nodes");
+  const char* per_node = std::getenv("SLURM_NTASKS_PER_NODE");
+  if (!per_node || !*per_node) per_node = std::getenv("SLURM_TASKS_PER_NODE");
+  const int slots = per_node ? std::atoi(per_node) : 1;
+  if (slots < 1)
+    throw ConfigError("SLURM_TASKS_PER_NODE '" + std::string(per_node) + "': expected a task count per node");
+  for (Node& n : nodes) n.slots = slots;
+  return nodes;
+}
+
 struct Supervisor {
-  std::vector<std::string> mpirun;  // the launcher command and its own options
-  std::vector<Node> hosts;          // as the hostfile gave them, in its order
+  std::vector<std::string> launcher;  // mpirun or srun, and its own options
+  bool slurm = false;                 // srun inside the allocation, not mpirun over a hostfile
+  std::vector<Node> hosts;            // as the hostfile gave them, in its order
   int min_nodes = 1, max_nodes = 0, max_restarts = 3;
   double probe_timeout_s = 20;
   std::vector<std::string> train_args;  // after "train": the job's own arguments
@@ -258,11 +287,13 @@ struct Supervisor {
     }
   }
 
-  // Whether mpirun can start a process on `node` within the probe's time.
+  // Whether the launcher can start a process on `node` within the probe's time.
   bool answers(const Node& node) const {
-    std::vector<std::string> argv = mpirun;
-    for (const char* a : {"--host", "", "-np", "1", "true"}) argv.emplace_back(a);
-    argv[mpirun.size() + 1] = node.name;
+    std::vector<std::string> argv = launcher;
+    const std::vector<std::string> probe =
+        slurm ? std::vector<std::string>{"--nodes=1", "--ntasks=1", "--nodelist=" + node.name, "true"}
+              : std::vector<std::string>{"--host", node.name, "-np", "1", "true"};
+    argv.insert(argv.end(), probe.begin(), probe.end());
     const int status = run_child(
         argv, [](const std::string&) {}, probe_timeout_s, /*quiet=*/true);
     return WIFEXITED(status) && WEXITSTATUS(status) == 0;
@@ -292,11 +323,24 @@ struct Supervisor {
           args.emplace_back("latest");
         }
       }
-      const std::string hostfile = write_hostfile(alive);
-      std::vector<std::string> argv = mpirun;
-      for (const std::string& a : {std::string("--hostfile"), hostfile, std::string("-np"),
-                                   std::to_string(ranks_of(alive)), self_executable(), std::string("train")})
-        argv.push_back(a);
+      const std::string hostfile = slurm ? "" : write_hostfile(alive);
+      std::vector<std::string> argv = launcher;
+      if (slurm) {
+        std::string names;
+        for (const Node& n : alive) names += (names.empty() ? "" : ",") + n.name;
+        // One task a slot on each node left; a task that dies ends the step at once.
+        for (const std::string& a :
+             {"--nodes=" + std::to_string(alive.size()), "--nodelist=" + names,
+              "--ntasks=" + std::to_string(ranks_of(alive)), "--ntasks-per-node=" + std::to_string(alive[0].slots),
+              std::string("--kill-on-bad-exit=1")})
+          argv.push_back(a);
+      } else {
+        for (const std::string& a :
+             {std::string("--hostfile"), hostfile, std::string("-np"), std::to_string(ranks_of(alive))})
+          argv.push_back(a);
+      }
+      argv.push_back(self_executable());
+      argv.emplace_back("train");
       argv.insert(argv.end(), args.begin(), args.end());
       say("attempt " + std::to_string(attempt) + " of at most " + std::to_string(max_restarts + 1) + ": " +
           std::to_string(ranks_of(alive)) + " rank(s) on " + names_of(alive) +
@@ -317,7 +361,7 @@ struct Supervisor {
       const auto started = std::chrono::steady_clock::now();
       status = run_child(argv, [&](const std::string& line) { named.read(line); });
       const std::vector<std::string>& named_lost = named.names();
-      std::filesystem::remove(hostfile);
+      if (!hostfile.empty()) std::filesystem::remove(hostfile);
       const double ran_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
       const int code = exit_code(status);
       if (code == 0) {
@@ -396,17 +440,21 @@ struct Supervisor {
 int run_launch(const std::vector<std::string>& all_args) {
   po::options_description desc(
       "usage: mgtrain launch --hostfile FILE [options] -- train --config FILE [train's options]\n"
-      "Runs the training job under mpirun on the hostfile's nodes; when a node is lost, starts it\n"
+      "Runs the training job under mpirun on the hostfile's nodes (or srun on a Slurm allocation's:\n"
+      "no --hostfile, and sbatch --no-kill so that a lost node does not end the allocation); when a\n"
+      "node is lost, starts it\n"
       "again on the nodes left with --resume latest (same global batch, and in deterministic mode\n"
       "the same bits). A job that fails for another reason is not restarted.\noptions");
-  desc.add_options()("help", "show this help")("hostfile", po::value<std::string>(),
-                                               "Open MPI hostfile: the nodes, a line each ('name slots=N')")(
+  desc.add_options()("help", "show this help")(
+      "hostfile", po::value<std::string>(),
+      "Open MPI hostfile: the nodes, a line each ('name slots=N'); without it, inside a Slurm job, its nodes")(
       "min-nodes", po::value<int>()->default_value(1), "fewest nodes to go on with")(
       "max-nodes", po::value<int>(), "most nodes to use (default: all of the hostfile's)")(
       "max-restarts", po::value<int>()->default_value(3), "restarts after lost nodes, at most")(
       "probe-timeout", po::value<double>()->default_value(20), "seconds a node has to answer a probe")(
-      "mpirun", po::value<std::string>()->default_value("mpirun"),
-      "the launcher and its options, split at spaces (e.g. \"mpirun --mca btl tcp,self\")");
+      "launcher", po::value<std::string>(),
+      "the launcher and its options, split at spaces (default: mpirun, or srun --mpi=pmix in a Slurm job; e.g. "
+      "\"mpirun --mca btl tcp,self\")");
   const auto separator = std::find(all_args.begin(), all_args.end(), "--");
   const std::vector<std::string> own(all_args.begin(), separator);
   const std::vector<std::string> job(separator == all_args.end() ? separator : separator + 1, all_args.end());
@@ -424,11 +472,14 @@ int run_launch(const std::vector<std::string>& all_args) {
   }
   Supervisor s;
   try {
-    if (!vm.count("hostfile")) throw ConfigError("--hostfile FILE is required");
+    const char* job_nodes = std::getenv("SLURM_JOB_NODELIST");
+    s.slurm = !vm.count("hostfile") && job_nodes && *job_nodes;
+    if (!vm.count("hostfile") && !s.slurm)
+      throw ConfigError("--hostfile FILE is required outside a Slurm job (no SLURM_JOB_NODELIST)");
     if (job.empty() || job.front() != "train")
       throw ConfigError("expected '-- train --config FILE ...' after its own options, found " +
                         (job.empty() ? std::string("nothing") : "'" + job.front() + "'"));
-    s.hosts = read_hostfile(vm["hostfile"].as<std::string>());
+    s.hosts = s.slurm ? slurm_nodes(job_nodes) : read_hostfile(vm["hostfile"].as<std::string>());
     const int hosts = static_cast<int>(s.hosts.size());
     s.min_nodes = vm["min-nodes"].as<int>();
     s.max_nodes = vm.count("max-nodes") ? vm["max-nodes"].as<int>() : hosts;
@@ -443,8 +494,9 @@ int run_launch(const std::vector<std::string>& all_args) {
       throw ConfigError("--max-nodes " + std::to_string(s.max_nodes) + " is below --min-nodes " +
                         std::to_string(s.min_nodes));
     if (!(s.probe_timeout_s > 0)) throw ConfigError("--probe-timeout: expected a positive number of seconds");
-    s.mpirun = split_words(vm["mpirun"].as<std::string>());
-    if (s.mpirun.empty()) throw ConfigError("--mpirun is empty: expected the launcher, e.g. mpirun");
+    s.launcher = split_words(vm.count("launcher") ? vm["launcher"].as<std::string>()
+                                                  : std::string(s.slurm ? "srun --mpi=pmix" : "mpirun"));
+    if (s.launcher.empty()) throw ConfigError("--launcher is empty: expected mpirun or srun and its options");
     s.train_args.assign(job.begin() + 1, job.end());
 
     // The job's config, checked here before any attempt: a bad key is one line, not a restart.

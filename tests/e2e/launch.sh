@@ -9,7 +9,7 @@ launch() { timeout --kill-after=10 300 "$MGTRAIN" launch "$@"; }
 
 case $1 in
   finishes)
-    launch --hostfile hosts --mpirun "mpirun --oversubscribe" -- train --config run.ini --train.max_steps=20 \
+    launch --hostfile hosts --launcher "mpirun --oversubscribe" -- train --config run.ini --train.max_steps=20 \
       >out.log 2>&1 || { cat out.log; fail "the supervised run failed"; }
     grep "^mgtrain launch:" out.log
     [ "$(grep -c "^mgtrain launch: attempt [0-9]* of" out.log)" -eq 1 ] || fail "expected one attempt"
@@ -24,7 +24,7 @@ case $1 in
     write_config run.ini "[data]" "train = $WORK/gone.h5"
     rm gone.h5
     set +e
-    launch --hostfile hosts --mpirun "mpirun --oversubscribe" -- train --config run.ini >out.log 2>&1
+    launch --hostfile hosts --launcher "mpirun --oversubscribe" -- train --config run.ini >out.log 2>&1
     rc=$?
     set -e
     cat out.log

@@ -17,6 +17,8 @@
 #     resumes on n1 alone.
 #   launch: mgtrain launch loses a node by its link, then another by its processes killed, and
 #     finishes the deterministic run on the node left with the bits of a run never interrupted.
+#   slurm_launch: the same as a Slurm job's batch script: srun on the allocation's nodes, n2's tasks
+#     killed, the job started again inside the allocation on n1.
 #   slurm: a real Slurm with one slurmd per node; `sbatch -N 2` of both example scripts trains
 #     on 2 nodes x 2 ranks; scancel of a deterministic 2-node job writes a final checkpoint, and
 #     the job resubmitted on one node with --resume latest ends with the bits of a run never
@@ -380,7 +382,7 @@ PY
       "log_every = 100" "[checkpoint]" "every_steps = 100" "[comm]" "timeout_s = 20"
     # shellcheck disable=SC2046  # the MCA options are separate words
     node_run n1 timeout --kill-after=10 500 "$MGTRAIN" launch --hostfile hosts --max-restarts 3 --probe-timeout 5 \
-      --mpirun "mpirun $(sim_mpirun_options)" -- train --config run.ini >out.log 2>&1 &
+      --launcher "mpirun $(sim_mpirun_options)" -- train --config run.ini >out.log 2>&1 &
     job=$!
     # Waits until the run's checkpoints pass step $1 (a step of the attempt running now).
     checkpoint_past() {
@@ -425,6 +427,50 @@ PY
     whole=$(group_hash "$WORK/whole/step-$steps.h5" /params)
     echo "/params after $steps steps: losing n3 then n2 $survived, uninterrupted $whole"
     [ "$survived" = "$whole" ] || fail "the run that lost two nodes differs from one never interrupted"
+    ;;
+  slurm_launch)
+    # mgtrain launch as a 2-node Slurm job's batch script (sbatch --no-kill): node n2's tasks are
+    # killed mid-run, srun says so, and launch starts the job again inside the same allocation on
+    # n1 alone; the deterministic run ends with the bits of a run never interrupted.
+    nodes_up 2
+    source "$(dirname "$0")/../slurm/cluster.sh"
+    trap 'cluster_stop; nodes_down' EXIT
+    cluster_start "$WORK/cluster" 2 "$WORK" "$DATA_DIR" "$(dirname "$MGTRAIN")/.." "$EXAMPLES" ||
+      fail "could not bring up the test cluster on nodes n1, n2"
+    export OMPI_MCA_btl=tcp,self,vader OMPI_MCA_btl_tcp_if_include=$SIM_SUBNET \
+      OMPI_MCA_oob_tcp_if_include=$SIM_SUBNET OMPI_MCA_mpi_yield_when_idle=1
+    steps=1200
+    write_config run.ini "[sync]" "deterministic = true" "[train]" "epochs = 40" "max_steps = $steps" \
+      "log_every = 100" "[checkpoint]" "every_steps = 100" "[comm]" "timeout_s = 20"
+    job=$(sbatch --parsable --no-kill --nodes=2 --ntasks-per-node=2 --chdir="$WORK" --output="$WORK/launch-%j.log" \
+      --wrap "$MGTRAIN launch --max-restarts 2 --probe-timeout 10 -- train --config run.ini")
+    log="$WORK/launch-$job.log"
+    for _ in $(seq 600); do
+      latest=$(cat "$WORK/ckpt/latest" 2>/dev/null || true)
+      latest=${latest#step-}
+      [ -n "$latest" ] && [ "${latest%.h5}" -ge 200 ] && break
+      squeue -h -j "$job" 2>/dev/null | grep -q . || { cat "$log"; fail "the job ended before step 200"; }
+      sleep 0.2
+    done
+    for p in $(ip netns pids "$(sim_ns n2)"); do
+      [ "$(cat "/proc/$p/comm" 2>/dev/null)" = mgtrain ] && kill -KILL "$p"
+    done
+    for _ in $(seq 900); do
+      squeue -h -j "$job" 2>/dev/null | grep -q . || break
+      sleep 0.5
+    done
+    grep "^mgtrain launch:\|^done:\|^srun: error" "$log" || true
+    grep -q "^mgtrain launch: attempt 1 of at most 3: 4 rank(s) on n1, n2$" "$log" ||
+      { cat "$log"; fail "the first attempt was not on n1 and n2"; }
+    grep -q "^mgtrain launch: attempt 2 of at most 3: 2 rank(s) on n1, resuming from step-[0-9]*.h5 after losing n2" \
+      "$log" || { cat "$log"; fail "no second attempt on n1 after losing n2"; }
+    grep -q "^mgtrain launch: attempt 2 finished the run on n1$" "$log" || fail "the second attempt did not finish"
+    run_np 2 600 train --config run.ini --checkpoint.dir="$WORK/whole" --checkpoint.every_steps=0 >whole.log 2>&1 ||
+      { cat whole.log; fail "the uninterrupted run"; }
+    survived=$(group_hash "$WORK/ckpt/step-$steps.h5" /params)
+    whole=$(group_hash "$WORK/whole/step-$steps.h5" /params)
+    echo "/params after $steps steps: losing n2 under Slurm $survived, uninterrupted $whole"
+    [ "$survived" = "$whole" ] || fail "the Slurm run that lost n2 differs from one never interrupted"
     ;;
   *) fail "unknown case $1" ;;
 esac

@@ -1,5 +1,6 @@
 #include "testing/fault_injection.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -50,6 +51,13 @@ bool armed = false;
 void fire(Phase phase, int64_t step) {
   if (phase != spec.phase || step != spec.step) return;
   armed = false;  // once
+  // MGTRAIN_FAULT_ONCE=FILE: once in all the job's attempts (a supervisor restarting it keeps the
+  // environment): the first to fire creates FILE, and a fault finding it there does nothing.
+  if (const char* once = std::getenv("MGTRAIN_FAULT_ONCE"); once && *once) {
+    const int fd = ::open(once, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    ::close(fd);
+  }
   std::fprintf(stderr, "mgtrain: injected fault (MGTRAIN_FAULT) at step %lld in %s\n", static_cast<long long>(step),
                phase_name(phase));
   std::fflush(stderr);

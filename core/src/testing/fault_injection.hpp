@@ -10,6 +10,7 @@
 //   ACTION: kill (SIGKILL itself), exit (exit code 1, no message), throw (an exception the
 //           launcher reports), hang (sleep for an hour, as a rank stuck in I/O would)
 // Ranks that do not write the checkpoint meet the checkpoint phases where they wait for it.
+// MGTRAIN_FAULT_ONCE=FILE fires it once across restarts of the job (FILE marks that it fired).
 #include <cstdint>
 #include <memory>
 

@@ -14,7 +14,8 @@
 #                one's bits and keeps its provenance
 #   refused      missing, a directory without `latest`, truncated, corrupt (checksum), not a
 #                checkpoint, unrelated (no parameter matches), an older format without checksums
-#                (read with --allow-unchecked): one line each, before step 1, no rank left
+#                (read with --allow-unchecked), the source in the checkpoint.dir that
+#                checkpoint.overwrite empties: one line each, before step 1, no rank left
 #   models       a cnn's checkpoint into a `layers` model of 5 classes; a resnet with its batch norm
 #                buffers into a resnet of 5 classes
 #   gpt          a gpt continuing pre-training from a gpt checkpoint starts at a lower loss
@@ -217,6 +218,12 @@ refused)
       >$bad.log 2>&1 || rc=$?
     refused $bad.log "${expect[@]}"
   done
+  # Its own source, in the checkpoint.dir that checkpoint.overwrite would empty.
+  rc=0
+  run_np 2 120 train --config run.ini --model.init_from="$WORK/src" --checkpoint.dir="$WORK/src" \
+    --checkpoint.overwrite=true >own_dir.log 2>&1 || rc=$?
+  refused own_dir.log "model.init_from '$WORK/src': '$src' is one of the checkpoints of checkpoint.dir '$WORK/src'"
+  [ -f "$src" ] || fail "the source checkpoint was removed"
   # Asked for explicitly, the older format is read.
   run_np 2 120 train --config run.ini --model.init_from="$WORK/old.h5" --allow-unchecked --checkpoint.dir="$WORK/old" \
     >allowed.log 2>&1 || { cat allowed.log; fail "--allow-unchecked"; }

@@ -89,6 +89,13 @@ void load_matching(Run& run, const std::string& spec) {
   } catch (const Error& e) {
     throw IoError("model.init_from: " + std::string(e.what()));
   }
+  // checkpoint.overwrite would remove the source once this run writes its first checkpoint.
+  std::error_code ec;
+  for (const std::string& replaced : run.replaced_checkpoints)
+    if (std::filesystem::equivalent(replaced, path, ec))
+      throw ConfigError(prefix + "'" + path + "' is one of the checkpoints of checkpoint.dir '" + run.checkpoint_dir +
+                        "' that checkpoint.overwrite = true removes once this run writes its first: give another "
+                        "checkpoint.dir, or copy the checkpoint elsewhere");
   const std::string sha256 = file_sha256(path, prefix);
 
   // Everything is matched into copies first: a refused checkpoint leaves the seed's values.

@@ -10,8 +10,8 @@
 #                grad_accum and with zero
 #   sync         every sync strategy, and the step in device memory (the GPU's form), starts from
 #                the loaded bits on every rank (zero gathers them, param_server's servers hold them)
-#   resume       --resume wins, in one line; stopped and resumed, the fine-tune gives the straight
-#                one's bits and keeps its provenance
+#   resume       --resume wins, in one line, without the source; stopped and resumed, the
+#                fine-tune gives the straight one's bits and keeps its provenance
 #   refused      missing, a directory without `latest`, truncated, corrupt (checksum), not a
 #                checkpoint, unrelated (no parameter matches), an older format without checksums
 #                (read with --allow-unchecked), the source in the checkpoint.dir that
@@ -167,8 +167,11 @@ resume)
     { cat straight.log; fail "the straight fine-tune"; }
   run_np 2 120 train "${tune[@]}" --train.max_steps=10 --checkpoint.dir="$WORK/stopped" >first.log 2>&1 ||
     { cat first.log; fail "the fine-tune's first part"; }
+  # The source is not read again: a resumed fine-tune needs only its own checkpoints.
+  mv src src.away
   run_np 2 120 train "${tune[@]}" --checkpoint.dir="$WORK/stopped" --resume latest >resumed.log 2>&1 ||
     { cat resumed.log; fail "the resumed fine-tune"; }
+  mv src.away src
   has_line resumed.log "model.init_from '$src' not applied: --resume continues this run from its own parameters"
   ! grep -q "model.init_from '$src': " resumed.log || fail "the resumed run loaded model.init_from"
   "$MGTRAIN" compare straight/step-20.h5 stopped/step-20.h5 || fail "stopped and resumed differs from straight"

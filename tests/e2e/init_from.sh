@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # model.init_from: a new run starting from another run's parameters, under mpirun on the real
 # Fashion-MNIST (and fortunes for the gpt). Usage: init_from.sh CASE
-#   report       an mlp of another second hidden size, and one of 5 classes on a 5-class task derived from
-#                Fashion-MNIST: the loaded / new / left-out lines (shapes named), once, before step
-#                1; the checkpoints record the source's path and SHA-256
+#   report       an mlp of another second hidden size, of one hidden layer, and one of 5 classes on
+#                a 5-class task derived from Fashion-MNIST: the loaded / new / left-out lines (shapes
+#                named), once, before step 1; the checkpoints record the source's path and SHA-256
 #   bits         loaded parameters hold the source's bits and new ones the from-scratch run's (one
 #                step at a learning rate of 1e-37, which moves no weight of these magnitudes)
 #   world_sizes  a deterministic fine-tune gives the same parameter bits at np=1, 2, 4, with
@@ -85,6 +85,11 @@ report)
   report=$(grep -nF "${p}loaded" hidden.log | cut -d: -f1)
   [ -n "$first_step" ] && [ "$report" -lt "$first_step" ] || { cat hidden.log; fail "the report is not before step 1"; }
   provenance hidden/step-20.h5 "$src"
+  # One hidden layer: the checkpoint's third layer is not in the model.
+  run_np 2 120 train --config run.ini --model.hidden=128 --train.max_steps=1 --model.init_from="$src" \
+    --checkpoint.dir="$WORK/shallow" >shallow.log 2>&1 || { cat shallow.log; fail "the fine-tune of hidden 128"; }
+  has_line shallow.log "model.init_from '$src': left out, not in this model: fc3.bias, fc3.weight"
+  has_line shallow.log "2 of this model's 4 parameter(s) loaded, 2 new (from train.seed), 4 of the checkpoint's left out"
 
   derived_task five 0 4 0 0
   run_np 2 120 train --config run.ini "${five[@]}" --model.init_from="$src" --checkpoint.dir="$WORK/classes" \

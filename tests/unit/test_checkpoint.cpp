@@ -333,6 +333,30 @@ TEST_F(CheckpointTest, RootAttributesAreCoveredByAChecksum) {
   EXPECT_NE(msg.find("checksum mismatch"), std::string::npos) << msg;
 }
 
+// model.init_from's provenance round-trips, is covered by the root's checksum (deleted, the file
+// is refused), and is absent from a run's checkpoints that did not start from another run.
+TEST_F(CheckpointTest, InitFromProvenanceIsKeptAndCoveredByTheChecksum) {
+  auto store = make_store(1.0f);
+  mgt::CheckpointMeta meta = make_meta(40);
+  meta.init_from = "/runs/pre/step-200.h5";
+  meta.init_from_sha256 = std::string(64, 'a');
+  const std::string path = mgt::write_checkpoint(ckdir(), meta, *store, nullptr, 0);
+  const mgt::CheckpointMeta read = mgt::read_checkpoint_meta(path);
+  EXPECT_EQ(read.init_from, meta.init_from);
+  EXPECT_EQ(read.init_from_sha256, meta.init_from_sha256);
+  const mgt::CheckpointContents model = mgt::read_checkpoint_model(path);
+  EXPECT_EQ(model.meta.init_from, meta.init_from);
+  ASSERT_EQ(model.params.size(), 2u);
+  EXPECT_TRUE(model.optimizer.empty());
+  EXPECT_TRUE(mgt::read_checkpoint_meta(write(41)).init_from.empty());
+
+  delete_attr(path, "/", "init_from");
+  delete_attr(path, "/", "init_from_sha256");
+  const std::string msg = error_message<mgt::IoError>([&] { mgt::read_checkpoint_model(path); });
+  EXPECT_NE(msg.find("root attributes"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("checksum mismatch"), std::string::npos) << msg;
+}
+
 // An attribute read as one value that holds many (a hand-edited file) is refused, not read past
 // the value it is read into.
 TEST_F(CheckpointTest, AnAttributeHoldingManyValuesIsRefused) {

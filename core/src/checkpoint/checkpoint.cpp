@@ -2,6 +2,8 @@
 //   /                  attributes step, epoch, batch_in_epoch (int64), seed (uint64), world_size,
 //                      format_version (int64), mgtrain_version, plugins, config (UTF-8 strings),
 //                      plugin_paths (UTF-8 string, optional: absent from older checkpoints),
+//                      init_from and init_from_sha256 (UTF-8 strings, only in the checkpoints of a
+//                      run started by model.init_from, and covered by attributes_crc32 then),
 //                      global_batch, samples_in_epoch (int64) and attributes_crc32 (uint32: zlib
 //                      CRC-32 of the other attributes and of the names of the root's groups, see
 //                      AttributeText), the last three absent from checkpoints older than the
@@ -181,6 +183,10 @@ AttributeText root_attribute_text(const CheckpointMeta& meta, int64_t format_ver
   text.add("plugins", meta.plugins);
   text.add("plugin_paths", meta.plugin_paths);
   text.add("config", meta.config_ini);
+  if (!meta.init_from.empty()) {
+    text.add("init_from", meta.init_from);
+    text.add("init_from_sha256", meta.init_from_sha256);
+  }
   if (format_version >= 2)
     for (const auto& name : groups) text.add("group", name);
   return text;
@@ -551,6 +557,11 @@ CheckpointMeta read_meta(const H5Context& h5, hid_t file, FormatInfo* format = n
   // Written since the attribute was added; a checkpoint from before has none.
   if (has_attribute(h5, file, "plugin_paths")) meta.plugin_paths = read_string_attr(h5, file, root, "plugin_paths");
   meta.config_ini = read_string_attr(h5, file, root, "config");
+  // Only a run started by model.init_from has them, always both.
+  if (has_attribute(h5, file, "init_from")) {
+    meta.init_from = read_string_attr(h5, file, root, "init_from");
+    meta.init_from_sha256 = read_string_attr(h5, file, root, "init_from_sha256");
+  }
 
   // Written since the attribute checksum was added, with it; older checkpoints have none of the
   // three and are validated below all the same. One that has the others but not the checksum has
@@ -685,6 +696,10 @@ FileImage build_image(const std::string& path, const std::string& image_name, co
       h5::write_attr_utf8(root, "plugins", meta.plugins);
       h5::write_attr_utf8(root, "plugin_paths", meta.plugin_paths);
       h5::write_attr_utf8(root, "config", meta.config_ini);
+      if (!meta.init_from.empty()) {
+        h5::write_attr_utf8(root, "init_from", meta.init_from);
+        h5::write_attr_utf8(root, "init_from_sha256", meta.init_from_sha256);
+      }
       // The datasets carry their own checksums; this one covers the attributes above.
       h5::write_attr_uint32(root, kAttributesChecksumAttr,
                             root_attribute_text(meta, kFormatVersion, samples_in_epoch, groups).checksum());
@@ -1211,6 +1226,18 @@ CheckpointContents read_checkpoint_contents(const std::string& path) {
   contents.optimizer_steps = read_optimizer_steps(h5, opt.get(), format);
   for (const auto& name : group_members(h5, opt.get(), "'/optimizer'"))
     contents.optimizer[name] = read_float_group(h5, file.get(), "/optimizer/" + name);
+  return contents;
+}
+
+CheckpointContents read_checkpoint_model(const std::string& path) {
+  std::lock_guard lock(data::hdf5_mutex());
+  h5::silence_errors();
+  const H5Context h5{path};
+  h5::Id file = open_checkpoint(h5);
+  CheckpointContents contents;
+  contents.meta = read_meta(h5, file.get());
+  contents.params = read_float_group(h5, file.get(), "/params");
+  if (has_link(h5, file.get(), "buffers")) contents.buffers = read_float_group(h5, file.get(), "/buffers");
   return contents;
 }
 

@@ -35,7 +35,10 @@ struct CheckpointMeta {
   std::string plugins;       // PluginRegistry::loaded_summary()
   std::string plugin_paths;  // PluginRegistry::loaded_paths(): where `mgtrain eval` looks last
   std::string config_ini;    // the full resolved config
-  SyncState sync;            // read by load_checkpoint only
+  // model.init_from's provenance: the checkpoint the run's parameters started from (its path) and
+  // the SHA-256 of that file; both empty for a run initialised from the seed.
+  std::string init_from, init_from_sha256;
+  SyncState sync;  // read by load_checkpoint only
 };
 
 // Writes <dir>/step-<N>.h5 atomically (temporary name in dir, fsync, rename, fsync dir), then
@@ -134,6 +137,10 @@ struct CheckpointContents {
   std::map<std::string, std::vector<StoredTensor>> optimizer;  // by state buffer ("momentum", ...)
 };
 CheckpointContents read_checkpoint_contents(const std::string& path);
+
+// The model's part of a checkpoint (meta, /params and /buffers where present, verified as above),
+// without its optimizer state: what model.init_from starts a new run from.
+CheckpointContents read_checkpoint_model(const std::string& path);
 
 // What <dir>/latest names now, for a message about a checkpoint not written: "the previous
 // checkpoint is intact: '<dir>/latest' still names step-20.h5", or that there is none. Never throws.

@@ -35,6 +35,12 @@ const std::vector<ConfigKey>& core_config_keys() {
        "batch norm normalises by the statistics of the global batch, summed over the ranks (as "
        "PyTorch's SyncBatchNorm), instead of each rank's own rows; deterministic mode always does, "
        "in a fixed order; not with an asynchronous strategy (param_server)"},
+      {"model.init_from", KeyType::path, "",
+       "start from another run's parameters (fine-tuning): a checkpoint file, a run's checkpoint directory "
+       "or its latest; every parameter and buffer whose name and shape match is loaded, the rest start "
+       "from train.seed, and optimizer state, step, data position and schedule start fresh; rank 0 says "
+       "which were loaded, new and left out; a checkpoint none of whose parameters match is refused. "
+       "--resume wins (the run's own parameters)"},
       {"optimizer.name", KeyType::string, nullptr, "optimizer plugin"},
       {"sync.name", KeyType::string, "allreduce", "sync-strategy plugin"},
       {"train.epochs", KeyType::positive_integer, "10", "epochs to train"},

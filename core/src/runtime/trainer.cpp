@@ -1,5 +1,6 @@
 #include "runtime/trainer.hpp"
 
+#include "runtime/init_from.hpp"
 #include "runtime/resume.hpp"
 #include "runtime/run.hpp"
 #include "runtime/serving_loop.hpp"
@@ -11,6 +12,7 @@ TrainResult train(Communicator& comm, TrainOptions options, std::ostream& log) {
   Run run(comm, std::move(options), log);
   start_run(run);
   if (!run.options.resume.empty()) resume(run);
+  initialize_from_checkpoint(run);
   prepare_run(run);
   if (run.serving) start_serving(run);
   // Chosen once: a parameter server's serving ranks run their own loop.

@@ -175,11 +175,13 @@ int run_child(const std::vector<std::string>& argv, OnLine on_line, double limit
   while (open_pipes > 0) {
     const int ready = poll(fds, 2, 200);
     if (ready < 0 && errno != EINTR) break;
-    if (limit_s > 0 && !killed &&
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() > limit_s) {
+    const double ran_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (limit_s > 0 && !killed && ran_s > limit_s) {
       kill(-pid, SIGKILL);
       killed = true;
     }
+    // A process it started in a group of its own (a remote shell) may hold the pipes open.
+    if (killed && ran_s > limit_s + 2) break;
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       char buffer[4096];
@@ -202,6 +204,8 @@ int run_child(const std::vector<std::string>& argv, OnLine on_line, double limit
       }
     }
   }
+  for (const pollfd& fd : fds)
+    if (fd.fd >= 0) close(fd.fd);
   for (const std::string& rest : pending)
     if (!rest.empty()) on_line(rest);
   int status = 0;
@@ -215,6 +219,15 @@ int exit_code(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
+}
+
+bool on_path(const std::string& program) {
+  if (program.find('/') != std::string::npos) return access(program.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');)
+    if (!dir.empty() && access((dir + "/" + program).c_str(), X_OK) == 0) return true;
+  return false;
 }
 
 std::string self_executable() {
@@ -306,6 +319,10 @@ struct Supervisor {
     std::string why_restarted;
     int status = 0;
     for (int attempt = 1;; ++attempt) {
+      if (stop_signal_received.load() != 0) {
+        say("stopped by signal " + std::to_string(stop_signal_received.load()) + ": not restarted");
+        return exit_code(status);
+      }
       const std::string resume = attempt > 1 ? latest_checkpoint(checkpoint_dir) : "";
       std::vector<std::string> args = train_args;
       if (attempt > 1) {
@@ -497,6 +514,8 @@ int run_launch(const std::vector<std::string>& all_args) {
     s.launcher = split_words(vm.count("launcher") ? vm["launcher"].as<std::string>()
                                                   : std::string(s.slurm ? "srun --mpi=pmix" : "mpirun"));
     if (s.launcher.empty()) throw ConfigError("--launcher is empty: expected mpirun or srun and its options");
+    if (!on_path(s.launcher[0]))
+      throw ConfigError("--launcher '" + s.launcher[0] + "': no such program in PATH (expected mpirun or srun)");
     s.train_args.assign(job.begin() + 1, job.end());
 
     // The job's config, checked here before any attempt: a bad key is one line, not a restart.

@@ -34,6 +34,36 @@ case $1 in
     grep -q "^mgtrain launch: the job failed with status 2 after [0-9]* s, and every node answers: not a lost node" \
       out.log || fail "the supervisor does not say why it does not restart"
     ;;
+  stopped)
+    # SIGTERM to launch goes to mpirun: the job stops with its final checkpoint, and nothing is
+    # restarted.
+    # Not under timeout: the signal must reach launch itself (the wait below is the hang guard).
+    "$MGTRAIN" launch --hostfile hosts --launcher "mpirun --oversubscribe" -- train --config run.ini \
+      --train.epochs=50 >out.log 2>&1 &
+    job=$!
+    for _ in $(seq 600); do
+      [ -f ckpt/latest ] && break
+      sleep 0.1
+    done
+    [ -f ckpt/latest ] || { cat out.log; fail "the run wrote no checkpoint"; }
+    kill -TERM $job
+    for _ in $(seq 1200); do
+      kill -0 $job 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -0 $job 2>/dev/null && { kill -KILL $job; fail "launch did not end within 120 s of SIGTERM"; }
+    set +e
+    wait $job
+    rc=$?
+    set -e
+    grep "^mgtrain launch:\|stopped by signal" out.log
+    [ $rc -ne 0 ] || fail "the stopped run exited 0"
+    grep -q "^mgtrain launch: stopped by signal 15: not restarted$" out.log || fail "the supervisor's line"
+    [ "$(grep -c "^mgtrain launch: attempt [0-9]* of" out.log)" -eq 1 ] || fail "expected one attempt"
+    stopped_at=$(sed -n 's/.*stopped by signal 15 at step \([0-9]*\).*/\1/p' out.log)
+    [ -n "$stopped_at" ] && [ "$(cat ckpt/latest)" = "step-$stopped_at.h5" ] ||
+      fail "no final checkpoint of the stopped step"
+    ;;
   refused)
     : >empty
     printf 'localhost slots=2\nother slots=2\n' >hosts2
@@ -62,6 +92,8 @@ case $1 in
       --hostfile hosts2 -- bench --config run.ini
     check "mgtrain: error: launch: unknown config key 'train.epochz'*" \
       --hostfile hosts2 -- train --config run.ini --train.epochz=2
+    check "mgtrain: error: launch: --launcher 'no-such-mpirun': no such program in PATH (expected mpirun or srun)" \
+      --hostfile hosts2 --launcher "no-such-mpirun -x A" -- train --config run.ini
     check "mgtrain: error: launch: sync.name = param_server cannot go on with fewer nodes*expected --min-nodes 2*got --min-nodes 1" \
       --hostfile hosts2 -- train --config run.ini --sync.name=param_server
     ;;

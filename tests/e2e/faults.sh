@@ -41,12 +41,14 @@ grep -q "$pattern" fault.log || fail "no line names rank $rank (expected /$patte
 
 no_ranks_left
 
-# Rank 0 writes: a fault there leaves step 20 as the last checkpoint. Another rank failing while
-# rank 0 writes step 30 may or may not let that write finish; either is whole (resuming verifies
-# its checksums).
+# Rank 0 writes: a fault there leaves step 20 as the last checkpoint, or step 10 where rank 0
+# ended (step 25) while step 20's write to disk was still in flight beside training. Another rank
+# failing while rank 0 writes step 30 may or may not let that write finish; either is whole
+# (resuming verifies its checksums).
 latest=$(cat ckpt/latest)
 expected=step-20.h5
 [[ $rank != 0 && $phase == checkpoint-* && $latest == step-30.h5 ]] && expected=step-30.h5
+[[ $rank == 0 && $phase != checkpoint-* && $latest == step-10.h5 ]] && expected=step-10.h5
 [ "$latest" = "$expected" ] || fail "latest names '$latest', expected $expected"
 [ "$expected" = step-30.h5 ] || [ ! -e ckpt/step-30.h5 ] ||
   fail "a checkpoint of step 30 exists although its write was interrupted"

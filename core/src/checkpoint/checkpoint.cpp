@@ -654,11 +654,6 @@ AtomicFile::Describe describe_failure(const std::string& file, const std::string
 // Makes a rename or removal in the directory durable.
 void fsync_directory(const std::string& dir) { sync_directory(dir, describe_failure(dir, dir, dir)); }
 
-struct FileImage {
-  std::unique_ptr<char[]> data;
-  size_t size = 0;
-};
-
 // Builds the checkpoint as an HDF5 file image in memory (core driver, no backing store). The disk
 // is then written with plain POSIX calls: HDF5 1.10 leaves a file whose write failed (ENOSPC,
 // EFBIG) half-closed and crashes at exit, and errno reaches the message intact this way.
@@ -815,31 +810,19 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 namespace {
 
 // Writes the checkpoint file and then `latest`; see write_checkpoint.
-std::string write_checkpoint_files(const std::string& dir, const CheckpointMeta& meta, const ParameterStore& store,
-                                   Optimizer* optimizer) {
-  MGT_CHECK(store.finalized(), Error, "write_checkpoint: the parameter store is not finalized");
-  MGT_CHECK(meta.global_batch > 0, Error, "write_checkpoint: the meta has no global batch");
-  {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) throw IoError("cannot create checkpoint directory " + quote(dir) + ": " + ec.message());
-    if (!fs::is_directory(dir, ec)) throw IoError("checkpoint directory " + quote(dir) + " is not a directory");
-  }
-  const std::string name = "step-" + std::to_string(meta.step) + ".h5";
+std::string write_checkpoint_files(const PreparedCheckpoint& prepared) {
+  const std::string& dir = prepared.dir;
+  const std::string& name = prepared.name;
   const std::string final_path = (fs::path(dir) / name).string();
-
   // Written as ".step-<N>.h5.tmp-<pid>-<random>", then ".latest.tmp-<pid>-<random>"
   // (remove_leftover_temporaries).
   AtomicFile file(final_path, "checkpoint", describe_failure(AtomicFile::temporary_path(final_path), final_path, dir));
-  {
-    const FileImage image = build_image(final_path, file.temporary(), meta, store, optimizer);
-    file.create();
-    fault::at(fault::Phase::checkpoint_before_data, meta.step);
-    file.append(std::string_view(image.data.get(), image.size));
-    file.sync_and_close();
-    fault::at(fault::Phase::checkpoint_after_data, meta.step);
-  }
-  fault::at(fault::Phase::checkpoint_before_rename, meta.step);
+  file.create();
+  fault::at(fault::Phase::checkpoint_before_data, prepared.step);
+  file.append(std::string_view(prepared.image.data.get(), prepared.image.size));
+  file.sync_and_close();
+  fault::at(fault::Phase::checkpoint_after_data, prepared.step);
+  fault::at(fault::Phase::checkpoint_before_rename, prepared.step);
   file.rename();
   fsync_directory(dir);
 
@@ -856,12 +839,40 @@ std::string write_checkpoint_files(const std::string& dir, const CheckpointMeta&
 
 }  // namespace
 
+PreparedCheckpoint prepare_checkpoint(const std::string& dir, const CheckpointMeta& meta, const ParameterStore& store,
+                                      Optimizer* optimizer) {
+  MGT_CHECK(store.finalized(), Error, "write_checkpoint: the parameter store is not finalized");
+  MGT_CHECK(meta.global_batch > 0, Error, "write_checkpoint: the meta has no global batch");
+  try {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw IoError("cannot create checkpoint directory " + quote(dir) + ": " + ec.message());
+    if (!fs::is_directory(dir, ec)) throw IoError("checkpoint directory " + quote(dir) + " is not a directory");
+  } catch (const IoError& e) {
+    throw IoError(std::string(e.what()) + "; " + latest_state(dir));
+  }
+  PreparedCheckpoint prepared;
+  prepared.dir = dir;
+  prepared.name = "step-" + std::to_string(meta.step) + ".h5";
+  prepared.step = meta.step;
+  const std::string final_path = (fs::path(dir) / prepared.name).string();
+  // The image's name is only HDF5's handle for it (the core driver writes nothing to disk).
+  prepared.image = build_image(final_path, AtomicFile::temporary_path(final_path), meta, store, optimizer);
+  return prepared;
+}
+
 std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta, const ParameterStore& store,
                              Optimizer* optimizer, int64_t keep, const std::vector<std::string>& replaced,
                              int* replaced_removed) {
+  return commit_checkpoint(prepare_checkpoint(dir, meta, store, optimizer), keep, replaced, replaced_removed);
+}
+
+std::string commit_checkpoint(const PreparedCheckpoint& prepared, int64_t keep,
+                              const std::vector<std::string>& replaced, int* replaced_removed) {
+  const std::string& dir = prepared.dir;
   std::string path;
   try {
-    path = write_checkpoint_files(dir, meta, store, optimizer);
+    path = write_checkpoint_files(prepared);
   } catch (const IoError& e) {
     // A full disk, a quota, a vanished mount: the temporary file is gone again and nothing that
     // existed was replaced. Say so, so nobody deletes the good checkpoint in a hurry.

@@ -2,6 +2,7 @@
 // Checkpoints: one HDF5 file per checkpoint, written atomically, readable by any HDF5 tool.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,23 @@ struct CheckpointMeta {
 std::string write_checkpoint(const std::string& dir, const CheckpointMeta& meta, const ParameterStore& store,
                              Optimizer* optimizer, int64_t keep, const std::vector<std::string>& replaced = {},
                              int* replaced_removed = nullptr);
+
+// write_checkpoint in two halves, so that the disk's half can run beside training: the checkpoint
+// built in memory (every array copied and checksummed into an HDF5 image) at the step it records,
+// then written to disk as write_checkpoint writes it.
+struct FileImage {
+  std::unique_ptr<char[]> data;
+  size_t size = 0;
+};
+struct PreparedCheckpoint {
+  std::string dir, name;  // name: "step-<N>.h5"
+  int64_t step = 0;
+  FileImage image;
+};
+PreparedCheckpoint prepare_checkpoint(const std::string& dir, const CheckpointMeta& meta, const ParameterStore& store,
+                                      Optimizer* optimizer);
+std::string commit_checkpoint(const PreparedCheckpoint& prepared, int64_t keep,
+                              const std::vector<std::string>& replaced = {}, int* replaced_removed = nullptr);
 
 // One job's exclusive use of a checkpoint directory: an flock on <dir>/.lock, held while this
 // object lives. The kernel drops it when the process ends, however it ends, so a killed job never

@@ -154,7 +154,7 @@ class CheckpointCallback final : public TrainingCallback {
     const auto whole_state = gather_sharded_optimizer_state(run_);
     if (run_.leader) {
       run_.result.checkpoint =
-          write_run_checkpoint(run_, run_.meta, whole_state ? whole_state.get() : run_.optimizer.get());
+          start_run_checkpoint(run_, run_.meta, whole_state ? whole_state.get() : run_.optimizer.get());
     } else {
       for (auto phase : {fault::Phase::checkpoint_before_data, fault::Phase::checkpoint_after_data,
                          fault::Phase::checkpoint_before_rename})

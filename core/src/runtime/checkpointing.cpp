@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <filesystem>
 #include <new>
 
 #include "base/host_memory.hpp"
@@ -92,7 +93,37 @@ void claim_checkpoint_dir(Run& run) {
   });
 }
 
+CheckpointWriter::~CheckpointWriter() {
+  try {
+    wait();
+  } catch (...) {
+    // The run is failing already (or ends with this error reported by an earlier wait).
+  }
+}
+
+void CheckpointWriter::start(std::function<std::string()> write) {
+  wait();
+  pending_ = std::async(std::launch::async, std::move(write));
+}
+
+std::string CheckpointWriter::wait() {
+  if (!pending_.valid()) return "";
+  return pending_.get();
+}
+
+std::string start_run_checkpoint(Run& run, const CheckpointMeta& meta, Optimizer* optimizer) {
+  if (!run.replaced_checkpoints.empty()) return write_run_checkpoint(run, meta, optimizer);
+  run.checkpoint_writer.wait();
+  auto prepared =
+      std::make_shared<PreparedCheckpoint>(prepare_checkpoint(run.checkpoint_dir, meta, run.store, optimizer));
+  const int64_t keep = run.config.get_int("checkpoint.keep");
+  const std::string path = (std::filesystem::path(run.checkpoint_dir) / prepared->name).string();
+  run.checkpoint_writer.start([prepared, keep] { return commit_checkpoint(*prepared, keep); });
+  return path;
+}
+
 std::string write_run_checkpoint(Run& run, const CheckpointMeta& meta, Optimizer* optimizer) {
+  run.checkpoint_writer.wait();
   int removed = 0;
   const std::string path = write_checkpoint(run.checkpoint_dir, meta, run.store, optimizer,
                                             run.config.get_int("checkpoint.keep"), run.replaced_checkpoints, &removed);

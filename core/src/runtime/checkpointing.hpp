@@ -2,6 +2,8 @@
 // The run's checkpoints: the directory claimed at start-up, and each checkpoint's state gathered
 // from every training rank (the sync strategy's own arrays, a sharded optimizer's shards) to rank
 // 0, which writes it.
+#include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,9 +23,33 @@ struct Run;
 // writes the checkpoints and holds the directory's lock until the run ends.
 void claim_checkpoint_dir(Run& run);
 
-// Rank 0: a checkpoint of this run; the first one also removes the checkpoints that
-// checkpoint.overwrite replaces, now that the run has one of its own.
+// Rank 0's checkpoint writes to disk beside training: the step's state is copied into an image at
+// once (prepare_checkpoint), and its write, fsync and rename run on a thread of their own while the
+// next steps run, so that a checkpoint costs the step little more than a copy. One write at a time:
+// the next waits for this one. A failed write's error comes out of that wait, ending the run as a
+// failed write always has, with `latest` naming the checkpoint before.
+class CheckpointWriter {
+ public:
+  CheckpointWriter() = default;
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+  // Waits for a write in flight, so a run that fails elsewhere still leaves it whole.
+  ~CheckpointWriter();
+  void start(std::function<std::string()> write);
+  // The path of the write in flight once it is on disk ("" for none); rethrows its error.
+  std::string wait();
+
+ private:
+  std::future<std::string> pending_;
+};
+
+// Rank 0: a checkpoint of this run, on disk when it returns (after any write in flight); the
+// first one also removes the checkpoints that checkpoint.overwrite replaces, now that the run has
+// one of its own.
 std::string write_run_checkpoint(Run& run, const CheckpointMeta& meta, Optimizer* optimizer);
+// Rank 0: the same, its disk half in the background (CheckpointWriter); returns the path it will
+// have. The first checkpoint of a run that replaces an earlier run's is written in full here.
+std::string start_run_checkpoint(Run& run, const CheckpointMeta& meta, Optimizer* optimizer);
 
 // Every training rank's own state of a lock-step sync strategy (checkpoint_state), on rank 0 as
 // the arrays "<name>.rank<R>" of the checkpoint's /sync; empty when the strategy keeps none.

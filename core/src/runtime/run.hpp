@@ -26,6 +26,7 @@
 #include "mgtrain/serving.hpp"
 #include "mgtrain/sync.hpp"
 #include "observers/trace.hpp"
+#include "runtime/checkpointing.hpp"
 #include "runtime/lr_schedule.hpp"
 #include "runtime/trainer.hpp"
 
@@ -76,6 +77,7 @@ struct Run {
   std::unique_ptr<CheckpointDirLock> checkpoint_lock;  // rank 0's, while it writes checkpoints
   // Rank 0: the checkpoints checkpoint.overwrite replaces, removed by the run's first checkpoint.
   std::vector<std::string> replaced_checkpoints;
+  CheckpointWriter checkpoint_writer;     // rank 0's checkpoint in flight to disk
   std::string resumed_from, resume_note;  // rank 0's resume checkpoint, position note
   SyncState resumed_sync;                 // rank 0: what the resumed checkpoint's strategy kept
   // Rank 0, resuming under a sharded optimizer: the checkpoint's whole optimizer state until it is

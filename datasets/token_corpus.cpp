@@ -1,6 +1,7 @@
 #include "datasets/token_corpus.hpp"
 
 #include <cstring>
+#include <utility>
 
 #include "mgtrain/error.hpp"
 
@@ -30,10 +31,14 @@ void TokenCorpus::open(bool in_memory) {
   windows_.clear();
   memory_.clear();
   if (in_memory) {
-    memory_.reserve(static_cast<size_t>(info_.tokens));
+    // One file's tokens are the corpus: moved, not copied, so its peak is the file's size once.
+    if (files_.size() > 1) memory_.reserve(static_cast<size_t>(info_.tokens));
     for (const TokenFileInfo& file : files_) {
-      const std::vector<uint8_t> tokens = read_tokens(file);
-      memory_.insert(memory_.end(), tokens.begin(), tokens.end());
+      std::vector<uint8_t> tokens = read_tokens(file);
+      if (memory_.empty())
+        memory_ = std::move(tokens);
+      else
+        memory_.insert(memory_.end(), tokens.begin(), tokens.end());
     }
     return;
   }
@@ -48,6 +53,7 @@ void TokenCorpus::read(int64_t offset, int64_t count, uint8_t* out) {
     std::memcpy(out, memory_.data() + offset, static_cast<size_t>(count));
     return;
   }
+  MGT_CHECK(windows_.size() == files_.size(), Error, "token corpus '" + info_.path + "' read before open()");
   file_spans(starts_, offset, count, spans_);
   for (const FileSpan& span : spans_) {
     windows_[span.file]->read(span.offset, span.count, out);

@@ -5,10 +5,12 @@
 // Sharding (a pure function of seed, epoch, global batch B and world W): global batch b of epoch
 // e is positions perm[b*B .. (b+1)*B) of rng::epoch_permutation(seed, e, N) (identity without
 // shuffle); rank r takes the contiguous slice [r*B/W, (r+1)*B/W) of it. Concatenating the ranks'
-// batches in rank order gives exactly the world-1 batch.
+// batches in rank order gives exactly the world-1 batch. Where the path names several files
+// (datasets/data_files.hpp), N is their rows together and row i of the data set is row i of their
+// concatenation: the batches are those of one file holding every row.
 //
 // Augmentation (training data only, ReaderOptions::augment): each sample's random crop offsets and
-// flip are drawn from the counter-based generator keyed by (seed, epoch, file row), so a sample is
+// flip are drawn from the counter-based generator keyed by (seed, epoch, row), so a sample is
 // augmented the same way whatever the world size, the batch it falls in, or a resume.
 //
 // Threading: after construction only the prefetch thread calls HDF5, always under hdf5_mutex().
@@ -59,6 +61,7 @@ struct AugmentDraw {
 AugmentDraw augment_draw(const Augmentation& augment, uint64_t seed, int64_t epoch, int64_t row);
 
 struct ReaderOptions {
+  // One file, or several as datasets/data_files.hpp says (a list, glob patterns).
   std::string path, x_name = "x", y_name = "y";
   int64_t global_batch = 0;
   int rank = 0;

@@ -18,8 +18,18 @@ int64_t window_offset(uint64_t seed, int64_t epoch, int64_t sample, int64_t toke
 namespace {
 
 // A data file of the wrong kind for the model, refused by name.
-void check_kind(const std::string& path, int64_t context, const std::string& model_name) {
+void check_kind(const std::string& spec, int64_t context, const std::string& model_name) {
+  const std::vector<std::string> files = expand_data_files(spec);
+  const std::string& path = files.front();
   const bool tokens = is_token_file(path);
+  for (const std::string& other : files)
+    if (is_token_file(other) != tokens) {
+      require_openable(other);
+      throw DataError("data files '" + (tokens ? path : other) + "' and '" + (tokens ? other : path) +
+                      "' (shards of '" + spec +
+                      "') differ: the first is a token file (/tokens), the second a sample file (/x, /y); expected "
+                      "the shards of one data set to agree");
+    }
   const std::string model = model_name.empty() ? "the model" : "model '" + model_name + "'";
   if (tokens && context == 0)
     throw DataError("data file '" + path + "' is a token file (/tokens), but " + model +
@@ -66,8 +76,8 @@ std::unique_ptr<BatchReader> open_batch_reader(const ReaderOptions& options) {
 DatasetInfo open_data_info(const std::string& path, const std::string& x_name, const std::string& y_name,
                            int64_t context, const std::string& model_name) {
   check_kind(path, context, model_name);
-  if (context == 0) return open_dataset_info(path, x_name, y_name);
-  const TokenFileInfo file = open_token_info(path);
+  if (context == 0) return open_sample_set_info(path, x_name, y_name);
+  const TokenFileInfo file = TokenCorpus(path).info();
   if (file.tokens < context + 1)
     throw DataError("token file '" + path + "' holds " + std::to_string(file.tokens) +
                     " tokens, fewer than one window of " + context_key(model_name) +
@@ -82,7 +92,8 @@ TokenReader::TokenReader(const ReaderOptions& options) : options_(options) {
   MGT_CHECK(options.world > 0 && options.global_batch > 0 && options.global_batch % options.world == 0, ConfigError,
             "train.global_batch = " + std::to_string(options.global_batch) + " is not divisible by the " +
                 std::to_string(options.world) + " training ranks");
-  const TokenFileInfo file = open_token_info(options.path);
+  corpus_ = std::make_unique<TokenCorpus>(options.path);
+  const TokenFileInfo& file = corpus_->info();
   if (options.vocab_limit > 0 && file.vocab_size > options.vocab_limit)
     throw DataError("token file '" + options.path + "' has vocab_size " + std::to_string(file.vocab_size) +
                     ", more than the model's vocabulary of " + std::to_string(options.vocab_limit) + " (" +
@@ -92,10 +103,7 @@ TokenReader::TokenReader(const ReaderOptions& options) : options_(options) {
     throw DataError("token file '" + options.path + "' holds " + std::to_string(file.tokens) +
                     " tokens, fewer than one window of " + context_key(options.model_name) +
                     " + 1 = " + std::to_string(options.context + 1));
-  if (options.in_memory)
-    tokens_ = read_tokens(file);
-  else
-    windows_ = std::make_unique<TokenWindows>(file);
+  corpus_->open(options.in_memory);
   window_.resize(static_cast<size_t>(options.context + 1));
   info_ = windows_info(file, options.context);
   local_ = options.global_batch / options.world;
@@ -132,11 +140,8 @@ Batch TokenReader::next() {
     const int64_t sample = first + i;
     const int64_t offset =
         options_.shuffle ? window_offset(options_.seed, epoch_, sample, info_.tokens, T) : sample * T;
-    const uint8_t* window = tokens_.data() + offset;
-    if (windows_) {
-      windows_->read(offset, T + 1, window_.data());
-      window = window_.data();
-    }
+    corpus_->read(offset, T + 1, window_.data());
+    const uint8_t* window = window_.data();
     float* xi = x.data() + i * T;
     int32_t* yi = y.data() + i * T;
     for (int64_t t = 0; t < T; ++t) {
@@ -145,7 +150,7 @@ Batch TokenReader::next() {
     }
   }
   // After the reads: a file cut before any of them gave zeros, named here rather than trained on.
-  if (windows_) windows_->check_size(epoch_, batch_);
+  corpus_->check_size(epoch_, batch_);
   Batch batch;
   batch.x = Tensor::view(x.data(), {rows, T});
   batch.y = y.data();

@@ -17,6 +17,7 @@
 
 #include "datasets/batch_reader.hpp"
 #include "datasets/sharded_reader.hpp"
+#include "datasets/token_corpus.hpp"
 #include "datasets/token_file.hpp"
 
 namespace mgt::data {
@@ -25,6 +26,7 @@ namespace mgt::data {
 int64_t window_offset(uint64_t seed, int64_t epoch, int64_t sample, int64_t tokens, int64_t context);
 
 // The reader a data file needs: a TokenReader for a token file, a ShardedReader for a sample file.
+// options.path may name several files (datasets/data_files.hpp), all of one kind.
 // Refuses (DataError, naming the file and the model) a token file for a model that reads sample
 // files (options.context == 0) and a sample file for a language model.
 std::unique_ptr<BatchReader> open_batch_reader(const ReaderOptions& options);
@@ -49,11 +51,10 @@ class TokenReader final : public BatchReader {
  private:
   ReaderOptions options_;
   DatasetInfo info_;
-  // The whole file (options.in_memory), or a reader of one window at a time for a corpus of any
-  // size; both checked against the file's checksums when opened.
-  std::vector<uint8_t> tokens_;
-  std::unique_ptr<TokenWindows> windows_;
-  std::vector<uint8_t> window_;  // one window's tokens, read from windows_
+  // The corpus (one file or several), read a window at a time for a corpus of any size or held
+  // in memory (options.in_memory); checked against the files' checksums when opened.
+  std::unique_ptr<TokenCorpus> corpus_;
+  std::vector<uint8_t> window_;  // one window's tokens, read from corpus_
   int64_t local_ = 0, batches_per_epoch_ = 0;
   int64_t epoch_ = 0, batch_ = 0;
   int slot_ = 0;

@@ -26,10 +26,12 @@
 
 #include "datasets/convert.hpp"
 #include "datasets/crc32.hpp"
+#include "datasets/data_files.hpp"
 #include "datasets/hdf5_format.hpp"
 #include "datasets/hdf5_util.hpp"
 #include "datasets/mapped_copy.hpp"
 #include "datasets/sharded_reader.hpp"
+#include "datasets/token_corpus.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/rng.hpp"
 
@@ -1423,4 +1425,151 @@ TEST(DataFashion, ConvertsTheRealTrainFile) {
     count += b.x.numel();
   }
   EXPECT_NEAR(sum / static_cast<double>(count), 0.0, 0.05);  // normalised to zero mean
+}
+
+// ---------------------------------------------------------------- data sets in several files
+
+TEST(DataFiles, SpansMapAConcatenationOntoItsFiles) {
+  const std::vector<int64_t> starts = {0, 5, 6, 10};  // files of 5, 1 and 4
+  using Spans = std::vector<std::tuple<size_t, int64_t, int64_t>>;
+  const auto spans = [&](int64_t offset, int64_t count) {
+    Spans out;
+    for (const FileSpan& s : file_spans(starts, offset, count)) out.emplace_back(s.file, s.offset, s.count);
+    return out;
+  };
+  EXPECT_EQ(spans(0, 3), (Spans{{0, 0, 3}}));
+  EXPECT_EQ(spans(4, 1), (Spans{{0, 4, 1}}));
+  EXPECT_EQ(spans(5, 1), (Spans{{1, 0, 1}}));
+  EXPECT_EQ(spans(4, 3), (Spans{{0, 4, 1}, {1, 0, 1}, {2, 0, 1}}));  // across a one-row file
+  EXPECT_EQ(spans(0, 10), (Spans{{0, 0, 5}, {1, 0, 1}, {2, 0, 4}}));
+  EXPECT_EQ(spans(9, 1), (Spans{{2, 3, 1}}));
+  EXPECT_TRUE(spans(10, 0).empty());
+  EXPECT_THROW(file_spans(starts, 8, 3), Error);  // past the end
+  // Every range, against a walk over the files.
+  for (int64_t offset = 0; offset < 10; ++offset)
+    for (int64_t count = 1; offset + count <= 10; ++count) {
+      std::vector<int64_t> flat;
+      for (const FileSpan& s : file_spans(starts, offset, count))
+        for (int64_t i = 0; i < s.count; ++i) flat.push_back(starts[s.file] + s.offset + i);
+      std::vector<int64_t> expected(static_cast<size_t>(count));
+      std::iota(expected.begin(), expected.end(), offset);
+      EXPECT_EQ(flat, expected) << offset << " + " << count;
+    }
+}
+
+TEST(DataFiles, ListsAndPatternsExpandInOrder) {
+  TempDir dir;
+  for (const char* name : {"s-10.h5", "s-02.h5", "s-01.h5", "other.h5", "a,b.h5"}) std::ofstream(dir.file(name)) << "x";
+  EXPECT_EQ(expand_data_files(dir.file("s-*.h5")),
+            (std::vector<std::string>{dir.file("s-01.h5"), dir.file("s-02.h5"), dir.file("s-10.h5")}));
+  // A list keeps its order; a pattern's matches are sorted in place.
+  EXPECT_EQ(expand_data_files(dir.file("other.h5") + ", " + dir.file("s-0?.h5")),
+            (std::vector<std::string>{dir.file("other.h5"), dir.file("s-01.h5"), dir.file("s-02.h5")}));
+  // A value that names an existing file is that file, comma or not.
+  EXPECT_EQ(expand_data_files(dir.file("a,b.h5")), (std::vector<std::string>{dir.file("a,b.h5")}));
+  // One missing file is left to the reader to name, as before.
+  EXPECT_EQ(expand_data_files(dir.file("missing.h5")), (std::vector<std::string>{dir.file("missing.h5")}));
+  const auto refused = [&](const std::string& spec, const std::string& part) {
+    try {
+      expand_data_files(spec);
+      ADD_FAILURE() << "expected a ConfigError for " << spec;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  refused(dir.file("none-*.h5"), "matches no file");
+  refused(dir.file("s-01.h5") + ",," + dir.file("s-02.h5"), "an entry is empty");
+  refused(dir.file("s-01.h5") + "," + dir.file("s-*.h5"), "twice");
+  refused(dir.file("s-01.h5") + "," +
+              dir.file("../" + fs::path(dir.file("")).parent_path().filename().string() + "/s-01.h5"),
+          "twice");
+}
+
+// A data set split into files reads as the one file: the same rows in every batch, whatever the
+// split, the read mode and the files' layouts.
+TEST(DataFiles, SampleShardsReadAsOneFile) {
+  TempDir dir;
+  const int64_t n = 100;
+  const H5Spec whole = indexed_spec(n);
+  write_h5(dir.file("whole.h5"), whole);
+  // Pieces of 37, 1, 40 and 22 rows, one stored contiguously.
+  const std::vector<int64_t> sizes = {37, 1, 40, 22};
+  std::string list;
+  int64_t first = 0;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    H5Spec piece = indexed_spec(0);
+    piece.x_dims = {static_cast<hsize_t>(sizes[k]), 2, 3};
+    piece.y_dims = {static_cast<hsize_t>(sizes[k])};
+    piece.x_f.assign(whole.x_f.begin() + first * kNumel, whole.x_f.begin() + (first + sizes[k]) * kNumel);
+    piece.y.assign(whole.y.begin() + first, whole.y.begin() + first + sizes[k]);
+    piece.chunk_rows = 8 + k;
+    piece.contiguous = k == 2;
+    const std::string name = dir.file("piece-" + std::to_string(k) + ".h5");
+    write_h5(name, piece);
+    list += (list.empty() ? "" : ",") + name;
+    first += sizes[k];
+  }
+  EXPECT_EQ(open_sample_set_info(list, "x", "y").num_samples, n);
+  for (ReadMode mode : {ReadMode::Direct, ReadMode::Runs, ReadMode::Union})
+    for (bool in_memory : {false, true})
+      for (int rank = 0; rank < 3; ++rank) {
+        ReaderOptions one = three_ranks(dir.file("whole.h5"), rank, 17), split = three_ranks(list, rank, 17);
+        one.read_mode = split.read_mode = mode;
+        one.in_memory = split.in_memory = in_memory;
+        ShardedReader a(one), b(split);
+        ASSERT_EQ(a.batches_per_epoch(), b.batches_per_epoch());
+        for (int i = 0; i < 2 * a.batches_per_epoch(); ++i)
+          EXPECT_EQ(rows_of(a.next()), rows_of(b.next())) << "batch " << i << " rank " << rank;
+      }
+}
+
+TEST(DataFiles, SampleShardsThatDifferAreRefused) {
+  TempDir dir;
+  write_h5(dir.file("a.h5"), indexed_spec(20));
+  H5Spec other = indexed_spec(20);
+  other.num_classes = 9;
+  write_h5(dir.file("b.h5"), other);
+  H5Spec wider = indexed_spec(20);
+  wider.x_dims = {20, 3, 2};
+  write_h5(dir.file("c.h5"), wider);
+  expect_data_error([&] { open_sample_set_info(dir.file("a.h5") + "," + dir.file("b.h5"), "x", "y"); },
+                    {"a.h5' and '", "b.h5'", "number of classes 7 vs 9"});
+  expect_data_error([&] { ShardedReader(three_ranks(dir.file("a.h5") + "," + dir.file("c.h5"), 0, 1)); },
+                    {"c.h5'", "sample shape [2, 3] vs [3, 2]"});
+}
+
+TEST(DataFiles, TokenShardsReadAsOneStream) {
+  TempDir dir;
+  // 3 MiB of text, cut into pieces of uneven sizes: windows cross the files' ends and chunks.
+  std::string text;
+  for (int i = 0; text.size() < (size_t{3} << 20) + 12345; ++i)
+    text += "line " + std::to_string(i * 7919 % 10007) + "\n";
+  const std::vector<size_t> cuts = {0, 5, (size_t{1} << 20) + 3, (size_t{2} << 20) + 77777, text.size()};
+  std::vector<std::string> pieces;
+  std::string list;
+  for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+    const std::string txt = dir.file("p" + std::to_string(k) + ".txt"), h5 = dir.file("p" + std::to_string(k) + ".h5");
+    std::ofstream(txt, std::ios::binary) << text.substr(cuts[k], cuts[k + 1] - cuts[k]);
+    pieces.push_back(txt);
+    convert_text({txt}, h5);
+    list += (list.empty() ? "" : ",") + h5;
+  }
+  TokenCorpus corpus(list);
+  EXPECT_EQ(corpus.info().tokens, static_cast<int64_t>(text.size()));
+  EXPECT_EQ(corpus.files().size(), 4u);
+  EXPECT_EQ(corpus.info().sources.size(), 4u);
+  for (bool in_memory : {false, true}) {
+    corpus.open(in_memory);
+    std::vector<uint8_t> got;
+    for (int64_t offset : {int64_t{0}, int64_t{3}, int64_t{4}, int64_t{1} << 20, (int64_t{2} << 20) + 77700,
+                           static_cast<int64_t>(text.size()) - 40})
+      for (int64_t count : {1, 2, 33, 200}) {
+        if (offset + count > static_cast<int64_t>(text.size())) continue;
+        got.assign(static_cast<size_t>(count), 0);
+        corpus.read(offset, count, got.data());
+        EXPECT_EQ(std::string(got.begin(), got.end()),
+                  text.substr(static_cast<size_t>(offset), static_cast<size_t>(count)))
+            << offset << " + " << count << (in_memory ? " in memory" : "");
+      }
+  }
 }

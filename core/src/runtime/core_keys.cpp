@@ -10,10 +10,13 @@ namespace mgt {
 
 const std::vector<ConfigKey>& core_config_keys() {
   static const std::vector<ConfigKey> keys = {
-      {"data.train", KeyType::path, nullptr, "HDF5 training file (see `mgtrain data convert`)"},
+      {"data.train", KeyType::path, nullptr,
+       "HDF5 training file (see `mgtrain data convert`), or a data set in several files: a "
+       "comma-separated list of files and glob patterns (*, ?, [...]; each pattern's matches in byte "
+       "order), read one after the other as one data set"},
       {"data.test", KeyType::path, "",
-       "HDF5 test file: rank 0 reports the final model's accuracy on it (and every "
-       "train.eval_every_epochs epochs)"},
+       "HDF5 test file (or several, as data.train): rank 0 reports the final model's accuracy on it "
+       "(and every train.eval_every_epochs epochs)"},
       {"data.x_name", KeyType::string, "x", "dataset holding the samples, [N, ...]"},
       {"data.y_name", KeyType::string, "y", "dataset holding the integer labels, [N]"},
       {"data.prefetch", KeyType::positive_integer, "3", "batches the reader thread keeps ready"},

@@ -9,6 +9,7 @@
 #include "checkpoint/checkpoint.hpp"
 
 #include "base/atomic_file.hpp"
+#include "datasets/data_files.hpp"
 #include "datasets/token_reader.hpp"
 #include "io/npy.hpp"
 #include "loader/plugin_loader.hpp"
@@ -37,7 +38,8 @@ void check_eval_data(const Model& model, const std::string& data_path, const std
                       ", " + std::to_string(info.num_classes) + "]");
     // Checksums, and every token in the vocabulary, a chunk at a time: the reader holds a window.
     if (!tokens_read_next) {
-      const data::TokenWindows checked(data::open_token_info(data_path));
+      data::TokenCorpus checked(data_path);
+      checked.open(/*in_memory=*/false);
     }
     return;
   }
@@ -46,7 +48,9 @@ void check_eval_data(const Model& model, const std::string& data_path, const std
                     " classes, but the model gives logits of shape " + shape_string(logits) + " for input " +
                     shape_string(input) + ", expected [" + std::to_string(batch) + ", " +
                     std::to_string(info.num_classes) + "]");
-  data::class_counts(info);  // throws naming the row of a label outside [0, num_classes)
+  // Throws naming the file and row of a label outside [0, num_classes).
+  for (const std::string& path : data::expand_data_files(data_path))
+    data::class_counts(data::open_dataset_info(path, x_name, y_name));
 }
 
 int64_t default_eval_batch(const Model& model) {

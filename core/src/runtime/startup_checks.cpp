@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "datasets/data_files.hpp"
 #include "datasets/token_reader.hpp"
 #include "loader/plugin_loader.hpp"
 #include "mgtrain/serving.hpp"
@@ -20,14 +21,28 @@ void take_input_shape_from_data(Config& config) {
   const auto it = config.values().find("model.input_shape");
   if (it == config.values().end() || it->second.source != "default") return;
   // A token file has no image shape: the check of the data against the model names it.
-  if (data::is_token_file(config.get_string("data.train"))) return;
-  const auto info = data::open_dataset_info(config.get_string("data.train"), config.get_string("data.x_name"),
-                                            config.get_string("data.y_name"));
+  const std::string train = config.get_string("data.train");
+  if (data::is_token_file(data::expand_data_files(train).front())) return;
+  const auto info =
+      data::open_sample_set_info(train, config.get_string("data.x_name"), config.get_string("data.y_name"));
   // Only images [C, H, W]: other samples do not fit such a model, which the data check names.
   if (info.sample_shape.size() != 3) return;
   std::string shape;
   for (int64_t d : info.sample_shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
   config.set("model.input_shape", shape, "data.train");
+}
+
+// The data keys that name files expand to at least one file each, each named once: said with
+// the key and where it was set, before anything reads the files.
+void check_data_file_lists(const Config& config) {
+  for (const char* key : {"data.train", "data.test"}) {
+    if (!config.has(key) || config.get_string(key).empty()) continue;
+    try {
+      data::expand_data_files(config.get_string(key));
+    } catch (const ConfigError& e) {
+      throw ConfigError(std::string("config key '") + key + "' (" + config.values().at(key).source + "): " + e.what());
+    }
+  }
 }
 
 }  // namespace
@@ -154,6 +169,7 @@ PluginChoice configure_plugins(PluginRegistry& registry, Config& config) {
   const PluginChoice choice = plugin_choice(config);
   config.validate(known_config_keys(registry, choice));
   check_core_key_ranges(config);
+  check_data_file_lists(config);
   take_input_shape_from_data(config);
   return choice;
 }

@@ -51,9 +51,10 @@ class TokenReader final : public BatchReader {
   DatasetInfo info_;
   // The whole file (options.in_memory), or a reader of one window at a time for a corpus of any
   // size; both checked against the file's checksums when opened.
-  std::vector<uint8_t> tokens_;
+  std::vector<uint8_t> tokens_;  // as stored, token_bytes_ each
+  int token_bytes_ = 1;
   std::unique_ptr<TokenWindows> windows_;
-  std::vector<uint8_t> window_;  // one window's tokens, read from windows_
+  std::vector<uint32_t> window_;  // one window's tokens
   int64_t local_ = 0, batches_per_epoch_ = 0;
   int64_t epoch_ = 0, batch_ = 0;
   int slot_ = 0;

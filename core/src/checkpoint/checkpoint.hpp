@@ -36,6 +36,10 @@ struct CheckpointMeta {
   std::string plugin_paths;  // PluginRegistry::loaded_paths(): where `mgtrain eval` looks last
   std::string config_ini;    // the full resolved config
   SyncState sync;            // read by load_checkpoint only
+  // A language model's SentencePiece tokenizer (its serialized model, from the training file's
+  // /tokenizer), kept as /tokenizer so that generate and eval need no data file; empty for byte
+  // tokens and for models that read samples.
+  std::string tokenizer_model;
 };
 
 // Writes <dir>/step-<N>.h5 atomically (temporary name in dir, fsync, rename, fsync dir), then

@@ -10,6 +10,7 @@
 
 #include "base/atomic_file.hpp"
 #include "datasets/token_reader.hpp"
+#include "datasets/tokenizer.hpp"
 #include "io/npy.hpp"
 #include "loader/plugin_loader.hpp"
 #include "runtime/trainer.hpp"
@@ -148,6 +149,11 @@ EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string&
   if (!logits_path.empty()) logits_file.emplace(logits_path, "logits file");
   CheckpointModel loaded(checkpoint, plugin_paths);
   if (batch <= 0) batch = default_eval_batch(*loaded.model);
+  if (loaded.model->sequence_length() > 0 && data::is_token_file(data_path)) {
+    const std::string& model = loaded.stored.tokenizer_model;
+    data::require_tokenizer(data::open_token_info(data_path), "eval: ", model.empty() ? "bytes" : data::kSentencePiece,
+                            model.empty() ? "" : data::tokenizer_sha256(model), "checkpoint '" + checkpoint + "'");
+  }
   std::vector<float> logits;
   const EvalResult result =
       evaluate_model(*loaded.model, data_path, loaded.config.get_string("data.x_name"),

@@ -100,6 +100,13 @@ void check_model_takes(const Model& model, const std::string& model_name, const 
 void check_test_data(const Config& config, const Model& model, int64_t micro_batch) {
   const std::string test_path = config.get_string("data.test");
   if (test_path.empty()) return;
+  // Ids of one tokenizer mean nothing to a model trained on another's.
+  const std::string train_path = config.get_string("data.train");
+  if (model.sequence_length() > 0 && data::is_token_file(train_path) && data::is_token_file(test_path)) {
+    const data::TokenFileInfo train = data::open_token_info(train_path);
+    data::require_tokenizer(data::open_token_info(test_path), "data.test: ", train.tokenizer, train.tokenizer_sha256,
+                            "data.train '" + train_path + "'");
+  }
   try {
     check_eval_data(model, test_path, config.get_string("data.x_name"), config.get_string("data.y_name"), micro_batch);
   } catch (const Error& e) {

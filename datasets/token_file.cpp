@@ -148,7 +148,21 @@ class IdChunks {
       : writer_(writer), tokenizer_(tokenizer), bytes_(token_bytes_for(tokenizer.vocab_size())) {
     chunk_.resize(static_cast<size_t>(kTokenChunk * bytes_));
   }
+  // `text` is whole lines (or a run with no newline), each encoded on its own with its newline:
+  // the ids are then those of line after line whatever the buffer held (a unigram model breaks
+  // ties between equal segmentations by where its input starts), and SentencePiece's memory
+  // stays that of a line.
   void encode(std::string_view text) {
+    while (!text.empty()) {
+      const size_t newline = text.find('\n');
+      const size_t take = newline == std::string_view::npos ? text.size() : newline + 1;
+      encode_run(text.substr(0, take));
+      text.remove_prefix(take);
+    }
+  }
+
+ private:
+  void encode_run(std::string_view text) {
     for (const int32_t id : tokenizer_.encode(text)) {
       const auto v = static_cast<uint32_t>(id);
       uint8_t* p = chunk_.data() + filled_ * bytes_;
@@ -157,6 +171,8 @@ class IdChunks {
       if (++filled_ == kTokenChunk) flush();
     }
   }
+
+ public:
   void flush() {
     writer_.append(chunk_.data(), filled_);
     filled_ = 0;
@@ -213,8 +229,8 @@ std::vector<TextSource> convert_text(const std::vector<std::string>& files, cons
       source.bytes += got;
       filled += static_cast<size_t>(got);
       if (ids) {
-        // Whole lines at a time (a run with no newline in a full buffer as it is): no piece spans
-        // a newline, so the ids do not depend on where the buffer ends.
+        // Whole lines at a time (a run with no newline in a full buffer as it is), so the ids do
+        // not depend on where the buffer ends.
         const auto* begin = reinterpret_cast<const char*>(chunk.data());
         const std::string_view text(begin, filled);
         const size_t newline = text.rfind('\n');

@@ -30,9 +30,8 @@ struct TextSource {
 // temporary name in out's directory and renames it into place, so a failure leaves nothing half
 // written. Throws DataError naming a file that is missing, unreadable, not a regular file or
 // empty, and IoError when the output cannot be written. Returns what each source gave. With a
-// `tokenizer` the text is its ids instead, each file encoded a run of whole lines at a time (the
-// newline is a piece of its own, so the ids are those of the whole file); `tokens` (when given)
-// receives how many were written.
+// `tokenizer` the text is its ids instead, each line encoded on its own with its newline (so the
+// ids do not depend on the buffer); `tokens` (when given) receives how many were written.
 std::vector<TextSource> convert_text(const std::vector<std::string>& files, const std::string& out,
                                      const Tokenizer* tokenizer = nullptr, int64_t* tokens = nullptr);
 

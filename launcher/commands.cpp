@@ -167,9 +167,9 @@ int run_eval(const std::vector<std::string>& args) {
   if (vm["json"].as<bool>())
     std::printf("%s\n", eval_result_json(r).c_str());
   else if (r.tokens > 0)
-    std::printf("loss %.4f nats/token  perplexity %.3f  bits/byte %.4f  token accuracy %.4f  tokens %lld  (%s on %s)\n",
-                r.loss, std::exp(r.loss), r.loss / std::log(2.0), r.accuracy, static_cast<long long>(r.tokens),
-                printable(checkpoint).c_str(), printable(data).c_str());
+    std::printf("loss %.4f nats/token  perplexity %.3f  bits/%s %.4f  token accuracy %.4f  tokens %lld  (%s on %s)\n",
+                r.loss, std::exp(r.loss), bits_unit(data), r.loss / std::log(2.0), r.accuracy,
+                static_cast<long long>(r.tokens), printable(checkpoint).c_str(), printable(data).c_str());
   else
     std::printf("accuracy %.4f  loss %.4f  samples %lld  (%s on %s)\n", r.accuracy, r.loss,
                 static_cast<long long>(r.samples), printable(checkpoint).c_str(), printable(data).c_str());

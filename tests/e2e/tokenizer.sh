@@ -74,7 +74,7 @@ case $1 in
       fail "the parameters differ between np=1 and np=2"
     h5dump -d /tokenizer -b LE -o ckpt.model np1/step-12.h5 >/dev/null
     cmp tok.model ckpt.model || fail "the checkpoint's /tokenizer is not the training file's model"
-    grep -q "test loss .* on [0-9]* tokens of $WORK/test.h5" np2.log || { cat np2.log; fail "no test line"; }
+    grep -q "test loss .* bits per token), .* on [0-9]* tokens of $WORK/test.h5" np2.log || { cat np2.log; fail "no test line"; }
     "$MGTRAIN" eval --checkpoint np2/step-12.h5 --data test.h5 >eval.log 2>&1 || { cat eval.log; fail "eval"; }
     # generate needs no data file: the checkpoint's tokenizer encodes the prompt and decodes 40
     # tokens, more bytes than tokens, the same every run.

@@ -118,13 +118,17 @@ EvalResult eval_result(const EvalSums& total) {
   return result;
 }
 
+const char* bits_unit(const std::string& path) {
+  return data::is_token_file(path) && data::open_token_info(path).tokenizer != "bytes" ? "token" : "byte";
+}
+
 std::string test_line(const EvalResult& result, const std::string& path) {
   char line[320];
   if (result.tokens > 0)
     std::snprintf(line, sizeof line,
-                  "test loss %.4f nats/token (perplexity %.3f, %.4f bits per byte), token accuracy %.4f on %lld "
+                  "test loss %.4f nats/token (perplexity %.3f, %.4f bits per %s), token accuracy %.4f on %lld "
                   "tokens of %s\n",
-                  result.loss, std::exp(result.loss), result.loss / std::log(2.0), result.accuracy,
+                  result.loss, std::exp(result.loss), result.loss / std::log(2.0), bits_unit(path), result.accuracy,
                   static_cast<long long>(result.tokens), path.c_str());
   else
     std::snprintf(line, sizeof line, "test accuracy %.4f, loss %.4f on %lld samples of %s\n", result.accuracy,

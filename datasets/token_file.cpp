@@ -192,6 +192,9 @@ class IdChunks {
 std::vector<TextSource> convert_text(const std::vector<std::string>& files, const std::string& out,
                                      const Tokenizer* tokenizer, int64_t* tokens) {
   if (files.empty()) throw ConfigError("data convert --text: give at least one text file");
+  if (tokenizer && tokenizer->vocab_size() > kMaxVocab)
+    throw ConfigError("data convert --tokenizer: the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
+                      " pieces, expected at most " + std::to_string(kMaxVocab) + " (ids reach the model as float32)");
   std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
   // Every source is checked before the output is created: a bad one leaves nothing behind. Empty
   // is what a read finds, not stat's size: a /proc file has size 0 and content.

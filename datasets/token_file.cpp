@@ -350,10 +350,10 @@ OpenedTokens open_tokens(const std::string& path, TokenFileInfo& info) {
   std::vector<std::string> tokenizer;
   info.tokenizer =
       h5::read_attr_strings(o.file.get(), "tokenizer", tokenizer) && !tokenizer.empty() ? tokenizer[0] : "bytes";
-  if (info.tokenizer != "bytes" && info.tokenizer != kSentencePiece)
-    fail("attribute 'tokenizer' is '" + printable(info.tokenizer) + "', expected bytes or " + kSentencePiece);
-  if (info.tokenizer == "bytes" && info.vocab_size > 256)
-    fail("attribute 'vocab_size' is " + std::to_string(info.vocab_size) + ", expected at most 256 for byte tokens");
+  // Any other tokenizer name is informational, as it always was, for byte tokens alone.
+  if (info.tokenizer != kSentencePiece && info.vocab_size > 256)
+    fail("attribute 'vocab_size' is " + std::to_string(info.vocab_size) + ", expected at most 256 for tokenizer '" +
+         printable(info.tokenizer) + "' (a larger vocabulary comes with tokenizer = sentencepiece and its model)");
   if (info.tokenizer == kSentencePiece) {
     std::vector<std::string> sha;
     if (!h5::read_attr_strings(o.file.get(), "tokenizer_sha256", sha) || sha.empty() || sha[0].size() != 64)

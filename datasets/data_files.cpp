@@ -79,7 +79,10 @@ std::vector<std::string> expand_data_files(const std::string& spec) {
 }
 
 ShardFacts shard_facts(const TokenFileInfo& file) {
-  return {file.path, {{"vocab_size", std::to_string(file.vocab_size)}, {"tokenizer", file.tokenizer}}};
+  return {file.path,
+          {{"vocab_size", std::to_string(file.vocab_size)},
+           {"tokenizer", file.tokenizer + (file.tokenizer_sha256.empty() ? "" : " " + file.tokenizer_sha256)},
+           {"bytes per token", std::to_string(file.token_bytes)}}};
 }
 
 ShardFacts shard_facts(const DatasetInfo& file) {

@@ -27,7 +27,7 @@ struct ShardFacts {
   std::string path;
   std::vector<std::pair<std::string, std::string>> facts;  // (what, value)
 };
-ShardFacts shard_facts(const TokenFileInfo& file);  // what a token means: vocabulary, tokenizer
+ShardFacts shard_facts(const TokenFileInfo& file);  // what a token means: vocabulary, tokenizer, width
 ShardFacts shard_facts(const DatasetInfo& file);    // sample shape and type, classes
 
 // Throws DataError with one line naming the first two files that differ and what differs:

@@ -1,6 +1,5 @@
 #include "datasets/token_corpus.hpp"
 
-#include <cstring>
 #include <utility>
 
 #include "mgtrain/error.hpp"
@@ -32,7 +31,7 @@ void TokenCorpus::open(bool in_memory) {
   memory_.clear();
   if (in_memory) {
     // One file's tokens are the corpus: moved, not copied, so its peak is the file's size once.
-    if (files_.size() > 1) memory_.reserve(static_cast<size_t>(info_.tokens));
+    if (files_.size() > 1) memory_.reserve(static_cast<size_t>(info_.tokens * info_.token_bytes));
     for (const TokenFileInfo& file : files_) {
       std::vector<uint8_t> tokens = read_tokens(file);
       if (memory_.empty())
@@ -45,12 +44,12 @@ void TokenCorpus::open(bool in_memory) {
   for (const TokenFileInfo& file : files_) windows_.push_back(std::make_unique<TokenWindows>(file));
 }
 
-void TokenCorpus::read(int64_t offset, int64_t count, uint8_t* out) {
+void TokenCorpus::read(int64_t offset, int64_t count, uint32_t* out) {
   if (!memory_.empty()) {
     MGT_CHECK(offset >= 0 && count > 0 && offset + count <= info_.tokens, Error,
               "token file '" + info_.path + "': window " + std::to_string(offset) + " + " + std::to_string(count) +
                   " outside its " + std::to_string(info_.tokens) + " tokens");
-    std::memcpy(out, memory_.data() + offset, static_cast<size_t>(count));
+    for (int64_t t = 0; t < count; ++t) out[t] = token_at(memory_, info_.token_bytes, offset + t);
     return;
   }
   MGT_CHECK(windows_.size() == files_.size(), Error, "token corpus '" + info_.path + "' read before open()");

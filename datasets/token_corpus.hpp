@@ -26,9 +26,9 @@ class TokenCorpus {
   // Checks every shard's chunks (TokenWindows), keeping one reader per shard, or with in_memory
   // reads every shard into memory. Throws DataError naming the shard at fault.
   void open(bool in_memory);
-  // Tokens [offset, offset + count) of the whole corpus into `out`, each file's part from its
+  // Token ids [offset, offset + count) of the whole corpus into `out`, each file's part from its
   // reader (or from memory): the one place the reader touches token storage.
-  void read(int64_t offset, int64_t count, uint8_t* out);
+  void read(int64_t offset, int64_t count, uint32_t* out);
   // TokenWindows::check_size of every shard read from files.
   void check_size(int64_t epoch, int64_t batch) const;
 
@@ -38,7 +38,7 @@ class TokenCorpus {
   std::vector<TokenFileInfo> files_;
   std::vector<int64_t> starts_;  // each file's first token in the corpus, then the total
   std::vector<std::unique_ptr<TokenWindows>> windows_;
-  std::vector<uint8_t> memory_;  // the whole corpus, with in_memory
+  std::vector<uint8_t> memory_;  // the whole corpus as stored (info_.token_bytes each), with in_memory
   std::vector<FileSpan> spans_;
 };
 

@@ -57,8 +57,8 @@ DatasetInfo windows_info(const TokenFileInfo& file, int64_t context) {
   info.x_name = "tokens";
   info.sample_shape = {context};
   info.num_samples = (file.tokens - 1) / context;
-  info.x_type = "uint8";
-  info.y_type = "uint8";
+  info.x_type = "uint" + std::to_string(8 * file.token_bytes);
+  info.y_type = info.x_type;
   info.num_classes = file.vocab_size;
   info.labels_per_sample = context;
   info.tokens = file.tokens;
@@ -141,12 +141,12 @@ Batch TokenReader::next() {
     const int64_t offset =
         options_.shuffle ? window_offset(options_.seed, epoch_, sample, info_.tokens, T) : sample * T;
     corpus_->read(offset, T + 1, window_.data());
-    const uint8_t* window = window_.data();
+    const uint32_t* window = window_.data();
     float* xi = x.data() + i * T;
     int32_t* yi = y.data() + i * T;
     for (int64_t t = 0; t < T; ++t) {
       xi[t] = static_cast<float>(window[t]);
-      yi[t] = window[t + 1];
+      yi[t] = static_cast<int32_t>(window[t + 1]);
     }
   }
   // After the reads: a file cut before any of them gave zeros, named here rather than trained on.

@@ -54,7 +54,7 @@ class TokenReader final : public BatchReader {
   // The corpus (one file or several), read a window at a time for a corpus of any size or held
   // in memory (options.in_memory); checked against the files' checksums when opened.
   std::unique_ptr<TokenCorpus> corpus_;
-  std::vector<uint8_t> window_;  // one window's tokens, read from corpus_
+  std::vector<uint32_t> window_;  // one window's token ids, read from corpus_
   int64_t local_ = 0, batches_per_epoch_ = 0;
   int64_t epoch_ = 0, batch_ = 0;
   int slot_ = 0;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -20,6 +21,7 @@
 #include "datasets/convert.hpp"
 #include "datasets/hdf5_format.hpp"
 #include "datasets/token_file.hpp"
+#include "datasets/tokenizer.hpp"
 #include "io/json_line.hpp"
 #include "io/printable_stream.hpp"
 #include "loader/plugin_loader.hpp"
@@ -165,9 +167,9 @@ int run_eval(const std::vector<std::string>& args) {
   if (vm["json"].as<bool>())
     std::printf("%s\n", eval_result_json(r).c_str());
   else if (r.tokens > 0)
-    std::printf("loss %.4f nats/token  perplexity %.3f  bits/byte %.4f  token accuracy %.4f  tokens %lld  (%s on %s)\n",
-                r.loss, std::exp(r.loss), r.loss / std::log(2.0), r.accuracy, static_cast<long long>(r.tokens),
-                printable(checkpoint).c_str(), printable(data).c_str());
+    std::printf("loss %.4f nats/token  perplexity %.3f  bits/%s %.4f  token accuracy %.4f  tokens %lld  (%s on %s)\n",
+                r.loss, std::exp(r.loss), bits_unit(data), r.loss / std::log(2.0), r.accuracy,
+                static_cast<long long>(r.tokens), printable(checkpoint).c_str(), printable(data).c_str());
   else
     std::printf("accuracy %.4f  loss %.4f  samples %lld  (%s on %s)\n", r.accuracy, r.loss,
                 static_cast<long long>(r.samples), printable(checkpoint).c_str(), printable(data).c_str());
@@ -325,7 +327,8 @@ int run_data(const std::vector<std::string>& args) {
       "       mgtrain data convert --csv FILE --shape 1,28,28 [--label-column 0] --out FILE.h5\n"
       "       mgtrain data convert --image-folder DIR --size 32 [--channels 1|3] [--bad-images error|skip] --out "
       "FILE.h5\n"
-      "       mgtrain data convert --text FILE [FILE...] --out FILE.h5\n"
+      "       mgtrain data convert --text FILE [FILE...] [--tokenizer TOK.model] --out FILE.h5\n"
+      "       mgtrain data tokenizer --text FILE [FILE...] --vocab N [--type bpe|unigram] --out TOK.model\n"
       "       mgtrain data inspect FILE.h5";
   if (args.empty() || args[0] == "--help") {
     std::cout << usage << "\n";
@@ -351,6 +354,38 @@ int run_data(const std::vector<std::string>& args) {
       return 0;
     }
     std::cout << data::inspect(file, vm["x-name"].as<std::string>(), vm["y-name"].as<std::string>());
+    return 0;
+  }
+  if (sub == "tokenizer") {
+    po::options_description desc(
+        "usage: mgtrain data tokenizer --text FILE [FILE...] --vocab N [--type bpe|unigram] --out TOK.model\n"
+        "  trains a SentencePiece model on the text (lossless: the newline and every byte round-trip);\n"
+        "  the same text and options give the same bytes. `data convert --tokenizer` then uses it.\n"
+        "options");
+    desc.add_options()("help", "show this help")("text", po::value<std::vector<std::string>>()->multitoken(),
+                                                 "text files, in order")(
+        "vocab", po::value<std::string>(), "vocabulary size")("type", po::value<std::string>()->default_value("bpe"),
+                                                              "bpe or unigram")("out", po::value<std::string>(),
+                                                                                "model file to write");
+    const auto vm = parse(rest, desc);
+    if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return 0;
+    }
+    const std::string out = require(vm, "out", "data tokenizer");
+    data::TokenizerTraining training;
+    training.files = vm.count("text") ? vm["text"].as<std::vector<std::string>>() : std::vector<std::string>{};
+    const std::string range =
+        std::to_string(data::kMinTokenizerVocab) + " to " + std::to_string(data::kMaxTokenizerVocab);
+    training.vocab =
+        parse_count(require(vm, "vocab", "data tokenizer"), "data tokenizer: --vocab", "an integer from " + range);
+    training.type = vm["type"].as<std::string>();
+    refuse_output_that_is_input("data tokenizer: --out", out, training.files);
+    AtomicFile file(out, "tokenizer file");  // an output that cannot be written is refused before training
+    const std::string model = data::train_tokenizer(training);
+    file.commit(model);
+    std::cout << "wrote " << printable(out) << ": " << training.type << " tokenizer of " << training.vocab
+              << " pieces, " << model.size() << " bytes, SHA-256 " << data::tokenizer_sha256(model) << "\n";
     return 0;
   }
   if (sub == "convert") {
@@ -383,7 +418,10 @@ int run_data(const std::vector<std::string>& args) {
         "image is colour, else 1")("bad-images", po::value<std::string>()->default_value("error"),
                                    "error: stop at the first bad image; skip: leave bad images out, warning for each")(
         "text", po::value<std::vector<std::string>>()->multitoken(), "text files, concatenated in order")(
-        "out", po::value<std::string>(), "HDF5 file to write");
+        "tokenizer", po::value<std::string>(),
+        "with --text: a SentencePiece model (`mgtrain data tokenizer`) whose ids to write, uint16 (uint32 past "
+        "65,536 pieces), the model stored in the file; default: byte tokens")("out", po::value<std::string>(),
+                                                                              "HDF5 file to write");
     const auto vm = parse(rest, desc);
     if (vm.count("help")) {
       std::cout << desc << "\n";
@@ -405,15 +443,26 @@ int run_data(const std::vector<std::string>& args) {
     // The files read, which --out must not be.
     std::vector<std::string> inputs =
         vm.count("text") ? vm["text"].as<std::vector<std::string>>() : std::vector<std::string>{};
-    for (const char* input : {"csv", "images", "labels"})
+    if (vm.count("tokenizer") && !vm.count("text"))
+      throw ConfigError("data convert: --tokenizer goes with --text (it encodes text), got no --text");
+    for (const char* input : {"csv", "images", "labels", "tokenizer"})
       if (vm.count(input)) inputs.push_back(vm[input].as<std::string>());
     refuse_output_that_is_input("data convert: --out", out, inputs);
     if (vm.count("text")) {
-      const auto sources = data::convert_text(vm["text"].as<std::vector<std::string>>(), out);
+      std::optional<data::Tokenizer> tokenizer;
+      if (vm.count("tokenizer")) tokenizer.emplace(data::Tokenizer::from_file(vm["tokenizer"].as<std::string>()));
       int64_t tokens = 0;
-      for (const auto& s : sources) tokens += s.bytes;
-      std::cout << "wrote " << printable(out) << ": " << tokens << " byte tokens from " << sources.size()
-                << (sources.size() == 1 ? " file" : " files") << "\n";
+      const auto sources = data::convert_text(vm["text"].as<std::vector<std::string>>(), out,
+                                              tokenizer ? &*tokenizer : nullptr, &tokens);
+      int64_t bytes = 0;
+      for (const auto& s : sources) bytes += s.bytes;
+      if (tokenizer)
+        std::cout << "wrote " << printable(out) << ": " << tokens << " tokens (vocabulary " << tokenizer->vocab_size()
+                  << ") from " << bytes << " bytes of " << sources.size() << (sources.size() == 1 ? " file" : " files")
+                  << "\n";
+      else
+        std::cout << "wrote " << printable(out) << ": " << tokens << " byte tokens from " << sources.size()
+                  << (sources.size() == 1 ? " file" : " files") << "\n";
       return 0;
     }
     if (vm.count("image-folder")) {

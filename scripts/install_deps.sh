@@ -19,6 +19,8 @@ packages=(
   libpng-dev libjpeg62-turbo-dev
   # ONNX's protobuf messages for `mgtrain export` (onnx/onnx-ml.pb.h, libonnx_proto)
   libonnx-dev libprotobuf-dev
+  # SentencePiece tokenizers for `mgtrain data tokenizer` and token files (datasets/tokenizer.cpp)
+  libsentencepiece-dev
   dataset-fashion-mnist
   # English text for the language-model tests and example (/usr/share/games/fortunes)
   fortunes

@@ -1560,15 +1560,15 @@ TEST(DataFiles, TokenShardsReadAsOneStream) {
   EXPECT_EQ(corpus.info().sources.size(), 4u);
   for (bool in_memory : {false, true}) {
     corpus.open(in_memory);
-    std::vector<uint8_t> got;
+    std::vector<uint32_t> got;
     for (int64_t offset : {int64_t{0}, int64_t{3}, int64_t{4}, int64_t{1} << 20, (int64_t{2} << 20) + 77700,
                            static_cast<int64_t>(text.size()) - 40})
       for (int64_t count : {1, 2, 33, 200}) {
         if (offset + count > static_cast<int64_t>(text.size())) continue;
         got.assign(static_cast<size_t>(count), 0);
         corpus.read(offset, count, got.data());
-        EXPECT_EQ(std::string(got.begin(), got.end()),
-                  text.substr(static_cast<size_t>(offset), static_cast<size_t>(count)))
+        const std::string piece = text.substr(static_cast<size_t>(offset), static_cast<size_t>(count));
+        EXPECT_EQ(got, std::vector<uint32_t>(piece.begin(), piece.end()))
             << offset << " + " << count << (in_memory ? " in memory" : "");
       }
   }

@@ -53,6 +53,7 @@
 #include "datasets/hdf5_format.hpp"
 #include "datasets/hdf5_util.hpp"
 #include "datasets/regular_file.hpp"
+#include "datasets/tokenizer.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/tensor.hpp"
 #include "testing/fault_injection.hpp"
@@ -324,6 +325,44 @@ std::vector<std::string> group_members(const H5Context& h5, hid_t group, const s
   return names;
 }
 
+// /tokenizer: uint8 bytes of the SentencePiece model, with their crc32 and sha256.
+void write_tokenizer(const H5Context& h5, hid_t file, const std::string& model) {
+  const hsize_t size = model.size();
+  h5::Id space = h5.check(H5Screate_simple(1, &size, nullptr), H5Sclose, "cannot create dataspace for 'tokenizer'");
+  h5::Id dcpl = untimed_plist(h5, H5P_DATASET_CREATE);
+  h5::Id dset = h5.check(H5Dcreate2(file, "tokenizer", H5T_STD_U8LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                         H5Dclose, "cannot create dataset 'tokenizer'");
+  h5.check(H5Dwrite(dset.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, model.data()),
+           "cannot write dataset 'tokenizer'");
+  h5.write_attr([&] {
+    h5::write_attr_uint32(dset.get(), kChecksumAttr, checksum_bytes(model.data(), model.size()));
+    h5::write_attr_string(dset.get(), "sha256", data::tokenizer_sha256(model));
+  });
+}
+
+// The tokenizer's bytes, checked against their crc32 and sha256.
+std::string read_tokenizer(const H5Context& h5, hid_t file) {
+  const std::string full = "/tokenizer";
+  h5::Id dset = h5.check(H5Dopen2(file, "tokenizer", H5P_DEFAULT), H5Dclose, "cannot open dataset " + quote(full));
+  h5::Id space = h5.check(H5Dget_space(dset.get()), H5Sclose, "cannot read the shape of " + quote(full));
+  const Shape dims = h5::dims_of(space.get());
+  if (dims.size() != 1 || dims[0] < 1)
+    throw DataError("checkpoint " + quote(h5.path) + ": dataset " + quote(full) + " has shape " + shape_string(dims) +
+                    ", expected [bytes] (a SentencePiece model)");
+  std::string bytes(static_cast<size_t>(dims[0]), '\0');
+  h5.check(H5Dread(dset.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()),
+           "cannot read dataset " + quote(full));
+  uint32_t stored = 0;
+  if (data::h5::read_attr_integer(dset.get(), kChecksumAttr, H5T_NATIVE_UINT32, &stored))
+    throw IoError("checkpoint " + quote(h5.path) + ": dataset " + quote(full) + " has no attribute 'crc32'");
+  const uint32_t computed = checksum_bytes(bytes.data(), bytes.size());
+  std::string sha;
+  if (computed != stored || data::h5::read_attr_text(dset.get(), "sha256", sha) || sha != data::tokenizer_sha256(bytes))
+    throw IoError("checkpoint " + quote(h5.path) + ": dataset " + quote(full) + " checksum mismatch (stored " +
+                  hex32(stored) + ", computed " + hex32(computed) + ", or its sha256 differs)");
+  return bytes;
+}
+
 h5::Id open_group(const H5Context& h5, hid_t parent, const std::string& name, const std::string& full) {
   const htri_t exists = H5Lexists(parent, name.c_str(), H5P_DEFAULT);
   h5.check(static_cast<herr_t>(exists), "cannot open group " + quote(full));
@@ -592,6 +631,7 @@ CheckpointMeta read_meta(const H5Context& h5, hid_t file, FormatInfo* format = n
             .checksum());
   }
   validate_meta(h5.path, meta, samples_in_epoch);
+  if (H5Lexists(file, "tokenizer", H5P_DEFAULT) > 0) meta.tokenizer_model = read_tokenizer(h5, file);
   if (format) *format = {version, has_checksum};
   return meta;
 }
@@ -678,6 +718,7 @@ FileImage build_image(const std::string& path, const std::string& image_name, co
     if (optimizer != nullptr) groups.insert("optimizer");
     const bool writes_sync = !meta.sync.strategy.empty() && !meta.sync.empty();
     if (writes_sync) groups.insert("sync");
+    if (!meta.tokenizer_model.empty()) groups.insert("tokenizer");
     h5.write_attr([&] {
       h5::write_attr_int64(root, "format_version", kFormatVersion);
       h5::write_attr_int64(root, "step", meta.step);
@@ -722,6 +763,7 @@ FileImage build_image(const std::string& path, const std::string& image_name, co
       }
     }
     if (writes_sync) write_sync_state(h5, file.get(), meta.sync);
+    if (!meta.tokenizer_model.empty()) write_tokenizer(h5, file.get(), meta.tokenizer_model);
     h5.check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "cannot flush file");
   }
   const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);

@@ -40,6 +40,10 @@ struct CheckpointMeta {
   // the SHA-256 of that file; both empty for a run initialised from the seed.
   std::string init_from, init_from_sha256;
   SyncState sync;  // read by load_checkpoint only
+  // A language model's SentencePiece tokenizer (its serialized model, from the training file's
+  // /tokenizer), kept as /tokenizer so that generate and eval need no data file; empty for byte
+  // tokens and for models that read samples.
+  std::string tokenizer_model;
 };
 
 // Writes <dir>/step-<N>.h5 atomically (temporary name in dir, fsync, rename, fsync dir), then

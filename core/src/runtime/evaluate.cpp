@@ -11,6 +11,7 @@
 #include "base/atomic_file.hpp"
 #include "datasets/data_files.hpp"
 #include "datasets/token_reader.hpp"
+#include "datasets/tokenizer.hpp"
 #include "io/npy.hpp"
 #include "loader/plugin_loader.hpp"
 #include "runtime/trainer.hpp"
@@ -121,13 +122,19 @@ EvalResult eval_result(const EvalSums& total) {
   return result;
 }
 
+const char* bits_unit(const std::string& spec) {
+  if (spec.empty()) return "byte";
+  const std::string path = data::expand_data_files(spec).front();  // shards agree on their tokenizer
+  return data::is_token_file(path) && data::open_token_info(path).tokenizer != "bytes" ? "token" : "byte";
+}
+
 std::string test_line(const EvalResult& result, const std::string& path) {
   char line[320];
   if (result.tokens > 0)
     std::snprintf(line, sizeof line,
-                  "test loss %.4f nats/token (perplexity %.3f, %.4f bits per byte), token accuracy %.4f on %lld "
+                  "test loss %.4f nats/token (perplexity %.3f, %.4f bits per %s), token accuracy %.4f on %lld "
                   "tokens of %s\n",
-                  result.loss, std::exp(result.loss), result.loss / std::log(2.0), result.accuracy,
+                  result.loss, std::exp(result.loss), result.loss / std::log(2.0), bits_unit(path), result.accuracy,
                   static_cast<long long>(result.tokens), path.c_str());
   else
     std::snprintf(line, sizeof line, "test accuracy %.4f, loss %.4f on %lld samples of %s\n", result.accuracy,
@@ -152,6 +159,12 @@ EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string&
   if (!logits_path.empty()) logits_file.emplace(logits_path, "logits file");
   CheckpointModel loaded(checkpoint, plugin_paths);
   if (batch <= 0) batch = default_eval_batch(*loaded.model);
+  if (const std::string first = data::expand_data_files(data_path).front();
+      loaded.model->sequence_length() > 0 && data::is_token_file(first)) {
+    const std::string& model = loaded.stored.tokenizer_model;
+    data::require_tokenizer(data::open_token_info(first), "eval: ", model.empty() ? "bytes" : data::kSentencePiece,
+                            model.empty() ? "" : data::tokenizer_sha256(model), "checkpoint '" + checkpoint + "'");
+  }
   std::vector<float> logits;
   const EvalResult result =
       evaluate_model(*loaded.model, data_path, loaded.config.get_string("data.x_name"),

@@ -26,6 +26,10 @@ struct EvalResult {
 // L nats/token (perplexity P, B bits per byte), token accuracy A on N tokens of F".
 std::string test_line(const EvalResult& result, const std::string& path);
 
+// What a token of the file at `path` is, for the bits per unit: "byte" for byte tokens, "token"
+// for a tokenizer's (a subword's bits are not a byte's).
+const char* bits_unit(const std::string& path);
+
 // Checks, before any sample is read, that `model` takes the data file's samples in batches of
 // `batch` with an output for each of its classes, and that every label is one of those classes
 // (reads all of y: cheap next to an evaluation). A token file's checksums and tokens are read

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <numeric>
 
+#include "datasets/data_files.hpp"
+#include "datasets/token_file.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "loader/plugin_loader.hpp"
 #include "mgtrain/layers.hpp"
@@ -477,6 +479,11 @@ void prepare_run(Run& run) {
   run.meta.plugins = run.registry.loaded_summary();
   run.meta.plugin_paths = run.registry.loaded_paths();
   run.meta.config_ini = run.config.to_ini();
+  // The training file's tokenizer goes into every checkpoint: generate and eval use it unasked
+  // (the first shard's: the reader has checked that every shard has the same).
+  if (const std::string train = data::expand_data_files(run.config.get_string("data.train")).front();
+      run.model->sequence_length() > 0 && data::is_token_file(train))
+    run.meta.tokenizer_model = data::read_tokenizer_bytes(data::open_token_info(train));
   run.result.gradient_floats = run.store.flat_size();
   run.result.device = device_kind_name(run.device->kind());
   if (run.compiled_step) run.compiled_step->upload_state(run.store);

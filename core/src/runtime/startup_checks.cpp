@@ -115,6 +115,15 @@ void check_model_takes(const Model& model, const std::string& model_name, const 
 void check_test_data(const Config& config, const Model& model, int64_t micro_batch) {
   const std::string test_path = config.get_string("data.test");
   if (test_path.empty()) return;
+  // Ids of one tokenizer mean nothing to a model trained on another's.
+  // The first shard of each: the readers check that every shard has the same tokenizer.
+  const std::string train_path = data::expand_data_files(config.get_string("data.train")).front();
+  const std::string first_test = data::expand_data_files(test_path).front();
+  if (model.sequence_length() > 0 && data::is_token_file(train_path) && data::is_token_file(first_test)) {
+    const data::TokenFileInfo train = data::open_token_info(train_path);
+    data::require_tokenizer(data::open_token_info(first_test), "data.test: ", train.tokenizer, train.tokenizer_sha256,
+                            "data.train '" + train_path + "'");
+  }
   try {
     check_eval_data(model, test_path, config.get_string("data.x_name"), config.get_string("data.y_name"), micro_batch);
   } catch (const Error& e) {

@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <utility>
 
+#include "datasets/tokenizer.hpp"
 #include "mgtrain/error.hpp"
 #include "mgtrain/layer_description.hpp"
 #include "mgtrain/ops.hpp"
@@ -400,9 +402,22 @@ GenerateSummary generate_text(const GenerateOptions& options, const std::functio
   summary.vocabulary = generator.vocabulary();
   summary.cached = generator.cached();
 
+  // A model trained on a SentencePiece file's ids reads and writes text through the tokenizer its
+  // checkpoint keeps; otherwise a token is a byte.
+  std::optional<data::Tokenizer> tokenizer;
+  if (!loaded.stored.tokenizer_model.empty())
+    tokenizer.emplace(loaded.stored.tokenizer_model, where + " (its /tokenizer)");
   std::vector<int32_t> prompt;
+  if (tokenizer) {
+    prompt = tokenizer->encode(options.prompt);
+    for (size_t i = 0; i < prompt.size(); ++i)
+      if (prompt[i] < 0 || prompt[i] >= summary.vocabulary)
+        throw DataError("generate: --prompt: token " + std::to_string(i) + " is " + std::to_string(prompt[i]) +
+                        ", outside the vocabulary of model '" + summary.model_name + "' in " + where +
+                        ": expected tokens below " + std::to_string(summary.vocabulary));
+  }
   prompt.reserve(options.prompt.size());
-  for (size_t i = 0; i < options.prompt.size(); ++i) {
+  for (size_t i = 0; !tokenizer && i < options.prompt.size(); ++i) {
     const auto byte = static_cast<unsigned char>(options.prompt[i]);
     if (byte >= summary.vocabulary)
       throw DataError("generate: --prompt: byte " + std::to_string(i) + " is " + hex_byte(byte) + " (token " +
@@ -415,8 +430,24 @@ GenerateSummary generate_text(const GenerateOptions& options, const std::functio
                  "mgtrain: note: generating without a cache: %s; each token is a forward over the whole window\n",
                  printable(generator.uncached_reason()).c_str());
 
-  // A token beyond the bytes has no text to write: only bytes are drawn.
-  const int64_t candidates = std::min(summary.vocabulary, kByteTokens);
+  // A token beyond the tokenizer's has no text to write: only its tokens are drawn.
+  const int64_t candidates = std::min(summary.vocabulary, tokenizer ? tokenizer->vocab_size() : kByteTokens);
+  // The tokenizer's text of the tokens so far, written as it grows: a character of several byte
+  // pieces appears once all of them are drawn.
+  std::vector<int32_t> drawn;
+  size_t written = 0;
+  const auto emit = [&](int64_t token, bool last) {
+    if (!tokenizer) {
+      write(static_cast<char>(static_cast<unsigned char>(token)));
+      return;
+    }
+    drawn.push_back(static_cast<int32_t>(token));
+    const std::string text = tokenizer->decode(drawn);
+    // Hold back trailing U+FFFDs (an unfinished character) until the next piece completes it.
+    size_t stable = text.size();
+    while (!last && stable >= 3 && text.compare(stable - 3, 3, "\xef\xbf\xbd") == 0) stable -= 3;
+    for (; written < stable; ++written) write(text[written]);
+  };
   const auto check = [&](const std::vector<float>& logits, int64_t index) {
     if (!options.check_cache) return;
     const std::vector<float> full = generator.full_forward();
@@ -441,7 +472,7 @@ GenerateSummary generate_text(const GenerateOptions& options, const std::functio
   for (int64_t i = 0; i < options.tokens; ++i) {
     check(*logits, i);
     const int64_t token = sample_token(logits->data(), candidates, options.sampling, static_cast<uint64_t>(i));
-    write(static_cast<char>(static_cast<unsigned char>(token)));
+    emit(token, i + 1 == options.tokens);
     if (i + 1 == options.tokens) break;
     if (static_cast<int64_t>(generator.window().size()) == generator.context()) ++summary.window_recomputations;
     logits = &generator.push(static_cast<int32_t>(token));

@@ -91,6 +91,32 @@ case $1 in
     mv moved.h5 train.h5
     echo "tokenizer: $tokens tokens for 220000 bytes; np=1 and np=2 give the same bits; generate wrote $(stat -c %s gen1.txt) bytes for 40 tokens"
     ;;
+  shards)
+    # The training text converted in two shards (cut at a line's end: ids are encoded a line at a
+    # time) trains to the bits of the one file; its checkpoint keeps the tokenizer, and a shard of
+    # another tokenizer is refused naming both files.
+    prepare
+    split -n l/2 train.txt part.
+    for p in part.aa part.ab; do
+      "$MGTRAIN" data convert --text $p --tokenizer tok.model --out $p.h5 >/dev/null 2>&1 || fail "convert $p"
+    done
+    write_gpt_config
+    det=(--config run.ini --sync.deterministic=true)
+    run_np 2 120 train "${det[@]}" --checkpoint.dir="$WORK/one" >one.log 2>&1 || { cat one.log; fail "one file"; }
+    run_np 2 120 train "${det[@]}" --data.train="$WORK/part.aa.h5,$WORK/part.ab.h5" --checkpoint.dir="$WORK/two" \
+      >two.log 2>&1 || { cat two.log; fail "two shards"; }
+    [ "$(group_hash one/step-12.h5 /params)" = "$(group_hash two/step-12.h5 /params)" ] ||
+      fail "two shards of the text train to other bits than the one file"
+    h5dump -d /tokenizer -b LE -o two.model two/step-12.h5 >/dev/null
+    cmp tok.model two.model || fail "the shards' checkpoint does not keep their tokenizer"
+    "$MGTRAIN" data convert --text part.ab --out bytes.h5 >/dev/null 2>&1 || fail "data convert (bytes)"
+    set +e
+    run_np 2 120 train --config run.ini --data.train="$WORK/part.aa.h5,$WORK/bytes.h5" >mixed.log 2>&1
+    rc=$?
+    set -e
+    [ $rc -ne 0 ] || fail "shards of two tokenizers were not refused"
+    grep -q "part.aa.h5' and '.*bytes.h5' (shards of .*) differ: vocab_size 1000 vs 256" mixed.log || { cat mixed.log; fail "the refusal's line"; }
+    ;;
   bad_input)
     prepare
     write_gpt_config

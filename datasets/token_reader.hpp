@@ -54,6 +54,8 @@ class TokenReader final : public BatchReader {
   std::vector<uint8_t> tokens_;
   std::unique_ptr<TokenWindows> windows_;
   std::vector<uint8_t> window_;  // one window's tokens, read from windows_
+  // mask_window's scratch (options.mlm).
+  std::vector<int32_t> mask_order_;
   int64_t local_ = 0, batches_per_epoch_ = 0;
   int64_t epoch_ = 0, batch_ = 0;
   int slot_ = 0;

@@ -4,8 +4,9 @@
 # which `mgtrain eval` gives again from the checkpoint; every sync strategy trains it;
 # deterministic mode gives the same parameter bits at np=1, 2 and 4, across accumulation splits
 # and on a resume at another world size; the encoder exports to ONNX (checked by mgtrain's own
-# evaluator); and each bad input gets one line before step 1.
-# Usage: bert.sh train|sync|deterministic|resume|export|bad_input
+# evaluator); the examples train, the encoder declared as a list of layers too; and each bad input
+# gets one line before step 1.
+# Usage: bert.sh train|sync|deterministic|resume|export|layers|bad_input
 source "$(dirname "$0")/lib.sh"
 require_fortunes
 
@@ -161,6 +162,35 @@ case $1 in
         fail "export ($norm-norm): the graph was not checked against the model's forward"
       [ -s bert_$norm.onnx ] || fail "export ($norm-norm) wrote no file"
     done
+    ;;
+  layers)
+    # The examples' configs on the fortunes text, made small enough for a test (2 layers of width
+    # 32, windows of 32) with a warm-up that fits a short run: the bert plugin's, and the same
+    # encoder declared as a list of layers (model.objective = mlm, the mask token embed's last id).
+    convert_corpus
+    text=(--data.train="$WORK/train.h5" --data.test="$WORK/test.h5" --checkpoint.every_steps=0 --train.max_steps=40
+      --train.warmup_steps=5 --train.log_every=10 --train.global_batch=16 --optimizer.lr=0.002)
+    small_bert=(--model.layers=2 --model.heads=2 --model.dim=32 --model.context=32)
+    block="residual { linear 96, attention 2 bidirectional, linear 32 }, layernorm, residual { linear 128, gelu, linear 32 }, layernorm"
+    small_list=(--model.input_shape=32 --model.layers="embed 257 32, layernorm, $block, $block, linear 32, gelu, layernorm, tied_head")
+    for example in text_bert text_bert_layers; do
+      small=("${small_bert[@]}")
+      [ $example = text_bert ] || small=("${small_list[@]}")
+      run_np 2 120 train --config "$EXAMPLES/$example.ini" "${text[@]}" "${small[@]}" --checkpoint.dir="$WORK/$example" \
+        >$example.log 2>&1 || { cat $example.log; fail "examples/$example.ini"; }
+      loss_fell $example "examples/$example.ini"
+      grep -q "^test masked-token loss .* on [0-9]* masked tokens" $example.log ||
+        { cat $example.log; fail "examples/$example.ini: no masked-token test line"; }
+    done
+    "$MGTRAIN" export --checkpoint text_bert_layers/step-40.h5 --out layers.onnx >export.log 2>&1 ||
+      { cat export.log; fail "export of the declared bert"; }
+    grep -qE "^checked: [0-9]+ layer outputs agree" export.log || { cat export.log; fail "the declared bert's export"; }
+    # A list whose embed leaves no id above the file's tokens has no mask token to give.
+    run_np 1 60 train --config "$EXAMPLES/text_bert_layers.ini" "${text[@]}" --checkpoint.dir="$WORK/out" \
+      --model.layers="embed 256 32, linear 96, attention 2 bidirectional, linear 32, tied_head" \
+      --model.input_shape=32 >small_vocab.log 2>&1 && { cat small_vocab.log; fail "a vocabulary with no room for the mask"; }
+    one_error_line small_vocab.log | grep -q "vocab_size 256, more than the model.s vocabulary of 255" ||
+      { cat small_vocab.log; fail "the vocabulary with no room for the mask is not named"; }
     ;;
   bad_input)
     convert_corpus

@@ -729,8 +729,15 @@ TEST(SoftmaxCrossEntropy, LabelOutOfRangeNamesRowLabelAndClasses) {
     EXPECT_NE(msg.find("label 9"), std::string::npos) << msg;
     EXPECT_NE(msg.find("4"), std::string::npos) << msg;
   }
-  const std::vector<int32_t> negative = {-1, 0, 0};
+  const std::vector<int32_t> negative = {-2, 0, 0};
   EXPECT_THROW(mgt::softmax_cross_entropy(logits, negative.data(), grad, 1.0f), mgt::DataError);
+  // -1 is no label: the row gives no loss and a zero gradient.
+  const std::vector<int32_t> ignored = {-1, 0, 0}, rest = {0, 0};
+  const double loss = mgt::softmax_cross_entropy(logits, ignored.data(), grad, 1.0f);
+  for (int64_t c = 0; c < 4; ++c) EXPECT_EQ(grad.data()[c], 0.0f);
+  const Tensor last_two = Tensor::view(const_cast<float*>(logits.data()) + 4, {2, 4});
+  Tensor grad_two({2, 4});
+  EXPECT_EQ(loss, mgt::softmax_cross_entropy(last_two, rest.data(), grad_two, 1.0f));
 }
 
 TEST(SoftmaxCrossEntropy, CountCorrectUsesArgMax) {

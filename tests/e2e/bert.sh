@@ -4,8 +4,8 @@
 # which `mgtrain eval` gives again from the checkpoint; every sync strategy trains it;
 # deterministic mode gives the same parameter bits at np=1, 2 and 4, across accumulation splits
 # and on a resume at another world size; the encoder exports to ONNX (checked by mgtrain's own
-# evaluator); the examples train, the encoder declared as a list of layers too; and each bad input
-# gets one line before step 1.
+# evaluator) and generate refuses it; the examples train, the encoder declared as a list of layers
+# too; and each bad input gets one line before step 1.
 # Usage: bert.sh train|sync|deterministic|resume|export|layers|bad_input
 source "$(dirname "$0")/lib.sh"
 require_fortunes
@@ -162,6 +162,11 @@ case $1 in
         fail "export ($norm-norm): the graph was not checked against the model's forward"
       [ -s bert_$norm.onnx ] || fail "export ($norm-norm) wrote no file"
     done
+    # A masked language model does not continue a prompt: generate refuses it by name.
+    "$MGTRAIN" generate --checkpoint ckpt/step-5.h5 --prompt "The " --tokens 4 >generate.log 2>&1 &&
+      { cat generate.log; fail "generate accepted a masked language model"; }
+    one_error_line generate.log | grep -q "a masked language model (model.objective = mlm)" ||
+      { cat generate.log; fail "generate's refusal does not name the objective"; }
     ;;
   layers)
     # The examples' configs on the fortunes text, made small enough for a test (2 layers of width

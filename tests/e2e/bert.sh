@@ -4,8 +4,9 @@
 # which `mgtrain eval` gives again from the checkpoint; every sync strategy trains it;
 # deterministic mode gives the same parameter bits at np=1, 2 and 4, across accumulation splits
 # and on a resume at another world size; the encoder exports to ONNX (checked by mgtrain's own
-# evaluator) and generate refuses it; the examples train, the encoder declared as a list of layers
-# too; and each bad input gets one line before step 1.
+# evaluator, and by ONNX Runtime where the ONNX tests' venv holds it) and generate refuses it;
+# the examples train, the encoder declared as a list of layers too; and each bad input gets one
+# line before step 1.
 # Usage: bert.sh train|sync|deterministic|resume|export|layers|bad_input
 source "$(dirname "$0")/lib.sh"
 require_fortunes
@@ -162,6 +163,16 @@ case $1 in
         fail "export ($norm-norm): the graph was not checked against the model's forward"
       [ -s bert_$norm.onnx ] || fail "export ($norm-norm) wrote no file"
     done
+    # ONNX Runtime, where the venv of onnx_export.sh holds it (that test installs it from PyPI).
+    venv=${ONNX_VENV:-$WORK/../onnx-venv}
+    if "$venv/bin/python" -c "import onnxruntime, onnx, numpy, h5py" >/dev/null 2>&1; then
+      for norm in post pre; do
+        "$venv/bin/python" "$(dirname "$0")/bert_onnx_check.py" bert_$norm.onnx test.h5 32 257 ||
+          fail "bert_onnx_check.py on the $norm-norm export"
+      done
+    else
+      echo "note: no ONNX Runtime in $venv (e2e.onnx_export.* installs it): its check is left out"
+    fi
     # A masked language model does not continue a prompt: generate refuses it by name.
     "$MGTRAIN" generate --checkpoint ckpt/step-5.h5 --prompt "The " --tokens 4 >generate.log 2>&1 &&
       { cat generate.log; fail "generate accepted a masked language model"; }

@@ -24,6 +24,7 @@
 
 #include "datasets/batch_reader.hpp"
 #include "datasets/hdf5_format.hpp"
+#include "datasets/mlm_masks.hpp"
 #include "mgtrain/tensor.hpp"
 
 namespace mgt::data {
@@ -98,6 +99,9 @@ struct ReaderOptions {
   int64_t vocab_limit = 0;
   // For messages: the model's name (model.name).
   std::string model_name;
+  // A masked language model's inputs and labels (datasets/mlm_masks.hpp), asked for by the model;
+  // token files only.
+  MlmMasking mlm;
 };
 
 class ShardedReader final : public BatchReader {

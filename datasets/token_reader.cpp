@@ -105,6 +105,7 @@ TokenReader::TokenReader(const ReaderOptions& options) : options_(options) {
                     " + 1 = " + std::to_string(options.context + 1));
   corpus_->open(options.in_memory);
   window_.resize(static_cast<size_t>(options.context + 1));
+  if (options.mlm.enabled()) mask_order_.resize(static_cast<size_t>(options.context));
   info_ = windows_info(file, options.context);
   local_ = options.global_batch / options.world;
   if (options.drop_last && info_.num_samples < options.global_batch)
@@ -148,6 +149,7 @@ Batch TokenReader::next() {
       xi[t] = static_cast<float>(window[t]);
       yi[t] = static_cast<int32_t>(window[t + 1]);
     }
+    if (options_.mlm.enabled()) mask_window(options_.mlm, epoch_, sample, xi, yi, T, mask_order_.data());
   }
   // After the reads: a file cut before any of them gave zeros, named here rather than trained on.
   corpus_->check_size(epoch_, batch_);

@@ -55,6 +55,8 @@ class TokenReader final : public BatchReader {
   // in memory (options.in_memory); checked against the files' checksums when opened.
   std::unique_ptr<TokenCorpus> corpus_;
   std::vector<uint32_t> window_;  // one window's token ids, read from corpus_
+  // mask_window's scratch (options.mlm).
+  std::vector<int32_t> mask_order_;
   int64_t local_ = 0, batches_per_epoch_ = 0;
   int64_t epoch_ = 0, batch_ = 0;
   int slot_ = 0;

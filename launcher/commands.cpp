@@ -166,6 +166,12 @@ int run_eval(const std::vector<std::string>& args) {
   const EvalResult r = evaluate_checkpoint(checkpoint, data, plugin_paths(vm), batch, logits);
   if (vm["json"].as<bool>())
     std::printf("%s\n", eval_result_json(r).c_str());
+  else if (r.tokens > 0 && r.masked)
+    std::printf(
+        "masked-token loss %.4f nats/token  perplexity %.3f  masked-token accuracy %.4f  masked tokens %lld  "
+        "(%s on %s)\n",
+        r.loss, std::exp(r.loss), r.accuracy, static_cast<long long>(r.tokens), printable(checkpoint).c_str(),
+        printable(data).c_str());
   else if (r.tokens > 0)
     std::printf("loss %.4f nats/token  perplexity %.3f  bits/%s %.4f  token accuracy %.4f  tokens %lld  (%s on %s)\n",
                 r.loss, std::exp(r.loss), bits_unit(data), r.loss / std::log(2.0), r.accuracy,

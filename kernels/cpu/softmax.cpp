@@ -9,7 +9,7 @@ namespace mgt::kernels {
 
 void check_labels(const int32_t* labels, int64_t rows, int64_t classes) {
   for (int64_t r = 0; r < rows; ++r)
-    MGT_CHECK(labels[r] >= 0 && labels[r] < classes, DataError,
+    MGT_CHECK((labels[r] >= 0 && labels[r] < classes) || labels[r] == kIgnoredLabel, DataError,
               "label out of range in row " + std::to_string(r) + " of the batch: label " + std::to_string(labels[r]) +
                   ", expected 0 <= label < " + std::to_string(classes) + " (the number of classes)");
 }
@@ -21,6 +21,10 @@ double softmax_cross_entropy(const float* __restrict logits, const int32_t* __re
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = logits + r * classes;
     float* g = grad + r * classes;
+    if (labels[r] == kIgnoredLabel) {
+      for (int64_t c = 0; c < classes; ++c) g[c] = 0.0f;
+      continue;
+    }
     float mx = x[0];
     for (int64_t c = 1; c < classes; ++c) mx = x[c] > mx ? x[c] : mx;
     float sum = 0.0f;
@@ -50,6 +54,7 @@ double softmax_cross_entropy(const float* __restrict logits, const int32_t* __re
 int64_t count_correct(const float* logits, const int32_t* labels, int64_t rows, int64_t classes) {
   int64_t correct = 0;
   for (int64_t r = 0; r < rows; ++r) {
+    if (labels[r] == kIgnoredLabel) continue;
     const float* x = logits + r * classes;
     int64_t best = 0;
     for (int64_t c = 1; c < classes; ++c)

@@ -4,7 +4,12 @@
 
 namespace mgt::kernels {
 
-// Throws DataError naming the first row whose label is outside [0, classes): checked before any
+// A label that asks for no loss: the row adds nothing to the loss or the accuracy, and its
+// gradient is zero (a masked language model's unmasked positions).
+constexpr int32_t kIgnoredLabel = -1;
+
+// Throws DataError naming the first row whose label is outside [0, classes) and not
+// kIgnoredLabel: checked before any
 // gradient is written, by the CPU path and by the compiled step (whose kernels cannot raise one).
 void check_labels(const int32_t* labels, int64_t rows, int64_t classes);
 

@@ -60,6 +60,12 @@ __global__ void softmax_xent_kernel(const float* __restrict__ logits, const int3
   const int64_t row = blockIdx.x;
   const float* x = logits + row * classes;
   float* g = grad + row * classes;
+  // A row without a label (the same for the whole block, so no barrier is skipped by some alone).
+  if (labels[row] == kernels::kIgnoredLabel) {
+    for (int64_t c = threadIdx.x; c < classes; c += kThreads) g[c] = 0.0f;
+    if (threadIdx.x == 0) row_loss[row] = 0.0;
+    return;
+  }
 
   float mx = -INFINITY;
   for (int64_t c = threadIdx.x; c < classes; c += kThreads) mx = x[c] > mx ? x[c] : mx;

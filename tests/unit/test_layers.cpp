@@ -729,8 +729,15 @@ TEST(SoftmaxCrossEntropy, LabelOutOfRangeNamesRowLabelAndClasses) {
     EXPECT_NE(msg.find("label 9"), std::string::npos) << msg;
     EXPECT_NE(msg.find("4"), std::string::npos) << msg;
   }
-  const std::vector<int32_t> negative = {-1, 0, 0};
+  const std::vector<int32_t> negative = {-2, 0, 0};
   EXPECT_THROW(mgt::softmax_cross_entropy(logits, negative.data(), grad, 1.0f), mgt::DataError);
+  // -1 is no label: the row gives no loss and a zero gradient.
+  const std::vector<int32_t> ignored = {-1, 0, 0}, rest = {0, 0};
+  const double loss = mgt::softmax_cross_entropy(logits, ignored.data(), grad, 1.0f);
+  for (int64_t c = 0; c < 4; ++c) EXPECT_EQ(grad.data()[c], 0.0f);
+  const Tensor last_two = Tensor::view(const_cast<float*>(logits.data()) + 4, {2, 4});
+  Tensor grad_two({2, 4});
+  EXPECT_EQ(loss, mgt::softmax_cross_entropy(last_two, rest.data(), grad_two, 1.0f));
 }
 
 TEST(SoftmaxCrossEntropy, CountCorrectUsesArgMax) {
@@ -1231,6 +1238,45 @@ TEST(AttentionLayer, GradientsMatchFiniteDifferencesOverSeveralTiles) {
     Tensor x = random_tensor({1, 140, 36}, 24);
     check_gradients(h, x, training_ctx());
   }
+}
+
+// An encoder's attention (no mask) against the definition written out in double precision:
+// softmax(q k^T / sqrt(head dim)) v per head over every token of the window, later ones too.
+TEST(AttentionLayer, BidirectionalForwardMatchesAPlainReference) {
+  const int64_t B = 2, T = 7, heads = 2, dim = 8, hd = dim / heads;
+  Harness h(mgt::make_attention("attn", dim, heads, /*causal=*/false));
+  Tensor x = random_tensor({B, T, 3 * dim}, 31);
+  Tensor y({B, T, dim});
+  run_forward(*h.layer, h.store, x, y, training_ctx());
+  const float* in = x.data();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t head = 0; head < heads; ++head)
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> score(T);
+        double top = -1e300, sum = 0;
+        for (int64_t j = 0; j < T; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < hd; ++d)
+            dot += static_cast<double>(in[(b * T + i) * 3 * dim + head * hd + d]) *
+                   in[(b * T + j) * 3 * dim + dim + head * hd + d];
+          score[j] = dot / std::sqrt(static_cast<double>(hd));
+          top = std::max(top, score[j]);
+        }
+        for (int64_t j = 0; j < T; ++j) sum += score[j] = std::exp(score[j] - top);
+        for (int64_t d = 0; d < hd; ++d) {
+          double want = 0;
+          for (int64_t j = 0; j < T; ++j) want += score[j] / sum * in[(b * T + j) * 3 * dim + 2 * dim + head * hd + d];
+          ASSERT_NEAR(y.data()[(b * T + i) * dim + head * hd + d], want, 1e-5)
+              << "batch " << b << " head " << head << " token " << i << " element " << d;
+        }
+      }
+  // The first token sees the last: changing the last token's key moves the first token's output.
+  Tensor y2({B, T, dim});
+  for (int64_t d = 0; d < dim; ++d) x.data()[(T - 1) * 3 * dim + dim + d] += 1.0f;
+  run_forward(*h.layer, h.store, x, y2, training_ctx());
+  bool moved = false;
+  for (int64_t d = 0; d < dim; ++d) moved |= y2.data()[d] != y.data()[d];
+  EXPECT_TRUE(moved) << "the first token does not attend to the last";
 }
 
 TEST(AttentionLayer, CausalTokensSeeOnlyThemselvesAndTheirPast) {

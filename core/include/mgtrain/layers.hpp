@@ -325,12 +325,13 @@ MGT_API std::unique_ptr<Layer> make_tied_head(const std::string& name, const std
 
 // Mean softmax cross-entropy over the batch. Writes d(loss_sum * grad_scale)/d(logits) into
 // grad_logits: with grad_scale = 1/global_batch, summing the ranks' gradients gives the gradient
-// of the global mean loss. Returns the *sum* of per-sample losses. Labels outside
-// [0, classes) raise DataError.
+// of the global mean loss. Returns the *sum* of per-sample losses. A label of -1 asks for no
+// loss: the row adds nothing and gets a zero gradient (a masked language model's unmasked
+// positions). Other labels outside [0, classes) raise DataError.
 MGT_API double softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor& grad_logits,
                                      float grad_scale);
 
-// Number of rows whose arg-max logit equals the label.
+// Number of rows whose arg-max logit equals the label (rows labelled -1 never count).
 MGT_API int64_t count_correct(const Tensor& logits, const int32_t* labels);
 
 }  // namespace mgt

@@ -52,10 +52,11 @@ class EvaluationCallback final : public TrainingCallback {
     const std::string test_path = run_.config.get_string("data.test");
     const EvalSums mine = evaluate_share(*run_.model, test_path, run_.config.get_string("data.x_name"),
                                          run_.config.get_string("data.y_name"), run_.micro_batch, run_.train_rank(),
-                                         run_.train_comm->size());
+                                         run_.train_comm->size(), nullptr, eval_masking(run_.config, *run_.model));
     double sums[4] = {mine.loss_sum, mine.correct, mine.samples, mine.tokens};
     run_.train_comm->allreduce_sum(sums, 4);
-    const EvalResult test = eval_result({sums[0], sums[1], sums[2], sums[3]});
+    EvalResult test = eval_result({sums[0], sums[1], sums[2], sums[3]});
+    test.masked = eval_masking(run_.config, *run_.model).enabled();
     if (run_.leader) {
       run_.log << "epoch " << epoch + 1 << ": " << test_line(test, test_path) << std::flush;
       loop_.report_evaluation({step, epoch, test.accuracy, test.loss, test.samples, test_path});

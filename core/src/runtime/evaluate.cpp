@@ -59,19 +59,40 @@ int64_t default_eval_batch(const Model& model) {
   return context > 0 ? std::max<int64_t>(1, kEvalBatchTokens / context) : kEvalSampleBatch;
 }
 
+data::MlmMasking model_masking(const Config& config, const Model& model, uint64_t seed) {
+  data::MlmMasking masking;
+  const int64_t context = model.sequence_length();
+  if (context <= 0 || !config.has("model.objective") || config.get_string("model.objective") != "mlm") return masking;
+  const int64_t vocab = model.output_shape({1, context}).back() - 1;
+  masking.mask_token = vocab;
+  masking.vocab = vocab;
+  masking.seed = seed;
+  return masking;
+}
+
+data::MlmMasking eval_masking(const Config& config, const Model& model) {
+  data::MlmMasking masking = model_masking(config, model, kEvalMaskSeed);
+  masking.same_every_epoch = true;
+  return masking;
+}
+
 EvalResult evaluate_model(Model& model, const std::string& data_path, const std::string& x_name,
-                          const std::string& y_name, int64_t batch, std::vector<float>* logits) {
+                          const std::string& y_name, int64_t batch, std::vector<float>* logits,
+                          const data::MlmMasking& masking) {
   // A batch beyond the file's rows would only size buffers for rows that are not there.
   batch = std::min(
       batch,
       std::max<int64_t>(1, data::open_data_info(data_path, x_name, y_name, model.sequence_length(), "").num_samples));
   // The reader evaluate_share opens checks a token file's contents before its first window.
   check_eval_data(model, data_path, x_name, y_name, batch, /*tokens_read_next=*/true);
-  return eval_result(evaluate_share(model, data_path, x_name, y_name, batch, 0, 1, logits));
+  EvalResult result = eval_result(evaluate_share(model, data_path, x_name, y_name, batch, 0, 1, logits, masking));
+  result.masked = masking.enabled();
+  return result;
 }
 
 EvalSums evaluate_share(Model& model, const std::string& data_path, const std::string& x_name,
-                        const std::string& y_name, int64_t batch, int rank, int world, std::vector<float>* logits_out) {
+                        const std::string& y_name, int64_t batch, int rank, int world, std::vector<float>* logits_out,
+                        const data::MlmMasking& masking) {
   data::ReaderOptions ro;
   ro.path = data_path;
   ro.x_name = x_name;
@@ -82,10 +103,13 @@ EvalSums evaluate_share(Model& model, const std::string& data_path, const std::s
   ro.shuffle = false;
   ro.drop_last = false;
   ro.context = model.sequence_length();
+  ro.mlm = masking;
   const std::unique_ptr<data::BatchReader> opened = data::open_batch_reader(ro);
   data::BatchReader& reader = *opened;
   reader.start(0, 0);
   const int64_t labels_per_sample = reader.info().labels_per_sample;
+  // The labels that count: a masked language model's masked tokens alone (the rest are ignored).
+  const int64_t counted = masking.enabled() ? data::positions_per_window(ro.context) : labels_per_sample;
 
   Shape input = {batch};
   for (int64_t d : reader.info().sample_shape) input.push_back(d);
@@ -106,7 +130,7 @@ EvalSums evaluate_share(Model& model, const std::string& data_path, const std::s
     correct += count_correct(logits, next.y);
     if (logits_out) logits_out->insert(logits_out->end(), logits.data(), logits.data() + logits.numel());
     sums.samples += static_cast<double>(next.rows);
-    if (reader.info().token_windows()) sums.tokens += static_cast<double>(next.rows * labels_per_sample);
+    if (reader.info().token_windows()) sums.tokens += static_cast<double>(next.rows * counted);
   }
   sums.correct = static_cast<double>(correct);
   return sums;
@@ -130,7 +154,13 @@ const char* bits_unit(const std::string& spec) {
 
 std::string test_line(const EvalResult& result, const std::string& path) {
   char line[320];
-  if (result.tokens > 0)
+  if (result.tokens > 0 && result.masked)
+    std::snprintf(line, sizeof line,
+                  "test masked-token loss %.4f nats/token (perplexity %.3f), masked-token accuracy %.4f on %lld "
+                  "masked tokens of %s\n",
+                  result.loss, std::exp(result.loss), result.accuracy, static_cast<long long>(result.tokens),
+                  path.c_str());
+  else if (result.tokens > 0)
     std::snprintf(line, sizeof line,
                   "test loss %.4f nats/token (perplexity %.3f, %.4f bits per %s), token accuracy %.4f on %lld "
                   "tokens of %s\n",
@@ -166,14 +196,15 @@ EvalResult evaluate_checkpoint(const std::string& checkpoint, const std::string&
                             model.empty() ? "" : data::tokenizer_sha256(model), "checkpoint '" + checkpoint + "'");
   }
   std::vector<float> logits;
-  const EvalResult result =
-      evaluate_model(*loaded.model, data_path, loaded.config.get_string("data.x_name"),
-                     loaded.config.get_string("data.y_name"), batch, logits_file ? &logits : nullptr);
+  const EvalResult result = evaluate_model(*loaded.model, data_path, loaded.config.get_string("data.x_name"),
+                                           loaded.config.get_string("data.y_name"), batch,
+                                           logits_file ? &logits : nullptr, eval_masking(loaded.config, *loaded.model));
   if (logits_file) {
     const int64_t rows = result.samples, total = static_cast<int64_t>(logits.size());
     // A language model's windows keep their tokens apart: [N, T, vocab], as the model gives them.
-    const Shape shape =
-        result.tokens > 0 ? Shape{rows, result.tokens / rows, total / result.tokens} : Shape{rows, total / rows};
+    const Shape shape = result.tokens > 0 ? Shape{rows, loaded.model->sequence_length(),
+                                                  total / (rows * loaded.model->sequence_length())}
+                                          : Shape{rows, total / rows};
     logits_file->commit(npy_float32(logits.data(), shape));
   }
   return result;

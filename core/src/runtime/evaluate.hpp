@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.hpp"
+#include "datasets/mlm_masks.hpp"
 #include "loader/plugin_loader.hpp"
 #include "mgtrain/config.hpp"
 #include "mgtrain/model.hpp"
@@ -19,7 +20,8 @@ struct EvalResult {
   double accuracy = 0;
   double loss = 0;
   int64_t samples = 0;
-  int64_t tokens = 0;  // labels of a token file's windows; 0 for a sample file
+  int64_t tokens = 0;   // labels of a token file's windows; 0 for a sample file
+  bool masked = false;  // a masked language model's: the figures are over the masked tokens alone
 };
 
 // The result as one line, "test accuracy A, loss L on N samples of F" or, for tokens, "test loss
@@ -40,8 +42,10 @@ void check_eval_data(const Model& model, const std::string& data_path, const std
 
 // The model's parameters must be loaded; the data file is checked first (check_eval_data). With
 // `logits`, every row's logits are appended to it, in the file's order.
+// `masking` (eval_masking): a masked language model's inputs, its figures over the masked tokens.
 EvalResult evaluate_model(Model& model, const std::string& data_path, const std::string& x_name,
-                          const std::string& y_name, int64_t batch, std::vector<float>* logits = nullptr);
+                          const std::string& y_name, int64_t batch, std::vector<float>* logits = nullptr,
+                          const data::MlmMasking& masking = {});
 
 // One rank's share of an evaluation over `world` ranks: the rows a ShardedReader gives rank
 // `rank` in global batches of batch x world (every sample once over the ranks), in batches of at
@@ -54,7 +58,15 @@ struct EvalSums {
 };
 EvalSums evaluate_share(Model& model, const std::string& data_path, const std::string& x_name,
                         const std::string& y_name, int64_t batch, int rank, int world,
-                        std::vector<float>* logits = nullptr);
+                        std::vector<float>* logits = nullptr, const data::MlmMasking& masking = {});
+// What a model asks of its token files' reader (its section's `objective`, model.objective =
+// mlm: a masked language model, whose vocabulary's last id is the mask token), drawn from `seed`;
+// no masking otherwise. eval_masking: evaluation's, the same masks at every evaluation, from a
+// seed of their own so a run's test figures and `mgtrain eval`'s agree.
+data::MlmMasking model_masking(const Config& config, const Model& model, uint64_t seed);
+data::MlmMasking eval_masking(const Config& config, const Model& model);
+inline constexpr uint64_t kEvalMaskSeed = 0x6d61736b;
+
 // The mean figures of sums added over the ranks.
 EvalResult eval_result(const EvalSums& total);
 

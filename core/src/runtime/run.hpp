@@ -72,6 +72,9 @@ struct Run {
   int64_t labels_per_sample = 1;  // a language model's window: one label per token
   bool token_windows = false;     // a language model's data (DatasetInfo::token_windows)
   Shape micro_shape;              // input of one forward pass: micro_batch x shards_per_pass rows
+  // Labels of a sample the loss counts: labels_per_sample, or a masked language model's masked
+  // tokens (datasets/mlm_masks.hpp), the same number in every window.
+  int64_t labels_counted = 1;
 
   std::string checkpoint_dir;
   std::unique_ptr<CheckpointDirLock> checkpoint_lock;  // rank 0's, while it writes checkpoints

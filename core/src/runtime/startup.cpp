@@ -237,8 +237,9 @@ void compile_step(Run& run) {
   o.accumulation = run.accum;
   o.labels_per_row = run.labels_per_sample;
   o.token_windows = run.token_windows;
-  // The mean over every label of the global batch: a language model's every token.
-  o.grad_scale = 1.0f / static_cast<float>(run.global_batch * run.labels_per_sample);
+  // The mean over every label of the global batch: a language model's every token, a masked one's
+  // masked tokens (a constant count per window, so every rank knows the global batch's).
+  o.grad_scale = 1.0f / static_cast<float>(run.global_batch * run.labels_counted);
   o.label_smoothing = static_cast<float>(run.config.get_real("train.label_smoothing"));
   o.clip_norm = static_cast<float>(run.config.get_real("optimizer.clip_norm"));
   // The steps whose figures are logged (train_loop's log_interval).
@@ -284,6 +285,7 @@ void open_reader(Run& run, int train_world) {
   run.reader = data::open_batch_reader(ro);
   run.per_epoch = run.reader->batches_per_epoch();
   run.labels_per_sample = run.reader->info().labels_per_sample;
+  run.labels_counted = ro.mlm.enabled() ? data::positions_per_window(ro.context) : run.labels_per_sample;
   run.token_windows = run.reader->info().token_windows();
   run.micro_shape = {run.micro_batch * run.shards_per_pass};
   for (int64_t d : run.reader->info().sample_shape) run.micro_shape.push_back(d);

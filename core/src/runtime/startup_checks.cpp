@@ -80,6 +80,9 @@ data::ReaderOptions run_reader_options(const Config& config, const Model& model,
   ro.context = model.sequence_length();
   ro.model_name = model_name;
   if (ro.context > 0) ro.vocab_limit = model.output_shape({1, ro.context}).back();
+  // A masked language model's last id is its mask token, which no file's token may be.
+  ro.mlm = model_masking(config, model, ro.seed);
+  if (ro.mlm.enabled()) ro.vocab_limit = ro.mlm.vocab;
   return ro;
 }
 

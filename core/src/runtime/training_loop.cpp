@@ -260,7 +260,7 @@ void TrainingLoop::log_interval(int64_t step, int64_t epoch) {
   }
   const double elapsed = std::max(seconds_since(interval_start_), 1e-9);
   // Loss and accuracy per label: per token for a language model.
-  const double seen = static_cast<double>(interval_.samples * run_.labels_per_sample) * reporting / ranks;
+  const double seen = static_cast<double>(interval_.samples * run_.labels_counted) * reporting / ranks;
   f.loss = sums[0] / seen;
   f.accuracy = sums[2] / seen;
   f.data_wait_share = sums[1] / reporting / elapsed;
@@ -316,7 +316,8 @@ TrainResult TrainingLoop::finish(int64_t start_step, int64_t step) {
   if (run_.leader && !test_path.empty() && !run_.options.quiet && step > start_step && !run_.result.stopped) {
     TraceSpan span(run_.traced(), "evaluation");
     const EvalResult test = evaluate_model(*run_.model, test_path, run_.config.get_string("data.x_name"),
-                                           run_.config.get_string("data.y_name"), run_.micro_batch);
+                                           run_.config.get_string("data.y_name"), run_.micro_batch, nullptr,
+                                           eval_masking(run_.config, *run_.model));
     run_.result.test_accuracy = test.accuracy;
     run_.result.test_loss = test.loss;
     run_.log << test_line(test, test_path) << std::flush;

@@ -397,6 +397,11 @@ GenerateSummary generate_text(const GenerateOptions& options, const std::functio
     throw ConfigError("generate: " + where + " holds model '" + summary.model_name +
                       "', which reads samples and gives class logits: expected a language model, one that reads "
                       "token windows (model.name = gpt)");
+  // A masked language model's logits at a position are for that position's own token, not the next.
+  if (loaded.config.has("model.objective") && loaded.config.get_string("model.objective") == "mlm")
+    throw ConfigError("generate: " + where + " holds model '" + summary.model_name +
+                      "', a masked language model (model.objective = mlm), whose logits fill in masked tokens: "
+                      "expected a model that predicts the next token (model.name = gpt)");
   TokenGenerator generator(*loaded.model, loaded.store);
   summary.context = generator.context();
   summary.vocabulary = generator.vocabulary();

@@ -20,6 +20,10 @@ const mgt::ConfigKey kKeys[] = {
      "flatten, dropout P, residual { BRANCH } (a shortcut follows the branch after a bar); for text, "
      "embed V D [positions|nopositions] first, then layernorm, attention H [causal|bidirectional], gelu, tied_head; "
      "any other kind a layer plugin's (libmgtrain-layer-KIND.so); README: A model declared in the config"},
+    {"model.objective", mgt::KeyType::choice, "next_token",
+     "a language model's training objective: next_token (the label of each position is the token after it) or mlm "
+     "(masked language model, BERT's: the last id of embed V D is the mask token, the files' tokens below it)",
+     "next_token|mlm"},
 };
 
 class Layers final : public mgt::SequentialModel {

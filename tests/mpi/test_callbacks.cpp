@@ -44,10 +44,27 @@ int main(int argc, char** argv) {
   std::ostringstream log;
   mgt::Run run(*comm, mgt::TrainOptions{}, log);
   run.train_comm = comm->split(0, rank);
+  run.config.set("checkpoint.every_seconds", "0", "test");
 
   // Stop signals: asked and agreed after every step.
   auto stop = mgt::make_stop_signal_callback(run);
   mgt::accept_stop_signals();
+  // checkpoint.every_seconds: rank 0's clock, carried by the stop check (which only a run taking
+  // stop signals makes), decides for every rank.
+  {
+    run.config.set("checkpoint.every_seconds", "0.05", "test");
+    auto timed = mgt::make_stop_signal_callback(run);
+    run.last_checkpoint_at = mgt::Clock::now();
+    check(!timed->should_stop(1) && !run.checkpoint_due, "no checkpoint is due before every_seconds", rank);
+    // Only rank 0's clock counts: the others' say it is long past due, rank 0's that it is due now.
+    if (rank != 0) run.last_checkpoint_at = mgt::Clock::now() - std::chrono::hours(1);
+    check(!timed->should_stop(2) && !run.checkpoint_due, "another rank's clock decides nothing", rank);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (rank != 0) run.last_checkpoint_at = mgt::Clock::now();
+    check(!timed->should_stop(3) && run.checkpoint_due, "every rank writes when rank 0's clock says so", rank);
+    run.checkpoint_due = false;
+    run.config.set("checkpoint.every_seconds", "0", "test");
+  }
   check(!stop->should_stop(10), "no rank stops without a signal", rank);
   if (rank == comm->size() - 1) {
     // To the process, as scancel sends it: the stop-signal thread takes it and sets the flag.

@@ -1542,7 +1542,7 @@ TEST(DataFiles, TokenShardsReadAsOneStream) {
   TempDir dir;
   // 3 MiB of text, cut into pieces of uneven sizes: windows cross the files' ends and chunks.
   std::string text;
-  for (int i = 0; text.size() < (size_t{3} << 20) + 12345; ++i)
+  for (int64_t i = 0; text.size() < (size_t{3} << 20) + 12345; ++i)
     text += "line " + std::to_string(i * 7919 % 10007) + "\n";
   const std::vector<size_t> cuts = {0, 5, (size_t{1} << 20) + 3, (size_t{2} << 20) + 77777, text.size()};
   std::vector<std::string> pieces;

@@ -9,55 +9,16 @@
 # line before step 1.
 # Usage: bert.sh train|sync|deterministic|resume|export|layers|bad_input
 source "$(dirname "$0")/lib.sh"
-require_fortunes
-
-convert_corpus() {
-  "$MGTRAIN" data convert --text "$FORTUNES/cookie" "$FORTUNES/computers" --out train.h5 >convert.log 2>&1 ||
-    { cat convert.log; fail "data convert --text"; }
-  "$MGTRAIN" data convert --text "$FORTUNES/wisdom" --out test.h5 >>convert.log 2>&1 ||
-    { cat convert.log; fail "data convert --text (test)"; }
-}
-write_bert_config() {
-  cat >run.ini <<INI
-[data]
-train = $WORK/train.h5
-test = $WORK/test.h5
-[model]
-name = bert
-layers = 2
-heads = 2
-dim = 32
-context = 32
-[optimizer]
-name = adam
-lr = 0.002
-[train]
-max_steps = 40
-global_batch = 16
-seed = 11
-log_every = 10
-[checkpoint]
-dir = $WORK/ckpt
-INI
-}
-losses() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$1"; }
-params_hash() { group_hash "$1" /params; }
-loss_fell() {  # loss_fell DIR WHAT
-  local first last
-  first=$(losses "$1/metrics.jsonl" | head -1)
-  last=$(losses "$1/metrics.jsonl" | tail -1)
-  echo "$2: masked-token loss $first -> $last"
-  awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.85 * a) }' || fail "$2: the masked-token loss did not fall"
-}
+source "$(dirname "$0")/text_lib.sh"
 
 case $1 in
   train)
     convert_corpus
-    write_bert_config
+    write_text_config bert
     for norm in post pre; do
       run_np 2 120 train --config run.ini --model.norm=$norm --checkpoint.dir="$WORK/$norm" --json >$norm.json \
         2>$norm.log || { cat $norm.log; fail "bert ($norm-norm) at np=2"; }
-      loss_fell $norm "bert ($norm-norm) at np=2"
+      loss_fell $norm "bert ($norm-norm) at np=2" "masked-token loss"
     done
     # A window of 32 tokens predicts round(0.15 x 32) = 5 of them; the test file's windows are
     # floor((tokens - 1) / 32), so the line counts 5 masked tokens a window.
@@ -83,20 +44,20 @@ case $1 in
     ;;
   sync)
     convert_corpus
-    write_bert_config
+    write_text_config bert
     run_np 2 120 train --config run.ini --sync.name=grad_accum --sync.accum_steps=2 --checkpoint.dir="$WORK/accum" \
       >accum.log 2>&1 || { cat accum.log; fail "grad_accum"; }
-    loss_fell accum "grad_accum at np=2"
+    loss_fell accum "grad_accum at np=2" "masked-token loss"
     run_np 2 120 train --config run.ini --sync.name=zero --checkpoint.dir="$WORK/zero" >zero.log 2>&1 ||
       { cat zero.log; fail "zero"; }
-    loss_fell zero "zero at np=2"
+    loss_fell zero "zero at np=2" "masked-token loss"
     run_np 2 120 train --config run.ini --checkpoint.dir="$WORK/allreduce" >allreduce.log 2>&1 ||
       { cat allreduce.log; fail "allreduce"; }
     "$MGTRAIN" compare allreduce/step-40.h5 zero/step-40.h5 --rtol 1e-4 >zero_compare.txt 2>&1 ||
       { cat zero_compare.txt; fail "zero's parameters are not allreduce's"; }
     run_np 3 120 train --config run.ini --sync.name=param_server --checkpoint.dir="$WORK/ps" >ps.log 2>&1 ||
       { cat ps.log; fail "param_server"; }
-    loss_fell ps "param_server at np=3"
+    loss_fell ps "param_server at np=3" "masked-token loss"
     # The step in device memory (the GPU's program on the CPU backend) gives the in-place figures.
     in_memory device run_np 2 120 train --config run.ini --checkpoint.dir="$WORK/device" >device.log 2>&1 ||
       { cat device.log; fail "bert with the step in device memory"; }
@@ -105,7 +66,7 @@ case $1 in
     ;;
   deterministic)
     convert_corpus
-    write_bert_config
+    write_text_config bert
     det=(--config run.ini --train.max_steps=12 --sync.deterministic=true)
     for np in 1 2 4; do
       run_np $np 120 train "${det[@]}" --checkpoint.dir="$WORK/np$np" >np$np.log 2>&1 ||
@@ -125,7 +86,7 @@ case $1 in
     ;;
   resume)
     convert_corpus
-    write_bert_config
+    write_text_config bert
     # 8,000 bytes in windows of 32: 249 windows, 15 steps of 16 an epoch; the stop at step 25 falls
     # mid-epoch, and the run resumes at another world size, in deterministic mode.
     head -c 8000 "$FORTUNES/wisdom" >small.txt
@@ -146,7 +107,7 @@ case $1 in
     ;;
   export)
     convert_corpus
-    write_bert_config
+    write_text_config bert
     run_np 1 120 train --config run.ini --train.max_steps=5 --data.test= >train.log 2>&1 ||
       { cat train.log; fail "training"; }
     for norm in post pre; do
@@ -194,7 +155,7 @@ case $1 in
       [ $example = text_bert ] || small=("${small_list[@]}")
       run_np 2 120 train --config "$EXAMPLES/$example.ini" "${text[@]}" "${small[@]}" --checkpoint.dir="$WORK/$example" \
         >$example.log 2>&1 || { cat $example.log; fail "examples/$example.ini"; }
-      loss_fell $example "examples/$example.ini"
+      loss_fell $example "examples/$example.ini" "masked-token loss"
       grep -q "^test masked-token loss .* on [0-9]* masked tokens" $example.log ||
         { cat $example.log; fail "examples/$example.ini: no masked-token test line"; }
     done
@@ -210,7 +171,7 @@ case $1 in
     ;;
   bad_input)
     convert_corpus
-    write_bert_config
+    write_text_config bert
     expect_error() {  # expect_error PATTERN ARGS...: one error line matching PATTERN, no checkpoint
       local pattern=$1; shift
       rm -rf out

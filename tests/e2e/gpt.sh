@@ -9,46 +9,7 @@
 # rank's range; and each bad input gets one line before step 1.
 # Usage: gpt.sh convert|train|sync|deterministic|weight_decay|resume|bad_input
 source "$(dirname "$0")/lib.sh"
-require_fortunes
-
-convert_corpus() {
-  "$MGTRAIN" data convert --text "$FORTUNES/cookie" "$FORTUNES/computers" --out train.h5 >convert.log 2>&1 ||
-    { cat convert.log; fail "data convert --text"; }
-  "$MGTRAIN" data convert --text "$FORTUNES/wisdom" --out test.h5 >>convert.log 2>&1 ||
-    { cat convert.log; fail "data convert --text (test)"; }
-}
-write_gpt_config() {
-  cat >run.ini <<INI
-[data]
-train = $WORK/train.h5
-test = $WORK/test.h5
-[model]
-name = gpt
-layers = 2
-heads = 2
-dim = 32
-context = 32
-[optimizer]
-name = adam
-lr = 0.002
-[train]
-max_steps = 40
-global_batch = 16
-seed = 11
-log_every = 10
-[checkpoint]
-dir = $WORK/ckpt
-INI
-}
-losses() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$1"; }
-params_hash() { group_hash "$1" /params; }
-loss_fell() {  # loss_fell DIR WHAT
-  local first last
-  first=$(losses "$1/metrics.jsonl" | head -1)
-  last=$(losses "$1/metrics.jsonl" | tail -1)
-  echo "$2: loss $first -> $last"
-  awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.85 * a) }' || fail "$2: the loss did not fall"
-}
+source "$(dirname "$0")/text_lib.sh"
 
 case $1 in
   convert)
@@ -74,7 +35,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$MGTRAIN" data c
     echo "converting $(stat -c %s big.txt) bytes: peak RSS $peak_kib KiB"
     [ "$peak_kib" -lt 150000 ] || fail "the converter held $peak_kib KiB for a 400 MB file: it does not stream"
     # Training reads such a corpus a window at a time: a rank's memory does not hold the file.
-    write_gpt_config
+    write_text_config gpt
     "$MGTRAIN" train --config run.ini --data.train="$WORK/big.h5" --data.test= --train.max_steps=2 \
       --checkpoint.dir="$WORK/big" --json >big.json 2>big.log || { cat big.log; fail "training on the 400 MB corpus"; }
     peak_mb=$(json_field peak_rss_mb <<<"$(tail -1 big.json)")
@@ -83,7 +44,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$MGTRAIN" data c
     ;;
   train)
     convert_corpus
-    write_gpt_config
+    write_text_config gpt
     for np in 1 2 4; do
       run_np $np 600 train --config run.ini --checkpoint.dir="$WORK/np$np" --json >np$np.json 2>np$np.log ||
         { cat np$np.log; fail "gpt at np=$np"; }
@@ -111,7 +72,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$MGTRAIN" data c
     ;;
   sync)
     convert_corpus
-    write_gpt_config
+    write_text_config gpt
     run_np 2 600 train --config run.ini --sync.name=grad_accum --checkpoint.dir="$WORK/accum" >accum.log 2>&1 ||
       { cat accum.log; fail "grad_accum"; }
     loss_fell accum "grad_accum at np=2"
@@ -128,7 +89,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$MGTRAIN" data c
     ;;
   deterministic)
     convert_corpus
-    write_gpt_config
+    write_text_config gpt
     det=(--config run.ini --train.max_steps=12 --sync.deterministic=true)
     for np in 1 2 4; do
       run_np $np 600 train "${det[@]}" --checkpoint.dir="$WORK/np$np" >np$np.log 2>&1 ||
@@ -147,7 +108,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$MGTRAIN" data c
     # biases and layer norms. The mask follows the store's layout onto each rank's range: a zero
     # shard, the step in device memory and a parameter server's shards give the bits of one rank.
     convert_corpus
-    write_gpt_config
+    write_text_config gpt
     wd=(--config run.ini --train.max_steps=12 --sync.deterministic=true --optimizer.weight_decay=0.5)
     run_np 1 600 train "${wd[@]}" --optimizer.weight_decay_on=matrices --checkpoint.dir="$WORK/np1" >np1.log 2>&1 ||
       { cat np1.log; fail "weight_decay_on = matrices at np=1"; }
@@ -173,7 +134,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$MGTRAIN" data c
     ;;
   resume)
     convert_corpus
-    write_gpt_config
+    write_text_config gpt
     # 8,000 bytes in windows of 32: 249 windows, 15 steps of 16 an epoch. The stop at step 25 falls
     # in the middle of the second epoch, and the 40 steps cross two epoch boundaries.
     head -c 8000 "$FORTUNES/wisdom" >small.txt
@@ -194,7 +155,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$MGTRAIN" data c
     ;;
   bad_input)
     convert_corpus
-    write_gpt_config
+    write_text_config gpt
     expect_error() {  # expect_error PATTERN ARGS...: one error line matching PATTERN, no data or checkpoint
       local pattern=$1; shift
       rm -rf out

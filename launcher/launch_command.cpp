@@ -314,8 +314,13 @@ struct Supervisor {
 
   int run() {
     std::vector<Node> alive = hosts;
-    if (static_cast<int>(alive.size()) > max_nodes) alive.resize(static_cast<size_t>(max_nodes));
-    std::vector<Node> dropped;
+    // Nodes out of the job: those beyond --max-nodes, then those lost. Each restart takes in those
+    // that answer, up to --max-nodes.
+    std::vector<Node> standby;
+    if (static_cast<int>(alive.size()) > max_nodes) {
+      standby.assign(alive.begin() + max_nodes, alive.end());
+      alive.resize(static_cast<size_t>(max_nodes));
+    }
     std::string why_restarted;
     int status = 0;
     for (int attempt = 1;; ++attempt) {
@@ -413,17 +418,17 @@ struct Supervisor {
             " reached: not restarted; continue with --resume latest");
         return code;
       }
-      // Nodes lost before and back now return, up to --max-nodes; those just lost wait a round.
-      for (auto it = dropped.begin(); it != dropped.end() && static_cast<int>(left.size()) < max_nodes;) {
+      // Nodes out of the job that answer now join it, up to --max-nodes; those just lost wait a round.
+      for (auto it = standby.begin(); it != standby.end() && static_cast<int>(left.size()) < max_nodes;) {
         if (answers(*it)) {
-          say("node " + it->name + " answers again: taken back");
+          say("node " + it->name + " answers: it joins the next attempt");
           left.push_back(*it);
-          it = dropped.erase(it);
+          it = standby.erase(it);
         } else {
           ++it;
         }
       }
-      dropped.insert(dropped.end(), lost.begin(), lost.end());
+      standby.insert(standby.end(), lost.begin(), lost.end());
       if (static_cast<int>(left.size()) < min_nodes) {
         say(std::to_string(left.size()) + " node(s) left (" + names_of(left) + "), below --min-nodes " +
             std::to_string(min_nodes) + ": not restarted; continue with --resume latest once nodes are back");

@@ -18,7 +18,7 @@
 #   launch: mgtrain launch loses a node by its link, then another by its processes killed, and
 #     finishes the deterministic run on the node left with the bits of a run never interrupted.
 #   launch_mid_write: rank 0 killed while it writes a checkpoint: the restart resumes from the one
-#     before, with the same bits at the end.
+#     before, on the node left and a spare node --max-nodes kept out, with the same bits at the end.
 #   slurm_launch: the same as a Slurm job's batch script: srun on the allocation's nodes, n2's tasks
 #     killed, the job started again inside the allocation on n1.
 #   slurm: a real Slurm with one slurmd per node; `sbatch -N 2` of both example scripts trains
@@ -431,18 +431,18 @@ PY
     [ "$survived" = "$whole" ] || fail "the run that lost two nodes differs from one never interrupted"
     ;;
   launch_mid_write)
-    # Rank 0 (n1) is killed while it writes the checkpoint of step 300: the attempt on n2 alone
-    # resumes from step 200, whose checkpoint the cut write left intact, and the run ends with the
-    # bits of one never interrupted.
-    nodes_up 2
-    printf 'n1 slots=1\nn2 slots=1\n' >hosts
+    # Rank 0 (n1) is killed while it writes the checkpoint of step 300: the next attempt resumes
+    # from step 200, whose checkpoint the cut write left intact, on n2 and on n3, which --max-nodes 2
+    # kept out until then, and the run ends with the bits of one never interrupted.
+    nodes_up 3
+    printf 'n1 slots=1\nn2 slots=1\nn3 slots=1\n' >hosts
     steps=600
     write_config run.ini "[sync]" "deterministic = true" "[train]" "epochs = 40" "max_steps = $steps" \
       "log_every = 100" "[checkpoint]" "every_steps = 100" "keep = 0" "[comm]" "timeout_s = 20"
     set +e
     # shellcheck disable=SC2046  # the MCA options are separate words
     MGTRAIN_FAULT=0:300:checkpoint-after-data:kill MGTRAIN_FAULT_ONCE=$WORK/fault-fired \
-      node_run n1 timeout --kill-after=10 300 "$MGTRAIN" launch --hostfile hosts --probe-timeout 5 \
+      node_run n1 timeout --kill-after=10 300 "$MGTRAIN" launch --hostfile hosts --max-nodes 2 --probe-timeout 5 \
       --launcher "mpirun -x MGTRAIN_FAULT -x MGTRAIN_FAULT_ONCE $(sim_mpirun_options)" -- train --config run.ini \
       >out.log 2>&1
     rc=$?
@@ -450,8 +450,10 @@ PY
     grep "^mgtrain launch:\|^mgtrain: injected\|^done:" out.log
     [ $rc -eq 0 ] || { tail -n 40 out.log; fail "the supervised run ended with status $rc"; }
     [ -f "$WORK/fault-fired" ] || fail "the fault never fired"
-    grep -q "attempt 2 of at most 4: 1 rank(s) on n2, resuming from step-200.h5 after losing n1" out.log ||
-      fail "the second attempt did not resume from step-200.h5 on n2"
+    grep -q "attempt 1 of at most 4: 2 rank(s) on n1, n2$" out.log || fail "the first attempt was not on n1 and n2"
+    grep -q "node n3 answers: it joins the next attempt" out.log || fail "n3 was not taken in"
+    grep -q "attempt 2 of at most 4: 2 rank(s) on n2, n3, resuming from step-200.h5 after losing n1" out.log ||
+      fail "the second attempt did not resume from step-200.h5 on n2 and n3"
     [ ! -f "$WORK/ckpt/step-300.h5" ] || [ "$(grep -c "^resumed from step 200" out.log)" -eq 1 ] ||
       fail "the cut write of step 300 was taken for a checkpoint"
     run_np 2 600 train --config run.ini --checkpoint.dir="$WORK/whole" --checkpoint.every_steps=0 >whole.log 2>&1 ||

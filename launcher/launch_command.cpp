@@ -30,11 +30,13 @@
 #include <vector>
 
 #include "base/atomic_file.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "command_line_config.hpp"
 #include "commands.hpp"
 #include "io/append_file.hpp"
 #include "io/json_line.hpp"
 #include "mgtrain/error.hpp"
+#include "runtime/startup.hpp"
 
 namespace po = boost::program_options;
 
@@ -236,21 +238,6 @@ std::string self_executable() {
   return ec ? std::string("mgtrain") : path.string();
 }
 
-// "%j" as the run expands it: the Slurm job id, or "local".
-std::string with_job_id(std::string value) {
-  const auto at = value.find("%j");
-  if (at == std::string::npos) return value;
-  const char* job = std::getenv("SLURM_JOB_ID");
-  return value.replace(at, 2, job && *job ? job : "local");
-}
-
-std::string latest_checkpoint(const std::string& dir) {
-  std::ifstream in(std::filesystem::path(dir) / "latest");
-  std::string name;
-  std::getline(in, name);
-  return name;
-}
-
 // The nodes of the Slurm job this runs in (`scontrol show hostnames`), each with the job's tasks
 // per node (SLURM_NTASKS_PER_NODE, else the first count of SLURM_TASKS_PER_NODE, "2(x3)").
 std::vector<Node> slurm_nodes(const std::string& node_list) {
@@ -328,7 +315,7 @@ struct Supervisor {
         say("stopped by signal " + std::to_string(stop_signal_received.load()) + ": not restarted");
         return exit_code(status);
       }
-      const std::string resume = attempt > 1 ? latest_checkpoint(checkpoint_dir) : "";
+      const std::string resume = attempt > 1 ? read_latest_name(checkpoint_dir).value_or("") : "";
       std::vector<std::string> args = train_args;
       if (attempt > 1) {
         // The user's own --resume named where the first attempt began; later ones continue.
@@ -372,7 +359,7 @@ struct Supervisor {
                                               : "resuming from " + resume) +
                               " after " + why_restarted));
       if (attempt > 1)
-        record({{"step", resume_step(resume)},
+        record({{"step", checkpoint_step(resume).value_or(0)},
                 {"event", "restart"},
                 {"attempt", attempt},
                 {"nodes", names_of(alive)},
@@ -448,12 +435,6 @@ struct Supervisor {
     close(fd);
     if (!written) throw IoError("the hostfile '" + path + "' could not be written");
     return path;
-  }
-
-  static int64_t resume_step(const std::string& checkpoint) {
-    static const std::regex step(R"(step-(\d+))");
-    std::smatch m;
-    return std::regex_search(checkpoint, m, step) ? std::stoll(m[1]) : 0;
   }
 };
 
@@ -535,9 +516,7 @@ int run_launch(const std::vector<std::string>& all_args) {
     if (line.vm.count("plugin-path")) plugin_paths = line.vm["plugin-path"].as<std::vector<std::string>>();
     const Config config = resolved_run_config(line.vm["config"].as<std::string>(), line, plugin_paths);
     s.checkpoint_dir = with_job_id(config.get_string("checkpoint.dir"));
-    const std::string metrics = config.get_string("metrics.file");
-    s.metrics_file =
-        metrics.empty() ? (std::filesystem::path(s.checkpoint_dir) / "metrics.jsonl").string() : with_job_id(metrics);
+    s.metrics_file = with_job_id(metrics_path(config, s.checkpoint_dir));
     if (config.get_string("sync.name") == "param_server" && s.min_nodes < static_cast<int>(s.hosts.size()))
       throw ConfigError(
           "sync.name = param_server cannot go on with fewer nodes (its servers hold the parameters, "

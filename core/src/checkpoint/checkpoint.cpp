@@ -775,18 +775,6 @@ FileImage build_image(const std::string& path, const std::string& image_name, co
   return image;
 }
 
-// "step-<N>.h5" -> N; nullopt for any other name.
-std::optional<int64_t> checkpoint_step(const std::string& name) {
-  constexpr std::string_view prefix = "step-", suffix = ".h5";
-  if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix))
-    return std::nullopt;
-  const std::string_view digits(name.data() + prefix.size(), name.size() - prefix.size() - suffix.size());
-  int64_t n = 0;
-  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
-  if (ec != std::errc() || end != digits.data() + digits.size() || n < 0) return std::nullopt;
-  return n;
-}
-
 void prune(const std::string& dir, const std::string& just_written, int64_t keep) {
   if (keep <= 0) return;
   std::vector<std::pair<int64_t, std::string>> others;
@@ -807,23 +795,6 @@ void prune(const std::string& dir, const std::string& just_written, int64_t keep
     if (::unlink(path.c_str()) != 0 && errno != ENOENT)
       throw IoError("cannot remove old checkpoint " + quote(path) + ": " + errno_text(errno));
   }
-}
-
-// The name <dir>/latest holds, trailing line break and blanks removed; nullopt when there is no
-// such file. Throws IoError when it exists but cannot be read.
-std::optional<std::string> read_latest_name(const std::string& dir) {
-  const std::string latest = (fs::path(dir) / "latest").string();
-  const std::string why = data::unreachable_path(latest);
-  if (why == "does not exist") return std::nullopt;
-  if (!why.empty()) throw IoError(quote(latest) + " " + why + " (expected a file naming the newest checkpoint)");
-  std::FILE* f = std::fopen(latest.c_str(), "r");
-  if (f == nullptr) throw IoError("cannot read " + quote(latest) + ": " + errno_text(errno));
-  char buf[4096];
-  const size_t n = std::fread(buf, 1, sizeof buf, f);
-  std::fclose(f);
-  std::string name(buf, n);
-  while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) name.pop_back();
-  return name;
 }
 
 }  // namespace
@@ -1292,6 +1263,32 @@ CheckpointContents read_checkpoint_model(const std::string& path) {
   contents.params = read_float_group(h5, file.get(), "/params");
   if (has_link(h5, file.get(), "buffers")) contents.buffers = read_float_group(h5, file.get(), "/buffers");
   return contents;
+}
+
+std::optional<int64_t> checkpoint_step(const std::string& name) {
+  constexpr std::string_view prefix = "step-", suffix = ".h5";
+  if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix))
+    return std::nullopt;
+  const std::string_view digits(name.data() + prefix.size(), name.size() - prefix.size() - suffix.size());
+  int64_t n = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (ec != std::errc() || end != digits.data() + digits.size() || n < 0) return std::nullopt;
+  return n;
+}
+
+std::optional<std::string> read_latest_name(const std::string& dir) {
+  const std::string latest = (fs::path(dir) / "latest").string();
+  const std::string why = data::unreachable_path(latest);
+  if (why == "does not exist") return std::nullopt;
+  if (!why.empty()) throw IoError(quote(latest) + " " + why + " (expected a file naming the newest checkpoint)");
+  std::FILE* f = std::fopen(latest.c_str(), "r");
+  if (f == nullptr) throw IoError("cannot read " + quote(latest) + ": " + errno_text(errno));
+  char buf[4096];
+  const size_t n = std::fread(buf, 1, sizeof buf, f);
+  std::fclose(f);
+  std::string name(buf, n);
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) name.pop_back();
+  return name;
 }
 
 }  // namespace mgt

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -163,6 +164,12 @@ CheckpointContents read_checkpoint_contents(const std::string& path);
 // The model's part of a checkpoint (meta, /params and /buffers where present, verified as above),
 // without its optimizer state: what model.init_from starts a new run from.
 CheckpointContents read_checkpoint_model(const std::string& path);
+
+// "step-<N>.h5" -> N; nullopt for any other name.
+std::optional<int64_t> checkpoint_step(const std::string& name);
+// The name <dir>/latest holds, trailing line break and blanks removed; nullopt when there is no
+// such file. Throws IoError when it exists but cannot be read.
+std::optional<std::string> read_latest_name(const std::string& dir);
 
 // What <dir>/latest names now, for a message about a checkpoint not written: "the previous
 // checkpoint is intact: '<dir>/latest' still names step-20.h5", or that there is none. Never throws.

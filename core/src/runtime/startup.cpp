@@ -23,20 +23,19 @@
 
 namespace mgt {
 
+std::string with_job_id(std::string path) {
+  const auto at = path.find("%j");
+  if (at == std::string::npos) return path;
+  const char* job = std::getenv("SLURM_JOB_ID");
+  return path.replace(at, 2, job && *job ? job : "local");
+}
+
 namespace {
 
-// %j in a path becomes the Slurm job id, as in sbatch's --output, or "local" outside Slurm. All
-// ranks of a job see the same SLURM_JOB_ID, so they agree on the result.
 void expand_job_id(Config& config, std::initializer_list<const char*> keys) {
-  const char* job = std::getenv("SLURM_JOB_ID");
-  const std::string id = job && *job ? job : "local";
-  for (const char* key : keys) {
-    std::string value = config.get_string(key);
-    const auto at = value.find("%j");
-    if (at == std::string::npos) continue;
-    value.replace(at, 2, id);
-    config.set(key, value, config.values().at(key).source);
-  }
+  for (const char* key : keys)
+    if (const std::string value = config.get_string(key); value.find("%j") != std::string::npos)
+      config.set(key, with_job_id(value), config.values().at(key).source);
 }
 
 // "section.key = value" per line, in key order.

@@ -12,6 +12,10 @@ namespace mgt {
 
 struct Run;
 
+// %j in a path becomes the Slurm job id, as in sbatch's --output, or "local" outside Slurm. All
+// ranks of a job (and a supervisor starting it) see the same SLURM_JOB_ID, so they agree.
+std::string with_job_id(std::string path);
+
 // metrics.file, or metrics.jsonl in the checkpoint directory.
 std::string metrics_path(const Config& config, const std::string& checkpoint_dir);
 

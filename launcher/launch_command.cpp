@@ -260,12 +260,32 @@ std::vector<Node> slurm_nodes(const std::string& node_list) {
   return nodes;
 }
 
+// The rank counts a run can go on with: its global batch, times the micro-batches a rank
+// accumulates, and in deterministic mode sync.micro_shards, must divide among the ranks (the
+// start-up's own checks, made here so that a restart does not pick nodes the job then refuses).
+struct WorldFit {
+  int64_t global_batch = 1, accumulation = 1, micro_shards = 0;  // micro_shards 0: not deterministic
+
+  // Empty where `ranks` fits, else why not.
+  std::string refusal(int ranks) const {
+    if (global_batch % (static_cast<int64_t>(ranks) * accumulation) != 0)
+      return "train.global_batch = " + std::to_string(global_batch) +
+             (accumulation > 1 ? " (" + std::to_string(accumulation) + " micro-batches accumulated)" : "") +
+             " does not divide among " + std::to_string(ranks) + " ranks";
+    if (micro_shards > 0 && micro_shards % ranks != 0)
+      return "sync.micro_shards = " + std::to_string(micro_shards) + " does not divide among " + std::to_string(ranks) +
+             " ranks";
+    return "";
+  }
+};
+
 struct Supervisor {
   std::vector<std::string> launcher;  // mpirun or srun, and its own options
   bool slurm = false;                 // srun inside the allocation, not mpirun over a hostfile
   std::vector<Node> hosts;            // as the hostfile gave them, in its order
   int min_nodes = 1, max_nodes = 0, max_restarts = 3;
   double probe_timeout_s = 20;
+  WorldFit fit;
   std::vector<std::string> train_args;  // after "train": the job's own arguments
   std::string checkpoint_dir, metrics_file;
 
@@ -416,6 +436,12 @@ struct Supervisor {
         }
       }
       standby.insert(standby.end(), lost.begin(), lost.end());
+      // Nodes the run cannot split its batch over wait out this attempt, the last taken first.
+      while (!left.empty() && !fit.refusal(ranks_of(left)).empty()) {
+        say("node " + left.back().name + " waits: " + fit.refusal(ranks_of(left)));
+        standby.insert(standby.begin(), left.back());
+        left.pop_back();
+      }
       if (static_cast<int>(left.size()) < min_nodes) {
         say(std::to_string(left.size()) + " node(s) left (" + names_of(left) + "), below --min-nodes " +
             std::to_string(min_nodes) + ": not restarted; continue with --resume latest once nodes are back");
@@ -523,6 +549,11 @@ int run_launch(const std::vector<std::string>& all_args) {
           "and a run resumes only at its own world size): expected --min-nodes " +
           std::to_string(s.hosts.size()) + " (every node) or a lock-step sync strategy, got --min-nodes " +
           std::to_string(s.min_nodes));
+    // (A parameter server is never restarted on fewer nodes: the check above.)
+    s.fit.global_batch = config.get_int("train.global_batch");
+    if (config.has("sync.accum_steps")) s.fit.accumulation = config.get_int("sync.accum_steps");
+    if (config.has("sync.deterministic") && config.get_bool("sync.deterministic") && config.has("sync.micro_shards"))
+      s.fit.micro_shards = config.get_int("sync.micro_shards");
     if (config.get_int("checkpoint.every_steps") == 0)
       s.say("note: checkpoint.every_steps = 0: a restart begins again from step 0 (set it to lose fewer steps)");
   } catch (const std::exception& e) {
